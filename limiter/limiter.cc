@@ -1,0 +1,2 @@
+// Placeholder: the algorithms are implemented by the limiter-core work (issue 2).
+#include "limiter/limiter.h"

@@ -1,0 +1,36 @@
+// RequestHandler: the seam between the HTTP transport (node/server/, which knows sockets) and the
+// meaning of requests (node/api/, which knows no sockets and is testable without a server).
+//
+// Thread safety: Handle may be called concurrently from any number of threads.
+#ifndef RINGLIMIT_NODE_API_HANDLER_H_
+#define RINGLIMIT_NODE_API_HANDLER_H_
+
+#include <boost/beast/http.hpp>
+#include <functional>
+#include <string_view>
+
+namespace ringlimit::node {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+// Completion for one request. Called exactly once, possibly on another thread (the cluster issue
+// forwards checks to their owner and answers when the owner does). It must not block.
+using Respond = std::function<void(HttpResponse&&)>;
+
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+
+  // Handles one complete request. The response's version and keep-alive are set by the transport.
+  virtual void Handle(HttpRequest&& request, Respond respond) = 0;
+};
+
+// The one error body of the whole API: {"error":{"code":"<code>","message":"<message>"}} with
+// Content-Type application/json. Used by handlers and by the transport (413, 431, 408, 503).
+HttpResponse ErrorResponse(boost::beast::http::status status, std::string_view code,
+                           std::string_view message);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_HANDLER_H_
