@@ -1,0 +1,532 @@
+#include "storage/memory_shard.h"
+
+#include <boost/container/small_vector.hpp>
+#include <cstring>
+#include <limits>
+
+#include "storage/key_codec.h"
+
+namespace ringlimit::storage {
+namespace {
+
+constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kChunkBits = 10;
+constexpr uint32_t kChunkSize = 1u << kChunkBits;
+
+// Entry::meta: version in the high 48 bits, then the algorithm byte, then the flags byte.
+constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
+constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
+constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
+
+uint64_t Version(uint64_t meta) { return meta >> 16; }
+limiter::Algorithm AlgorithmOf(uint64_t meta) { return static_cast<limiter::Algorithm>((meta >> 8) & 0xff); }
+uint64_t Flags(uint64_t meta) { return meta & 0xff; }
+uint64_t Meta(uint64_t version, limiter::Algorithm algorithm, uint64_t flags) {
+  return (std::min(version, kVersionMax) << 16) | (uint64_t{static_cast<uint8_t>(algorithm)} << 8) | flags;
+}
+
+bool SameSpec(const limiter::LimitSpec& a, const limiter::LimitSpec& b) {
+  return a.algorithm == b.algorithm && a.limit == b.limit && a.window == b.window && a.burst == b.burst &&
+         a.buckets == b.buckets && a.max_delay == b.max_delay && a.mode == b.mode &&
+         a.soft_pct == b.soft_pct && a.dynamic_limit == b.dynamic_limit && a.count_denied == b.count_denied;
+}
+
+template <typename T>
+void Append(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+// Fixed-size spec fields first, then the name: unambiguous.
+std::string SlotKey(std::string_view name, const limiter::LimitSpec& s) {
+  std::string key;
+  key.reserve(64 + name.size());
+  Append(key, static_cast<uint8_t>(s.algorithm));
+  Append(key, s.limit);
+  Append(key, s.window);
+  Append(key, s.burst);
+  Append(key, s.buckets);
+  Append(key, s.max_delay);
+  Append(key, static_cast<uint8_t>(s.mode));
+  Append(key, s.soft_pct);
+  Append(key, s.dynamic_limit);
+  Append(key, static_cast<uint8_t>(s.count_denied));
+  key.append(name);
+  return key;
+}
+
+const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
+  if (!loaded.valid) return nullptr;
+  for (const auto& s : loaded.states) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+struct MemoryShard::Entry {
+  std::string entity;  // inline up to 15 bytes
+  uint32_t slot = kNil;
+  uint32_t lru_prev = kNil;
+  uint32_t lru_next = kNil;  // also the free-list link
+  uint32_t entity_next = kNil;
+  int64_t word[3] = {0, 0, 0};
+  uint64_t meta = 0;
+};
+
+struct MemoryShard::SlotInfo {
+  std::string name;
+  limiter::LimitSpec spec;
+  uint32_t refs = 0;
+};
+
+// The set of entity heads hashes and compares entries by their entity key; lookups pass an EntityKey
+// whose precomputed ring token is the hash.
+struct MemoryShard::EntityHash {
+  using is_transparent = void;
+  const MemoryShard* shard;
+  size_t operator()(uint32_t index) const { return ring::RingToken(shard->At(index).entity); }
+  size_t operator()(const EntityKey& key) const { return key.token; }
+};
+
+struct MemoryShard::EntityEq {
+  using is_transparent = void;
+  const MemoryShard* shard;
+  bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+  bool operator()(const EntityKey& k, uint32_t i) const { return shard->At(i).entity == k.entity; }
+  bool operator()(uint32_t i, const EntityKey& k) const { return shard->At(i).entity == k.entity; }
+};
+
+MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity)
+    : options_(options),
+      capacity_(capacity),
+      free_head_(kNil),
+      lru_head_(kNil),
+      lru_tail_(kNil),
+      heads_(std::make_unique<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>>(0, EntityHash{this},
+                                                                                         EntityEq{this})) {
+  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 80, "keep the entry small");
+}
+
+MemoryShard::~MemoryShard() = default;
+
+MemoryShard::Entry& MemoryShard::At(uint32_t index) const {
+  return chunks_[index >> kChunkBits][index & (kChunkSize - 1)];
+}
+
+uint32_t MemoryShard::Allocate() {
+  if (free_head_ != kNil) {
+    uint32_t index = free_head_;
+    free_head_ = At(index).lru_next;
+    At(index) = Entry{};
+    return index;
+  }
+  if (fresh_ == chunks_.size() * kChunkSize) chunks_.push_back(std::make_unique<Entry[]>(kChunkSize));
+  return fresh_++;
+}
+
+void MemoryShard::Free(uint32_t index) {
+  Entry& e = At(index);
+  e.entity = std::string();  // give back a heap buffer if the key was long
+  e.slot = kNil;
+  e.lru_next = free_head_;
+  free_head_ = index;
+}
+
+uint32_t MemoryShard::FindHead(EntityKey key) const {
+  auto it = heads_->find(key);
+  return it == heads_->end() ? kNil : *it;
+}
+
+uint32_t MemoryShard::FindInChain(uint32_t head, std::string_view name) const {
+  for (uint32_t i = head; i != kNil; i = At(i).entity_next) {
+    if (slots_[At(i).slot].name == name) return i;
+  }
+  return kNil;
+}
+
+uint32_t MemoryShard::Intern(std::string_view name, const limiter::LimitSpec& spec) {
+  std::string key = SlotKey(name, spec);
+  auto it = slot_ids_.find(key);
+  if (it != slot_ids_.end()) {
+    ++slots_[it->second].refs;
+    return it->second;
+  }
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot] = SlotInfo{std::string(name), spec, 1};
+  slot_ids_.emplace(std::move(key), slot);
+  return slot;
+}
+
+void MemoryShard::Release(uint32_t slot) {
+  SlotInfo& info = slots_[slot];
+  if (--info.refs > 0) return;
+  slot_ids_.erase(SlotKey(info.name, info.spec));
+  info.name = std::string();
+  free_slots_.push_back(slot);
+}
+
+void MemoryShard::LruUnlink(uint32_t index) {
+  Entry& e = At(index);
+  if (e.lru_prev != kNil)
+    At(e.lru_prev).lru_next = e.lru_next;
+  else
+    lru_head_ = e.lru_next;
+  if (e.lru_next != kNil)
+    At(e.lru_next).lru_prev = e.lru_prev;
+  else
+    lru_tail_ = e.lru_prev;
+  e.lru_prev = e.lru_next = kNil;
+}
+
+void MemoryShard::LruPushFront(uint32_t index) {
+  Entry& e = At(index);
+  e.lru_prev = kNil;
+  e.lru_next = lru_head_;
+  if (lru_head_ != kNil) At(lru_head_).lru_prev = index;
+  lru_head_ = index;
+  if (lru_tail_ == kNil) lru_tail_ = index;
+}
+
+uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_disk) {
+  uint32_t index = Allocate();
+  Entry& e = At(index);
+  e.entity.assign(key.entity);
+  e.slot = Intern(state.name, state.spec);
+  e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
+  std::memcpy(e.word, state.state.word, sizeof(e.word));
+  if (!state.state.tail.empty()) tails_[index] = state.state.tail;
+  uint32_t head = FindHead(key);
+  if (head == kNil) {
+    heads_->insert(index);
+  } else {  // second in the chain: the head (and so the set) stays as it is
+    e.entity_next = At(head).entity_next;
+    At(head).entity_next = index;
+  }
+  LruPushFront(index);
+  keys_.fetch_add(1, std::memory_order_relaxed);
+  return index;
+}
+
+void MemoryShard::Drop(uint32_t index, DropReason reason) {
+  Entry& e = At(index);
+  ring::Token token = ring::RingToken(e.entity);
+  EntityKey key{e.entity, token};
+  if (options_.write_back && reason != DropReason::kEvicted && (Flags(e.meta) & kOnDisk)) {
+    const std::string& name = slots_[e.slot].name;
+    tombs_.try_emplace(EncodeRowKey(token, e.entity, name), Tomb{e.entity, token, name});
+  }
+  if (dirty_.erase(index) > 0) dirty_count_.fetch_sub(1, std::memory_order_relaxed);
+  uint32_t head = FindHead(key);
+  if (head == index) {
+    heads_->erase(index);
+    if (e.entity_next != kNil) heads_->insert(e.entity_next);
+  } else {
+    uint32_t prev = head;
+    while (At(prev).entity_next != index) prev = At(prev).entity_next;
+    At(prev).entity_next = e.entity_next;
+  }
+  LruUnlink(index);
+  tails_.erase(index);
+  Release(e.slot);
+  Free(index);
+  keys_.fetch_sub(1, std::memory_order_relaxed);
+  if (reason == DropReason::kIdle) idle_drops_.fetch_add(1, std::memory_order_relaxed);
+  if (reason == DropReason::kEvicted) evictions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void MemoryShard::ReadState(uint32_t index, limiter::State& out) const {
+  const Entry& e = At(index);
+  out.algorithm = AlgorithmOf(e.meta);
+  std::memcpy(out.word, e.word, sizeof(e.word));
+  auto it = tails_.find(index);
+  if (it != tails_.end())
+    out.tail = it->second;
+  else
+    out.tail.clear();
+}
+
+void MemoryShard::WriteState(uint32_t index, limiter::State&& state) {
+  Entry& e = At(index);
+  e.meta = Meta(Version(e.meta) + 1, state.algorithm, Flags(e.meta));
+  std::memcpy(e.word, state.word, sizeof(e.word));
+  if (state.tail.empty()) {
+    tails_.erase(index);
+  } else {
+    tails_[index] = std::move(state.tail);
+  }
+  MarkDirty(index);
+}
+
+void MemoryShard::MarkDirty(uint32_t index) {
+  if (!options_.write_back) return;
+  Entry& e = At(index);
+  if (Flags(e.meta) & kDirty) return;
+  e.meta |= kDirty;
+  dirty_.insert(index);
+  dirty_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+StoredState MemoryShard::Copy(uint32_t index) const {
+  const Entry& e = At(index);
+  StoredState out;
+  out.name = slots_[e.slot].name;
+  out.spec = slots_[e.slot].spec;
+  ReadState(index, out.state);
+  out.version = Version(e.meta);
+  return out;
+}
+
+bool MemoryShard::Tombstoned(EntityKey key, std::string_view name) const {
+  return !tombs_.empty() && tombs_.contains(EncodeRowKey(key.token, key.entity, name));
+}
+
+std::optional<NeedLoad> MemoryShard::Resolve(EntityKey key, std::span<const std::string_view> names,
+                                             const Loaded& loaded, std::span<uint32_t> indices) {
+  uint32_t head = FindHead(key);
+  NeedLoad need;
+  bool must_load = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    indices[i] = FindInChain(head, names[i]);
+    if (indices[i] != kNil || options_.loader == nullptr || Tombstoned(key, names[i])) continue;
+    need.names.push_back(names[i]);
+    bool asked = false;
+    for (const auto& a : loaded.asked) asked |= a == names[i];
+    must_load |= !loaded.valid || loaded.epoch != epoch_ || !asked;
+  }
+  if (must_load) {  // reload every missing name at the current epoch
+    need.epoch = epoch_;
+    return need;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (indices[i] != kNil || options_.loader == nullptr || Tombstoned(key, names[i])) continue;
+    if (const StoredState* s = FindLoaded(loaded, names[i])) indices[i] = Insert(key, *s, /*on_disk=*/true);
+  }
+  return std::nullopt;
+}
+
+MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,
+                                         const std::function<void(std::span<limiter::State* const>)>& fn,
+                                         const Loaded& loaded, bool want_changes) {
+  const size_t n = slots.size();
+  boost::container::small_vector<std::string_view, 4> names(n);
+  for (size_t i = 0; i < n; ++i) names[i] = slots[i].name;
+  boost::container::small_vector<uint32_t, 4> indices(n, kNil);
+  boost::container::small_vector<limiter::State, 4> states(n);
+  boost::container::small_vector<limiter::State*, 4> pointers(n);
+  Outcome outcome;
+
+  std::lock_guard lock(mutex_);
+  outcome.need = Resolve(key, names, loaded, indices);
+  if (outcome.need) return outcome;
+  for (size_t i = 0; i < n; ++i) {
+    pointers[i] = &states[i];
+    if (indices[i] == kNil) continue;
+    ReadState(indices[i], states[i]);
+    const SlotInfo& slot = slots_[At(indices[i]).slot];
+    // Lazy idle drop: a state back to its initial value is as good as none (its entry, and so its
+    // version, is kept because it is about to be used).
+    if (states[i].algorithm != limiter::Algorithm{} && limiter::IdleAt(slot.spec, states[i]) <= now) {
+      states[i] = limiter::State{};
+      idle_drops_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  boost::container::small_vector<limiter::State, 4> before(states.begin(), states.end());
+  fn(std::span<limiter::State* const>(pointers.data(), n));
+
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t index = indices[i];
+    const limiter::LimitSpec& spec = *slots[i].spec;
+    bool changed = !(states[i] == before[i]);
+    if (index == kNil) {
+      if (states[i] == limiter::State{}) continue;  // nothing to keep
+      index = Insert(key, StoredState{std::string(slots[i].name), spec, {}, 0}, /*on_disk=*/false);
+      if (Tombstoned(key, slots[i].name)) At(index).meta |= kOnDisk;  // the old row is not deleted yet
+      changed = true;
+    } else {
+      LruUnlink(index);
+      LruPushFront(index);
+      if (!SameSpec(slots_[At(index).slot].spec, spec)) {
+        uint32_t old = At(index).slot;
+        At(index).slot = Intern(slots[i].name, spec);
+        Release(old);
+        changed = true;
+      }
+    }
+    if (!changed) continue;
+    WriteState(index, std::move(states[i]));
+    if (want_changes) outcome.changed.push_back(Copy(index));
+  }
+  outcome.pressure = Trim(now);
+  return outcome;
+}
+
+MemoryShard::ApplyOutcome MemoryShard::ApplyIfNewer(EntityKey key, const StoredState& state,
+                                                    const Loaded& loaded) {
+  ApplyOutcome outcome;
+  std::string_view name = state.name;
+  uint32_t index = kNil;
+  std::lock_guard lock(mutex_);
+  outcome.need =
+      Resolve(key, std::span<const std::string_view>(&name, 1), loaded, std::span<uint32_t>(&index, 1));
+  if (outcome.need) return outcome;
+  if (index != kNil && Version(At(index).meta) >= state.version) return outcome;
+  if (index == kNil) {
+    index = Insert(key, state, /*on_disk=*/Tombstoned(key, name));
+  } else {
+    Entry& e = At(index);
+    uint32_t old = e.slot;
+    e.slot = Intern(state.name, state.spec);
+    Release(old);
+    limiter::State copy = state.state;
+    WriteState(index, std::move(copy));
+    LruUnlink(index);
+    LruPushFront(index);
+  }
+  Entry& e = At(index);
+  e.meta = Meta(state.version, state.state.algorithm, Flags(e.meta));
+  MarkDirty(index);
+  outcome.applied = true;
+  outcome.pressure = Trim(std::numeric_limits<limiter::TimeNs>::min());
+  return outcome;
+}
+
+uint64_t MemoryShard::Epoch() {
+  std::lock_guard lock(mutex_);
+  return epoch_;
+}
+
+std::optional<std::vector<StoredState>> MemoryShard::Get(EntityKey key, const Loaded& on_disk) {
+  std::vector<StoredState> out;
+  std::lock_guard lock(mutex_);
+  if (on_disk.valid) {
+    if (on_disk.epoch != epoch_) return std::nullopt;
+    for (const StoredState& s : on_disk.states) {
+      if (FindInChain(FindHead(key), s.name) == kNil && !Tombstoned(key, s.name)) Insert(key, s, true);
+    }
+  }
+  for (uint32_t i = FindHead(key); i != kNil; i = At(i).entity_next) out.push_back(Copy(i));
+  std::sort(out.begin(), out.end(),
+            [](const StoredState& a, const StoredState& b) { return a.name < b.name; });
+  Trim(std::numeric_limits<limiter::TimeNs>::min());
+  return out;
+}
+
+std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,
+                                                           std::optional<std::string_view> name,
+                                                           const Loaded& on_disk) {
+  std::vector<std::string> removed;
+  std::lock_guard lock(mutex_);
+  if (on_disk.valid && on_disk.epoch != epoch_) return std::nullopt;
+  for (uint32_t i = FindHead(key); i != kNil;) {
+    uint32_t next = At(i).entity_next;
+    const std::string& n = slots_[At(i).slot].name;
+    if (!name || n == *name) {
+      removed.push_back(n);
+      At(i).meta |= kOnDisk;  // conservatively: a flush may be writing it right now
+      Drop(i, DropReason::kErased);
+    }
+    i = next;
+  }
+  if (on_disk.valid) {
+    for (const StoredState& s : on_disk.states) {
+      if (name && s.name != *name) continue;
+      std::string row = EncodeRowKey(key.token, key.entity, s.name);
+      if (tombs_.contains(row)) continue;
+      tombs_.emplace(std::move(row), Tomb{std::string(key.entity), key.token, s.name});
+      if (std::find(removed.begin(), removed.end(), s.name) == removed.end()) removed.push_back(s.name);
+    }
+  }
+  return removed;
+}
+
+bool MemoryShard::Trim(limiter::TimeNs now) {
+  // Incremental sweep of the least recently used states: those idle are dropped.
+  uint32_t index = lru_tail_;
+  for (size_t k = 0; k < options_.sweep_per_update && index != kNil; ++k) {
+    uint32_t prev = At(index).lru_prev;
+    // A dirty idle state may go too: it is equivalent to no state (a row on disk gets a delete).
+    limiter::State state;
+    ReadState(index, state);
+    if (state.algorithm == limiter::Algorithm{} ||
+        limiter::IdleAt(slots_[At(index).slot].spec, state) <= now) {
+      Drop(index, DropReason::kIdle);
+    }
+    index = prev;
+  }
+  if (capacity_ == 0) return false;
+  // The bound: evict least recently used (clean, in write-back mode) states.
+  constexpr int kMaxDirtySkipped = 16;
+  int skipped = 0;
+  index = lru_tail_;
+  while (keys_.load(std::memory_order_relaxed) > capacity_ && index != kNil) {
+    uint32_t prev = At(index).lru_prev;
+    if (Flags(At(index).meta) & kDirty) {
+      if (++skipped > kMaxDirtySkipped) return true;
+    } else {
+      Drop(index, DropReason::kEvicted);
+    }
+    index = prev;
+  }
+  return keys_.load(std::memory_order_relaxed) > capacity_;
+}
+
+void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out) {
+  std::lock_guard lock(mutex_);
+  for (uint32_t head : *heads_) {
+    ring::Token token = ring::RingToken(At(head).entity);
+    if (token < first || token > last) continue;
+    for (uint32_t i = head; i != kNil; i = At(i).entity_next) out.push_back({At(i).entity, token, Copy(i)});
+  }
+}
+
+void MemoryShard::CollectDirty(std::vector<DirtyRecord>& out) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [row, tomb] : tombs_) {
+    DirtyRecord r;
+    r.entity = tomb.entity;
+    r.token = tomb.token;
+    r.erase = true;
+    r.state.name = tomb.name;
+    out.push_back(std::move(r));
+  }
+  for (uint32_t index : dirty_) {
+    DirtyRecord r;
+    r.entity = At(index).entity;
+    r.token = ring::RingToken(r.entity);
+    r.state = Copy(index);
+    r.expiry = limiter::IdleAt(r.state.spec, r.state.state);
+    out.push_back(std::move(r));
+  }
+}
+
+void MemoryShard::AckFlushed(std::span<const DirtyRecord> records, bool ok) {
+  if (!ok) return;  // everything stays dirty (and pending) for the next flush
+  std::lock_guard lock(mutex_);
+  for (const DirtyRecord& r : records) {
+    EntityKey key{r.entity, r.token};
+    if (r.erase) {
+      if (tombs_.erase(EncodeRowKey(r.token, r.entity, r.state.name)) > 0) ++epoch_;
+      continue;
+    }
+    uint32_t index = FindInChain(FindHead(key), r.state.name);
+    if (index == kNil) continue;
+    Entry& e = At(index);
+    e.meta |= kOnDisk;
+    if (Version(e.meta) != r.state.version || !(Flags(e.meta) & kDirty)) continue;
+    e.meta &= ~kDirty;
+    dirty_.erase(index);
+    dirty_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace ringlimit::storage

@@ -1,0 +1,156 @@
+// MemoryShard: one independently locked part of the memory tier (internal to storage/).
+//
+// Layout (per state, see memory_store.h for the budget): an 80-byte Entry in a chunked slab addressed by
+// 32-bit indices; a flat hash set of the index of each entity's first entry (its other entries follow
+// through Entry::entity_next); a doubly-linked LRU list through the slab; interned (name, spec) slots.
+//
+// Thread safety: every public method takes mutex_ itself; safe for concurrent use. No method does I/O
+// or calls out while holding mutex_ (except the caller's `fn`, which must not block).
+#ifndef RINGLIMIT_STORAGE_MEMORY_SHARD_H_
+#define RINGLIMIT_STORAGE_MEMORY_SHARD_H_
+
+#include <atomic>
+#include <boost/unordered/unordered_flat_map.hpp>
+#include <boost/unordered/unordered_flat_set.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/memory_store.h"
+
+namespace ringlimit::storage {
+
+struct EntityKey {
+  std::string_view entity;
+  ring::Token token = 0;
+};
+
+// What a call needs from disk before it can proceed (write-back mode with a loader only).
+struct NeedLoad {
+  std::vector<std::string_view> names;  // missing from memory and not pending delete
+  uint64_t epoch = 0;                   // pass back with the loaded states
+};
+
+// States read from disk for a call, valid only if the shard's epoch has not moved since `epoch`.
+struct Loaded {
+  std::vector<std::string> asked;  // the names read (absent from `states`: no row on disk)
+  std::vector<StoredState> states;
+  uint64_t epoch = 0;
+  bool valid = false;
+};
+
+class MemoryShard {
+ public:
+  MemoryShard(const MemoryStoreOptions& options, size_t capacity);
+  ~MemoryShard();
+  MemoryShard(const MemoryShard&) = delete;
+  MemoryShard& operator=(const MemoryShard&) = delete;
+
+  struct Outcome {
+    std::optional<NeedLoad> need;      // set: nothing was done; load these names and call again
+    std::vector<StoredState> changed;  // copies of the changed states, when want_changes
+    bool pressure = false;             // over the bound with nothing clean to evict
+  };
+
+  Outcome Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,
+                 const std::function<void(std::span<limiter::State* const>)>& fn, const Loaded& loaded,
+                 bool want_changes);
+
+  // Returns true in `applied` when the state was replaced.
+  struct ApplyOutcome {
+    std::optional<NeedLoad> need;
+    bool applied = false;
+    bool pressure = false;
+  };
+  ApplyOutcome ApplyIfNewer(EntityKey key, const StoredState& state, const Loaded& loaded);
+
+  // The current epoch (moves when pending deletes are forgotten), for LoadEntity-based calls.
+  uint64_t Epoch();
+
+  // Every state of the entity in memory, merged with `on_disk` (inserted as clean entries when the name
+  // is neither in memory nor pending delete). Returns nullopt when `on_disk` is stale (epoch moved).
+  std::optional<std::vector<StoredState>> Get(EntityKey key, const Loaded& on_disk);
+
+  // Removes the named state (or all); `on_disk` names get a pending delete too. Returns the names removed
+  // or nullopt when `on_disk` is stale.
+  std::optional<std::vector<std::string>> Erase(EntityKey key, std::optional<std::string_view> name,
+                                                const Loaded& on_disk);
+
+  void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out);
+  void CollectDirty(std::vector<DirtyRecord>& out);
+  void AckFlushed(std::span<const DirtyRecord> records, bool ok);
+
+  uint64_t keys() const { return keys_.load(std::memory_order_relaxed); }
+  uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
+  uint64_t idle_drops() const { return idle_drops_.load(std::memory_order_relaxed); }
+  uint64_t dirty() const { return dirty_count_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Entry;
+  struct SlotInfo;
+  struct EntityHash;
+  struct EntityEq;
+  enum class DropReason { kIdle, kEvicted, kErased };
+
+  Entry& At(uint32_t index) const;
+  uint32_t Allocate();
+  void Free(uint32_t index);
+  uint32_t FindHead(EntityKey key) const;
+  uint32_t FindInChain(uint32_t head, std::string_view name) const;
+  uint32_t Intern(std::string_view name, const limiter::LimitSpec& spec);
+  void Release(uint32_t slot);
+  void LruUnlink(uint32_t index);
+  void LruPushFront(uint32_t index);
+  uint32_t Insert(EntityKey key, const StoredState& state, bool on_disk);
+  void Drop(uint32_t index, DropReason reason);
+  void ReadState(uint32_t index, limiter::State& out) const;
+  void WriteState(uint32_t index, limiter::State&& state);
+  void MarkDirty(uint32_t index);
+  StoredState Copy(uint32_t index) const;
+  bool Tombstoned(EntityKey key, std::string_view name) const;
+  // Resolves `names` to entry indices (kNil when absent), inserting loaded states. Returns need-load.
+  std::optional<NeedLoad> Resolve(EntityKey key, std::span<const std::string_view> names,
+                                  const Loaded& loaded, std::span<uint32_t> indices);
+  bool Trim(limiter::TimeNs now);  // eviction and incremental sweep; returns "pressure"
+
+  // Constant after construction.
+  const MemoryStoreOptions& options_;
+  const size_t capacity_;  // 0 = unbounded
+
+  // Statistics, written under mutex_, read without it.
+  std::atomic<uint64_t> keys_{0};
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> idle_drops_{0};
+  std::atomic<uint64_t> dirty_count_{0};
+
+  // Everything below is protected by mutex_.
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Entry[]>> chunks_;  // the slab
+  uint32_t fresh_ = 0;                            // next never-used index
+  uint32_t free_head_;                            // free list through Entry::lru_next
+  uint32_t lru_head_;                             // most recently used
+  uint32_t lru_tail_;                             // least recently used
+  std::unique_ptr<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>> heads_;
+  std::vector<SlotInfo> slots_;
+  std::vector<uint32_t> free_slots_;
+  boost::unordered_flat_map<std::string, uint32_t> slot_ids_;        // SlotKey(name, spec) -> slot
+  boost::unordered_flat_map<uint32_t, std::vector<int64_t>> tails_;  // entry -> State::tail
+  boost::unordered_flat_set<uint32_t> dirty_;                        // write-back: entries newer than disk
+  struct Tomb {
+    std::string entity;
+    ring::Token token;
+    std::string name;
+  };
+  boost::unordered_flat_map<std::string, Tomb> tombs_;  // row key -> pending delete (write-back)
+  uint64_t epoch_ = 0;  // moves whenever a pending delete is forgotten (disk rows changed under loads)
+};
+
+}  // namespace ringlimit::storage
+
+#endif  // RINGLIMIT_STORAGE_MEMORY_SHARD_H_

@@ -1,0 +1,142 @@
+// MemoryStore: the memory tier. States keyed by (entity key, limit name), sharded by the entity's ring
+// token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
+// so the hot path takes no global lock.
+//
+// Memory: one state costs an 80-byte slab entry (entity key inline up to 15 bytes, 48-bit version,
+// 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes of hash table;
+// limit names and specs are interned per shard and shared by every state that uses them; only
+// sliding_log and sliding_window keep a tail vector (in a side table).
+//
+// Used alone it is the memory-only store. The durable tier (DurableStore) drives it in write-back mode:
+// see MemoryStoreOptions::write_back, MissLoader, CollectDirty and AckFlushed.
+//
+// Thread safety: safe for concurrent use from many threads without external synchronisation.
+#ifndef RINGLIMIT_STORAGE_MEMORY_STORE_H_
+#define RINGLIMIT_STORAGE_MEMORY_STORE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiter/limiter.h"
+#include "ring/token.h"
+#include "storage/store.h"
+
+namespace ringlimit::storage {
+
+class MemoryShard;
+
+// Where the durable tier plugs in the reads of a memory miss. Called without any store lock held.
+// Implementations log and count their failures and then report the state as absent.
+class MissLoader {
+ public:
+  virtual ~MissLoader() = default;
+
+  // The stored state of each (entity, names[i]) or nullopt when there is none.
+  [[nodiscard]] virtual std::vector<std::optional<StoredState>> Load(
+      std::string_view entity, ring::Token token, std::span<const std::string_view> names) = 0;
+
+  // Every stored state of `entity`.
+  [[nodiscard]] virtual std::vector<StoredState> LoadEntity(std::string_view entity, ring::Token token) = 0;
+};
+
+struct MemoryStoreOptions {
+  // --- Affects behaviour ---
+
+  // Upper bound on the number of states held in memory; 0 = unbounded. The bound is split evenly among
+  // the shards (each holds at most ceil(max_keys / shards)); a full shard evicts its least-recently-used
+  // state (in write-back mode its least-recently-used *clean* state; see write_back). Evictions are
+  // counted in StoreStats::evictions. Default: 0. Fixed at construction.
+  size_t max_keys = 0;
+
+  // Write-back mode, set by the durable tier: changes mark states dirty (CollectDirty / AckFlushed),
+  // dirty states are never evicted (the shard may exceed its bound until the next flush, and calls
+  // on_pressure), and idle or erased states that may be on disk leave a pending delete. Default: false.
+  bool write_back = false;
+
+  // Write-back mode: consulted outside the shard lock when an Update or Get misses memory. Not owned;
+  // must outlive the store. Default: nullptr (a miss means "initial state").
+  MissLoader* loader = nullptr;
+
+  // Write-back mode: called (outside every lock) when a shard is over its bound and holds no clean state
+  // to evict, i.e. a flush would let it evict. Must not block. Default: none.
+  std::function<void()> on_pressure;
+
+  // --- Affects performance ---
+
+  // Number of independently locked shards. 0 = max(16, 4 x hardware threads). Default: 0.
+  size_t shards = 0;
+
+  // Incremental idle sweep: every Update examines up to this many least-recently-used states of its
+  // shard and drops those already back to their initial value (limiter::IdleAt <= now). 0 = only on
+  // access and eviction. Default: 2.
+  size_t sweep_per_update = 2;
+};
+
+// One dirty state or pending delete, copied out of memory for the flusher.
+struct DirtyRecord {
+  std::string entity;
+  ring::Token token = 0;
+  bool erase = false;          // true: delete the row (entity, state.name); state.name is the only field set
+  StoredState state;           // the state to write (erase == false)
+  limiter::TimeNs expiry = 0;  // limiter::IdleAt(state.spec, state.state): the row may go after it
+};
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(MemoryStoreOptions options = {});
+  ~MemoryStore() override;
+
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  // StateStore.
+  void Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
+              const std::function<void(std::span<limiter::State* const>)>& fn) override;
+  [[nodiscard]] std::vector<StoredState> Get(std::string_view entity) override;
+  size_t Erase(std::string_view entity, std::optional<std::string_view> name) override;
+  [[nodiscard]] StoreStats Stats() const override;
+
+  // Store.
+  bool ApplyIfNewer(std::string_view entity, const StoredState& state) override;
+  [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;
+  void SetObserver(StateObserver* observer) override { observer_ = observer; }
+  void Flush() override {}
+  void Close() override {}
+  [[nodiscard]] DurabilityStats Durability() const override { return {}; }
+
+  // --- Write-back mode (used by DurableStore) ---
+
+  // Copies out every dirty state and pending delete, shard by shard under each shard's lock (no I/O).
+  // The states stay dirty until AckFlushed.
+  [[nodiscard]] std::vector<DirtyRecord> CollectDirty();
+
+  // Reports the fate of a batch returned by CollectDirty. ok: states not changed since are now clean
+  // (evictable) and the pending deletes are forgotten. !ok: everything stays dirty for the next flush.
+  void AckFlushed(const std::vector<DirtyRecord>& batch, bool ok);
+
+  // States currently dirty plus pending deletes.
+  [[nodiscard]] uint64_t DirtyCount() const;
+
+  size_t TEST_ShardCount() const { return shard_count_; }
+
+ private:
+  MemoryShard& ShardFor(ring::Token token) const;
+
+  // Constant after construction.
+  const MemoryStoreOptions options_;
+  size_t shard_count_;
+  std::unique_ptr<std::unique_ptr<MemoryShard>[]> shards_;
+  StateObserver* observer_ = nullptr;  // set before serving
+};
+
+}  // namespace ringlimit::storage
+
+#endif  // RINGLIMIT_STORAGE_MEMORY_STORE_H_

@@ -1,0 +1,88 @@
+// Store: the full interface of the storage tier, as owned by the node.
+//
+// StateStore (state_store.h) is what request handling needs. Store adds what the node's lifecycle,
+// write-back, replication and handoff need: change notification, applying a state received from a peer,
+// scanning a ring-token range, flushing and closing. Both the memory-only tier (MemoryStore) and the
+// durable tier (DurableStore) implement it; OpenStateStore (storage/open.h) picks one.
+//
+// Thread safety: every method is safe for concurrent use from many threads without external
+// synchronisation, except Close, which must not race with other calls.
+#ifndef RINGLIMIT_STORAGE_STORE_H_
+#define RINGLIMIT_STORAGE_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ring/token.h"
+#include "storage/state_store.h"
+
+namespace ringlimit::storage {
+
+// Told about every committed change, for replication (and anything else that follows the store).
+//
+// Calls happen on the thread that made the change, after the change is committed and outside every
+// store lock, so an observer may call Get on the store. Calls for the same entity are not ordered
+// between threads: order by StoredState::version. An observer must be cheap (it runs on the request
+// path) and must not block on I/O; queue the work instead. It must outlive the store.
+class StateObserver {
+ public:
+  virtual ~StateObserver() = default;
+
+  // `state` was created or changed by Update. (ApplyIfNewer does not notify: what a peer sent is not
+  // sent back out.)
+  virtual void OnChanged(std::string_view entity, const StoredState& state) = 0;
+
+  // The state `name` of `entity` was removed by Erase (not by idle dropping or eviction, which are
+  // local memory decisions and do not change what the state means).
+  virtual void OnErased(std::string_view entity, std::string_view name) = 0;
+};
+
+// A stored state together with the entity it belongs to (range scans return these).
+struct EntityState {
+  std::string entity;
+  ring::Token token = 0;
+  StoredState state;
+};
+
+// Counters of the persistent tier (all zero for a memory-only store).
+struct DurabilityStats {
+  bool persistent = false;      // false: memory-only, nothing survives a restart
+  uint64_t flushes = 0;         // WriteBatches written successfully
+  uint64_t flushed_states = 0;  // states written (puts) by those batches
+  uint64_t deleted_rows = 0;    // rows deleted (idle, erased) by those batches
+  uint64_t write_errors = 0;    // failed batch writes (retried on the next flush)
+  uint64_t loads = 0;           // states loaded from disk on a memory miss
+  uint64_t load_errors = 0;     // failed disk reads (served as if absent, logged)
+  uint64_t dirty = 0;           // states changed in memory and not yet on disk (gauge)
+};
+
+class Store : public StateStore {
+ public:
+  // Replaces the stored state (entity, state.name) with `state` if the store has no such state or holds
+  // an older version (version < state.version). Returns true if it did. Used by replication and handoff.
+  // REQUIRES: limiter::Validate(state.spec) returned nullopt.
+  virtual bool ApplyIfNewer(std::string_view entity, const StoredState& state) = 0;
+
+  // Every state whose entity's ring token t satisfies first <= t <= last (inclusive, so the whole
+  // ring is [0, UINT64_MAX]), in no particular order. For handoff: O(states in memory) for the memory
+  // tier, plus a contiguous RocksDB range read for the durable tier.
+  [[nodiscard]] virtual std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) = 0;
+
+  // Sets the observer (nullptr: none). Call before serving; not safe concurrently with Update.
+  virtual void SetObserver(StateObserver* observer) = 0;
+
+  // Durable tier: writes every dirty state now and waits for it. Memory tier: no-op.
+  virtual void Flush() = 0;
+
+  // Durable tier: stops the flusher, writes everything, closes the database. Idempotent; the destructor
+  // calls it. No other call may run concurrently with or after Close.
+  virtual void Close() = 0;
+
+  [[nodiscard]] virtual DurabilityStats Durability() const = 0;
+};
+
+}  // namespace ringlimit::storage
+
+#endif  // RINGLIMIT_STORAGE_STORE_H_
