@@ -1,0 +1,138 @@
+#include "node/server/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <vector>
+
+#include "node/server/session.h"
+
+namespace ringlimit::node {
+
+namespace net = boost::asio;
+using boost::system::error_code;
+using net::ip::tcp;
+
+struct HttpServer::Shared : ServerShared {};
+
+// Accepts connections, each on a new strand, and starts a Session for each. Lives while an accept
+// or a retry timer is pending.
+class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
+ public:
+  Listener(net::io_context& io, std::shared_ptr<ServerShared> shared)
+      : io_(io),
+        shared_(std::move(shared)),
+        acceptor_(net::make_strand(io)),
+        retry_(acceptor_.get_executor()) {}
+
+  boost::system::result<void> Open(const tcp::endpoint& endpoint) {
+    error_code ec;
+    if (acceptor_.open(endpoint.protocol(), ec); ec) return ec;
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec) return ec;
+    if (acceptor_.bind(endpoint, ec); ec) return ec;
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec) return ec;
+    port_ = acceptor_.local_endpoint(ec).port();
+    return ec ? boost::system::result<void>(ec) : boost::system::result<void>();
+  }
+
+  uint16_t port() const { return port_; }
+
+  void Accept() {
+    acceptor_.async_accept(net::make_strand(io_),
+                           [self = shared_from_this()](error_code ec, tcp::socket socket) {
+                             self->OnAccept(ec, std::move(socket));
+                           });
+  }
+
+  void Stop() {
+    net::dispatch(acceptor_.get_executor(), [self = shared_from_this()] {
+      self->stopped_ = true;
+      error_code ignored;
+      self->acceptor_.close(ignored);
+      self->retry_.cancel();
+    });
+  }
+
+ private:
+  void OnAccept(error_code ec, tcp::socket socket) {
+    if (stopped_ || ec == net::error::operation_aborted) return;
+    if (ec) {
+      // Typically out of file descriptors: back off briefly rather than spin.
+      spdlog::warn("http accept: {}", ec.message());
+      retry_.expires_after(std::chrono::milliseconds(50));
+      retry_.async_wait([self = shared_from_this()](error_code ec) {
+        if (!ec && !self->stopped_) self->Accept();
+      });
+      return;
+    }
+    const size_t open = shared_->connections.fetch_add(1, std::memory_order_relaxed);
+    if (open >= shared_->options.max_connections) {
+      shared_->connections.fetch_sub(1, std::memory_order_relaxed);
+      shared_->rejected.fetch_add(1, std::memory_order_relaxed);
+      std::make_shared<Session>(std::move(socket), shared_, /*counted=*/false)->Reject();
+    } else {
+      std::make_shared<Session>(std::move(socket), shared_, /*counted=*/true)->Run();
+    }
+    Accept();
+  }
+
+  net::io_context& io_;
+  const std::shared_ptr<ServerShared> shared_;
+  // Touched only on the acceptor's strand (port_ is written once before accepting starts).
+  tcp::acceptor acceptor_;
+  net::steady_timer retry_;
+  uint16_t port_ = 0;
+  bool stopped_ = false;
+};
+
+HttpServer::HttpServer(net::io_context& io, ServerOptions options, RequestHandler& handler,
+                       RequestObserver observer)
+    : io_(io), shared_(std::make_shared<Shared>()) {
+  shared_->options = std::move(options);
+  shared_->handler = &handler;
+  shared_->observer = std::move(observer);
+}
+
+HttpServer::~HttpServer() { StopAccepting(); }
+
+boost::system::result<void> HttpServer::Start() {
+  error_code ec;
+  const auto address = net::ip::make_address(shared_->options.address, ec);
+  if (ec) return ec;
+  auto listener = std::make_shared<Listener>(io_, shared_);
+  if (auto opened = listener->Open(tcp::endpoint(address, shared_->options.port)); !opened) {
+    return opened.error();
+  }
+  listener_ = std::move(listener);
+  listener_->Accept();
+  return {};
+}
+
+uint16_t HttpServer::port() const { return listener_ ? listener_->port() : 0; }
+
+void HttpServer::StopAccepting() {
+  if (listener_) listener_->Stop();
+}
+
+void HttpServer::Drain() {
+  shared_->draining = true;
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    std::lock_guard lock(shared_->mutex);
+    sessions.reserve(shared_->sessions.size());
+    for (auto& [raw, weak] : shared_->sessions) {
+      if (auto session = weak.lock()) sessions.push_back(std::move(session));
+    }
+  }
+  for (auto& session : sessions) session->Drain();
+}
+
+size_t HttpServer::connections() const { return shared_->connections.load(std::memory_order_relaxed); }
+
+uint64_t HttpServer::rejected_connections() const {
+  return shared_->rejected.load(std::memory_order_relaxed);
+}
+
+}  // namespace ringlimit::node

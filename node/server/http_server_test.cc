@@ -1,0 +1,380 @@
+// The transport on its own: an in-process HttpServer serving a small real RequestHandler (echo,
+// and answers completed later from another thread), driven over loopback by the test client.
+#include "node/server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/url/parse.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tests/support/http_client.h"
+
+namespace ringlimit::node {
+namespace {
+
+namespace http = boost::beast::http;
+using namespace std::chrono_literals;
+using testing::HttpClient;
+
+// Answers:
+//   /echo           200, body = "<method> <body>"
+//   /later?ms=N&id= 200 with body = id, completed N ms later by a worker thread
+//   /close          200 with Connection: close requested by the client as usual
+//   anything else   404 (ErrorResponse)
+class TestHandler : public RequestHandler {
+ public:
+  TestHandler() : worker_([this] { Work(); }) {}
+  ~TestHandler() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  void Handle(HttpRequest&& request, Respond respond) override {
+    handled_.fetch_add(1);
+    const std::string target(request.target());
+    const std::string path = target.substr(0, target.find('?'));
+    if (path == "/echo") {
+      HttpResponse response{http::status::ok, 11};
+      response.body() = std::string(request.method_string()) + " " + request.body();
+      respond(std::move(response));
+      return;
+    }
+    if (path == "/later") {
+      auto url = boost::urls::parse_origin_form(target);
+      int ms = 0;
+      std::string id;
+      for (auto param : url->params()) {
+        if (param.key == "ms") ms = std::stoi(std::string(param.value));
+        if (param.key == "id") id = std::string(param.value);
+      }
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(
+          {std::chrono::steady_clock::now() + std::chrono::milliseconds(ms), id, std::move(respond)});
+      cv_.notify_all();
+      return;
+    }
+    respond(ErrorResponse(http::status::not_found, "not_found", "no such path"));
+  }
+
+  int handled() const { return handled_.load(); }
+
+ private:
+  struct Job {
+    std::chrono::steady_clock::time_point due;
+    std::string id;
+    Respond respond;
+  };
+
+  void Work() {
+    std::unique_lock lock(mutex_);
+    while (!stop_ || !jobs_.empty()) {
+      if (jobs_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto next = std::min_element(jobs_.begin(), jobs_.end(),
+                                   [](const Job& a, const Job& b) { return a.due < b.due; });
+      if (!stop_ && next->due > std::chrono::steady_clock::now()) {
+        cv_.wait_until(lock, next->due);
+        continue;
+      }
+      Job job = std::move(*next);
+      jobs_.erase(next);
+      lock.unlock();
+      HttpResponse response{http::status::ok, 11};
+      response.body() = job.id;
+      job.respond(std::move(response));
+      lock.lock();
+    }
+  }
+
+  std::atomic<int> handled_{0};
+  std::mutex mutex_;  // guards jobs_, stop_
+  std::condition_variable cv_;
+  std::vector<Job> jobs_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerOptions options) {
+    options.port = 0;
+    server_ = std::make_unique<HttpServer>(
+        io_, options, handler_, [this](unsigned status, std::chrono::nanoseconds, bool from_transport) {
+          if (from_transport) transport_errors_.fetch_add(1);
+          if (status == 200) ok_.fetch_add(1);
+        });
+    ASSERT_TRUE(server_->Start());
+    ASSERT_NE(server_->port(), 0);
+    work_.emplace(io_.get_executor());
+    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
+  }
+
+  void TearDown() override {
+    if (server_) {
+      server_->StopAccepting();
+      server_->Drain();
+    }
+    work_.reset();
+    io_.stop();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Waits until `condition` holds, for at most `timeout`.
+  static bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
+  }
+
+  static std::string ErrorCode(const testing::ClientResponse& response) {
+    const std::string& body = response.body();
+    const auto at = body.find("\"code\":\"");
+    if (at == std::string::npos) return "";
+    const auto start = at + 8;
+    return body.substr(start, body.find('"', start) - start);
+  }
+
+  boost::asio::io_context io_;
+  TestHandler handler_;  // destroyed before io_: its last answers are posted into it
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+  std::unique_ptr<HttpServer> server_;
+  std::atomic<int> transport_errors_{0};
+  std::atomic<int> ok_{0};
+};
+
+TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  StartServer({});
+  HttpClient client(server_->port());
+  for (int i = 0; i < 100; ++i) {
+    auto response = client.Post("/echo", "n" + std::to_string(i));
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), 200);
+    EXPECT_EQ(response->body(), "POST n" + std::to_string(i));
+    EXPECT_TRUE(response->keep_alive());
+  }
+  EXPECT_TRUE(client.connected());
+  EXPECT_EQ(server_->connections(), 1u);
+  EXPECT_EQ(ok_.load(), 100);
+}
+
+TEST_F(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
+  StartServer({});
+  HttpClient client(server_->port());
+  // The first request is answered last by the handler; the responses must still be in order.
+  std::string pipeline;
+  const int delays[] = {150, 0, 60, 0, 20};
+  for (int i = 0; i < 5; ++i) {
+    pipeline += "GET /later?ms=" + std::to_string(delays[i]) + "&id=r" + std::to_string(i) +
+                " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  pipeline += "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(client.SendRaw(pipeline));
+  for (int i = 0; i < 5; ++i) {
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->body(), "r" + std::to_string(i));
+  }
+  auto last = client.ReadResponse();
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->body(), "GET ");
+}
+
+TEST_F(HttpServerTest, PipelineDeeperThanTheBoundIsStillAnsweredInOrder) {
+  ServerOptions options;
+  options.max_pipelined = 2;
+  StartServer(options);
+  HttpClient client(server_->port());
+  std::string pipeline;
+  for (int i = 0; i < 20; ++i) {
+    pipeline += "GET /later?ms=" + std::to_string(i % 3 * 5) + "&id=" + std::to_string(i) +
+                " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  ASSERT_TRUE(client.SendRaw(pipeline));
+  for (int i = 0; i < 20; ++i) {
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->body(), std::to_string(i));
+  }
+}
+
+TEST_F(HttpServerTest, ConnectionCloseIsHonoured) {
+  StartServer({});
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_FALSE(response->keep_alive());
+  EXPECT_FALSE(client.connected());  // the client saw Connection: close
+}
+
+TEST_F(HttpServerTest, Http10WithoutKeepAliveGetsOneAnswer) {
+  StartServer({});
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.0\r\n\r\n"));
+  auto rest = client.ReadUntilClosed();
+  ASSERT_TRUE(rest) << rest.error().message();
+  EXPECT_NE(rest->find("200 OK"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, OversizedBodyGets413Json) {
+  ServerOptions options;
+  options.max_body_bytes = 1000;
+  StartServer(options);
+  HttpClient client(server_->port());
+  auto response = client.Post("/echo", std::string(1001, 'x'));
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 413);
+  EXPECT_EQ(response->at(http::field::content_type), "application/json");
+  EXPECT_EQ(ErrorCode(*response), "body_too_large");
+  EXPECT_EQ(handler_.handled(), 0);
+  // A body at the limit is fine.
+  auto ok = client.Post("/echo", std::string(1000, 'x'));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->result_int(), 200);
+}
+
+TEST_F(HttpServerTest, OversizedHeadersGet431Json) {
+  ServerOptions options;
+  options.max_header_bytes = 4096;
+  StartServer(options);
+  HttpClient client(server_->port());
+  auto response = client.Get("/echo", {{"X-Big", std::string(5000, 'a')}});
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 431);
+  EXPECT_EQ(ErrorCode(*response), "headers_too_large");
+  EXPECT_GE(transport_errors_.load(), 1);
+}
+
+TEST_F(HttpServerTest, MalformedRequestGets400Json) {
+  StartServer({});
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.1\r\nContent-Length: banana\r\n\r\n"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 400);
+  EXPECT_EQ(ErrorCode(*response), "bad_http");
+}
+
+TEST_F(HttpServerTest, PartialRequestTimesOutWith408) {
+  ServerOptions options;
+  options.read_timeout = 200ms;
+  StartServer(options);
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly a part"));
+  const auto start = std::chrono::steady_clock::now();
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 408);
+  EXPECT_EQ(ErrorCode(*response), "request_timeout");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, SlowHeadersTimeOutWith408) {
+  ServerOptions options;
+  options.read_timeout = 200ms;
+  StartServer(options);
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.1\r\nHo"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 408);
+}
+
+TEST_F(HttpServerTest, IdleConnectionIsClosedQuietly) {
+  ServerOptions options;
+  options.idle_timeout = 200ms;
+  StartServer(options);
+  HttpClient client(server_->port());
+  auto response = client.Get("/echo");
+  ASSERT_TRUE(response);
+  auto rest = client.ReadUntilClosed();
+  ASSERT_TRUE(rest) << rest.error().message();
+  EXPECT_EQ(*rest, "");  // closed without a response
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503) {
+  ServerOptions options;
+  options.max_connections = 2;
+  StartServer(options);
+  HttpClient a(server_->port()), b(server_->port()), c(server_->port());
+  ASSERT_TRUE(a.Get("/echo"));
+  ASSERT_TRUE(b.Get("/echo"));
+  auto refused = c.Get("/echo");
+  ASSERT_TRUE(refused) << refused.error().message();
+  EXPECT_EQ(refused->result_int(), 503);
+  EXPECT_EQ(ErrorCode(*refused), "too_many_connections");
+  EXPECT_EQ(server_->rejected_connections(), 1u);
+  // Once a connection goes, a new one is served again.
+  a.Close();
+  ASSERT_TRUE(Eventually([&] { return server_->connections() == 1; }));
+  HttpClient d(server_->port());
+  auto served = d.Get("/echo");
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->result_int(), 200);
+}
+
+TEST_F(HttpServerTest, DrainFinishesRequestsInFlightAndClosesIdleConnections) {
+  StartServer({});
+  HttpClient idle(server_->port());
+  ASSERT_TRUE(idle.Get("/echo"));
+  HttpClient busy(server_->port());
+  ASSERT_TRUE(busy.SendRaw("GET /later?ms=200&id=inflight HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(Eventually([&] { return handler_.handled() == 2; }));
+  server_->StopAccepting();
+  server_->Drain();
+  auto response = busy.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->body(), "inflight");
+  EXPECT_FALSE(response->keep_alive());
+  auto rest = idle.ReadUntilClosed();
+  ASSERT_TRUE(rest) << rest.error().message();
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+  // No new connection is accepted.
+  HttpClient late(server_->port(), 500ms);
+  EXPECT_FALSE(late.Get("/echo"));
+}
+
+TEST_F(HttpServerTest, ManyConcurrentClients) {
+  StartServer({});
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&, t] {
+      HttpClient client(server_->port());
+      for (int i = 0; i < 50; ++i) {
+        auto response = (i % 2) ? client.Post("/echo", std::to_string(t)) : client.Get("/later?ms=0&id=x");
+        if (response && response->result_int() == 200) ok.fetch_add(1);
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 16 * 50);
+}
+
+TEST_F(HttpServerTest, StartFailsOnAPortInUse) {
+  StartServer({});
+  ServerOptions options;
+  options.port = server_->port();
+  HttpServer second(io_, options, handler_, nullptr);
+  EXPECT_FALSE(second.Start());
+}
+
+}  // namespace
+}  // namespace ringlimit::node

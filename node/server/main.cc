@@ -1,0 +1,213 @@
+// ringlimitd: parses flags (command line and --config file), sets up logging, starts a Node and
+// waits for signals. SIGTERM/SIGINT: graceful stop, exit 0. SIGHUP: reload the policies file.
+// Everything else lives in Node (node/server/node.h). See docs/operations.md.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "node/server/node.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using ringlimit::node::NodeOptions;
+
+// Exit codes.
+constexpr int kExitOk = 0;
+constexpr int kExitStartFailed = 1;
+constexpr int kExitBadFlags = 2;
+
+struct Flags {
+  NodeOptions node;
+  std::string port_file;
+  spdlog::level::level_enum log_level = spdlog::level::info;
+};
+
+struct Parsed {
+  std::optional<Flags> flags;  // nullopt: exit with `exit_code`
+  int exit_code = kExitOk;
+};
+
+// "host:port", "[v6]:port" or ":port" (all interfaces).
+bool ParseListen(const std::string& text, std::string* host, uint16_t* port) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string h = text.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.empty()) h = "0.0.0.0";
+  const std::string p = text.substr(colon + 1);
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) return false;
+  const unsigned long value = std::stoul(p);
+  if (value > 65535) return false;
+  *host = h;
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
+Parsed ParseFlags(int argc, char** argv) {
+  const NodeOptions defaults;
+  std::string listen, log_level, config;
+  int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
+  Flags flags;
+  NodeOptions& n = flags.node;
+
+  po::options_description general("General");
+  general.add_options()("help,h", "print this help and exit")(
+      "config", po::value(&config),
+      "read further flags from FILE (lines of `name = value`; the command line wins)")(
+      "log-level", po::value(&log_level)->default_value("info"),
+      "trace, debug, info, warn, error, critical or off")(
+      "port-file", po::value(&flags.port_file),
+      "once listening, write {\"http\":PORT,\"pid\":PID} to PATH (for scripts and tests using port 0)")(
+      "node-id", po::value(&n.node_id), "name of this node in logs and the cluster (default: ADDRESS:PORT)");
+
+  po::options_description http("HTTP server");
+  http.add_options()("listen", po::value(&listen)->default_value("127.0.0.1:7001"),
+                     "HOST:PORT to serve the HTTP API on; port 0 picks a free port")(
+      "threads", po::value(&n.threads)->default_value(0), "threads serving requests (0 = hardware threads)")(
+      "max-connections", po::value(&n.http.max_connections)->default_value(defaults.http.max_connections),
+      "open connections beyond this get 503 and are closed")(
+      "read-timeout-ms", po::value(&read_timeout_ms)->default_value(defaults.http.read_timeout.count()),
+      "a started request must arrive completely within this time, else 408")(
+      "idle-timeout-ms", po::value(&idle_timeout_ms)->default_value(defaults.http.idle_timeout.count()),
+      "close keep-alive connections idle for this long")(
+      "max-body-bytes", po::value(&n.http.max_body_bytes)->default_value(defaults.http.max_body_bytes),
+      "largest request body; larger gets 413")(
+      "max-header-bytes", po::value(&n.http.max_header_bytes)->default_value(defaults.http.max_header_bytes),
+      "largest request line + headers; larger gets 431")(
+      "drain-timeout-ms", po::value(&drain_timeout_ms)->default_value(defaults.drain_timeout.count()),
+      "on SIGTERM/SIGINT, how long to let connections finish their requests");
+
+  po::options_description api("Rate limiting");
+  api.add_options()("policies", po::value(&n.policies_path),
+                    "named policies file (JSON, see docs/api.md); reloaded on SIGHUP")(
+      "max-keys", po::value(&n.max_keys)->default_value(defaults.max_keys),
+      "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
+      "admin-token", po::value(&n.api.admin_token),
+      "require `Authorization: Bearer TOKEN` on DELETE /v1/keys and PUT /v1/headroom")(
+      "key-header", po::value(&n.api.key_header)->default_value(defaults.api.key_header),
+      "request header GET /v1/check reads the key from when the query has none (empty: off)")(
+      "headroom-ttl-ms", po::value(&headroom_ttl_ms)->default_value(defaults.api.headroom_ttl.count()),
+      "how long a PUT /v1/headroom signal lasts unless the request gives ttl_ms");
+
+  po::options_description all("ringlimitd: a ringlimit rate-limiter node\n\nUsage: ringlimitd [flags]");
+  all.add(general).add(http).add(api);
+
+  Parsed parsed;
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("help")) {
+      std::cout << all << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies.\n";
+      return parsed;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file(path);
+      if (!file) throw po::error("cannot read config file " + path);
+      po::store(po::parse_config_file(file, all), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "ringlimitd: " << e.what() << "\n(try --help)\n";
+    parsed.exit_code = kExitBadFlags;
+    return parsed;
+  }
+
+  auto bad = [&](const std::string& message) {
+    std::cerr << "ringlimitd: " << message << "\n";
+    parsed.exit_code = kExitBadFlags;
+    return parsed;
+  };
+  if (!ParseListen(listen, &n.http.address, &n.http.port))
+    return bad("--listen: expected HOST:PORT, got " + listen);
+  flags.log_level = spdlog::level::from_str(log_level);
+  if (flags.log_level == spdlog::level::off && log_level != "off")
+    return bad("--log-level: unknown level " + log_level);
+  if (read_timeout_ms <= 0 || idle_timeout_ms <= 0 || headroom_ttl_ms <= 0 || drain_timeout_ms < 0) {
+    return bad("timeouts must be positive");
+  }
+  if (n.http.max_connections == 0) return bad("--max-connections must be at least 1");
+  if (n.http.max_header_bytes < 256) return bad("--max-header-bytes must be at least 256");
+  n.http.read_timeout = std::chrono::milliseconds(read_timeout_ms);
+  n.http.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
+  n.api.headroom_ttl = std::chrono::milliseconds(headroom_ttl_ms);
+  n.drain_timeout = std::chrono::milliseconds(drain_timeout_ms);
+  parsed.flags = std::move(flags);
+  return parsed;
+}
+
+// Written to a temporary name and renamed, so a reader never sees half a file.
+bool WritePortFile(const std::string& path, uint16_t port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"http\":" << port << ",\"pid\":" << getpid() << "}\n";
+    if (!out) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Parsed parsed = ParseFlags(argc, argv);
+  if (!parsed.flags) return parsed.exit_code;
+  Flags& flags = *parsed.flags;
+
+  auto logger = spdlog::stderr_color_mt("ringlimitd");
+  logger->set_level(flags.log_level);
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  // Signals are handled on this thread's io_context (installed before the node starts, so a signal
+  // can never take the default action once the port file exists); the node serves on its own threads.
+  boost::asio::io_context main_io(1);
+  boost::asio::signal_set signals(main_io, SIGINT, SIGTERM, SIGHUP);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  ringlimit::node::Node node(flags.node);
+  if (auto started = node.Start(); !started) {
+    spdlog::critical("cannot start: {}", started.error());
+    return kExitStartFailed;
+  }
+  spdlog::info("ringlimitd ready, http port {}", node.http_port());
+  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, node.http_port())) {
+    spdlog::critical("cannot write --port-file {}", flags.port_file);
+    node.Stop();
+    return kExitStartFailed;
+  }
+
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int signal) {
+        if (ec) return;
+        if (signal == SIGHUP) {
+          if (auto error = node.ReloadPolicies()) {
+            spdlog::error("SIGHUP: policies not reloaded, the previous ones stay in force: {}", *error);
+          } else {
+            spdlog::info("SIGHUP: policies reloaded from {}", flags.node.policies_path);
+          }
+          signals.async_wait(on_signal);
+          return;
+        }
+        spdlog::info("{}: stopping (finishing requests in flight)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        main_io.stop();
+      };
+  signals.async_wait(on_signal);
+  main_io.run();
+  node.Stop();
+  return kExitOk;
+}

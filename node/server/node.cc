@@ -1,0 +1,119 @@
+#include "node/server/node.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <thread>
+#include <vector>
+
+#include "node/api/api_handler.h"
+#include "node/api/metrics.h"
+#include "node/api/policies.h"
+#include "node/server/http_server.h"
+#include "storage/memory_store.h"
+
+namespace ringlimit::node {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+unsigned ThreadCount(unsigned requested) {
+  if (requested > 0) return requested;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+storage::MemoryStoreOptions MakeStoreOptions(const NodeOptions& options) {
+  storage::MemoryStoreOptions store;
+  store.max_keys = options.max_keys;
+  return store;
+}
+
+}  // namespace
+
+// Declared in dependency order: members are destroyed bottom-up, so the server and its threads go
+// before the handler, and the handler before what it refers to.
+struct Node::Parts {
+  explicit Parts(const NodeOptions& options)
+      : store(MakeStoreOptions(options)),
+        policies(options.policies_path),
+        handler(store, SystemClock(), policies, metrics, options.api),
+        io(static_cast<int>(ThreadCount(options.threads))),
+        server(io, options.http, handler,
+               [this](unsigned status, std::chrono::nanoseconds latency, bool from_transport) {
+                 if (from_transport) {
+                   metrics.CountTransportError(status);
+                 } else {
+                   metrics.ObserveLatency(latency);
+                 }
+               }) {}
+
+  storage::MemoryStore store;
+  Policies policies;
+  Metrics metrics;
+  ApiHandler handler;
+  boost::asio::io_context io;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
+  HttpServer server;
+  std::vector<std::thread> threads;
+};
+
+Node::Node(NodeOptions options) : options_(std::move(options)) {}
+
+Node::~Node() { Stop(); }
+
+boost::system::result<void, std::string> Node::Start() {
+  if (started_) return std::string("the node is already started");
+  parts_ = std::make_unique<Parts>(options_);
+  if (auto error = parts_->policies.Reload()) {
+    parts_.reset();
+    return "policies " + options_.policies_path + ": " + error->ToString();
+  }
+  if (auto started = parts_->server.Start(); !started) {
+    parts_.reset();
+    return "cannot listen on " + options_.http.address + ":" + std::to_string(options_.http.port) + ": " +
+           started.error().message();
+  }
+  parts_->work.emplace(parts_->io.get_executor());
+  const unsigned threads = ThreadCount(options_.threads);
+  for (unsigned i = 0; i < threads; ++i) parts_->threads.emplace_back([this] { parts_->io.run(); });
+  started_ = true;
+  parts_->handler.SetReady(true);
+  const std::string id =
+      options_.node_id.empty() ? options_.http.address + ":" + std::to_string(http_port()) : options_.node_id;
+  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {})", id, options_.http.address,
+               http_port(), threads, options_.max_keys);
+  return {};
+}
+
+void Node::Stop() {
+  if (!started_) return;
+  started_ = false;
+  parts_->handler.SetReady(false);
+  parts_->server.StopAccepting();
+  parts_->server.Drain();
+  const auto deadline = Clock::now() + options_.drain_timeout;
+  while (parts_->server.connections() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (const size_t left = parts_->server.connections(); left > 0) {
+    spdlog::warn("stop: {} connections still open after {} ms; closing them", left,
+                 options_.drain_timeout.count());
+  }
+  parts_->work.reset();
+  parts_->io.stop();
+  for (auto& thread : parts_->threads) thread.join();
+  parts_->threads.clear();
+  spdlog::info("node stopped");
+}
+
+std::optional<std::string> Node::ReloadPolicies() {
+  if (!parts_) return std::string("the node is not started");
+  if (auto error = parts_->policies.Reload()) return error->ToString();
+  return std::nullopt;
+}
+
+uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }
+
+}  // namespace ringlimit::node

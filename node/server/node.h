@@ -1,0 +1,92 @@
+// Node: one ringlimit node, wired and runnable in-process (ringlimitd's main is a thin shell around
+// it; tests start Nodes directly). It owns, and builds in this order: the state store, the
+// policies, the metrics, the API handler, the io_context with its threads, and the HTTP server.
+//
+// Lifecycle: construct -> Start -> (ReloadPolicies)* -> Stop -> destroy. Stop is graceful: the node
+// reports not-ready, stops accepting, lets every connection finish the requests it already read,
+// then stops its threads. The destructor calls Stop.
+//
+// Thread safety: Start and Stop must not race with each other; ReloadPolicies and the accessors
+// may be called from any thread once Start has returned successfully.
+#ifndef RINGLIMIT_NODE_SERVER_NODE_H_
+#define RINGLIMIT_NODE_SERVER_NODE_H_
+
+#include <boost/system/result.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "node/api/api_handler.h"
+#include "node/server/http_server.h"
+
+namespace ringlimit::node {
+
+struct NodeOptions {
+  // --- Affects behaviour ---
+
+  // Name of this node in logs (and, later, in the cluster). Default: empty ("<address>:<port>").
+  std::string node_id;
+
+  // The HTTP server: listen address and port (port 0 = ephemeral, see http_port()), connection cap,
+  // timeouts, body and header limits. Defaults: see ServerOptions (127.0.0.1:7001, ...).
+  ServerOptions http;
+
+  // Named policies file (JSON, format in docs/api.md), read at Start and by ReloadPolicies.
+  // Default: empty (no named policies; inline limits only).
+  std::string policies_path;
+
+  // Most limiter states held in memory; beyond it the least recently used are evicted (counted in
+  // /metrics). 0 = unbounded. Default: 2,000,000 (about 200 MB).
+  size_t max_keys = 2'000'000;
+
+  // The API: admin token, key header, headroom TTL, request bounds. Defaults: see ApiOptions.
+  ApiOptions api;
+
+  // How long Stop waits for connections to finish their requests before closing them. Default: 10000 ms.
+  std::chrono::milliseconds drain_timeout{10'000};
+
+  // --- Affects performance ---
+
+  // Threads running the HTTP server (and the handlers, which answer inline). 0 = hardware threads.
+  // Default: 0.
+  unsigned threads = 0;
+};
+
+class Node {
+ public:
+  explicit Node(NodeOptions options);
+  ~Node();
+
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Loads the policies, binds the HTTP port, starts the threads and reports ready. Returns a message
+  // for humans on failure (bad policies file, address in use, ...), leaving the node stopped.
+  [[nodiscard]] boost::system::result<void, std::string> Start();
+
+  // Graceful stop (see top). Idempotent.
+  void Stop();
+
+  // Rereads the policies file; on failure the current policies stay in force and the error is
+  // returned. Stored states are kept either way.
+  [[nodiscard]] std::optional<std::string> ReloadPolicies();
+
+  // The bound HTTP port (the ephemeral one if http_port was 0). 0 before Start.
+  [[nodiscard]] uint16_t http_port() const;
+
+  [[nodiscard]] const NodeOptions& options() const { return options_; }
+
+ private:
+  struct Parts;
+
+  const NodeOptions options_;
+  std::unique_ptr<Parts> parts_;
+  bool started_ = false;
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_SERVER_NODE_H_

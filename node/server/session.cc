@@ -1,0 +1,308 @@
+#include "node/server/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <exception>
+
+namespace ringlimit::node {
+namespace {
+
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+// How long a connection keeps discarding input after an error response before it is closed, so that
+// the client reads the response instead of a reset.
+constexpr std::chrono::milliseconds kLingerTime{1'000};
+
+// The deadline ticker's period: a quarter of the shortest timeout, within [5 ms, 1 s]. Deadlines are
+// therefore enforced within about a quarter of their length.
+std::chrono::milliseconds TickPeriod(const ServerOptions& options) {
+  auto shortest = std::min({options.read_timeout, options.idle_timeout, options.write_timeout});
+  return std::clamp(shortest / 4, std::chrono::milliseconds{5}, std::chrono::milliseconds{1'000});
+}
+
+bool IsParseError(const error_code& ec) {
+  return &ec.category() == &http::make_error_code(http::error::bad_method).category();
+}
+
+// Debug-level: a client going away is routine for a server.
+void Fail(const error_code& ec, const char* what) {
+  spdlog::debug("http connection: {}: {}", what, ec.message());
+}
+
+}  // namespace
+
+Session::Session(net::ip::tcp::socket&& socket, std::shared_ptr<ServerShared> shared, bool counted)
+    : shared_(std::move(shared)),
+      counted_(counted),
+      socket_(std::move(socket)),
+      ticker_(socket_.get_executor()) {}
+
+Session::~Session() {
+  if (counted_) shared_->connections.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard lock(shared_->mutex);
+  shared_->sessions.erase(this);
+}
+
+void Session::Run() {
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->sessions.emplace(this, weak_from_this());
+  }
+  net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    error_code ignored;
+    self->socket_.set_option(net::ip::tcp::no_delay(true), ignored);
+    self->draining_ = self->shared_->draining.load();
+    self->ArmTicker();
+    self->ReadRequest();
+  });
+}
+
+void Session::Reject() {
+  net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->ArmTicker();
+    self->QueueError(http::status::service_unavailable, "too_many_connections",
+                     "the server has reached its connection limit; retry later");
+  });
+}
+
+void Session::Drain() {
+  net::post(socket_.get_executor(), [self = shared_from_this()] { self->DoDrain(); });
+}
+
+void Session::DoDrain() {
+  draining_ = true;
+  if (phase_ == ReadPhase::kIdle || phase_ == ReadPhase::kNone) read_closed_ = true;
+  FinishIfDone();
+}
+
+void Session::ReadRequest() {
+  if (read_closed_ || closed_ || phase_ != ReadPhase::kNone) return;
+  if (pending_.size() >= shared_->options.max_pipelined) return;  // resumed by OnWrite
+  parser_.emplace();
+  parser_->header_limit(shared_->options.max_header_bytes);
+  parser_->body_limit(shared_->options.max_body_bytes);
+  const auto now = Clock::now();
+  if (buffer_.size() == 0) {
+    phase_ = ReadPhase::kIdle;
+    read_deadline_ = now + shared_->options.idle_timeout;
+  } else {
+    phase_ = ReadPhase::kPartial;
+    read_deadline_ = now + shared_->options.read_timeout;
+  }
+  http::async_read(socket_, buffer_, *parser_,
+                   [self = shared_from_this()](error_code ec, size_t) { self->OnRead(ec); });
+}
+
+void Session::OnRead(error_code ec) {
+  const ReadPhase phase = phase_;
+  phase_ = ReadPhase::kNone;
+  if (closed_) return;
+  if (!ec) {
+    const bool keep_alive = parser_->keep_alive();
+    Dispatch(parser_->release());
+    if (!keep_alive || draining_) read_closed_ = true;
+    ReadRequest();
+    FinishIfDone();
+    return;
+  }
+  const bool partial = phase == ReadPhase::kPartial || buffer_.size() > 0 || parser_->got_some();
+  read_closed_ = true;
+  if (timed_out_) {
+    timed_out_ = false;
+    if (partial) {
+      QueueError(http::status::request_timeout, "request_timeout",
+                 "the request did not arrive completely within the read timeout");
+      return;
+    }
+  } else if (ec == http::error::body_limit) {
+    QueueError(http::status::payload_too_large, "body_too_large",
+               "the request body exceeds the limit of " + std::to_string(shared_->options.max_body_bytes) +
+                   " bytes");
+    return;
+  } else if (ec == http::error::header_limit) {
+    QueueError(http::status::request_header_fields_too_large, "headers_too_large",
+               "the request line and headers exceed the limit of " +
+                   std::to_string(shared_->options.max_header_bytes) + " bytes");
+    return;
+  } else if (ec != http::error::end_of_stream && IsParseError(ec)) {
+    QueueError(http::status::bad_request, "bad_http", "malformed HTTP request: " + ec.message());
+    return;
+  } else if (ec != http::error::end_of_stream && ec != net::error::operation_aborted) {
+    Fail(ec, "read");
+  }
+  FinishIfDone();
+}
+
+void Session::Dispatch(HttpRequest&& request) {
+  const uint64_t seq = next_seq_++;
+  pending_.push_back(Pending{std::nullopt, request.keep_alive(), Clock::now()});
+  Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
+    // Runs inline when the handler answers on this strand, else hops onto it.
+    net::dispatch(self->socket_.get_executor(), [self, seq, response = std::move(response)]() mutable {
+      self->OnResponse(seq, std::move(response));
+    });
+  };
+  try {
+    shared_->handler->Handle(std::move(request), std::move(respond));
+  } catch (const std::exception& e) {
+    spdlog::error("request handler threw: {}", e.what());
+    OnResponse(seq, ErrorResponse(http::status::internal_server_error, "internal", "internal error"));
+  }
+}
+
+void Session::OnResponse(uint64_t seq, HttpResponse&& response) {
+  if (closed_ || seq < first_seq_ || seq - first_seq_ >= pending_.size()) return;
+  Pending& slot = pending_[seq - first_seq_];
+  if (slot.response) return;  // answered twice (or after a handler exception): keep the first
+  if (shared_->observer) {
+    shared_->observer(static_cast<unsigned>(response.result_int()), Clock::now() - slot.start, false);
+  }
+  slot.response = std::move(response);
+  MaybeWrite();
+}
+
+void Session::QueueError(http::status status, std::string_view code, std::string_view message) {
+  read_closed_ = true;
+  pending_.push_back(Pending{ErrorResponse(status, code, message), false, Clock::now()});
+  ++next_seq_;
+  if (shared_->observer) shared_->observer(static_cast<unsigned>(status), std::chrono::nanoseconds{0}, true);
+  MaybeWrite();
+}
+
+void Session::MaybeWrite() {
+  if (writing_ || closed_ || pending_.empty() || !pending_.front().response) return;
+  Pending& front = pending_.front();
+  HttpResponse& response = *front.response;
+  // The last response of a connection that reads nothing more says so.
+  const bool last = read_closed_ && pending_.size() == 1 && phase_ == ReadPhase::kNone;
+  const bool close =
+      !front.keep_alive || last || (draining_ && pending_.size() == 1 && phase_ != ReadPhase::kPartial);
+  response.version(11);
+  response.keep_alive(!close);
+  response.prepare_payload();
+  writing_ = true;
+  write_deadline_ = Clock::now() + shared_->options.write_timeout;
+  http::async_write(socket_, response,
+                    [self = shared_from_this(), close](error_code ec, size_t) { self->OnWrite(close, ec); });
+}
+
+void Session::OnWrite(bool close, error_code ec) {
+  writing_ = false;
+  if (closed_) return;
+  if (ec) {
+    Fail(ec, "write");
+    Close();
+    return;
+  }
+  pending_.pop_front();
+  ++first_seq_;
+  if (close) {
+    // With no read pending, drain the client's unread input before closing so that it reads this
+    // response rather than a connection reset.
+    if (phase_ == ReadPhase::kNone && pending_.empty()) {
+      Linger();
+    } else {
+      Close();
+    }
+    return;
+  }
+  if (pending_.empty() && phase_ == ReadPhase::kIdle) {
+    read_deadline_ = Clock::now() + shared_->options.idle_timeout;
+  }
+  ReadRequest();
+  MaybeWrite();
+  FinishIfDone();
+}
+
+void Session::FinishIfDone() {
+  if (closed_ || writing_ || !pending_.empty()) return;
+  if (draining_ && phase_ == ReadPhase::kIdle) {
+    Close();  // aborts the read that waits for a request that will not be served
+    return;
+  }
+  if (read_closed_ && phase_ == ReadPhase::kNone) Close();
+}
+
+void Session::Linger() {
+  error_code ignored;
+  socket_.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  phase_ = ReadPhase::kLinger;
+  read_deadline_ = Clock::now() + kLingerTime;
+  buffer_.clear();
+  socket_.async_read_some(buffer_.prepare(16 << 10),
+                          [self = shared_from_this()](error_code ec, size_t) { self->OnLinger(ec); });
+}
+
+void Session::OnLinger(error_code ec) {
+  if (closed_) return;
+  if (ec) {
+    Close();
+    return;
+  }
+  socket_.async_read_some(buffer_.prepare(16 << 10),
+                          [self = shared_from_this()](error_code ec, size_t) { self->OnLinger(ec); });
+}
+
+void Session::ArmTicker() {
+  ticker_.expires_after(TickPeriod(shared_->options));
+  ticker_.async_wait([self = shared_from_this()](error_code ec) { self->OnTick(ec); });
+}
+
+void Session::OnTick(error_code ec) {
+  if (ec || closed_) return;
+  const auto now = Clock::now();
+  if (writing_ && now >= write_deadline_) {
+    spdlog::debug("http connection: write timed out");
+    Close();
+    return;
+  }
+  switch (phase_) {
+    case ReadPhase::kIdle:
+      if (buffer_.size() > 0 || parser_->got_some()) {
+        // The first bytes arrived: the whole request now has read_timeout to arrive.
+        phase_ = ReadPhase::kPartial;
+        read_deadline_ = now + shared_->options.read_timeout;
+      } else if (pending_.empty() && !writing_ && now >= read_deadline_) {
+        Close();  // idle keep-alive connection
+        return;
+      }
+      break;
+    case ReadPhase::kPartial:
+      if (now >= read_deadline_ && !timed_out_) {
+        timed_out_ = true;
+        error_code ignored;
+        socket_.cancel(ignored);  // OnRead answers 408
+      }
+      break;
+    case ReadPhase::kLinger:
+      if (now >= read_deadline_) {
+        Close();
+        return;
+      }
+      break;
+    case ReadPhase::kNone:
+      break;
+  }
+  ArmTicker();
+}
+
+void Session::Close() {
+  if (closed_) return;
+  closed_ = true;
+  error_code ignored;
+  ticker_.cancel();
+  socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  pending_.clear();
+}
+
+}  // namespace ringlimit::node

@@ -1,0 +1,124 @@
+// Session: one HTTP/1.1 connection of HttpServer (internal to node/server/).
+//
+// A Session is owned by the handlers it has pending (shared_from_this): it lives while a read, a
+// write, the deadline ticker or an unanswered request refers to it. All its state is touched only on
+// its strand, so it needs no mutex; the only thing other threads do is post onto that strand (a
+// handler's Respond callback, Drain).
+//
+// Per connection: requests are read one after the other (pipelining: up to max_pipelined read ahead
+// of their responses), handed to the RequestHandler, and the responses are written strictly in
+// request order whatever order the handler completes them in.
+#ifndef RINGLIMIT_NODE_SERVER_SESSION_H_
+#define RINGLIMIT_NODE_SERVER_SESSION_H_
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "node/server/http_server.h"
+
+namespace ringlimit::node {
+
+class Session;
+
+// What the listener and every session share. Outlives them all (each holds a shared_ptr).
+struct ServerShared {
+  // Constant after construction.
+  ServerOptions options;
+  RequestHandler* handler = nullptr;
+  RequestObserver observer;
+
+  std::atomic<size_t> connections{0};
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<bool> draining{false};
+
+  // Open sessions, so that Drain can reach them. Protected by mutex.
+  std::mutex mutex;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // `socket` must have been accepted on its own strand. `counted`: this connection was counted in
+  // shared->connections and must uncount itself when it dies.
+  Session(boost::asio::ip::tcp::socket&& socket, std::shared_ptr<ServerShared> shared, bool counted);
+  ~Session();
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Starts serving requests.
+  void Run();
+  // Answers 503 and closes: the server is at max_connections.
+  void Reject();
+  // Finishes the requests already read, then closes (graceful shutdown). Any thread.
+  void Drain();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // What the read side is doing.
+  enum class ReadPhase {
+    kNone,     // no read in progress (pipeline full, or reading is over)
+    kIdle,     // waiting for the first byte of a request (idle timeout applies)
+    kPartial,  // some bytes of a request have arrived (read timeout applies)
+    kLinger,   // discarding input after an error response, until EOF or a short deadline
+  };
+
+  // A request that was read and is waiting for (or has) its response.
+  struct Pending {
+    std::optional<HttpResponse> response;
+    bool keep_alive = true;
+    Clock::time_point start;
+  };
+
+  void ReadRequest();
+  void OnRead(boost::system::error_code ec);
+  void Dispatch(HttpRequest&& request);
+  void OnResponse(uint64_t seq, HttpResponse&& response);
+  // Queues a transport error response (it closes the connection once written).
+  void QueueError(boost::beast::http::status status, std::string_view code, std::string_view message);
+  void MaybeWrite();
+  void OnWrite(bool close, boost::system::error_code ec);
+  void FinishIfDone();
+  void Linger();
+  void OnLinger(boost::system::error_code ec);
+  void ArmTicker();
+  void OnTick(boost::system::error_code ec);
+  void DoDrain();
+  void Close();
+
+  // Constant after construction.
+  const std::shared_ptr<ServerShared> shared_;
+  const bool counted_;
+
+  // Touched only on the strand.
+  boost::asio::ip::tcp::socket socket_;  // its executor is this connection's strand
+  boost::asio::steady_timer ticker_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::deque<Pending> pending_;  // in request order; front() is the oldest unanswered request
+  uint64_t first_seq_ = 0;       // sequence number of pending_.front()
+  uint64_t next_seq_ = 0;        // sequence number of the next request read
+  ReadPhase phase_ = ReadPhase::kNone;
+  Clock::time_point read_deadline_;
+  Clock::time_point write_deadline_;
+  bool writing_ = false;
+  bool read_closed_ = false;  // no further request will be read (EOF, error, Connection: close, drain)
+  bool timed_out_ = false;    // the ticker cancelled a read whose deadline passed
+  bool draining_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_SERVER_SESSION_H_

@@ -1,0 +1,204 @@
+#include "tests/support/node_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json/parse.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/http_client.h"
+
+#ifndef RINGLIMITD_PATH
+#error "RINGLIMITD_PATH must name the ringlimitd executable (set by tests/support/CMakeLists.txt)"
+#endif
+
+namespace ringlimit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Pause between two polls of a condition that has a deadline.
+constexpr auto kPollInterval = std::chrono::milliseconds(5);
+
+std::string ReadWholeFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+Result<fs::path> MakeTempDir() {
+  std::string pattern = (fs::temp_directory_path() / "ringlimitd-test-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) return std::string("mkdtemp: ") + std::strerror(errno);
+  return fs::path(pattern);
+}
+
+// The port the node wrote to its port file: {"http":<port>}. nullopt while absent or incomplete.
+std::optional<uint16_t> ReadPortFile(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  boost::system::error_code parse_ec;
+  auto value = boost::json::parse(ReadWholeFile(path), parse_ec);
+  if (parse_ec || !value.is_object()) return std::nullopt;
+  const auto* port = value.as_object().if_contains("http");
+  if (port == nullptr || !port->is_int64()) return std::nullopt;
+  return static_cast<uint16_t>(port->as_int64());
+}
+
+}  // namespace
+
+Result<void> WriteFile(const fs::path& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+  out.close();
+  if (!out) return "cannot write " + path.string();
+  return {};
+}
+
+NodeProcess::NodeProcess(NodeProcessOptions options, bool owns_dir)
+    : options_(std::move(options)), owns_dir_(owns_dir) {}
+
+NodeProcess::~NodeProcess() {
+  if (running()) (void)Kill();
+  if (owns_dir_ && !options_.keep_dir) {
+    std::error_code ignored;
+    fs::remove_all(options_.dir, ignored);
+  }
+}
+
+Result<std::unique_ptr<NodeProcess>> NodeProcess::Start(NodeProcessOptions options) {
+  bool owns_dir = false;
+  if (options.dir.empty()) {
+    auto dir = MakeTempDir();
+    if (!dir) return dir.error();
+    options.dir = *dir;
+    owns_dir = true;
+  } else {
+    std::error_code ec;
+    fs::create_directories(options.dir, ec);
+    if (ec) return "cannot create " + options.dir.string() + ": " + ec.message();
+  }
+  std::unique_ptr<NodeProcess> node(new NodeProcess(std::move(options), owns_dir));
+  if (auto launched = node->Launch(); !launched) return launched.error();
+  return node;
+}
+
+Result<void> NodeProcess::Launch() {
+  if (running()) return std::string("the node is still running");
+  const fs::path port_file = options_.dir / "port.json";
+  std::error_code ignored;
+  fs::remove(port_file, ignored);
+
+  std::vector<std::string> args = {RINGLIMITD_PATH, "--listen", "127.0.0.1:0", "--port-file",
+                                   port_file.string()};
+  if (options_.pass_data_dir) {
+    args.push_back("--data-dir");
+    args.push_back(data_dir().string());
+  }
+  args.insert(args.end(), options_.args.begin(), options_.args.end());
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const std::string log = (options_.dir / "ringlimitd.log").string();
+
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  exit_status_.reset();
+  return WaitReady();
+}
+
+Result<void> NodeProcess::WaitReady() {
+  const auto deadline = Clock::now() + options_.start_timeout;
+  const fs::path port_file = options_.dir / "port.json";
+  std::optional<uint16_t> port;
+  while (true) {
+    if (!port) port = ReadPortFile(port_file);
+    if (port) {
+      http_port_ = *port;
+      HttpClient client(*port, std::chrono::milliseconds(500));
+      auto response = client.Get("/readyz");
+      if (response && response->result_int() == 200) return {};
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return "ringlimitd exited with status " + std::to_string(*exit_status_) + " before it was ready\n" +
+             LogTail();
+    }
+    if (Clock::now() >= deadline) {
+      return "ringlimitd not ready within " + std::to_string(options_.start_timeout.count()) + " ms\n" +
+             LogTail();
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+Result<void> NodeProcess::Signal(int signal) {
+  if (!running()) return std::string("the node is not running");
+  if (kill(pid_, signal) != 0) return std::string("kill: ") + std::strerror(errno);
+  return {};
+}
+
+Result<int> NodeProcess::WaitExit(std::chrono::milliseconds timeout) {
+  if (!running()) {
+    if (exit_status_) return *exit_status_;
+    return std::string("the node was never started");
+  }
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t waited = waitpid(pid_, &status, WNOHANG);
+    if (waited == pid_) {
+      pid_ = -1;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return *exit_status_;
+    }
+    if (waited < 0) return std::string("waitpid: ") + std::strerror(errno);
+    if (Clock::now() >= deadline) {
+      return "ringlimitd still running after " + std::to_string(timeout.count()) + " ms\n" + LogTail();
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+Result<void> NodeProcess::Kill() {
+  if (auto sent = Signal(SIGKILL); !sent) return sent;
+  if (auto exited = WaitExit(); !exited) return exited.error();
+  return {};
+}
+
+Result<void> NodeProcess::Restart() { return Launch(); }
+
+std::string NodeProcess::Log() const { return ReadWholeFile(options_.dir / "ringlimitd.log"); }
+
+std::string NodeProcess::LogTail() const {
+  std::string log = Log();
+  constexpr size_t kTail = 4000;
+  if (log.size() > kTail) log = "..." + log.substr(log.size() - kTail);
+  return "--- ringlimitd log ---\n" + log;
+}
+
+}  // namespace ringlimit::testing
