@@ -1,0 +1,522 @@
+#include "ring/membership.h"
+
+#include <algorithm>
+#include <bit>
+#include <utility>
+
+namespace ringlimit::ring {
+namespace {
+
+constexpr size_t kMaxAddressLength = 256;
+constexpr size_t kMaxRelays = 1024;  // indirect probes in flight on behalf of others
+
+bool Probeable(MemberState state) {
+  return state == MemberState::kJoining || state == MemberState::kAlive || state == MemberState::kLeaving ||
+         state == MemberState::kSuspect;
+}
+
+bool Tombstone(MemberState state) { return state == MemberState::kDead || state == MemberState::kLeft; }
+
+MemberEventKind EventFor(MemberState state) {
+  switch (state) {
+    case MemberState::kJoining:
+      return MemberEventKind::kJoined;
+    case MemberState::kAlive:
+      return MemberEventKind::kAlive;
+    case MemberState::kLeaving:
+      return MemberEventKind::kLeaving;
+    case MemberState::kSuspect:
+      return MemberEventKind::kSuspect;
+    case MemberState::kDead:
+      return MemberEventKind::kDead;
+    case MemberState::kLeft:
+      return MemberEventKind::kLeft;
+  }
+  return MemberEventKind::kAlive;
+}
+
+bool Valid(const MemberInfo& m) {
+  return !m.id.empty() && m.id.size() <= kMaxMemberIdLength && m.vnodes >= 1 && m.vnodes <= kMaxVnodes &&
+         m.http_address.size() <= kMaxAddressLength && m.peer_address.size() <= kMaxAddressLength &&
+         static_cast<uint8_t>(m.state) <= static_cast<uint8_t>(MemberState::kLeft);
+}
+
+bool SameIdentity(const MemberInfo& a, const MemberInfo& b) {
+  return a.http_address == b.http_address && a.peer_address == b.peer_address && a.vnodes == b.vnodes;
+}
+
+}  // namespace
+
+std::string_view MemberStateName(MemberState state) {
+  switch (state) {
+    case MemberState::kJoining:
+      return "joining";
+    case MemberState::kAlive:
+      return "alive";
+    case MemberState::kLeaving:
+      return "leaving";
+    case MemberState::kSuspect:
+      return "suspect";
+    case MemberState::kDead:
+      return "dead";
+    case MemberState::kLeft:
+      return "left";
+  }
+  return "unknown";
+}
+
+std::optional<MemberState> ParseMemberState(std::string_view name) {
+  for (MemberState s : {MemberState::kJoining, MemberState::kAlive, MemberState::kLeaving,
+                        MemberState::kSuspect, MemberState::kDead, MemberState::kLeft}) {
+    if (MemberStateName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
+bool IsInRing(MemberState state) {
+  return state == MemberState::kAlive || state == MemberState::kSuspect || state == MemberState::kLeaving;
+}
+
+bool Supersedes(const MemberInfo& update, const MemberInfo& current) {
+  if (update.incarnation != current.incarnation) return update.incarnation > current.incarnation;
+  return static_cast<uint8_t>(update.state) > static_cast<uint8_t>(current.state);
+}
+
+std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& o) {
+  using std::chrono::milliseconds;
+  if (o.probe_interval <= milliseconds(0)) return "probe_interval must be positive";
+  if (o.probe_timeout <= milliseconds(0) || o.probe_timeout >= o.probe_interval) {
+    return "probe_timeout must be positive and shorter than probe_interval";
+  }
+  if (o.suspicion_timeout <= milliseconds(0)) return "suspicion_timeout must be positive";
+  if (o.join_retry_interval <= milliseconds(0)) return "join_retry_interval must be positive";
+  if (o.tombstone_retention < o.suspicion_timeout) return "tombstone_retention must be >= suspicion_timeout";
+  if (o.sync_interval < milliseconds(0)) return "sync_interval must not be negative";
+  if (o.retransmit_mult == 0) return "retransmit_mult must be at least 1";
+  if (o.max_piggyback == 0) return "max_piggyback must be at least 1";
+  return std::nullopt;
+}
+
+Membership::Membership(const MembershipOptions& options, MemberInfo self)
+    : options_(options),
+      self_(std::move(self)),
+      rng_(options.random_seed != 0 ? options.random_seed : RingToken(self_.id)) {}
+
+// ---------------------------------------------------------------------------------------------------------
+// Entry points. Each one snapshots the ring members so it can tell the caller when to rebuild the ring.
+
+MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>& seeds) {
+  MembershipOutput out;
+  if (started_) return out;
+  started_ = true;
+  for (const std::string& s : seeds) {
+    if (s != self_.peer_address && std::find(seeds_.begin(), seeds_.end(), s) == seeds_.end())
+      seeds_.push_back(s);
+  }
+  self_.state = seeds_.empty() ? MemberState::kAlive : MemberState::kJoining;
+  out.events.push_back(MemberEvent{MemberEventKind::kJoined, self_});
+  Enqueue(self_.id);
+  out.ring_changed = IsInRing(self_.state);
+  next_probe_at_ = now;
+  next_sync_at_ = now + options_.sync_interval;
+  if (!seeds_.empty()) {
+    SendJoin(out);
+    next_join_at_ = now + options_.join_retry_interval;
+  }
+  return out;
+}
+
+MembershipOutput Membership::Tick(MonoTime now) {
+  MembershipOutput out;
+  if (!started_ || self_.state == MemberState::kLeft) return out;
+  const std::vector<RingMember> before = RingMembers();
+
+  if (self_.state == MemberState::kJoining && now >= next_join_at_) {
+    SendJoin(out);
+    next_join_at_ = now + options_.join_retry_interval;
+  }
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    it = now >= it->second.expires_at ? relays_.erase(it) : std::next(it);
+  }
+  ProbeStep(now, out);
+  // Suspicion timeouts.
+  for (auto& [id, entry] : members_) {
+    if (entry.info.state == MemberState::kSuspect && now - entry.changed_at >= options_.suspicion_timeout) {
+      MemberInfo dead = entry.info;
+      dead.state = MemberState::kDead;
+      Apply(now, dead, out);
+    }
+  }
+  MaybeSync(now, out);
+  Reap(now, out);
+
+  out.ring_changed = RingSetChanged(before);
+  return out;
+}
+
+MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
+  MembershipOutput out;
+  if (!started_ || self_.state == MemberState::kLeft) return out;
+  const std::vector<RingMember> before = RingMembers();
+
+  for (const MemberInfo& update : message.updates) Merge(now, update, out);
+
+  switch (message.type) {
+    case MessageType::kPing: {
+      Outgoing ack = MakeMessage(MessageType::kAck, message.from, message.from_address, message.seq);
+      ack.message.target = self_.id;
+      if (message.full_state) {
+        ack.message.full_state = true;
+        ack.message.updates = FullTable();
+      }
+      out.messages.push_back(std::move(ack));
+      break;
+    }
+    case MessageType::kPingReq: {
+      if (message.target == self_.id) {  // odd, but the answer is obvious
+        Outgoing ack = MakeMessage(MessageType::kAck, message.from, message.from_address, message.seq);
+        ack.message.target = self_.id;
+        out.messages.push_back(std::move(ack));
+        break;
+      }
+      if (relays_.size() >= kMaxRelays) break;  // a flood of PingReqs must not grow memory
+      const uint64_t seq = next_seq_++;
+      relays_[seq] = Relay{message.from, message.from_address, message.seq, message.target,
+                           now + options_.probe_interval};
+      out.messages.push_back(MakeMessage(MessageType::kPing, message.target, message.target_address, seq));
+      break;
+    }
+    case MessageType::kAck: {
+      if (auto relay = relays_.find(message.seq); relay != relays_.end()) {
+        Outgoing ack = MakeMessage(MessageType::kAck, relay->second.requester_id,
+                                   relay->second.requester_address, relay->second.requester_seq);
+        ack.message.target = relay->second.target;
+        out.messages.push_back(std::move(ack));
+        relays_.erase(relay);
+      } else if (probe_ && message.seq == probe_->seq) {
+        probe_.reset();  // the target answered, directly or through a helper
+      }
+      if (message.full_state && self_.state == MemberState::kJoining) SetSelfState(MemberState::kAlive, out);
+      break;
+    }
+  }
+
+  out.ring_changed = RingSetChanged(before);
+  return out;
+}
+
+MembershipOutput Membership::Leave(MonoTime now) {
+  MembershipOutput out;
+  (void)now;
+  if (!started_ || self_.state == MemberState::kLeaving || self_.state == MemberState::kLeft) return out;
+  const std::vector<RingMember> before = RingMembers();
+  SetSelfState(MemberState::kLeaving, out);
+  out.ring_changed = RingSetChanged(before);
+  return out;
+}
+
+MembershipOutput Membership::FinishLeave(MonoTime now) {
+  MembershipOutput out;
+  (void)now;
+  if (!started_ || self_.state == MemberState::kLeft) return out;
+  const std::vector<RingMember> before = RingMembers();
+  SetSelfState(MemberState::kLeft, out);
+  // We will not probe any more, so tell every member directly instead of waiting for piggybacking.
+  for (const auto& [id, entry] : members_) {
+    if (!Probeable(entry.info.state)) continue;
+    Outgoing ping = MakeMessage(MessageType::kPing, id, entry.info.peer_address, next_seq_++);
+    ping.message.updates.insert(ping.message.updates.begin(), self_);
+    out.messages.push_back(std::move(ping));
+  }
+  queue_.clear();
+  out.ring_changed = RingSetChanged(before);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Queries.
+
+std::vector<MemberInfo> Membership::Members() const {
+  std::vector<MemberInfo> out = FullTable();
+  std::sort(out.begin(), out.end(), [](const MemberInfo& a, const MemberInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+std::optional<MemberInfo> Membership::Find(std::string_view id) const {
+  if (id == self_.id) return self_;
+  auto it = members_.find(id);
+  if (it == members_.end()) return std::nullopt;
+  return it->second.info;
+}
+
+std::vector<RingMember> Membership::RingMembers() const {
+  std::vector<RingMember> out;
+  bool self_added = !started_ || !IsInRing(self_.state);
+  for (const auto& [id, entry] : members_) {  // sorted by id; slot self in order
+    if (!self_added && self_.id < id) {
+      out.push_back(RingMember{self_.id, self_.vnodes});
+      self_added = true;
+    }
+    if (IsInRing(entry.info.state)) out.push_back(RingMember{id, entry.info.vnodes});
+  }
+  if (!self_added) out.push_back(RingMember{self_.id, self_.vnodes});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Merging.
+
+bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput& out) {
+  if (!Valid(update)) {
+    ++stats_.invalid_updates;
+    return false;
+  }
+  if (update.id == self_.id) {
+    // Only we speak for ourselves: anything newer than, or contradicting, our own record is a rumour.
+    const bool newer = update.incarnation > self_.incarnation;
+    const bool contradicts = update.incarnation == self_.incarnation &&
+                             (update.state != self_.state || !SameIdentity(update, self_));
+    if (newer || contradicts) Refute(update.incarnation);
+    return false;
+  }
+  auto it = members_.find(update.id);
+  if (it == members_.end() ? Tombstone(update.state) : !Supersedes(update, it->second.info)) {
+    ++stats_.stale_updates;
+    return false;
+  }
+  Apply(now, update, out);
+  return true;
+}
+
+void Membership::Apply(MonoTime now, const MemberInfo& info, MembershipOutput& out) {
+  auto [it, inserted] = members_.try_emplace(info.id);
+  Entry& entry = it->second;
+  const MemberInfo old = entry.info;
+  entry.info = info;
+  if (inserted || old.state != info.state) entry.changed_at = now;
+  if (inserted) {
+    out.events.push_back(MemberEvent{MemberEventKind::kJoined, info});
+    // A newcomer is probed within this round rather than after the next reshuffle.
+    std::uniform_int_distribution<size_t> pos(probe_index_, probe_order_.size());
+    probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(pos(rng_)), info.id);
+  } else if (old.state != info.state || !SameIdentity(old, info)) {
+    out.events.push_back(MemberEvent{EventFor(info.state), info});
+  }
+  Enqueue(info.id);
+}
+
+void Membership::Refute(uint64_t rumour_incarnation) {
+  self_.incarnation = std::max(self_.incarnation, rumour_incarnation) + 1;
+  ++stats_.refutations;
+  Enqueue(self_.id);
+}
+
+void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
+  ++self_.incarnation;  // our own transitions always outrank any rumour at the old incarnation
+  self_.state = state;
+  out.events.push_back(MemberEvent{EventFor(state), self_});
+  Enqueue(self_.id);
+}
+
+void Membership::Enqueue(const std::string& id) { queue_[id] = Queued{}; }
+
+// ---------------------------------------------------------------------------------------------------------
+// Failure detection.
+
+void Membership::ProbeStep(MonoTime now, MembershipOutput& out) {
+  if (probe_) {
+    if (!probe_->indirect_sent && now - probe_->sent_at >= options_.probe_timeout) {
+      probe_->indirect_sent = true;
+      std::vector<std::string> helpers = AliveOthers(probe_->target);
+      std::shuffle(helpers.begin(), helpers.end(), rng_);
+      if (helpers.size() > options_.indirect_probes) helpers.resize(options_.indirect_probes);
+      auto target = members_.find(probe_->target);
+      if (target == members_.end()) helpers.clear();  // forgotten meanwhile
+      for (const std::string& h : helpers) {
+        Outgoing req = MakeMessage(MessageType::kPingReq, h, members_[h].info.peer_address, probe_->seq);
+        req.message.target = probe_->target;
+        req.message.target_address = target->second.info.peer_address;
+        out.messages.push_back(std::move(req));
+        ++stats_.indirect_probes_sent;
+      }
+    }
+    if (now - probe_->sent_at >= options_.probe_interval) {
+      ++stats_.probes_failed;
+      const std::string target = probe_->target;
+      probe_.reset();
+      Suspect(now, target, out);
+    }
+  }
+  if (!probe_ && now >= next_probe_at_) StartProbe(now, out);
+}
+
+void Membership::StartProbe(MonoTime now, MembershipOutput& out) {
+  next_probe_at_ = now + options_.probe_interval;
+  std::optional<std::string> target = NextProbeTarget();
+  if (!target) return;
+  const uint64_t seq = next_seq_++;
+  out.messages.push_back(MakeMessage(MessageType::kPing, *target, members_[*target].info.peer_address, seq));
+  probe_ = Probe{*target, seq, now, false};
+  ++stats_.probes_sent;
+}
+
+std::optional<std::string> Membership::NextProbeTarget() {
+  for (int pass = 0; pass < 2; ++pass) {
+    while (probe_index_ < probe_order_.size()) {
+      const std::string& id = probe_order_[probe_index_++];
+      auto it = members_.find(id);
+      if (it != members_.end() && Probeable(it->second.info.state)) return id;
+    }
+    // End of a round: a fresh random order of everyone probeable.
+    probe_order_.clear();
+    probe_index_ = 0;
+    for (const auto& [id, entry] : members_) {
+      if (Probeable(entry.info.state)) probe_order_.push_back(id);
+    }
+    std::shuffle(probe_order_.begin(), probe_order_.end(), rng_);
+  }
+  return std::nullopt;
+}
+
+void Membership::Suspect(MonoTime now, const std::string& id, MembershipOutput& out) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return;
+  const MemberState state = it->second.info.state;
+  if (state == MemberState::kSuspect || !Probeable(state)) return;
+  MemberInfo suspect = it->second.info;
+  suspect.state = MemberState::kSuspect;
+  Apply(now, suspect, out);
+}
+
+void Membership::SendJoin(MembershipOutput& out) {
+  for (const std::string& seed : seeds_) {
+    Outgoing ping = MakeMessage(MessageType::kPing, "", seed, next_seq_++);
+    ping.message.full_state = true;
+    ping.message.updates = FullTable();
+    out.messages.push_back(std::move(ping));
+  }
+}
+
+void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
+  if (options_.sync_interval.count() == 0 || now < next_sync_at_) return;
+  next_sync_at_ = now + options_.sync_interval;
+  auto push_pull = [&](const std::string& to_id, const std::string& to_address) {
+    Outgoing ping = MakeMessage(MessageType::kPing, to_id, to_address, next_seq_++);
+    ping.message.full_state = true;
+    ping.message.updates = FullTable();
+    out.messages.push_back(std::move(ping));
+  };
+  auto pick = [&](const std::vector<std::string>& ids) -> const std::string& {
+    std::uniform_int_distribution<size_t> index(0, ids.size() - 1);
+    return ids[index(rng_)];
+  };
+  // Anti-entropy with one alive member.
+  std::vector<std::string> alive = AliveOthers("");
+  if (!alive.empty()) {
+    const std::string& partner = pick(alive);
+    push_pull(partner, members_[partner].info.peer_address);
+  }
+  // Healing: after a partition both sides may have declared each other dead and stopped probing. Keep
+  // offering our table to one dead member (until its tombstone is reaped); if it is alive it refutes.
+  std::vector<std::string> dead;
+  for (const auto& [id, entry] : members_) {
+    if (entry.info.state == MemberState::kDead) dead.push_back(id);
+  }
+  if (!dead.empty()) {
+    const std::string& partner = pick(dead);
+    push_pull(partner, members_[partner].info.peer_address);
+  }
+  // Alone although we were started with seeds: try them again.
+  if (alive.empty()) {
+    for (const std::string& seed : seeds_) push_pull("", seed);
+  }
+}
+
+void Membership::Reap(MonoTime now, MembershipOutput& out) {
+  for (auto it = members_.begin(); it != members_.end();) {
+    if (Tombstone(it->second.info.state) && now - it->second.changed_at >= options_.tombstone_retention) {
+      out.events.push_back(MemberEvent{MemberEventKind::kForgotten, it->second.info});
+      queue_.erase(it->first);
+      it = members_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dissemination.
+
+Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, const std::string& to_address,
+                                 uint64_t seq) {
+  Outgoing o;
+  o.to_address = to_address;
+  o.to_id = to_id;
+  o.message.type = type;
+  o.message.seq = seq;
+  o.message.from = self_.id;
+  o.message.from_address = self_.peer_address;
+
+  // The receiver's own record first when we believe it suspect or dead: it can refute at once.
+  bool receiver_record_sent = false;
+  if (auto it = members_.find(to_id); it != members_.end()) {
+    const MemberState s = it->second.info.state;
+    if (s == MemberState::kSuspect || s == MemberState::kDead) {
+      o.message.updates.push_back(it->second.info);
+      receiver_record_sent = true;
+    }
+  }
+
+  // Then the least-transmitted updates of the queue.
+  std::vector<std::pair<uint32_t, std::string>> order;
+  order.reserve(queue_.size());
+  for (const auto& [id, q] : queue_) order.emplace_back(q.transmits, id);
+  std::sort(order.begin(), order.end());
+  const uint32_t limit = RetransmitLimit();
+  size_t taken = 0;
+  for (const auto& [transmits, id] : order) {
+    if (taken == options_.max_piggyback) break;
+    const MemberInfo* info = nullptr;
+    if (id == self_.id) {
+      info = &self_;
+    } else if (auto it = members_.find(id); it != members_.end()) {
+      info = &it->second.info;
+    }
+    if (info == nullptr) {
+      queue_.erase(id);
+      continue;
+    }
+    if (id != to_id || !receiver_record_sent) o.message.updates.push_back(*info);
+    ++taken;
+    if (++queue_[id].transmits >= limit) queue_.erase(id);
+  }
+  return o;
+}
+
+std::vector<MemberInfo> Membership::FullTable() const {
+  std::vector<MemberInfo> out;
+  out.reserve(members_.size() + 1);
+  out.push_back(self_);
+  for (const auto& [id, entry] : members_) out.push_back(entry.info);
+  return out;
+}
+
+std::vector<std::string> Membership::AliveOthers(const std::string& except) const {
+  std::vector<std::string> out;
+  for (const auto& [id, entry] : members_) {
+    if (id != except && entry.info.state == MemberState::kAlive) out.push_back(id);
+  }
+  return out;
+}
+
+uint32_t Membership::RetransmitLimit() const {
+  const uint64_t n = members_.size() + 1;
+  const uint32_t log2 = static_cast<uint32_t>(std::bit_width(n));  // ceil(log2(n + 1))
+  return options_.retransmit_mult * std::max<uint32_t>(1, log2);
+}
+
+bool Membership::RingSetChanged(const std::vector<RingMember>& before) const {
+  return RingMembers() != before;
+}
+
+}  // namespace ringlimit::ring

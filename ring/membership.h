@@ -1,0 +1,281 @@
+// Membership: the SWIM-style failure detector and member table of one node, as a pure state machine.
+//
+// No I/O and no clock: the network layer feeds it received messages and the current time, and sends the
+// messages it returns. Time is a std::chrono::nanoseconds since any fixed epoch (use a steady clock).
+//
+// Protocol (SWIM, Das et al. 2002, with suspicion and piggybacked dissemination)
+//  - Every probe_interval the node pings the next member of a shuffled round-robin list. No Ack within
+//    probe_timeout: it asks indirect_probes other members to ping the target for it (PingReq). No Ack
+//    (direct or relayed) by the end of the period: the target becomes suspect. A suspect that does not
+//    refute within suspicion_timeout becomes dead.
+//  - Updates (a member's id, addresses, vnodes, incarnation and state) ride on every message, each
+//    retransmitted at most retransmit_mult * ceil(log2(N + 1)) times; a receiver that learns something new
+//    passes it on the same way (infection-style). Every sync_interval a node exchanges its whole table
+//    with a random member (push-pull), which also repairs anything lost; it also offers its table to one
+//    dead member and, when no other member is alive, to the seeds, so both sides of a healed partition
+//    find each other again.
+//  - Precedence (see Supersedes): a higher incarnation always wins; at equal incarnation the higher
+//    state rank wins: joining < alive < leaving < suspect < dead < left. Only a member itself raises
+//    its incarnation: told it is suspect or dead, it refutes by re-announcing its state at incarnation + 1.
+//    Left is final: nothing at the same or a lower incarnation revives a member that left, and such a
+//    member is never probed or suspected.
+//  - Joining: a node started with seeds is `joining` until one seed answers its push-pull Ping with the
+//    seed's whole table; it then becomes `alive`. A node started without seeds is alive at once.
+//    `joining` members are probed but not in the ring; alive, suspect and leaving members are (IsInRing).
+//  - Dead and left members are kept as tombstones for tombstone_retention (so stale gossip cannot revive
+//    them), then forgotten. Updates that announce an unknown member as dead or left are ignored.
+//
+// Thread safety: not thread-safe. The owner serialises all calls (e.g. runs them on one strand).
+#ifndef RINGLIMIT_RING_MEMBERSHIP_H_
+#define RINGLIMIT_RING_MEMBERSHIP_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ring/ring_view.h"
+
+namespace ringlimit::ring {
+
+using MonoTime = std::chrono::nanoseconds;  // an instant on the caller's monotonic clock
+
+enum class MemberState : uint8_t {
+  kJoining = 0,
+  kAlive = 1,
+  kLeaving = 2,
+  kSuspect = 3,
+  kDead = 4,
+  kLeft = 5,
+};
+
+// Lower-case names: "joining", "alive", "leaving", "suspect", "dead", "left". Parse accepts exactly these.
+std::string_view MemberStateName(MemberState state);
+std::optional<MemberState> ParseMemberState(std::string_view name);
+
+// Whether a member in `state` owns a part of the ring (alive, suspect, leaving).
+[[nodiscard]] bool IsInRing(MemberState state);
+
+// What one node knows about one member; also the unit of gossip.
+struct MemberInfo {
+  std::string id;                    // REQUIRES: 1..kMaxMemberIdLength bytes
+  std::string http_address;          // "host:port" of the HTTP API (informational here)
+  std::string peer_address;          // "host:port" of the peer protocol; where messages to it are sent
+  uint32_t vnodes = kDefaultVnodes;  // REQUIRES: 1..kMaxVnodes
+  uint64_t incarnation = 0;
+  MemberState state = MemberState::kAlive;
+
+  bool operator==(const MemberInfo&) const = default;
+};
+
+// Whether `update` supersedes `current` (both about the same member): a higher incarnation, or the same
+// incarnation and a higher state rank.
+[[nodiscard]] bool Supersedes(const MemberInfo& update, const MemberInfo& current);
+
+enum class MessageType : uint8_t {
+  kPing = 1,     // "are you there?" -> Ack
+  kPingReq = 2,  // "ping `target` for me" -> the helper pings it and relays the Ack
+  kAck = 3,      // answer to Ping (or relayed answer to PingReq) with the same seq
+};
+
+struct Message {
+  MessageType type = MessageType::kPing;
+  uint64_t seq = 0;            // probe sequence number of the prober; an Ack echoes it
+  std::string from;            // sender id
+  std::string from_address;    // sender peer address (answers go there)
+  std::string target;          // PingReq: member to probe; Ack: member whose liveness it confirms
+  std::string target_address;  // PingReq: its peer address
+  // Ping: `updates` is the sender's whole table and the receiver answers with its whole table (push-pull;
+  // used to join and for anti-entropy). Ack: `updates` is the sender's whole table.
+  bool full_state = false;
+  std::vector<MemberInfo> updates;  // piggybacked gossip
+};
+
+// A message to send. to_id is empty when the receiver's id is unknown (a seed address).
+struct Outgoing {
+  std::string to_address;
+  std::string to_id;
+  Message message;
+};
+
+enum class MemberEventKind : uint8_t {
+  kJoined = 1,  // first seen (joining or alive)
+  kAlive = 2,   // became alive (join done, refuted suspicion, restarted) or changed addresses/vnodes
+  kLeaving = 3,
+  kSuspect = 4,
+  kDead = 5,
+  kLeft = 6,
+  kForgotten = 7,  // tombstone dropped from the table
+};
+
+struct MemberEvent {
+  MemberEventKind kind;
+  MemberInfo member;  // the member's record after the change
+};
+
+// What every call returns: messages to send, what changed, and whether the ring members changed.
+struct MembershipOutput {
+  std::vector<Outgoing> messages;
+  std::vector<MemberEvent> events;
+  bool ring_changed = false;  // RingMembers() differs from before the call: rebuild the RingView
+};
+
+struct MembershipOptions {
+  // --- Affects behaviour ---
+  // Period of the failure detector: one member probed per period. Default: 200 ms.
+  std::chrono::milliseconds probe_interval{200};
+  // How long to wait for a direct Ack before asking helpers. REQUIRES: < probe_interval. Default: 80 ms.
+  std::chrono::milliseconds probe_timeout{80};
+  // Helpers asked to probe indirectly after a direct timeout (k). 0 disables indirect probes. Default: 3.
+  uint32_t indirect_probes = 3;
+  // A suspect that has not refuted within this is declared dead. Default: 1500 ms.
+  // With the defaults a crashed member is declared dead, on loopback, within
+  //   (time until some member probes it: <= probe_interval for most clusters, <= (N-1) * probe_interval
+  //    in the worst phase) + probe_interval (the failed period) + suspicion_timeout
+  //   = 200 + 200 + 1500 ms = 1.9 s typical, 2.6 s worst case for 5 nodes; dissemination of `dead`
+  //   then takes a few more periods of gossip (each message reaches a new member).
+  std::chrono::milliseconds suspicion_timeout{1500};
+  // Dead and left members are forgotten after this. Default: 60 s.
+  std::chrono::milliseconds tombstone_retention{60'000};
+  // A joining node re-sends its join Ping to every seed this often until one answers. Default: 500 ms.
+  std::chrono::milliseconds join_retry_interval{500};
+  // Push-pull exchange of whole tables with one random member. 0 disables. Default: 5 s.
+  std::chrono::milliseconds sync_interval{5'000};
+  // Each update is piggybacked at most retransmit_mult * ceil(log2(N + 1)) times (lambda). Default: 3.
+  uint32_t retransmit_mult = 3;
+
+  // --- Affects performance ---
+  // Updates piggybacked per message at most (whole-table messages are not limited). Default: 8.
+  uint32_t max_piggyback = 8;
+
+  // Seed of the random choices (probe order, helpers, sync partner). Default: 0 = derived from the id.
+  uint64_t random_seed = 0;
+};
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& options);
+
+// Counters for /metrics.
+struct MembershipStats {
+  uint64_t probes_sent = 0;
+  uint64_t indirect_probes_sent = 0;
+  uint64_t probes_failed = 0;    // periods that ended without an Ack (target suspected)
+  uint64_t refutations = 0;      // times this node raised its incarnation to refute a rumour
+  uint64_t invalid_updates = 0;  // gossip entries dropped as malformed
+  uint64_t stale_updates = 0;    // gossip entries that did not supersede what we knew
+};
+
+class Membership {
+ public:
+  // `self` is this node's record; its incarnation should exceed any earlier life's (e.g. wall-clock
+  // milliseconds at start), so a restart outranks its own tombstone. Its state is ignored.
+  Membership(const MembershipOptions& options, MemberInfo self);
+
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // Starts the node: alone (alive) when `seeds` is empty, else joining through the seeds' peer addresses
+  // (this node's own address among them is ignored). Call once, before anything else.
+  [[nodiscard]] MembershipOutput Start(MonoTime now, const std::vector<std::string>& seeds);
+
+  // Advances timers: probes, indirect probes, suspicion timeouts, join retries, syncs, reaping.
+  // Call at least every probe_interval / 4 or so; later calls only delay detection.
+  [[nodiscard]] MembershipOutput Tick(MonoTime now);
+
+  // Handles one received message (possibly from an unknown sender).
+  [[nodiscard]] MembershipOutput Receive(MonoTime now, const Message& message);
+
+  // Graceful leave, step 1: announce `leaving` (still in the ring; hand off state now).
+  [[nodiscard]] MembershipOutput Leave(MonoTime now);
+  // Step 2: announce `left`. Keep calling Tick and sending until !HasPendingGossip() (or a deadline) so the
+  // others hear it, then stop. After this the node neither probes nor answers.
+  [[nodiscard]] MembershipOutput FinishLeave(MonoTime now);
+
+  [[nodiscard]] const MemberInfo& self() const { return self_; }
+  [[nodiscard]] bool joined() const { return self_.state != MemberState::kJoining; }
+  // Every known member (self included, tombstones too), sorted by id.
+  [[nodiscard]] std::vector<MemberInfo> Members() const;
+  // The record of `id`, if known.
+  [[nodiscard]] std::optional<MemberInfo> Find(std::string_view id) const;
+  // The members that own a part of the ring (IsInRing), sorted by id: the input of RingView::Build.
+  [[nodiscard]] std::vector<RingMember> RingMembers() const;
+  // Whether some update still has retransmissions left.
+  [[nodiscard]] bool HasPendingGossip() const { return !queue_.empty(); }
+  [[nodiscard]] const MembershipStats& stats() const { return stats_; }
+
+ private:
+  struct Entry {
+    MemberInfo info;
+    MonoTime changed_at{};  // when the current state was entered (suspicion and tombstone timers)
+  };
+  struct Probe {
+    std::string target;
+    uint64_t seq = 0;
+    MonoTime sent_at{};
+    bool indirect_sent = false;
+  };
+  struct Relay {  // a Ping sent on behalf of another member's PingReq
+    std::string requester_id;
+    std::string requester_address;
+    uint64_t requester_seq = 0;
+    std::string target;
+    MonoTime expires_at{};
+  };
+  struct Queued {  // an update waiting to be piggybacked
+    uint32_t transmits = 0;
+  };
+
+  // Merges one update; returns whether it was accepted. Emits events and queues accepted updates.
+  bool Merge(MonoTime now, const MemberInfo& update, MembershipOutput& out);
+  // Applies a new record for a member (not self), emitting the matching event.
+  void Apply(MonoTime now, const MemberInfo& info, MembershipOutput& out);
+  // Raises our incarnation above the rumour's and re-announces our own state.
+  void Refute(uint64_t rumour_incarnation);
+  // Moves self to `state` at a new incarnation and announces it.
+  void SetSelfState(MemberState state, MembershipOutput& out);
+  void Enqueue(const std::string& id);
+
+  void ProbeStep(MonoTime now, MembershipOutput& out);
+  void StartProbe(MonoTime now, MembershipOutput& out);
+  std::optional<std::string> NextProbeTarget();
+  void Suspect(MonoTime now, const std::string& id, MembershipOutput& out);
+  void SendJoin(MembershipOutput& out);
+  void MaybeSync(MonoTime now, MembershipOutput& out);
+  void Reap(MonoTime now, MembershipOutput& out);
+
+  // Builds a message to `to_id` with piggybacked updates (the receiver's own record first when we think
+  // it is suspect or dead, so it can refute).
+  Outgoing MakeMessage(MessageType type, const std::string& to_id, const std::string& to_address,
+                       uint64_t seq);
+  std::vector<MemberInfo> FullTable() const;
+  std::vector<std::string> AliveOthers(const std::string& except) const;
+  uint32_t RetransmitLimit() const;
+  bool RingSetChanged(const std::vector<RingMember>& before) const;
+
+  // Constant after construction.
+  const MembershipOptions options_;
+
+  MemberInfo self_;
+  std::map<std::string, Entry, std::less<>> members_;  // other members, by id
+  std::map<std::string, Queued, std::less<>> queue_;   // ids whose current record is being disseminated
+  std::vector<std::string> seeds_;
+  std::vector<std::string> probe_order_;
+  size_t probe_index_ = 0;
+  std::optional<Probe> probe_;
+  std::map<uint64_t, Relay> relays_;  // by the seq of our relay Ping
+  uint64_t next_seq_ = 1;
+  MonoTime next_probe_at_{};
+  MonoTime next_join_at_{};
+  MonoTime next_sync_at_{};
+  bool started_ = false;
+  std::mt19937_64 rng_;
+  MembershipStats stats_;
+};
+
+}  // namespace ringlimit::ring
+
+#endif  // RINGLIMIT_RING_MEMBERSHIP_H_
