@@ -1,0 +1,108 @@
+#include "node/api/admin_handlers.h"
+
+#include <boost/json.hpp>
+#include <cmath>
+
+#include "node/api/api_context.h"
+#include "node/api/api_json.h"
+#include "node/api/json_writer.h"
+#include "node/api/metrics.h"
+#include "storage/state_store.h"
+
+namespace ringlimit::node {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+namespace {
+
+HttpResponse Text(http::status status, std::string_view content_type, std::string body) {
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, content_type);
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+HttpResponse StatusJson(std::string_view status) {
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("status", status);
+  w.EndObject();
+  return Text(http::status::ok, "application/json", std::move(body));
+}
+
+}  // namespace
+
+HttpResponse HandleHeadroomPut(ApiContext& context, const HttpRequest& request) {
+  json::value root;
+  if (auto error = ParseJsonBody(request.body(), &root)) return ToResponse(*error);
+  if (!root.is_object()) return ToResponse({ErrorKind::kInvalidField, "body: must be a JSON object"});
+  // HeadroomRequest of proto/api.proto.
+  api::HeadroomRequest parsed;
+  bool has_headroom = false;
+  for (const auto& [json_key, value] : root.get_object()) {
+    const std::string_view key = json_key;
+    if (key == "policy") {
+      std::string_view s;
+      if (auto error = ReadString(value, key, &s)) return ToResponse(*error);
+      parsed.set_policy(s.data(), s.size());
+    } else if (key == "headroom") {
+      if (!value.is_number())
+        return ToResponse({ErrorKind::kInvalidField, "headroom: must be a number in [0, 1]"});
+      parsed.set_headroom(value.to_number<double>());
+      has_headroom = true;
+    } else if (key == "ttl_ms") {
+      uint64_t ttl = 0;
+      if (auto error = ReadUint(value, key, false, &ttl)) return ToResponse(*error);
+      parsed.set_ttl_ms(ttl);
+    } else {
+      std::string message;
+      AppendJsonString(&message, key);
+      return ToResponse({ErrorKind::kInvalidField, message + ": unknown field"});
+    }
+  }
+  if (parsed.policy().empty() || parsed.policy().size() > context.options.max_name_bytes) {
+    return ToResponse({ErrorKind::kInvalidField, "policy: required, a policy or inline limit name"});
+  }
+  if (!has_headroom || !std::isfinite(parsed.headroom()) || parsed.headroom() < 0 || parsed.headroom() > 1) {
+    return ToResponse({ErrorKind::kInvalidField, "headroom: required, a number in [0, 1]"});
+  }
+  constexpr uint64_t kMaxTtlMs = 7ULL * 24 * 3600 * 1000;
+  const uint64_t ttl_ms =
+      parsed.has_ttl_ms() ? parsed.ttl_ms() : static_cast<uint64_t>(context.options.headroom_ttl.count());
+  if (ttl_ms == 0 || ttl_ms > kMaxTtlMs) {
+    return ToResponse({ErrorKind::kInvalidField, "ttl_ms: must be between 1 and 604800000 (7 days)"});
+  }
+  const limiter::TimeNs now = context.clock();
+  const limiter::TimeNs expires_at = now + static_cast<limiter::TimeNs>(ttl_ms) * limiter::kMillisecond;
+  if (!context.headroom.Set(parsed.policy(), parsed.headroom(), expires_at, now)) {
+    return ToResponse({ErrorKind::kInvalidField, "policy: too many live headroom signals"});
+  }
+  // HeadroomResponse of proto/api.proto.
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("policy", parsed.policy());
+  w.FieldDouble("headroom", parsed.headroom());
+  w.FieldInt("expires_in_ms", static_cast<int64_t>(ttl_ms));
+  w.EndObject();
+  return Text(http::status::ok, "application/json", std::move(body));
+}
+
+HttpResponse HandleHealthz() { return StatusJson("ok"); }
+
+HttpResponse HandleReadyz(const ApiContext& context) {
+  if (!context.ready.load(std::memory_order_acquire)) {
+    return ToResponse({ErrorKind::kNotReady, "the node is not ready to serve (starting or draining)"});
+  }
+  return StatusJson("ready");
+}
+
+HttpResponse HandleMetrics(const ApiContext& context) {
+  return Text(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+              context.metrics.Render(context.store.Stats()));
+}
+
+}  // namespace ringlimit::node

@@ -1,0 +1,35 @@
+// ApiContext: what every endpoint family of ApiHandler shares (internal to node/api).
+//
+// Thread safety: the references point at thread-safe components; `options` and `clock` are constant
+// after construction.
+#ifndef RINGLIMIT_NODE_API_API_CONTEXT_H_
+#define RINGLIMIT_NODE_API_API_CONTEXT_H_
+
+#include <atomic>
+
+#include "node/api/api_handler.h"
+#include "node/api/headroom.h"
+
+namespace ringlimit::node {
+
+struct ApiContext {
+  ApiContext(storage::StateStore& store_in, Clock clock_in, Policies& policies_in, Metrics& metrics_in,
+             ApiOptions options_in)
+      : store(store_in),
+        clock(std::move(clock_in)),
+        policies(policies_in),
+        metrics(metrics_in),
+        options(std::move(options_in)) {}
+
+  storage::StateStore& store;
+  const Clock clock;
+  Policies& policies;
+  Metrics& metrics;
+  const ApiOptions options;
+  Headroom headroom;
+  std::atomic<bool> ready{false};
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_API_CONTEXT_H_

@@ -1,0 +1,43 @@
+// ApiError: the one error value of the API handlers, and the one place that maps error kinds to HTTP
+// statuses and error codes. "Over limit" is a decision, never an ApiError.
+//
+// Thread safety: plain values and pure functions.
+#ifndef RINGLIMIT_NODE_API_API_ERROR_H_
+#define RINGLIMIT_NODE_API_API_ERROR_H_
+
+#include <boost/beast/http/status.hpp>
+#include <string>
+#include <string_view>
+
+#include "node/api/handler.h"
+
+namespace ringlimit::node {
+
+enum class ErrorKind : uint8_t {
+  kBadJson,               // 400 bad_json: body is not JSON (syntax, truncated, invalid UTF-8)
+  kInvalidField,          // 400 invalid_field: a field is missing, has the wrong type or value
+  kTooManyChecks,         // 400 too_many_checks: more than ApiOptions::max_checks in one request
+  kUnauthorized,          // 401 unauthorized: admin endpoint without the right bearer token
+  kNotFound,              // 404 not_found: no such path
+  kUnknownPolicy,         // 404 unknown_policy: a check names a policy that is not configured
+  kMethodNotAllowed,      // 405 method_not_allowed (the response carries Allow)
+  kUnsupportedMediaType,  // 415 unsupported_media_type: POST/PUT body not declared as JSON
+  kNotReady,              // 503 not_ready: /readyz before the node is ready
+  kInternal,              // 500 internal: a bug; logged
+};
+
+struct ApiError {
+  ErrorKind kind = ErrorKind::kInternal;
+  std::string message;
+};
+
+// The HTTP status and the stable machine-readable code of an error kind.
+[[nodiscard]] boost::beast::http::status StatusOf(ErrorKind kind);
+[[nodiscard]] std::string_view CodeOf(ErrorKind kind);
+
+// The JSON error response for `error` (ErrorResponse with StatusOf/CodeOf).
+[[nodiscard]] HttpResponse ToResponse(const ApiError& error);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_API_ERROR_H_

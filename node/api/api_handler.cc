@@ -1,0 +1,175 @@
+#include "node/api/api_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+
+#include "node/api/admin_handlers.h"
+#include "node/api/api_context.h"
+#include "node/api/api_error.h"
+#include "node/api/check_handlers.h"
+#include "node/api/gubernator_handlers.h"
+#include "node/api/keys_handlers.h"
+#include "node/api/metrics.h"
+
+namespace ringlimit::node {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+constexpr std::string_view kKeysPrefix = "/v1/keys/";
+
+HttpResponse MethodNotAllowed(std::string_view allow) {
+  HttpResponse response = ToResponse({ErrorKind::kMethodNotAllowed, "use " + std::string(allow)});
+  response.set(http::field::allow, allow);
+  return response;
+}
+
+// POST/PUT bodies must be declared JSON (a missing Content-Type is accepted as JSON).
+bool IsJsonContentType(const HttpRequest& request) {
+  auto it = request.find(http::field::content_type);
+  if (it == request.end()) return true;
+  std::string_view type = it->value();
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
+  auto iequals = [](std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
+    }
+    return true;
+  };
+  return iequals(type, "application/json") ||
+         (type.size() > 5 && iequals(type.substr(type.size() - 5), "+json"));
+}
+
+HttpResponse UnsupportedMediaType() {
+  return ToResponse(
+      {ErrorKind::kUnsupportedMediaType, "the request body must be JSON (Content-Type: application/json)"});
+}
+
+// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
+bool SameToken(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::optional<ApiError> Authorize(const ApiContext& context, const HttpRequest& request) {
+  if (context.options.admin_token.empty()) return std::nullopt;
+  auto it = request.find(http::field::authorization);
+  constexpr std::string_view kBearer = "Bearer ";
+  if (it != request.end()) {
+    std::string_view value = it->value();
+    if (value.size() > kBearer.size() && value.substr(0, kBearer.size()) == kBearer &&
+        SameToken(value.substr(kBearer.size()), context.options.admin_token)) {
+      return std::nullopt;
+    }
+  }
+  return ApiError{ErrorKind::kUnauthorized, "this endpoint requires Authorization: Bearer <admin token>"};
+}
+
+HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* endpoint) {
+  const std::string_view target = request.target();
+  const size_t question = target.find('?');
+  const std::string_view path = target.substr(0, question);
+  const std::string_view query =
+      question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+  const http::verb method = request.method();
+  *endpoint = Endpoint::kOther;
+
+  if (path == "/v1/check") {
+    if (method == http::verb::get) {
+      *endpoint = Endpoint::kCheckGet;
+      return HandleCheckGet(context, request, query);
+    }
+    if (method == http::verb::post) {
+      *endpoint = Endpoint::kCheckPost;
+      if (!IsJsonContentType(request)) return UnsupportedMediaType();
+      return HandleCheckPost(context, request);
+    }
+    return MethodNotAllowed("GET, POST");
+  }
+  if (path.starts_with(kKeysPrefix)) {
+    const std::string_view key = path.substr(kKeysPrefix.size());
+    if (method == http::verb::get) {
+      *endpoint = Endpoint::kKeysGet;
+      return HandleKeysGet(context, key);
+    }
+    if (method == http::verb::delete_) {
+      *endpoint = Endpoint::kKeysDelete;
+      if (auto error = Authorize(context, request)) return ToResponse(*error);
+      return HandleKeysDelete(context, key, query);
+    }
+    return MethodNotAllowed("GET, DELETE");
+  }
+  if (path == "/v1/GetRateLimits") {
+    if (method != http::verb::post) return MethodNotAllowed("POST");
+    *endpoint = Endpoint::kGetRateLimits;
+    if (!IsJsonContentType(request)) return UnsupportedMediaType();
+    return HandleGetRateLimits(context, request);
+  }
+  if (path == "/v1/headroom") {
+    if (method != http::verb::put) return MethodNotAllowed("PUT");
+    *endpoint = Endpoint::kHeadroom;
+    if (auto error = Authorize(context, request)) return ToResponse(*error);
+    if (!IsJsonContentType(request)) return UnsupportedMediaType();
+    return HandleHeadroomPut(context, request);
+  }
+  if (path == "/healthz" || path == "/readyz" || path == "/metrics") {
+    if (method != http::verb::get) return MethodNotAllowed("GET");
+    if (path == "/healthz") {
+      *endpoint = Endpoint::kHealthz;
+      return HandleHealthz();
+    }
+    if (path == "/readyz") {
+      *endpoint = Endpoint::kReadyz;
+      return HandleReadyz(context);
+    }
+    *endpoint = Endpoint::kMetrics;
+    return HandleMetrics(context);
+  }
+  return ToResponse({ErrorKind::kNotFound, "no such endpoint: " + std::string(path.substr(0, 256))});
+}
+
+}  // namespace
+
+Clock SystemClock() {
+  return [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+}
+
+ApiHandler::ApiHandler(storage::StateStore& store, Clock clock, Policies& policies, Metrics& metrics,
+                       ApiOptions options)
+    : context_(std::make_unique<ApiContext>(store, std::move(clock), policies, metrics, std::move(options))) {
+}
+
+ApiHandler::~ApiHandler() = default;
+
+void ApiHandler::SetReady(bool ready) { context_->ready.store(ready, std::memory_order_release); }
+
+bool ApiHandler::ready() const { return context_->ready.load(std::memory_order_acquire); }
+
+void ApiHandler::Handle(HttpRequest&& request, Respond respond) { respond(HandleNow(request)); }
+
+HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
+  Endpoint endpoint = Endpoint::kOther;
+  HttpResponse response;
+  try {
+    response = Route(*context_, request, &endpoint);
+  } catch (const std::exception& e) {
+    // A bug or resource exhaustion: answer 500 rather than take the connection (or node) down.
+    spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()),
+                  std::string_view(request.target()).substr(0, 256), e.what());
+    response = ToResponse({ErrorKind::kInternal, "internal error"});
+  }
+  context_->metrics.CountRequest(endpoint, response.result_int());
+  return response;
+}
+
+}  // namespace ringlimit::node

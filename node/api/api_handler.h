@@ -1,0 +1,84 @@
+// ApiHandler: the HTTP API of a ringlimit node (docs/api.md) as a RequestHandler -- routing, admin
+// authentication and the endpoint families, with no sockets. Construct it with its dependencies;
+// there is no global state.
+//
+// Thread safety: Handle, SetReady and ready may be called concurrently from any number of threads.
+// Lifetime: store, policies and metrics must outlive the ApiHandler. In this issue Handle calls
+// `respond` synchronously, before returning.
+#ifndef RINGLIMIT_NODE_API_API_HANDLER_H_
+#define RINGLIMIT_NODE_API_API_HANDLER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "limiter/limiter.h"
+#include "node/api/handler.h"
+
+namespace ringlimit::storage {
+class StateStore;
+}
+
+namespace ringlimit::node {
+
+class Metrics;
+class Policies;
+struct ApiContext;
+
+// The current time as Unix-epoch nanoseconds. Injected so tests control time. Must be thread-safe.
+using Clock = std::function<limiter::TimeNs()>;
+
+// The system clock (std::chrono::system_clock) as a Clock.
+[[nodiscard]] Clock SystemClock();
+
+struct ApiOptions {
+  // --- Affects behaviour ---
+
+  // When non-empty, DELETE /v1/keys/..., PUT /v1/headroom (and the cluster endpoints to come) require
+  // "Authorization: Bearer <admin_token>", else 401. Default: empty (no authentication).
+  std::string admin_token;
+
+  // Request header GET /v1/check reads the entity key from when the query has no `key`.
+  // Default: "X-RateLimit-Key". Empty disables it.
+  std::string key_header = "X-RateLimit-Key";
+
+  // How long a PUT /v1/headroom signal lasts unless the request gives ttl_ms. Default: 30 s.
+  std::chrono::milliseconds headroom_ttl{30'000};
+
+  // Most checks in one POST /v1/check and requests in one POST /v1/GetRateLimits. Default: 1000.
+  size_t max_checks = 1000;
+
+  // Longest entity key, in bytes. Default: 1024. REQUIRES: >= 1.
+  size_t max_key_bytes = 1024;
+
+  // Longest inline limit name, in bytes. Default: 256.
+  size_t max_name_bytes = 256;
+};
+
+class ApiHandler final : public RequestHandler {
+ public:
+  ApiHandler(storage::StateStore& store, Clock clock, Policies& policies, Metrics& metrics,
+             ApiOptions options = {});
+  ~ApiHandler() override;
+  ApiHandler(const ApiHandler&) = delete;
+  ApiHandler& operator=(const ApiHandler&) = delete;
+
+  void Handle(HttpRequest&& request, Respond respond) override;
+
+  // The same, returning the response (tests, benchmarks).
+  [[nodiscard]] HttpResponse HandleNow(const HttpRequest& request);
+
+  // GET /readyz answers 200 once the node has set ready (after start-up) and 503 after it clears it
+  // (draining). Default: not ready.
+  void SetReady(bool ready);
+  [[nodiscard]] bool ready() const;
+
+ private:
+  std::unique_ptr<ApiContext> context_;  // everything the endpoint families share
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_API_HANDLER_H_

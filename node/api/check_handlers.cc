@@ -1,0 +1,211 @@
+#include "node/api/check_handlers.h"
+
+#include <google/protobuf/arena.h>
+
+#include <boost/json.hpp>
+#include <charconv>
+
+#include "node/api/api_context.h"
+#include "node/api/api_json.h"
+#include "node/api/check_engine.h"
+#include "node/api/json_writer.h"
+
+namespace ringlimit::node {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+namespace {
+
+using limiter::DurationNs;
+
+int64_t CeilDiv(DurationNs d, DurationNs unit) { return d <= 0 ? 0 : (d - 1) / unit + 1; }
+
+// retry_after in ms; -1 for "never" (the cost exceeds what the limit can ever admit).
+int64_t RetryAfterMs(DurationNs d) { return d == limiter::kNever ? -1 : CeilDiv(d, limiter::kMillisecond); }
+
+// The JSON of CheckResponse (field names as in proto/api.proto CheckResponse/CheckResult).
+void WriteCheckResponse(const CheckBatch& batch, std::string* out) {
+  out->reserve(out->size() + 32 + batch.checks().size() * 200);
+  JsonWriter w(out);
+  w.BeginObject();
+  w.FieldBool("allowed", batch.all_allowed());
+  w.Key("results");
+  w.BeginArray();
+  for (size_t i = 0; i < batch.checks().size(); ++i) {
+    const PendingCheck& c = batch.checks()[i];
+    const limiter::Decision& d = batch.decisions()[i];
+    w.BeginObject();
+    w.Field("key", c.key);
+    w.Field("name", c.state_name);
+    w.FieldBool("allowed", d.allowed);
+    w.FieldUint("limit", d.limit);
+    w.FieldUint("remaining", d.remaining);
+    w.FieldInt("reset_ms", CeilDiv(d.reset_after, limiter::kMillisecond));
+    w.FieldInt("retry_after_ms", d.allowed ? 0 : RetryAfterMs(d.retry_after));
+    w.FieldInt("delay_ms", CeilDiv(d.delay, limiter::kMillisecond));
+    w.Field("mode", limiter::ModeName(c.spec->mode));
+    w.FieldBool("would_deny", d.would_deny);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+}
+
+HttpResponse JsonOk(http::status status, std::string body) {
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+void AppendInt(std::string* out, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, end);
+}
+
+// A Structured Field string (RFC 8941): printable ASCII, with " and \ escaped.
+void AppendSfString(std::string* out, std::string_view s) {
+  out->push_back('"');
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (c < 0x20 || c > 0x7e) {
+      out->push_back('?');
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+void SetHeaderInt(HttpResponse* response, http::field field, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  response->set(field, std::string_view(buf, static_cast<size_t>(end - buf)));
+}
+
+void SetHeaderInt(HttpResponse* response, std::string_view field, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  response->set(field, std::string_view(buf, static_cast<size_t>(end - buf)));
+}
+
+// RateLimit-Policy / RateLimit (draft-ietf-httpapi-ratelimit-headers-10), one list member per limit;
+// X-RateLimit-* and Retry-After from the binding limit (the refusing one with the longest wait, else
+// the one with the fewest units left).
+void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
+  std::string policy_header;
+  std::string state_header;
+  size_t binding = 0;
+  for (size_t i = 0; i < batch.checks().size(); ++i) {
+    const PendingCheck& c = batch.checks()[i];
+    const limiter::Decision& d = batch.decisions()[i];
+    if (i > 0) {
+      policy_header.append(", ");
+      state_header.append(", ");
+    }
+    AppendSfString(&policy_header, c.state_name);
+    policy_header.append(";q=");
+    AppendInt(&policy_header, static_cast<int64_t>(d.limit));
+    policy_header.append(";w=");
+    AppendInt(&policy_header, std::max<int64_t>(1, CeilDiv(c.spec->window, limiter::kSecond)));
+    AppendSfString(&state_header, c.state_name);
+    state_header.append(";r=");
+    AppendInt(&state_header, static_cast<int64_t>(d.remaining));
+    state_header.append(";t=");
+    AppendInt(&state_header, CeilDiv(d.reset_after, limiter::kSecond));
+
+    const limiter::Decision& b = batch.decisions()[binding];
+    const bool better = (!d.allowed && b.allowed) ||
+                        (!d.allowed && !b.allowed && d.retry_after > b.retry_after) ||
+                        (d.allowed && b.allowed && d.remaining < b.remaining);
+    if (better) binding = i;
+  }
+  response->set("RateLimit-Policy", policy_header);
+  response->set("RateLimit", state_header);
+  const limiter::Decision& b = batch.decisions()[binding];
+  SetHeaderInt(response, "X-RateLimit-Limit", static_cast<int64_t>(b.limit));
+  SetHeaderInt(response, "X-RateLimit-Remaining", static_cast<int64_t>(b.remaining));
+  SetHeaderInt(response, "X-RateLimit-Reset", CeilDiv(b.reset_after, limiter::kSecond));
+  if (!batch.all_allowed() && b.retry_after != limiter::kNever) {
+    SetHeaderInt(response, http::field::retry_after,
+                 std::max<int64_t>(1, CeilDiv(b.retry_after, limiter::kSecond)));
+  }
+}
+
+}  // namespace
+
+HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request) {
+  unsigned char buffer[16384];
+  json::monotonic_resource resource(buffer, sizeof buffer);
+  json::storage_ptr storage(&resource);
+  json::value root(storage);
+  if (auto error = ParseJsonBody(request.body(), &root)) return ToResponse(*error);
+  if (!root.is_object())
+    return ToResponse({ErrorKind::kInvalidField, "body: must be a JSON object with \"checks\""});
+  const json::value* checks_value = nullptr;
+  for (const auto& [key, value] : root.get_object()) {
+    if (key == "checks") {
+      checks_value = &value;
+    } else {
+      std::string message;
+      AppendJsonString(&message, key);
+      return ToResponse({ErrorKind::kInvalidField, message + ": unknown field"});
+    }
+  }
+  if (checks_value == nullptr || !checks_value->is_array()) {
+    return ToResponse({ErrorKind::kInvalidField, "checks: required, an array of checks"});
+  }
+  const json::array& checks = checks_value->get_array();
+  if (checks.empty()) return ToResponse({ErrorKind::kInvalidField, "checks: must not be empty"});
+  if (checks.size() > context.options.max_checks) {
+    return ToResponse(
+        {ErrorKind::kTooManyChecks, "checks: " + std::to_string(checks.size()) + " checks, at most " +
+                                        std::to_string(context.options.max_checks) + " allowed"});
+  }
+
+  google::protobuf::Arena arena;
+  CheckBatch batch(context);
+  batch.Reserve(checks.size());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    auto prefix = [i] { return "checks[" + std::to_string(i) + "]."; };
+    if (!checks[i].is_object())
+      return ToResponse({ErrorKind::kInvalidField, "checks[" + std::to_string(i) + "]: must be an object"});
+    auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&arena);
+    if (auto error = CheckFromJson(checks[i].get_object(), /*allow_target=*/true, check)) {
+      return ToResponse(Prefixed(prefix(), std::move(*error)));
+    }
+    if (auto error = batch.Add(*check, i)) return ToResponse(Prefixed(prefix(), std::move(*error)));
+  }
+  if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
+  std::string body;
+  WriteCheckResponse(batch, &body);
+  return JsonOk(http::status::ok, std::move(body));
+}
+
+HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+  api::Check check;
+  unsigned deny_status = 0;
+  if (auto error = CheckFromQuery(query, &check, &deny_status)) return ToResponse(*error);
+  if (check.key().empty() && !context.options.key_header.empty()) {
+    auto it = request.find(context.options.key_header);
+    if (it != request.end()) check.set_key(it->value().data(), it->value().size());
+  }
+  CheckBatch batch(context);
+  if (auto error = batch.Add(check, 0)) return ToResponse(*error);
+  if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
+  std::string body;
+  WriteCheckResponse(batch, &body);
+  const auto status = batch.all_allowed() ? http::status::ok
+                      : deny_status != 0  ? static_cast<http::status>(deny_status)
+                                          : http::status::too_many_requests;
+  HttpResponse response = JsonOk(status, std::move(body));
+  SetRateLimitHeaders(batch, &response);
+  return response;
+}
+
+}  // namespace ringlimit::node

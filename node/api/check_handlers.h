@@ -1,0 +1,25 @@
+// The check family: POST /v1/check (JSON batch) and GET /v1/check (query string + rate-limit headers).
+//
+// Thread safety: stateless functions over the thread-safe ApiContext.
+#ifndef RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
+#define RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
+
+#include <string_view>
+
+#include "node/api/handler.h"
+
+namespace ringlimit::node {
+
+struct ApiContext;
+
+// POST /v1/check: {"checks":[...]} -> 200 {"allowed":..,"results":[...]}, or a 4xx error.
+[[nodiscard]] HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request);
+
+// GET /v1/check?<query>: 200 when allowed, 429 (or ?deny_status=4xx) when denied, with the
+// RateLimit-Policy / RateLimit / X-RateLimit-* / Retry-After headers.
+[[nodiscard]] HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request,
+                                          std::string_view query);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_CHECK_HANDLERS_H_

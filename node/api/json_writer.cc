@@ -1,0 +1,147 @@
+#include "node/api/json_writer.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace ringlimit::node {
+
+void JsonWriter::Separate() {
+  if (!first_) out_->push_back(',');
+  first_ = false;
+}
+
+void JsonWriter::BeginObject() {
+  Separate();
+  out_->push_back('{');
+  first_ = true;
+}
+
+void JsonWriter::EndObject() {
+  out_->push_back('}');
+  first_ = false;
+}
+
+void JsonWriter::BeginArray() {
+  Separate();
+  out_->push_back('[');
+  first_ = true;
+}
+
+void JsonWriter::EndArray() {
+  out_->push_back(']');
+  first_ = false;
+}
+
+void JsonWriter::Key(std::string_view key) {
+  Separate();
+  AppendJsonString(out_, key);
+  out_->push_back(':');
+  first_ = true;  // the value that follows takes no comma
+}
+
+void JsonWriter::String(std::string_view value) {
+  Separate();
+  AppendJsonString(out_, value);
+}
+
+void JsonWriter::Int(int64_t value) {
+  Separate();
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out_->append(buf, end);
+}
+
+void JsonWriter::Uint(uint64_t value) {
+  Separate();
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out_->append(buf, end);
+}
+
+void JsonWriter::Double(double value) {
+  Separate();
+  if (!std::isfinite(value)) {
+    out_->append("null");
+    return;
+  }
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out_->append(buf, end);
+}
+
+void JsonWriter::Bool(bool value) {
+  Separate();
+  out_->append(value ? "true" : "false");
+}
+
+void AppendJsonString(std::string* out, std::string_view value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  size_t plain_start = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out->append(value.data() + plain_start, i - plain_start);
+    plain_start = i + 1;
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default: {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        out->append(esc, sizeof esc);
+      }
+    }
+  }
+  out->append(value.data() + plain_start, value.size() - plain_start);
+  out->push_back('"');
+}
+
+bool IsValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int extra;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= extra) return false;
+    for (int i = 1; i <= extra; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    p += extra + 1;
+  }
+  return true;
+}
+
+}  // namespace ringlimit::node

@@ -1,0 +1,98 @@
+#include "node/api/keys_handlers.h"
+
+#include <boost/url/parse_query.hpp>
+#include <boost/url/pct_string_view.hpp>
+
+#include "node/api/api_context.h"
+#include "node/api/api_error.h"
+#include "node/api/json_writer.h"
+#include "storage/state_store.h"
+
+namespace ringlimit::node {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+int64_t CeilMs(limiter::DurationNs d) { return d <= 0 ? 0 : (d - 1) / limiter::kMillisecond + 1; }
+
+// Percent-decodes the key of a /v1/keys/ path into *key and validates it.
+std::optional<ApiError> DecodeKey(const ApiContext& context, std::string_view encoded, std::string* key) {
+  auto pct = boost::urls::make_pct_string_view(encoded);
+  if (!pct) return ApiError{ErrorKind::kInvalidField, "key: malformed percent-encoding"};
+  *key = pct->decode();
+  if (key->empty()) return ApiError{ErrorKind::kInvalidField, "key: required in the path (/v1/keys/{key})"};
+  if (key->size() > context.options.max_key_bytes) {
+    return ApiError{ErrorKind::kInvalidField,
+                    "key: longer than " + std::to_string(context.options.max_key_bytes) + " bytes"};
+  }
+  if (!IsValidUtf8(*key)) return ApiError{ErrorKind::kInvalidField, "key: not valid UTF-8"};
+  return std::nullopt;
+}
+
+HttpResponse Json(std::string body) {
+  HttpResponse response{http::status::ok, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+}  // namespace
+
+HttpResponse HandleKeysGet(const ApiContext& context, std::string_view encoded_key) {
+  std::string key;
+  if (auto error = DecodeKey(context, encoded_key, &key)) return ToResponse(*error);
+  const limiter::TimeNs now = context.clock();
+  std::vector<storage::StoredState> states = context.store.Get(key);
+  // KeyResponse / KeyState of proto/api.proto.
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("key", key);
+  w.Key("states");
+  w.BeginArray();
+  for (const storage::StoredState& s : states) {
+    const limiter::Decision d = limiter::Peek(s.spec, s.state, limiter::Request{.cost = 0, .now = now});
+    w.BeginObject();
+    w.Field("name", s.name);
+    w.Field("algorithm", limiter::AlgorithmName(s.spec.algorithm));
+    w.FieldUint("limit", s.spec.limit);
+    w.FieldInt("window_ms", s.spec.window / limiter::kMillisecond);
+    w.FieldUint("remaining", d.remaining);
+    w.FieldInt("reset_ms", CeilMs(d.reset_after));
+    w.FieldUint("version", s.version);
+    w.Field("mode", limiter::ModeName(s.spec.mode));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(std::move(body));
+}
+
+HttpResponse HandleKeysDelete(const ApiContext& context, std::string_view encoded_key,
+                              std::string_view query) {
+  std::string key;
+  if (auto error = DecodeKey(context, encoded_key, &key)) return ToResponse(*error);
+  std::optional<std::string> name;
+  auto params = boost::urls::parse_query(query);
+  if (!params) return ToResponse({ErrorKind::kInvalidField, "query: malformed query string"});
+  for (const auto& param : *params) {
+    if (param.key == "name") {
+      name = param.value.decode();
+      if (name->empty()) return ToResponse({ErrorKind::kInvalidField, "name: must not be empty"});
+    }
+  }
+  const size_t removed = context.store.Erase(
+      key, name ? std::optional<std::string_view>(*name) : std::optional<std::string_view>());
+  // ResetResponse of proto/api.proto.
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("key", key);
+  w.FieldUint("removed", removed);
+  w.EndObject();
+  return Json(std::move(body));
+}
+
+}  // namespace ringlimit::node

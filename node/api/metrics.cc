@@ -1,0 +1,182 @@
+#include "node/api/metrics.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace ringlimit::node {
+
+namespace {
+
+constexpr size_t kEndpoints = static_cast<size_t>(Endpoint::kCount);
+
+void AppendUint(std::string* out, uint64_t v) { out->append(std::to_string(v)); }
+
+// Prometheus label values escape backslash, double quote and newline.
+void AppendLabelValue(std::string* out, std::string_view v) {
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (c == '\n') {
+      out->append("\\n");
+    } else {
+      out->push_back(c);
+    }
+  }
+}
+
+void AppendSeconds(std::string* out, int64_t ns) {
+  char buf[32];
+  const int n = snprintf(buf, sizeof buf, "%.9g", static_cast<double>(ns) / 1e9);
+  out->append(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string_view EndpointName(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCheckGet:
+      return "check_get";
+    case Endpoint::kCheckPost:
+      return "check_post";
+    case Endpoint::kKeysGet:
+      return "keys_get";
+    case Endpoint::kKeysDelete:
+      return "keys_delete";
+    case Endpoint::kGetRateLimits:
+      return "get_rate_limits";
+    case Endpoint::kHeadroom:
+      return "headroom";
+    case Endpoint::kHealthz:
+      return "healthz";
+    case Endpoint::kReadyz:
+      return "readyz";
+    case Endpoint::kMetrics:
+      return "metrics";
+    case Endpoint::kOther:
+      return "other";
+    case Endpoint::kTransport:
+    case Endpoint::kCount:
+      break;
+  }
+  return "transport";
+}
+
+Metrics::Metrics() : requests_(new std::atomic<uint64_t>[kEndpoints * kStatuses]) {
+  for (size_t i = 0; i < kEndpoints * kStatuses; ++i) requests_[i].store(0, std::memory_order_relaxed);
+}
+
+void Metrics::CountRequest(Endpoint endpoint, unsigned status) {
+  if (status >= kStatuses || status < 100) status = 0;
+  const size_t e = std::min(static_cast<size_t>(endpoint), kEndpoints - 1);
+  requests_[e * kStatuses + status].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Metrics::TEST_Requests(Endpoint endpoint, unsigned status) const {
+  return requests_[static_cast<size_t>(endpoint) * kStatuses + status].load(std::memory_order_relaxed);
+}
+
+void Metrics::ObserveLatency(std::chrono::nanoseconds latency) {
+  const int64_t ns = std::max<int64_t>(0, latency.count());
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) - kLatencyBoundsNs.begin());
+  latency_buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
+  latency_count_.fetch_add(1, std::memory_order_relaxed);
+  latency_sum_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+DecisionCounters* Metrics::ForPolicy(std::string_view policy) {
+  {
+    std::shared_lock lock(policies_mutex_);
+    auto it = policies_.find(policy);
+    if (it != policies_.end()) return it->second.get();
+  }
+  std::unique_lock lock(policies_mutex_);
+  auto [it, inserted] = policies_.try_emplace(std::string(policy));
+  if (inserted) it->second = std::make_unique<DecisionCounters>();
+  return it->second.get();
+}
+
+std::string Metrics::Render(const storage::StoreStats& store) const {
+  std::string out;
+  out.reserve(4096);
+
+  out.append(
+      "# HELP ringlimit_http_requests_total HTTP responses by endpoint and status.\n"
+      "# TYPE ringlimit_http_requests_total counter\n");
+  for (size_t e = 0; e < kEndpoints; ++e) {
+    for (unsigned s = 0; s < kStatuses; ++s) {
+      const uint64_t n = requests_[e * kStatuses + s].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      out.append("ringlimit_http_requests_total{endpoint=\"");
+      out.append(EndpointName(static_cast<Endpoint>(e)));
+      out.append("\",status=\"");
+      AppendUint(&out, s);
+      out.append("\"} ");
+      AppendUint(&out, n);
+      out.push_back('\n');
+    }
+  }
+
+  out.append(
+      "# HELP ringlimit_decisions_total Limit decisions by policy (\"_inline\" for inline limits) and "
+      "outcome.\n"
+      "# TYPE ringlimit_decisions_total counter\n");
+  {
+    std::shared_lock lock(policies_mutex_);
+    for (const auto& [name, counters] : policies_) {
+      const std::pair<const char*, const std::atomic<uint64_t>*> outcomes[] = {
+          {"allowed", &counters->allowed},
+          {"denied", &counters->denied},
+          {"shadow_denied", &counters->shadow_denied}};
+      for (const auto& [outcome, value] : outcomes) {
+        out.append("ringlimit_decisions_total{policy=\"");
+        AppendLabelValue(&out, name.empty() ? std::string_view("_inline") : std::string_view(name));
+        out.append("\",outcome=\"");
+        out.append(outcome);
+        out.append("\"} ");
+        AppendUint(&out, value->load(std::memory_order_relaxed));
+        out.push_back('\n');
+      }
+    }
+  }
+
+  out.append(
+      "# HELP ringlimit_request_duration_seconds Time from a complete request to its response.\n"
+      "# TYPE ringlimit_request_duration_seconds histogram\n");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b <= kLatencyBoundsNs.size(); ++b) {
+    cumulative += latency_buckets_[b].load(std::memory_order_relaxed);
+    out.append("ringlimit_request_duration_seconds_bucket{le=\"");
+    if (b == kLatencyBoundsNs.size()) {
+      out.append("+Inf");
+    } else {
+      AppendSeconds(&out, kLatencyBoundsNs[b]);
+    }
+    out.append("\"} ");
+    AppendUint(&out, cumulative);
+    out.push_back('\n');
+  }
+  out.append("ringlimit_request_duration_seconds_sum ");
+  AppendSeconds(&out, static_cast<int64_t>(latency_sum_ns_.load(std::memory_order_relaxed)));
+  out.append("\nringlimit_request_duration_seconds_count ");
+  AppendUint(&out, latency_count_.load(std::memory_order_relaxed));
+  out.push_back('\n');
+
+  out.append(
+      "# HELP ringlimit_keys States held in the memory tier.\n"
+      "# TYPE ringlimit_keys gauge\nringlimit_keys ");
+  AppendUint(&out, store.keys);
+  out.append(
+      "\n# HELP ringlimit_evictions_total States evicted by the memory bound.\n"
+      "# TYPE ringlimit_evictions_total counter\nringlimit_evictions_total ");
+  AppendUint(&out, store.evictions);
+  out.append(
+      "\n# HELP ringlimit_idle_drops_total States dropped because they were back to their initial value.\n"
+      "# TYPE ringlimit_idle_drops_total counter\nringlimit_idle_drops_total ");
+  AppendUint(&out, store.idle_drops);
+  out.push_back('\n');
+  return out;
+}
+
+}  // namespace ringlimit::node

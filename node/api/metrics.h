@@ -1,0 +1,95 @@
+// Metrics: the node's counters, rendered in the Prometheus text exposition format at GET /metrics.
+// Atomic counters only; no external library.
+//
+// Thread safety: every method is safe for concurrent use from many threads without external
+// synchronisation. Counting never blocks: counters are relaxed atomics, and the per-policy table is
+// read under a shared lock (written only the first time a policy name is seen).
+#ifndef RINGLIMIT_NODE_API_METRICS_H_
+#define RINGLIMIT_NODE_API_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+
+#include "storage/state_store.h"
+
+namespace ringlimit::node {
+
+// The API endpoints, as counted in ringlimit_http_requests_total{endpoint=...}.
+enum class Endpoint : uint8_t {
+  kCheckGet,
+  kCheckPost,
+  kKeysGet,
+  kKeysDelete,
+  kGetRateLimits,
+  kHeadroom,
+  kHealthz,
+  kReadyz,
+  kMetrics,
+  kOther,      // unknown paths, wrong methods
+  kTransport,  // errors the transport answers itself (408, 413, 431, 503)
+  kCount,
+};
+[[nodiscard]] std::string_view EndpointName(Endpoint endpoint);
+
+// Decision counters of one policy (inline checks are counted under the policy label "_inline").
+struct DecisionCounters {
+  std::atomic<uint64_t> allowed{0};
+  std::atomic<uint64_t> denied{0};
+  std::atomic<uint64_t> shadow_denied{0};  // admitted only because the limit is in shadow mode
+};
+
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // One HTTP response with `status` (100..599; others are counted as 0) answered for `endpoint`.
+  void CountRequest(Endpoint endpoint, unsigned status);
+
+  // The transport calls this for every response it writes: the time from the complete request to
+  // the response being ready.
+  void ObserveLatency(std::chrono::nanoseconds latency);
+
+  // The transport calls this for responses it produced itself (408, 413, 431, 503, 400 on a
+  // malformed request line); handler responses are counted by the handler.
+  void CountTransportError(unsigned status) { CountRequest(Endpoint::kTransport, status); }
+
+  // The counters of `policy` ("" = inline limits). The pointer stays valid for the Metrics' life.
+  [[nodiscard]] DecisionCounters* ForPolicy(std::string_view policy);
+
+  // The whole exposition text; `store` supplies keys held and evictions.
+  [[nodiscard]] std::string Render(const storage::StoreStats& store) const;
+
+  // Upper bounds of the latency histogram buckets, in nanoseconds (the +Inf bucket is implicit).
+  static constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
+      25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
+      5'000'000, 10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
+  // Test hooks.
+  [[nodiscard]] uint64_t TEST_Requests(Endpoint endpoint, unsigned status) const;
+
+ private:
+  static constexpr unsigned kStatuses = 600;
+
+  // Constant after construction (the arrays themselves; their elements are atomics).
+  std::unique_ptr<std::atomic<uint64_t>[]> requests_;  // [endpoint * kStatuses + status]
+  std::array<std::atomic<uint64_t>, kLatencyBoundsNs.size() + 1> latency_buckets_{};
+  std::atomic<uint64_t> latency_count_{0};
+  std::atomic<uint64_t> latency_sum_ns_{0};
+
+  // Protected by policies_mutex_ (the map; the counters it points to are atomics, never freed).
+  mutable std::shared_mutex policies_mutex_;
+  std::map<std::string, std::unique_ptr<DecisionCounters>, std::less<>> policies_;
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_METRICS_H_
