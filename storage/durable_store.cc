@@ -1,0 +1,304 @@
+#include "storage/durable_store.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/compaction_filter.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <set>
+
+#include "storage/key_codec.h"
+#include "storage/state_codec.h"
+
+namespace ringlimit::storage {
+namespace {
+
+limiter::TimeNs WallNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Drops rows whose expiry (Unix ns) has passed: the state is back to its initial value, so the row
+// means nothing. Values that do not parse are kept (never lose data because of a reader bug).
+class ExpiryFilter : public rocksdb::CompactionFilter {
+ public:
+  bool Filter(int /*level*/, const rocksdb::Slice& /*key*/, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const override {
+    auto expiry = DecodeExpiry(std::string_view(value.data(), value.size()));
+    return expiry.has_value() && *expiry <= WallNow();
+  }
+  const char* Name() const override { return "ringlimit.ExpiryFilter"; }
+};
+
+StorageErrorKind KindOf(const rocksdb::Status& status) {
+  if (status.IsCorruption()) return StorageErrorKind::kCorruption;
+  if (status.IsInvalidArgument() || status.IsNotSupported()) return StorageErrorKind::kCorruption;
+  return StorageErrorKind::kIoError;
+}
+
+rocksdb::Options MakeRocksOptions(const RocksDbOptions& o) {
+  static const ExpiryFilter kExpiryFilter;  // stateless, shared by every DB in the process
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_background_jobs = o.max_background_jobs;
+  options.write_buffer_size = o.write_buffer_bytes;
+  options.level_compaction_dynamic_level_bytes = true;
+  options.compaction_filter = &kExpiryFilter;
+  options.compression = rocksdb::kLZ4Compression;
+  options.info_log_level = rocksdb::WARN_LEVEL;
+  options.keep_log_file_num = 3;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  if (o.bloom_bits_per_key > 0)
+    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(o.bloom_bits_per_key));
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+}  // namespace
+
+// Reads of memory misses. Called without store locks; failures are logged, counted, and read as absent.
+class DurableStore::Loader final : public MissLoader {
+ public:
+  explicit Loader(DurableStore& store) : store_(store) {}
+
+  std::vector<std::optional<StoredState>> Load(std::string_view entity, ring::Token token,
+                                               std::span<const std::string_view> names) override {
+    std::vector<std::string> keys;
+    std::vector<rocksdb::Slice> slices;
+    keys.reserve(names.size());
+    for (auto name : names) keys.push_back(EncodeRowKey(token, entity, name));
+    for (const auto& k : keys) slices.emplace_back(k);
+    std::vector<std::string> values;
+    auto statuses = store_.db_->MultiGet(rocksdb::ReadOptions(), slices, &values);
+    std::vector<std::optional<StoredState>> out(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (statuses[i].IsNotFound()) continue;
+      if (!statuses[i].ok()) {
+        Fail(entity, statuses[i].ToString());
+        continue;
+      }
+      out[i] = Decode(entity, names[i], values[i]);
+    }
+    return out;
+  }
+
+  std::vector<StoredState> LoadEntity(std::string_view entity, ring::Token token) override {
+    std::string prefix = EntityPrefix(token, entity);
+    std::vector<StoredState> out;
+    std::unique_ptr<rocksdb::Iterator> it(store_.db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      std::string_view name(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+      if (auto s = Decode(entity, name, it->value().ToStringView())) out.push_back(std::move(*s));
+    }
+    if (!it->status().ok()) Fail(entity, it->status().ToString());
+    return out;
+  }
+
+  std::optional<StoredState> Decode(std::string_view entity, std::string_view name, std::string_view value) {
+    auto s = DecodeStateValue(name, value);
+    if (!s) {
+      Fail(entity, "unparseable value for limit '" + std::string(name) + "'");
+      return std::nullopt;
+    }
+    store_.loads_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  void Fail(std::string_view entity, const std::string& what) {
+    store_.load_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("storage: reading entity '{}' from RocksDB failed ({}); serving it as new", entity, what);
+  }
+
+  DurableStore& store_;
+};
+
+OpenResult DurableStore::Open(const StorageOptions& options) {
+  OpenResult result;
+  if (options.flush_interval_ms == 0) {
+    result.error = StorageError{StorageErrorKind::kInvalidArgument, "flush interval must be at least 1 ms"};
+    return result;
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status = rocksdb::DB::Open(MakeRocksOptions(options.rocksdb), options.data_dir, &raw);
+  if (!status.ok()) {
+    result.error = StorageError{KindOf(status), "cannot open the RocksDB data directory '" +
+                                                    options.data_dir + "': " + status.ToString()};
+    return result;
+  }
+  result.store.reset(new DurableStore(options, std::unique_ptr<rocksdb::DB>(raw)));
+  spdlog::info("storage: RocksDB write-back tier in '{}', flush every {} ms, max_keys {}", options.data_dir,
+               options.flush_interval_ms, options.max_keys);
+  return result;
+}
+
+DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db)
+    : options_(options), db_(std::move(db)), loader_(std::make_unique<Loader>(*this)) {
+  MemoryStoreOptions memory;
+  memory.max_keys = options.max_keys;
+  memory.shards = options.shards;
+  memory.write_back = true;
+  memory.loader = loader_.get();
+  memory.on_pressure = [this] {
+    std::lock_guard lock(wake_mutex_);
+    flush_requested_ = true;
+    wake_.notify_one();
+  };
+  memory_ = std::make_unique<MemoryStore>(std::move(memory));
+  flusher_ = std::thread([this] { FlusherLoop(); });
+}
+
+DurableStore::~DurableStore() { Close(); }
+
+void DurableStore::FlusherLoop() {
+  const auto interval = std::chrono::milliseconds(options_.flush_interval_ms);
+  std::unique_lock lock(wake_mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, interval, [this] { return stop_ || flush_requested_; });
+    if (stop_) break;
+    flush_requested_ = false;
+    lock.unlock();
+    FlushOnce();
+    lock.lock();
+  }
+}
+
+bool DurableStore::FlushOnce() {
+  std::lock_guard flush_lock(flush_mutex_);
+  std::vector<DirtyRecord> batch = memory_->CollectDirty();
+  if (batch.empty()) return true;
+  rocksdb::WriteBatch writes;
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  // CollectDirty lists each shard's deletes before its puts: a state recreated after a delete wins.
+  for (const DirtyRecord& r : batch) {
+    std::string key = EncodeRowKey(r.token, r.entity, r.state.name);
+    if (r.erase) {
+      writes.Delete(key);
+      ++deletes;
+    } else {
+      writes.Put(key, EncodeStateValue(r.state, r.expiry));
+      ++puts;
+    }
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = !options_.rocksdb.use_wal;
+  write_options.sync = options_.rocksdb.sync;
+  rocksdb::Status status = fail_writes_.load() ? rocksdb::Status::IOError("TEST_FailWrites: injected failure")
+                                               : db_->Write(write_options, &writes);
+  if (!status.ok()) {
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("storage: writing {} dirty states to RocksDB failed ({}); serving from memory, retrying",
+                  batch.size(), status.ToString());
+    memory_->AckFlushed(batch, false);
+    return false;
+  }
+  memory_->AckFlushed(batch, true);
+  flushes_.fetch_add(1, std::memory_order_relaxed);
+  flushed_states_.fetch_add(puts, std::memory_order_relaxed);
+  deleted_rows_.fetch_add(deletes, std::memory_order_relaxed);
+  return true;
+}
+
+void DurableStore::Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
+                          const std::function<void(std::span<limiter::State* const>)>& fn) {
+  memory_->Update(entity, slots, now, fn);
+}
+
+std::vector<StoredState> DurableStore::Get(std::string_view entity) { return memory_->Get(entity); }
+
+size_t DurableStore::Erase(std::string_view entity, std::optional<std::string_view> name) {
+  return memory_->Erase(entity, name);
+}
+
+StoreStats DurableStore::Stats() const { return memory_->Stats(); }
+
+bool DurableStore::ApplyIfNewer(std::string_view entity, const StoredState& state) {
+  return memory_->ApplyIfNewer(entity, state);
+}
+
+std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::Token last) {
+  // Memory holds the newest version of what it holds; RocksDB (after a flush) has the rest.
+  Flush();
+  std::vector<EntityState> out = memory_->ScanTokenRange(first, last);
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& s : out) seen.emplace(s.entity, s.state.name);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(TokenPrefix(first)); it->Valid(); it->Next()) {
+    auto row = DecodeRowKey(it->key().ToStringView());
+    if (!row) continue;
+    if (row->token > last) break;
+    if (seen.contains({std::string(row->entity), std::string(row->name)})) continue;
+    if (auto s = loader_->Decode(row->entity, row->name, it->value().ToStringView())) {
+      out.push_back({std::string(row->entity), row->token, std::move(*s)});
+    }
+  }
+  return out;
+}
+
+void DurableStore::TEST_CompactAll() {
+  rocksdb::CompactRangeOptions options;
+  options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  rocksdb::Status status = db_->CompactRange(options, nullptr, nullptr);
+  if (!status.ok()) spdlog::error("storage: compaction failed: {}", status.ToString());
+}
+
+void DurableStore::SetObserver(StateObserver* observer) { memory_->SetObserver(observer); }
+
+void DurableStore::Flush() {
+  if (db_) FlushOnce();
+}
+
+void DurableStore::Close() {
+  if (closed_) return;
+  closed_ = true;
+  {
+    std::lock_guard lock(wake_mutex_);
+    stop_ = true;
+    wake_.notify_one();
+  }
+  flusher_.join();
+  if (!FlushOnce()) {
+    spdlog::error("storage: final flush failed; {} states were not written", memory_->DirtyCount());
+  }
+  rocksdb::Status status = db_->Close();
+  if (!status.ok()) spdlog::error("storage: closing RocksDB: {}", status.ToString());
+  db_.reset();
+  spdlog::info("storage: closed '{}'", options_.data_dir);
+}
+
+DurabilityStats DurableStore::Durability() const {
+  DurabilityStats stats;
+  stats.persistent = true;
+  stats.flushes = flushes_.load(std::memory_order_relaxed);
+  stats.flushed_states = flushed_states_.load(std::memory_order_relaxed);
+  stats.deleted_rows = deleted_rows_.load(std::memory_order_relaxed);
+  stats.write_errors = write_errors_.load(std::memory_order_relaxed);
+  stats.loads = loads_.load(std::memory_order_relaxed);
+  stats.load_errors = load_errors_.load(std::memory_order_relaxed);
+  stats.dirty = memory_->DirtyCount();
+  return stats;
+}
+
+OpenResult OpenStateStore(const StorageOptions& options) {
+  if (!options.data_dir.empty()) return DurableStore::Open(options);
+  spdlog::warn("storage: no data directory (--data-dir): memory-only, counters do not survive a restart");
+  MemoryStoreOptions memory;
+  memory.max_keys = options.max_keys;
+  memory.shards = options.shards;
+  OpenResult result;
+  result.store = std::make_unique<MemoryStore>(std::move(memory));
+  return result;
+}
+
+}  // namespace ringlimit::storage

@@ -1,0 +1,302 @@
+#include "storage/durable_store.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "storage/key_codec.h"
+
+namespace ringlimit::storage {
+namespace {
+
+using limiter::Algorithm;
+using limiter::kMillisecond;
+using limiter::kSecond;
+using limiter::LimitSpec;
+using limiter::State;
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::kFixedWindow,   Algorithm::kSlidingLog,
+                                     Algorithm::kSlidingWindow, Algorithm::kSlidingWindowApprox,
+                                     Algorithm::kTokenBucket,   Algorithm::kLeakyBucket,
+                                     Algorithm::kGcra};
+
+// The compaction filter compares expiries with the wall clock, so the tests run near it.
+limiter::TimeNs Now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+LimitSpec Spec(Algorithm algorithm, uint64_t limit, limiter::DurationNs window) {
+  LimitSpec spec;
+  spec.algorithm = algorithm;
+  spec.limit = limit;
+  spec.window = window;
+  spec.buckets = 10;
+  if (algorithm == Algorithm::kGcra) spec.burst = limit;
+  return spec;
+}
+
+limiter::Decision Charge(StateStore& store, std::string_view entity, const LimitSpec& spec,
+                         limiter::TimeNs now, uint64_t cost = 1) {
+  Slot slot{"n", &spec};
+  limiter::Decision decision;
+  store.Update(entity, std::span<const Slot>(&slot, 1), now, [&](std::span<State* const> states) {
+    decision = limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.});
+  });
+  return decision;
+}
+
+class DurableStoreTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ringlimit-storage-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    options_.data_dir = dir_ + "/db";
+    options_.flush_interval_ms = 60'000;  // tests flush explicitly unless they say otherwise
+    options_.shards = 2;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<DurableStore> Open() {
+    OpenResult opened = OpenStateStore(options_);
+    EXPECT_TRUE(opened.ok()) << (opened.error ? opened.error->message : "");
+    return std::unique_ptr<DurableStore>(static_cast<DurableStore*>(opened.store.release()));
+  }
+
+  // Counts rows by opening the (closed) database directly.
+  size_t CountRows() {
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options options;
+    EXPECT_TRUE(rocksdb::DB::OpenForReadOnly(options, options_.data_dir, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    size_t rows = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) ++rows;
+    return rows;
+  }
+
+  std::string dir_;
+  StorageOptions options_;
+};
+
+TEST_F(DurableStoreTest, FlushThenReopenRestoresEveryAlgorithmExactly) {
+  const limiter::TimeNs t0 = Now();
+  std::map<std::string, std::vector<StoredState>> before;
+  {
+    auto store = Open();
+    for (Algorithm a : kAlgorithms) {
+      std::string entity = "user:" + std::string(limiter::AlgorithmName(a));
+      LimitSpec spec = Spec(a, 10, 60 * kSecond);
+      for (int i = 0; i < 4; ++i) Charge(*store, entity, spec, t0 + i * kMillisecond);
+      before[entity] = store->Get(entity);
+      ASSERT_EQ(before[entity].size(), 1u);
+    }
+    store->Flush();
+    EXPECT_EQ(store->Durability().dirty, 0u);
+    EXPECT_GE(store->Durability().flushed_states, 7u);
+  }
+  auto store = Open();
+  EXPECT_EQ(store->Stats().keys, 0u);  // lazy: nothing is read at open
+  for (Algorithm a : kAlgorithms) {
+    std::string entity = "user:" + std::string(limiter::AlgorithmName(a));
+    SCOPED_TRACE(entity);
+    auto after = store->Get(entity);
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_EQ(after[0].state, before[entity][0].state);
+    EXPECT_EQ(after[0].version, before[entity][0].version);
+    EXPECT_EQ(limiter::Fingerprint(after[0].spec), limiter::Fingerprint(before[entity][0].spec));
+    // The next decision continues from the restored state, as it would have without a restart.
+    LimitSpec spec = Spec(a, 10, 60 * kSecond);
+    State reference = before[entity][0].state;
+    auto expected = limiter::Check(spec, reference, {1, t0 + 5 * kMillisecond, 0.});
+    auto got = Charge(*store, entity, spec, t0 + 5 * kMillisecond);
+    EXPECT_EQ(got.allowed, expected.allowed);
+    EXPECT_EQ(got.remaining, expected.remaining);
+  }
+  EXPECT_GE(store->Durability().loads, 7u);
+}
+
+TEST_F(DurableStoreTest, CloseFlushesEverything) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 100, 3600 * kSecond);
+  {
+    auto store = Open();
+    for (int i = 0; i < 1000; ++i) Charge(*store, "k" + std::to_string(i), spec, t0, 1 + i % 7);
+    EXPECT_EQ(store->Durability().dirty, 1000u);
+  }  // no Flush: the destructor closes, which flushes
+  auto store = Open();
+  for (int i = 0; i < 1000; ++i) {
+    auto d = Charge(*store, "k" + std::to_string(i), spec, t0, 0);
+    EXPECT_EQ(d.remaining, 100u - (1 + i % 7)) << i;
+  }
+}
+
+TEST_F(DurableStoreTest, FlusherWritesInTheBackground) {
+  options_.flush_interval_ms = 10;
+  auto store = Open();
+  Charge(*store, "k", Spec(Algorithm::kFixedWindow, 5, 60 * kSecond), Now());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store->Durability().flushes == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(store->Durability().flushes, 1u);
+  EXPECT_EQ(store->Durability().dirty, 0u);
+}
+
+TEST_F(DurableStoreTest, IdleAndErasedStatesLeaveTheDatabase) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  options_.shards = 1;
+  {
+    auto store = Open();
+    Charge(*store, "idle", spec, t0);
+    Charge(*store, "erased", spec, t0);
+    Charge(*store, "kept", Spec(Algorithm::kTokenBucket, 5, 3600 * kSecond), t0);
+    store->Flush();
+    EXPECT_EQ(store->Durability().flushed_states, 3u);
+    EXPECT_EQ(store->Erase("erased", std::nullopt), 1u);
+    // Two seconds later "idle" has refilled: the sweep drops it from memory and from disk.
+    for (int i = 0; i < 5; ++i)
+      Charge(*store, "kept", Spec(Algorithm::kTokenBucket, 5, 3600 * kSecond), t0 + 2 * kSecond, 0);
+    EXPECT_EQ(store->Stats().idle_drops, 1u);
+    store->Flush();
+    EXPECT_EQ(store->Durability().deleted_rows, 2u);
+  }
+  EXPECT_EQ(CountRows(), 1u);
+}
+
+TEST_F(DurableStoreTest, CompactionDropsExpiredRows) {
+  const limiter::TimeNs past = Now() - 3600 * kSecond;
+  {
+    auto store = Open();
+    // States written an hour ago with a one-second window: expired rows, never touched again.
+    for (int i = 0; i < 50; ++i)
+      Charge(*store, "old" + std::to_string(i), Spec(Algorithm::kFixedWindow, 5, kSecond), past);
+    Charge(*store, "live", Spec(Algorithm::kFixedWindow, 5, 3600 * kSecond), Now());
+    store->Flush();
+    store->TEST_CompactAll();
+  }
+  EXPECT_EQ(CountRows(), 1u);
+}
+
+TEST_F(DurableStoreTest, EvictionUnderATinyBoundReloadsExactly) {
+  options_.max_keys = 4;
+  options_.shards = 1;
+  const limiter::TimeNs t0 = Now();
+  auto store = Open();
+  MemoryStore reference;  // unbounded: what the states must be
+  for (int round = 0; round < 3; ++round) {
+    for (Algorithm a : kAlgorithms) {
+      for (int e = 0; e < 3; ++e) {
+        std::string entity = std::string(limiter::AlgorithmName(a)) + ":" + std::to_string(e);
+        LimitSpec spec = Spec(a, 20, 60 * kSecond);
+        limiter::TimeNs now = t0 + round * 10 * kMillisecond;
+        auto got = Charge(*store, entity, spec, now, 1 + e);
+        auto want = Charge(reference, entity, spec, now, 1 + e);
+        EXPECT_EQ(got.allowed, want.allowed) << entity;
+        EXPECT_EQ(got.remaining, want.remaining) << entity;
+      }
+      store->Flush();  // dirty states become clean, hence evictable
+    }
+  }
+  EXPECT_GT(store->Stats().evictions, 0u);
+  EXPECT_GT(store->Durability().loads, 0u);
+  for (const auto& s : reference.ScanTokenRange(0, UINT64_MAX)) {
+    auto got = store->Get(s.entity);
+    ASSERT_EQ(got.size(), 1u) << s.entity;
+    EXPECT_EQ(got[0].state, s.state.state) << s.entity;
+    EXPECT_EQ(got[0].version, s.state.version) << s.entity;
+  }
+}
+
+TEST_F(DurableStoreTest, DirtyStatesAreNotEvictedAndFailedWritesAreRetried) {
+  options_.max_keys = 2;
+  options_.shards = 1;
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  {
+    auto store = Open();
+    store->TEST_FailWrites(true);
+    for (int i = 0; i < 6; ++i) Charge(*store, "k" + std::to_string(i), spec, t0, 3);
+    store->Flush();
+    EXPECT_GE(store->Durability().write_errors, 1u);
+    EXPECT_EQ(store->Stats().keys, 6u);  // over the bound rather than losing unwritten states
+    EXPECT_EQ(store->Stats().evictions, 0u);
+    EXPECT_EQ(store->Durability().dirty, 6u);
+    store->TEST_FailWrites(false);
+    store->Flush();
+    EXPECT_EQ(store->Durability().dirty, 0u);
+    Charge(*store, "k6", spec, t0, 3);  // now clean states can make room
+    EXPECT_LE(store->Stats().keys, 2u);
+  }
+  auto store = Open();
+  for (int i = 0; i <= 6; ++i)
+    EXPECT_EQ(Charge(*store, "k" + std::to_string(i), spec, t0, 0).remaining, 7u) << i;
+}
+
+TEST_F(DurableStoreTest, ScanTokenRangeSeesMemoryAndDisk) {
+  options_.max_keys = 10;
+  options_.shards = 1;
+  auto store = Open();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  for (int i = 0; i < 100; ++i) {
+    Charge(*store, "k" + std::to_string(i), spec, Now());
+    if (i % 10 == 9) store->Flush();
+  }
+  auto all = store->ScanTokenRange(0, UINT64_MAX);
+  EXPECT_EQ(all.size(), 100u);
+  ring::Token mid = UINT64_MAX / 3;
+  auto low = store->ScanTokenRange(0, mid);
+  for (const auto& s : low) EXPECT_LE(s.token, mid);
+  EXPECT_EQ(low.size() + store->ScanTokenRange(mid + 1, UINT64_MAX).size(), 100u);
+}
+
+TEST_F(DurableStoreTest, CorruptOrUnusableDirectoryIsAnErrorValue) {
+  {
+    auto store = Open();
+    Charge(*store, "k", Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond), Now());
+  }
+  // Garbage in the manifest pointer.
+  std::ofstream(options_.data_dir + "/CURRENT", std::ios::trunc) << "not a manifest\n";
+  OpenResult corrupt = OpenStateStore(options_);
+  ASSERT_FALSE(corrupt.ok());
+  ASSERT_TRUE(corrupt.error.has_value());
+  EXPECT_NE(corrupt.error->message.find(options_.data_dir), std::string::npos) << corrupt.error->message;
+
+  // A regular file where the directory should be.
+  std::ofstream(dir_ + "/file") << "x";
+  options_.data_dir = dir_ + "/file";
+  OpenResult not_dir = OpenStateStore(options_);
+  ASSERT_FALSE(not_dir.ok());
+  EXPECT_EQ(not_dir.error->kind, StorageErrorKind::kIoError);
+
+  options_.data_dir = dir_ + "/db2";
+  options_.flush_interval_ms = 0;
+  OpenResult bad = OpenStateStore(options_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error->kind, StorageErrorKind::kInvalidArgument);
+}
+
+TEST_F(DurableStoreTest, SecondOpenOfTheSameDirectoryIsAnError) {
+  auto store = Open();
+  OpenResult second = OpenStateStore(options_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error->kind, StorageErrorKind::kIoError);
+}
+
+TEST(OpenStateStoreTest, EmptyDataDirIsMemoryOnly) {
+  StorageOptions options;
+  OpenResult opened = OpenStateStore(options);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_FALSE(opened.store->Durability().persistent);
+}
+
+}  // namespace
+}  // namespace ringlimit::storage
