@@ -1,6 +1,7 @@
 #include "ring/membership.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <utility>
 
@@ -17,23 +18,14 @@ bool Probeable(MemberState state) {
 
 bool Tombstone(MemberState state) { return state == MemberState::kDead || state == MemberState::kLeft; }
 
-MemberEventKind EventFor(MemberState state) {
-  switch (state) {
-    case MemberState::kJoining:
-      return MemberEventKind::kJoined;
-    case MemberState::kAlive:
-      return MemberEventKind::kAlive;
-    case MemberState::kLeaving:
-      return MemberEventKind::kLeaving;
-    case MemberState::kSuspect:
-      return MemberEventKind::kSuspect;
-    case MemberState::kDead:
-      return MemberEventKind::kDead;
-    case MemberState::kLeft:
-      return MemberEventKind::kLeft;
-  }
-  return MemberEventKind::kAlive;
-}
+// Indexed by MemberState.
+constexpr std::array<std::string_view, 6> kStateNames = {"joining", "alive", "leaving",
+                                                         "suspect", "dead",  "left"};
+constexpr std::array<MemberEventKind, 6> kStateEvents = {MemberEventKind::kJoined,  MemberEventKind::kAlive,
+                                                         MemberEventKind::kLeaving, MemberEventKind::kSuspect,
+                                                         MemberEventKind::kDead,    MemberEventKind::kLeft};
+
+MemberEventKind EventFor(MemberState state) { return kStateEvents[static_cast<size_t>(state)]; }
 
 bool Valid(const MemberInfo& m) {
   return !m.id.empty() && m.id.size() <= kMaxMemberIdLength && m.vnodes >= 1 && m.vnodes <= kMaxVnodes &&
@@ -48,21 +40,8 @@ bool SameIdentity(const MemberInfo& a, const MemberInfo& b) {
 }  // namespace
 
 std::string_view MemberStateName(MemberState state) {
-  switch (state) {
-    case MemberState::kJoining:
-      return "joining";
-    case MemberState::kAlive:
-      return "alive";
-    case MemberState::kLeaving:
-      return "leaving";
-    case MemberState::kSuspect:
-      return "suspect";
-    case MemberState::kDead:
-      return "dead";
-    case MemberState::kLeft:
-      return "left";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(state);
+  return i < kStateNames.size() ? kStateNames[i] : "unknown";
 }
 
 std::optional<MemberState> ParseMemberState(std::string_view name) {

@@ -109,6 +109,14 @@ class SimCluster {
     return info->state;
   }
 
+  // Every running node believes `id` is in `state`.
+  bool AllSee(const std::string& id, MemberState state) {
+    for (const std::string& observer : ids()) {
+      if (StateOf(observer, id) != state) return false;
+    }
+    return true;
+  }
+
   // Every running node sees exactly `expected` as its ring members, all alive, with one ring.
   bool Converged(const std::set<std::string>& expected) {
     uint64_t fingerprint = 0;
@@ -226,14 +234,8 @@ TEST(MembershipSimTest, CrashedMemberIsDeclaredDeadWithinThreeSeconds) {
       c.RunFor(milliseconds(1'000 + 137 * seed));  // crash at an arbitrary phase of the probe rounds
       const MonoTime crashed_at = c.now();
       c.Crash("n2");
-      const bool all_know = c.RunUntil(
-          [&] {
-            for (const std::string& id : c.ids()) {
-              if (c.StateOf(id, "n2") != MemberState::kDead) return false;
-            }
-            return true;
-          },
-          milliseconds(10'000));
+      const bool all_know =
+          c.RunUntil([&] { return c.AllSee("n2", MemberState::kDead); }, milliseconds(10'000));
       ASSERT_TRUE(all_know) << "n=" << n << " seed=" << seed;
       const auto took = std::chrono::duration_cast<milliseconds>(c.now() - crashed_at);
       worst = std::max(worst, took);
@@ -297,28 +299,14 @@ TEST(MembershipSimTest, GracefulLeavePropagates) {
   SimCluster c(10);
   c.Form(5);
   c.Do("n5", [&](Membership& m) { return m.Leave(c.now()); });
-  ASSERT_TRUE(c.RunUntil(
-      [&] {
-        for (const std::string& id : c.ids()) {
-          if (c.StateOf(id, "n5") != MemberState::kLeaving) return false;
-        }
-        return true;
-      },
-      milliseconds(3'000)));
+  ASSERT_TRUE(c.RunUntil([&] { return c.AllSee("n5", MemberState::kLeaving); }, milliseconds(3'000)));
   // Still in the ring while it hands its state off.
   EXPECT_NE(c.ring("n1")->Find("n5"), nullptr);
   c.Do("n5", [&](Membership& m) { return m.FinishLeave(c.now()); });
   EXPECT_FALSE(c.node("n5").HasPendingGossip());
   c.RunFor(milliseconds(50));  // the direct Pings are delivered
   c.Crash("n5");               // the process exits
-  ASSERT_TRUE(c.RunUntil(
-      [&] {
-        for (const std::string& id : c.ids()) {
-          if (c.StateOf(id, "n5") != MemberState::kLeft) return false;
-        }
-        return true;
-      },
-      milliseconds(3'000)));
+  ASSERT_TRUE(c.RunUntil([&] { return c.AllSee("n5", MemberState::kLeft); }, milliseconds(3'000)));
   EXPECT_TRUE(c.Converged(Ids(4)));
   // Left is final: it is never suspected or declared dead afterwards, and it is forgotten in due time.
   c.RunFor(milliseconds(10'000));
@@ -336,14 +324,7 @@ TEST(MembershipSimTest, LossyNetworkConvergesAndStillDetectsCrashes) {
   ASSERT_TRUE(c.RunUntil([&] { return c.Converged(Ids(6)); }, milliseconds(10'000)));
   const MonoTime crashed_at = c.now();
   c.Crash("n6");
-  ASSERT_TRUE(c.RunUntil(
-      [&] {
-        for (const std::string& id : c.ids()) {
-          if (c.StateOf(id, "n6") != MemberState::kDead) return false;
-        }
-        return true;
-      },
-      milliseconds(10'000)));
+  ASSERT_TRUE(c.RunUntil([&] { return c.AllSee("n6", MemberState::kDead); }, milliseconds(10'000)));
   EXPECT_LE(c.now() - crashed_at, milliseconds(5'000));
 }
 

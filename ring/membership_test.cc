@@ -41,6 +41,15 @@ class MembershipRulesTest : public ::testing::Test {
     return m_.Tick(now_);
   }
 
+  static Message Make(MessageType type, uint64_t seq, const std::string& from) {
+    Message msg;
+    msg.type = type;
+    msg.seq = seq;
+    msg.from = from;
+    msg.from_address = "peer/" + from;
+    return msg;
+  }
+
   static bool Carries(const Outgoing& o, const std::string& id, MemberState state) {
     return std::any_of(o.message.updates.begin(), o.message.updates.end(),
                        [&](const MemberInfo& u) { return u.id == id && u.state == state; });
@@ -196,11 +205,7 @@ TEST_F(MembershipRulesTest, RefutesRumoursAboutItself) {
 
 TEST_F(MembershipRulesTest, AnswersPingsAndFullStateRequests) {
   Gossip({Info("a", 1), Info("b", 2)});
-  Message ping;
-  ping.type = MessageType::kPing;
-  ping.seq = 42;
-  ping.from = "a";
-  ping.from_address = "peer/a";
+  Message ping = Make(MessageType::kPing, 42, "a");
   MembershipOutput out = m_.Receive(now_, ping);
   ASSERT_EQ(out.messages.size(), 1u);
   EXPECT_EQ(out.messages[0].to_address, "peer/a");
@@ -226,11 +231,7 @@ TEST_F(MembershipRulesTest, ProbesRoundRobinOverAShuffledList) {
     for (const Outgoing& o : out.messages) {
       if (o.message.type != MessageType::kPing || o.message.full_state) continue;
       targets.push_back(o.to_id);
-      Message ack;  // every target answers at once
-      ack.type = MessageType::kAck;
-      ack.seq = o.message.seq;
-      ack.from = o.to_id;
-      (void)m_.Receive(now_, ack);
+      (void)m_.Receive(now_, Make(MessageType::kAck, o.message.seq, o.to_id));  // every target answers
     }
   }
   ASSERT_EQ(targets.size(), 40u);
@@ -289,10 +290,7 @@ TEST_F(MembershipRulesTest, ARelayedAckPreventsSuspicion) {
   const uint64_t seq = out.messages.at(0).message.seq;
   out = Advance(options_.probe_timeout);
   ASSERT_EQ(out.messages.size(), 2u);  // only two other members can help
-  Message relayed;
-  relayed.type = MessageType::kAck;
-  relayed.seq = seq;
-  relayed.from = out.messages[0].to_id;
+  Message relayed = Make(MessageType::kAck, seq, out.messages[0].to_id);
   relayed.target = target;
   (void)m_.Receive(now_, relayed);
   Advance(options_.probe_interval);
@@ -302,21 +300,14 @@ TEST_F(MembershipRulesTest, ARelayedAckPreventsSuspicion) {
 
 TEST_F(MembershipRulesTest, HelpsOthersProbeIndirectly) {
   Gossip({Info("requester"), Info("target")});
-  Message req;
-  req.type = MessageType::kPingReq;
-  req.seq = 77;
-  req.from = "requester";
-  req.from_address = "peer/requester";
+  Message req = Make(MessageType::kPingReq, 77, "requester");
   req.target = "target";
   req.target_address = "peer/target";
   MembershipOutput out = m_.Receive(now_, req);
   ASSERT_EQ(out.messages.size(), 1u);
   EXPECT_EQ(out.messages[0].to_address, "peer/target");
   EXPECT_EQ(out.messages[0].message.type, MessageType::kPing);
-  Message ack;
-  ack.type = MessageType::kAck;
-  ack.seq = out.messages[0].message.seq;
-  ack.from = "target";
+  Message ack = Make(MessageType::kAck, out.messages[0].message.seq, "target");
   out = m_.Receive(now_, ack);
   ASSERT_EQ(out.messages.size(), 1u);
   EXPECT_EQ(out.messages[0].to_address, "peer/requester");
@@ -337,10 +328,7 @@ TEST_F(MembershipRulesTest, UpdatesAreRetransmittedABoundedNumberOfTimes) {
       if (o.message.full_state) continue;
       if (Carries(o, "a", MemberState::kAlive)) ++carried;
       if (o.message.type == MessageType::kPing) {
-        Message ack;
-        ack.type = MessageType::kAck;
-        ack.seq = o.message.seq;
-        (void)m_.Receive(now_, ack);
+        (void)m_.Receive(now_, Make(MessageType::kAck, o.message.seq, o.to_id));
       }
     }
   }
@@ -371,11 +359,7 @@ TEST_F(MembershipRulesTest, LeaveThenFinish) {
   for (const Outgoing& o : out.messages) EXPECT_TRUE(Carries(o, "self", MemberState::kLeft));
   // Gone: no more probes, no more answers.
   EXPECT_TRUE(Advance(milliseconds(1'000)).messages.empty());
-  Message ping;
-  ping.type = MessageType::kPing;
-  ping.from = "a";
-  ping.from_address = "peer/a";
-  EXPECT_TRUE(m_.Receive(now_, ping).messages.empty());
+  EXPECT_TRUE(m_.Receive(now_, Make(MessageType::kPing, 1, "a")).messages.empty());
 }
 
 TEST(MembershipJoinTest, JoiningSendsItsTableToTheSeedsAndBecomesAliveOnAnswer) {

@@ -15,7 +15,9 @@ namespace ringlimit::ring {
 
 using Token = uint64_t;
 
-inline Token RingToken(std::string_view entity_key) { return XXH3_64bits(entity_key.data(), entity_key.size()); }
+inline Token RingToken(std::string_view entity_key) {
+  return XXH3_64bits(entity_key.data(), entity_key.size());
+}
 
 }  // namespace ringlimit::ring
 
