@@ -93,6 +93,8 @@ struct Message {
   // used to join and for anti-entropy). Ack: `updates` is the sender's whole table.
   bool full_state = false;
   std::vector<MemberInfo> updates;  // piggybacked gossip
+
+  bool operator==(const Message&) const = default;
 };
 
 // A message to send. to_id is empty when the receiver's id is unknown (a seed address).
