@@ -32,8 +32,9 @@ inline constexpr DurationNs kNever = std::numeric_limits<DurationNs>::max();
 inline constexpr DurationNs kMillisecond = 1'000'000;
 inline constexpr DurationNs kSecond = 1'000 * kMillisecond;
 
-// Bounds that every LimitSpec must respect (Validate enforces them). They keep every intermediate
-// product of the algorithms inside 64 bits (see limiter.cc for the arithmetic).
+// Bounds that every LimitSpec must respect (Validate enforces them). With them every count stays below
+// 2^45 and every intermediate product (count * window, elapsed * limit) is computed exactly in 128 bits
+// (see limiter/arith.h); nothing overflows for any int64 instant or uint64 cost.
 inline constexpr uint64_t kMaxLimit = 1'000'000'000'000ULL;            // 1e12 units per window
 inline constexpr DurationNs kMinWindow = kMillisecond;                 // 1 ms
 inline constexpr DurationNs kMaxWindow = 366LL * 24 * 3600 * kSecond;  // about a year
@@ -81,6 +82,7 @@ struct LimitSpec {
   // Capacity of token_bucket / leaky_bucket, and the burst of gcra (extra units admitted at once on top
   // of the first, delay tolerance = emission interval * burst). Ignored by the window algorithms.
   // Default (0): `limit` for token_bucket and leaky_bucket; 0 for gcra (strict spacing).
+  // REQUIRES: <= kMaxLimit (token_bucket, leaky_bucket, gcra).
   uint64_t burst = 0;
 
   // sliding_window: number of sub-buckets the window is split into.
@@ -89,14 +91,23 @@ struct LimitSpec {
 
   // leaky_bucket only: 0 = meter (deny what does not fit now). > 0 = shaper: a request that does not fit
   // now but fits within max_delay is admitted with Decision::delay set to the time the caller must wait.
+  // REQUIRES: 0 <= max_delay <= kMaxWindow; 0 for every other algorithm; and at most kMaxLimit units
+  // queued (max_delay * limit / window <= kMaxLimit).
   DurationNs max_delay = 0;
 
+  // The mode scales the capacity C (limit; bucket size for token/leaky; burst + 1 for gcra):
+  //   kSoft     admits up to C + floor(C * soft_pct / 100);
+  //   kDynamic  admits up to C + floor(E * headroom), E = floor(C * (dynamic_limit - limit) / limit)
+  //             (for the window algorithms C = limit, so the ceiling is dynamic_limit at headroom 1).
+  // REQUIRES: that largest ceiling <= 11 * kMaxLimit, and <= kMaxSlidingLogLimit for sliding_log.
   Mode mode = Mode::kHard;
   uint32_t soft_pct = 0;       // kSoft: allowed overshoot in percent. REQUIRES: <= 1000.
-  uint64_t dynamic_limit = 0;  // kDynamic: ceiling. REQUIRES: dynamic_limit >= limit when kDynamic.
+  uint64_t dynamic_limit = 0;  // kDynamic: ceiling. REQUIRES: limit <= dynamic_limit <= 11 * kMaxLimit.
 
   // When true a denied request is charged as well (seed 003: keeps a misbehaving caller locked out for
-  // as long as it keeps hammering). Default false: a denied request consumes nothing.
+  // as long as it keeps hammering). Default false: a denied request consumes nothing. Buckets never
+  // fill beyond their capacity; window algorithms record denied units up to 2x the ceiling. A request
+  // whose cost can never pass (retry_after == kNever) is never charged.
   bool count_denied = false;
 };
 
@@ -127,9 +138,10 @@ struct State {
 
 // Per-call inputs.
 struct Request {
-  uint64_t cost = 1;     // units this request consumes. 0 = read-only peek. REQUIRES: <= kMaxCost.
+  uint64_t cost = 1;     // units this request consumes. 0 = read-only peek. Any larger cost than the
+                         // limit can admit is denied with retry_after = kNever (never an error).
   TimeNs now = 0;        // the current instant
-  double headroom = 0.;  // kDynamic: spare capacity of the protected system in [0, 1]; clamped.
+  double headroom = 0.;  // kDynamic: spare capacity of the protected system in [0, 1]; clamped (NaN = 0).
 };
 
 // The verdict on one limit, and the figures a client needs.
@@ -138,9 +150,12 @@ struct Decision {
   bool would_deny = false;     // the limit itself says no (true with allowed=true only in shadow mode)
   bool beyond_limit = false;   // admitted above `limit` by soft or dynamic mode
   uint64_t limit = 0;          // the limit in force (spec.limit; for soft/dynamic still spec.limit)
-  uint64_t remaining = 0;      // units that could still be admitted now, after this request
+  uint64_t remaining = 0;      // units that could still be admitted now, after this request, without
+                               // going beyond the limit (soft/dynamic overshoot not included)
   DurationNs reset_after = 0;  // until the state is back to its initial (empty/full) value
   DurationNs retry_after = 0;  // until a request of the same cost could pass; 0 if allowed; kNever
+                               // when cost exceeds the largest ceiling. Exact: a request retried
+                               // retry_after later passes if nothing else is charged meanwhile.
   DurationNs delay = 0;        // leaky_bucket shaping: how long the caller must wait before acting
 };
 
@@ -153,13 +168,17 @@ Decision Check(const LimitSpec& spec, State& state, const Request& request);
 
 // Several limits on one entity, charged all-or-nothing: if any limit's decision is not `allowed`, none
 // is charged (except count_denied limits, which charge the denied request). Writes one Decision per
-// limit into `decisions` and returns true when every limit allowed the request.
-// REQUIRES: specs.size() == states.size() == decisions.size(); every spec valid.
+// limit into `decisions` and returns true when every limit allowed the request. decisions[i].allowed
+// is limit i's own verdict; its figures (remaining, reset_after) describe the state after what was
+// actually charged. Allocates nothing beyond what the algorithms' tails need.
+// REQUIRES: specs.size() == states.size() == decisions.size(); every spec valid; distinct states.
 bool CheckAll(std::span<const LimitSpec* const> specs, std::span<State* const> states, const Request& request,
               std::span<Decision> decisions);
 
 // The instant at which `state` is back to its initial value under `spec` if nothing more is charged.
 // The storage tier may drop the state at or after that instant (and uses it as the stored expiry).
+// A state that is already initial for `spec` (never written, or written by another algorithm) returns
+// std::numeric_limits<TimeNs>::min().
 [[nodiscard]] TimeNs IdleAt(const LimitSpec& spec, const State& state);
 
 // Bytes of algorithm state kept per (entity, limit) pair for `spec` in the worst case
