@@ -349,6 +349,10 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     bool changed = !(states[i] == before[i]);
     if (index == kNil) {
       if (states[i] == limiter::State{}) continue;  // nothing to keep
+      // The same name twice in one call: the later slot's state wins, in one entry.
+      index = FindInChain(FindHead(key), slots[i].name);
+    }
+    if (index == kNil) {
       index = Insert(key, StoredState{std::string(slots[i].name), spec, {}, 0}, /*on_disk=*/false);
       if (Tombstoned(key, slots[i].name)) At(index).meta |= kOnDisk;  // the old row is not deleted yet
       changed = true;

@@ -105,6 +105,20 @@ TEST(MemoryStoreTest, StateIsKeptAcrossCallsForEveryAlgorithm) {
   }
 }
 
+TEST(MemoryStoreTest, SameNameTwiceInOneCallKeepsOneState) {
+  MemoryStore store;
+  LimitSpec spec = Spec(Algorithm::kFixedWindow, 10, kSecond);
+  Slot slots[] = {{"n", &spec}, {"n", &spec}};
+  store.Update("k", slots, kT0, [&](std::span<State* const> states) {
+    limiter::Check(spec, *states[0], {1, kT0, 0.});
+    limiter::Check(spec, *states[1], {2, kT0, 0.});
+  });
+  auto states = store.Get("k");
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(store.Stats().keys, 1u);
+  EXPECT_EQ(limiter::Peek(spec, states[0].state, {0, kT0, 0.}).remaining, 8u);  // the later slot wins
+}
+
 TEST(MemoryStoreTest, SpecChangeKeepsStateAndRecordsNewSpec) {
   MemoryStore store;
   LimitSpec small = Spec(Algorithm::kTokenBucket, 2, kSecond);

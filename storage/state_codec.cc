@@ -5,7 +5,10 @@
 namespace ringlimit::storage {
 
 std::string EncodeStateValue(const StoredState& s, limiter::TimeNs expiry) {
-  state::StoredState msg;
+  // One message per thread, cleared and reused: the flusher encodes thousands of values per batch and
+  // Clear() keeps the sub-message and repeated-field allocations.
+  thread_local state::StoredState msg;
+  msg.Clear();
   state::LimitSpec* spec = msg.mutable_spec();
   spec->set_algorithm(static_cast<state::Algorithm>(s.spec.algorithm));
   spec->set_limit(s.spec.limit);
