@@ -1,0 +1,388 @@
+#include "node/peer/client_channel.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+
+#include "node/peer/auth.h"
+
+namespace ringlimit::peer::internal {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+// ---------------------------------------------------------------------------------------------------
+// ClientConnection
+
+ClientConnection::ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared,
+                                   std::shared_ptr<PeerChannel> channel)
+    : FramedConnection(strand, shared->options.framing, shared->stats),
+      shared_(std::move(shared)),
+      channel_(std::move(channel)),
+      resolver_(strand),
+      connect_timer_(strand) {}
+
+void ClientConnection::Start(const HostPort& address) {
+  connect_timer_.expires_after(shared_->options.connect_timeout);
+  connect_timer_.async_wait([self = Self()](boost::system::error_code ec) {
+    if (ec || self->closed() || self->phase_ == Phase::kOpen) return;
+    self->Fail(PeerStatus(PeerErrorKind::kUnavailable, "connect and handshake timed out"));
+  });
+  resolver_.async_resolve(
+      address.host, address.port,
+      [self = Self()](boost::system::error_code ec, const tcp::resolver::results_type& endpoints) {
+        if (self->closed()) return;
+        if (ec) {
+          self->Fail(PeerStatus(PeerErrorKind::kUnavailable, "cannot resolve: " + ec.message()));
+          return;
+        }
+        asio::async_connect(
+            self->socket(), endpoints, [self](boost::system::error_code ec, const tcp::endpoint&) {
+              if (self->closed()) return;
+              if (ec) {
+                self->Fail(PeerStatus(PeerErrorKind::kUnavailable, "cannot connect: " + ec.message()));
+                return;
+              }
+              boost::system::error_code ignored;
+              self->socket().set_option(tcp::no_delay(true), ignored);
+              self->phase_ = Phase::kAwaitHello;
+              self->StartReading();
+            });
+      });
+}
+
+void ClientConnection::Fail(PeerStatus why) {
+  if (closed()) return;
+  failure_ = std::move(why);
+  Close();
+}
+
+void ClientConnection::AuthFailed(std::string why) {
+  StatsCounters::Add(shared_->stats.auth_failures);
+  Fail(PeerStatus(PeerErrorKind::kAuthFailed, std::move(why)));
+}
+
+void ClientConnection::OnFrame(transport::Frame&& frame) {
+  const bool handshake = frame.handshake_case() != transport::Frame::HANDSHAKE_NOT_SET;
+  if (phase_ == Phase::kAwaitHello && frame.has_hello() && frame.envelopes_size() == 0) {
+    OnHello(frame.hello());
+  } else if (phase_ == Phase::kAwaitDone && frame.has_hello_done() && frame.envelopes_size() == 0) {
+    OnHelloDone(frame.hello_done());
+  } else if (phase_ == Phase::kOpen && !handshake && frame.envelopes_size() > 0) {
+    for (transport::Envelope& envelope : *frame.mutable_envelopes()) {
+      if (closed()) return;
+      channel_->OnResponse(this, std::move(envelope));
+    }
+  } else {
+    StatsCounters::Add(shared_->stats.malformed_frames);
+    Fail(PeerStatus(phase_ == Phase::kOpen ? PeerErrorKind::kConnectionLost : PeerErrorKind::kUnavailable,
+                    "protocol error: unexpected frame from the peer"));
+  }
+}
+
+void ClientConnection::OnHello(const transport::Hello& hello) {
+  const std::string& secret = shared_->options.cluster_secret;
+  if (hello.version() != kProtocolVersion) {
+    Fail(PeerStatus(PeerErrorKind::kUnavailable,
+                    "peer speaks protocol version " + std::to_string(hello.version())));
+    return;
+  }
+  if (hello.auth_required() && secret.empty()) {
+    AuthFailed("peer requires a cluster secret and none is configured here");
+    return;
+  }
+  if (!hello.auth_required() && !secret.empty()) {
+    AuthFailed("peer does not check the cluster secret (none configured there)");
+    return;
+  }
+  if (!secret.empty() && hello.server_nonce().size() != auth::kNonceBytes) {
+    AuthFailed("peer sent an invalid nonce");
+    return;
+  }
+  server_nonce_ = hello.server_nonce();
+  client_nonce_ = auth::RandomNonce();
+  transport::Frame frame;
+  transport::HelloReply* reply = frame.mutable_hello_reply();
+  reply->set_version(kProtocolVersion);
+  reply->set_client_nonce(client_nonce_);
+  if (!secret.empty()) {
+    reply->set_client_mac(auth::Proof(secret, auth::kClientLabel, server_nonce_, client_nonce_));
+  }
+  SendControlFrame(frame);
+  phase_ = Phase::kAwaitDone;
+}
+
+void ClientConnection::OnHelloDone(const transport::HelloDone& done) {
+  const std::string& secret = shared_->options.cluster_secret;
+  if (!done.accepted()) {
+    AuthFailed("peer refused the connection: " + done.reason());
+    return;
+  }
+  if (!secret.empty() &&
+      !auth::VerifyProof(done.server_mac(), secret, auth::kServerLabel, server_nonce_, client_nonce_)) {
+    AuthFailed("peer failed to prove it knows the cluster secret");
+    return;
+  }
+  phase_ = Phase::kOpen;
+  connect_timer_.cancel();
+  channel_->OnOpen(this);
+}
+
+void ClientConnection::OnClosed() {
+  connect_timer_.cancel();
+  resolver_.cancel();
+  const bool was_open = phase_ == Phase::kOpen;
+  PeerStatus why = failure_;
+  if (why.ok()) {
+    why = was_open ? PeerStatus(PeerErrorKind::kConnectionLost, "connection closed")
+                   : PeerStatus(PeerErrorKind::kUnavailable, "connection closed during the handshake");
+  }
+  std::shared_ptr<PeerChannel> channel = std::move(channel_);
+  channel->OnConnectionClosed(this, std::move(why), was_open);
+}
+
+void ClientConnection::OnWriteDone(size_t one_way) {
+  if (one_way > 0) channel_->OnOneWayWritten(this, one_way);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// PeerChannel
+
+PeerChannel::PeerChannel(std::shared_ptr<ClientShared> shared, std::string name, HostPort address)
+    : shared_(std::move(shared)),
+      name_(std::move(name)),
+      address_(std::move(address)),
+      strand_(shared_->io.get_executor()),
+      deadline_timer_(strand_),
+      backoff_timer_(strand_),
+      backoff_(shared_->options.backoff_initial) {}
+
+PeerStatus PeerChannel::Admit() {
+  if (shared_->stopped.load()) return PeerStatus(PeerErrorKind::kShutdown, "peer client stopped");
+  if (closed_.load())
+    return PeerStatus(PeerErrorKind::kConnectionLost, "peer " + name_ + " was disconnected");
+  if (backing_off_.load()) {
+    return PeerStatus(PeerErrorKind::kUnavailable,
+                      "peer " + name_ + " unreachable; backing off before reconnecting");
+  }
+  if (outstanding_.fetch_add(1) >= shared_->options.max_queued_per_peer) {
+    outstanding_.fetch_sub(1);
+    StatsCounters::Add(shared_->stats.queue_full_rejections);
+    return PeerStatus(PeerErrorKind::kOverloaded, "queue to peer " + name_ + " is full");
+  }
+  return PeerStatus::Ok();
+}
+
+void PeerChannel::Call(uint32_t method, std::string payload, PeerCallback done,
+                       std::chrono::milliseconds timeout) {
+  if (PeerStatus admitted = Admit(); !admitted.ok()) {
+    asio::post(shared_->io, [done = std::move(done), admitted = std::move(admitted)] {
+      done(PeerResult::Error(admitted.kind(), admitted.message()));
+    });
+    return;
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  asio::post(strand_, [self = shared_from_this(), method, payload = std::move(payload),
+                       done = std::move(done), deadline]() mutable {
+    self->StartCall(method, std::move(payload), std::move(done), deadline);
+  });
+}
+
+PeerStatus PeerChannel::Send(uint32_t method, std::string payload) {
+  PeerStatus admitted = Admit();
+  if (!admitted.ok()) return admitted;
+  asio::post(strand_, [self = shared_from_this(), method, payload = std::move(payload)]() mutable {
+    self->StartSend(method, std::move(payload));
+  });
+  return admitted;
+}
+
+void PeerChannel::Close(PeerStatus why) {
+  closed_.store(true);
+  asio::post(strand_, [self = shared_from_this(), why = std::move(why)]() mutable {
+    if (self->state_ == State::kClosed) return;
+    self->state_ = State::kClosed;
+    self->close_status_ = why;
+    self->backoff_timer_.cancel();
+    self->deadline_timer_.cancel();
+    if (self->connection_) {
+      self->connection_->Fail(std::move(why));  // -> OnConnectionClosed -> FailAll
+    } else {
+      self->FailAll(why);
+    }
+  });
+}
+
+PeerStatus PeerChannel::Refusal() const {
+  if (state_ == State::kClosed) return close_status_;
+  return PeerStatus(PeerErrorKind::kUnavailable,
+                    "peer " + name_ + " unreachable; backing off before reconnecting");
+}
+
+void PeerChannel::StartCall(uint32_t method, std::string payload, PeerCallback done,
+                            Clock::time_point deadline) {
+  if (state_ == State::kBackoff || state_ == State::kClosed) {
+    outstanding_.fetch_sub(1);
+    const PeerStatus why = Refusal();
+    done(PeerResult::Error(why.kind(), why.message()));
+    return;
+  }
+  const uint64_t id = ++next_id_;
+  calls_.emplace(id, Pending{std::move(done), deadline});
+  deadlines_.emplace(deadline, id);
+  ArmDeadlineTimer();
+  transport::Envelope envelope;
+  envelope.set_request_id(id);
+  envelope.set_kind(transport::KIND_REQUEST);
+  envelope.set_method(method);
+  envelope.set_payload(std::move(payload));
+  Transmit(std::move(envelope));
+}
+
+void PeerChannel::StartSend(uint32_t method, std::string payload) {
+  if (state_ == State::kBackoff || state_ == State::kClosed) {
+    outstanding_.fetch_sub(1);  // best effort: dropped
+    return;
+  }
+  ++unwritten_one_way_;
+  transport::Envelope envelope;
+  envelope.set_kind(transport::KIND_ONE_WAY);
+  envelope.set_method(method);
+  envelope.set_payload(std::move(payload));
+  Transmit(std::move(envelope));
+}
+
+void PeerChannel::Transmit(transport::Envelope&& envelope) {
+  if (state_ == State::kOpen) {
+    connection_->Queue(std::move(envelope));
+    return;
+  }
+  waiting_.push_back(std::move(envelope));
+  if (state_ == State::kIdle) Connect();
+}
+
+void PeerChannel::Connect() {
+  state_ = State::kConnecting;
+  connection_ = std::make_shared<ClientConnection>(strand_, shared_, shared_from_this());
+  connection_->Start(address_);
+}
+
+void PeerChannel::OnOpen(ClientConnection* connection) {
+  if (connection != connection_.get()) return;
+  state_ = State::kOpen;
+  backoff_ = shared_->options.backoff_initial;
+  StatsCounters::Add(shared_->stats.connections_opened);
+  StatsCounters::Add(shared_->stats.connections_open);
+  if (ever_opened_) StatsCounters::Add(shared_->stats.reconnects);
+  ever_opened_ = true;
+  spdlog::debug("peer: connected to {}", name_);
+  std::deque<transport::Envelope> waiting;
+  waiting.swap(waiting_);
+  for (transport::Envelope& envelope : waiting) {
+    // Requests that timed out while waiting are not sent.
+    if (envelope.kind() == transport::KIND_REQUEST && !calls_.contains(envelope.request_id())) continue;
+    connection_->Queue(std::move(envelope));
+  }
+}
+
+void PeerChannel::OnResponse(ClientConnection* connection, transport::Envelope&& envelope) {
+  if (connection != connection_.get()) return;
+  if (envelope.kind() != transport::KIND_RESPONSE) {
+    StatsCounters::Add(shared_->stats.malformed_frames);
+    connection_->Fail(PeerStatus(PeerErrorKind::kConnectionLost, "protocol error: peer sent a non-response"));
+    return;
+  }
+  switch (envelope.status()) {
+    case transport::REPLY_OK:
+      Complete(envelope.request_id(), PeerResult::Value(std::move(*envelope.mutable_payload())));
+      return;
+    case transport::REPLY_NO_HANDLER:
+      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kUnknownMethod, envelope.error()));
+      return;
+    case transport::REPLY_OVERLOADED:
+      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kOverloaded, envelope.error()));
+      return;
+    default:
+      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kRemoteError, envelope.error()));
+      return;
+  }
+}
+
+void PeerChannel::OnConnectionClosed(ClientConnection* connection, PeerStatus why, bool was_open) {
+  if (connection != connection_.get()) return;
+  connection_.reset();
+  if (was_open) {
+    StatsCounters::Sub(shared_->stats.connections_open);
+  } else {
+    StatsCounters::Add(shared_->stats.connect_failures);
+  }
+  FailAll(why);
+  if (state_ == State::kClosed) return;
+  spdlog::warn("peer: connection to {} failed ({}); retrying after {} ms", name_, why.ToString(),
+               backoff_.count());
+  state_ = State::kBackoff;
+  backing_off_.store(true);
+  backoff_timer_.expires_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, shared_->options.backoff_max);
+  backoff_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->state_ != State::kBackoff) return;
+    self->state_ = State::kIdle;  // the next call reconnects
+    self->backing_off_.store(false);
+  });
+}
+
+void PeerChannel::OnOneWayWritten(ClientConnection* connection, size_t count) {
+  if (connection != connection_.get()) return;
+  count = std::min(count, unwritten_one_way_);
+  unwritten_one_way_ -= count;
+  outstanding_.fetch_sub(count);
+}
+
+void PeerChannel::Complete(uint64_t id, PeerResult result) {
+  const auto it = calls_.find(id);
+  if (it == calls_.end()) return;  // already timed out
+  deadlines_.erase({it->second.deadline, id});
+  PeerCallback done = std::move(it->second.done);
+  calls_.erase(it);
+  outstanding_.fetch_sub(1);
+  done(std::move(result));
+}
+
+void PeerChannel::FailAll(const PeerStatus& why) {
+  std::unordered_map<uint64_t, Pending> calls;
+  calls.swap(calls_);
+  deadlines_.clear();
+  waiting_.clear();
+  outstanding_.fetch_sub(calls.size() + unwritten_one_way_);
+  unwritten_one_way_ = 0;
+  for (auto& [id, pending] : calls) pending.done(PeerResult::Error(why.kind(), why.message()));
+}
+
+void PeerChannel::ArmDeadlineTimer() {
+  if (deadlines_.empty()) return;
+  const Clock::time_point earliest = deadlines_.begin()->first;
+  if (deadline_timer_armed_ && deadline_timer_at_ <= earliest) return;
+  deadline_timer_armed_ = true;
+  deadline_timer_at_ = earliest;
+  const uint64_t generation = ++deadline_timer_generation_;
+  deadline_timer_.expires_at(earliest);
+  deadline_timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code) {
+    if (generation != self->deadline_timer_generation_) return;  // superseded by an earlier deadline
+    self->deadline_timer_armed_ = false;
+    self->ExpireDeadlines();
+  });
+}
+
+void PeerChannel::ExpireDeadlines() {
+  const Clock::time_point now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    StatsCounters::Add(shared_->stats.timeouts);
+    Complete(deadlines_.begin()->second,
+             PeerResult::Error(PeerErrorKind::kTimeout, "no answer from " + name_));
+  }
+  ArmDeadlineTimer();
+}
+
+}  // namespace ringlimit::peer::internal

@@ -1,0 +1,190 @@
+#include "node/peer/framed_connection.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <utility>
+
+namespace ringlimit::peer::internal {
+
+namespace asio = boost::asio;
+
+void AppendFrame(const transport::Frame& frame, std::string& out) {
+  const size_t size = frame.ByteSizeLong();
+  const size_t start = out.size();
+  out.resize(start + kFrameHeaderBytes + size);
+  auto* p = reinterpret_cast<unsigned char*>(out.data() + start);
+  p[0] = static_cast<unsigned char>(size >> 24);
+  p[1] = static_cast<unsigned char>(size >> 16);
+  p[2] = static_cast<unsigned char>(size >> 8);
+  p[3] = static_cast<unsigned char>(size);
+  frame.SerializeWithCachedSizesToArray(p + kFrameHeaderBytes);
+}
+
+FramedConnection::FramedConnection(Strand strand, FramingOptions options, StatsCounters& stats)
+    : strand_(std::move(strand)),
+      options_(std::move(options)),
+      stats_(stats),
+      socket_(strand_),
+      flush_timer_(strand_) {}
+
+FramedConnection::~FramedConnection() = default;
+
+void FramedConnection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  flush_timer_.cancel();
+  pending_.clear();
+  pending_bytes_ = 0;
+  OnClosed();
+}
+
+void FramedConnection::StartReading() { ReadHeader(); }
+
+void FramedConnection::ReadHeader() {
+  if (closed_) return;
+  asio::async_read(
+      socket_, asio::buffer(header_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
+        if (ec) {
+          self->Close();  // EOF, reset or our own Close(): nothing to count
+          return;
+        }
+        const uint32_t length = (uint32_t{self->header_[0]} << 24) | (uint32_t{self->header_[1]} << 16) |
+                                (uint32_t{self->header_[2]} << 8) | uint32_t{self->header_[3]};
+        self->ReadBody(length);
+      });
+}
+
+void FramedConnection::ReadBody(uint32_t length) {
+  if (length > options_.max_frame_bytes) {
+    StatsCounters::Add(stats_.oversized_frames);
+    spdlog::warn("peer: frame of {} bytes exceeds the {}-byte limit; closing the connection", length,
+                 options_.max_frame_bytes);
+    Close();
+    return;
+  }
+  if (length == 0) {
+    StatsCounters::Add(stats_.malformed_frames);
+    spdlog::warn("peer: empty frame; closing the connection");
+    Close();
+    return;
+  }
+  read_buffer_.resize(length);
+  asio::async_read(socket_, asio::buffer(read_buffer_),
+                   [self = shared_from_this()](boost::system::error_code ec, size_t bytes) {
+                     if (ec) {
+                       self->Close();
+                       return;
+                     }
+                     transport::Frame frame;
+                     if (!frame.ParseFromArray(self->read_buffer_.data(), static_cast<int>(bytes))) {
+                       StatsCounters::Add(self->stats_.malformed_frames);
+                       spdlog::warn("peer: unparseable frame of {} bytes; closing the connection", bytes);
+                       self->Close();
+                       return;
+                     }
+                     StatsCounters::Add(self->stats_.bytes_in, bytes + kFrameHeaderBytes);
+                     if (frame.envelopes_size() > 0) {
+                       StatsCounters::Add(self->stats_.frames_in);
+                       StatsCounters::Add(self->stats_.messages_in, frame.envelopes_size());
+                     }
+                     self->OnFrame(std::move(frame));
+                     self->ReadHeader();
+                   });
+}
+
+void FramedConnection::QueueEnvelope(transport::Envelope&& envelope) {
+  if (closed_) return;
+  if (pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now();
+  pending_bytes_ += envelope.payload().size() + kEnvelopeOverheadBytes;
+  pending_.push_back(std::move(envelope));
+  MaybeFlush();
+}
+
+void FramedConnection::SendControlFrame(const transport::Frame& frame, bool close_after) {
+  if (closed_) return;
+  AppendFrame(frame, control_);
+  close_after_write_ = close_after_write_ || close_after;
+  MaybeFlush();
+}
+
+void FramedConnection::MaybeFlush() {
+  if (closed_ || writing_) return;
+  if (!control_.empty()) {
+    StartWrite();
+    return;
+  }
+  if (pending_.empty()) return;
+  const auto deadline = oldest_pending_ + options_.coalesce_delay;
+  if (options_.coalesce_delay.count() <= 0 || pending_bytes_ >= options_.coalesce_max_bytes ||
+      pending_.size() >= options_.coalesce_max_messages || std::chrono::steady_clock::now() >= deadline) {
+    StartWrite();
+    return;
+  }
+  if (flush_timer_armed_) return;  // an armed timer expires no later than `deadline`
+  flush_timer_armed_ = true;
+  flush_timer_.expires_at(deadline);
+  flush_timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
+    self->flush_timer_armed_ = false;
+    self->MaybeFlush();  // re-evaluates: the oldest pending envelope may be a newer one by now
+  });
+}
+
+void FramedConnection::StartWrite() {
+  write_buffer_.clear();
+  size_t messages = 0;
+  size_t one_way = 0;
+  if (!control_.empty()) {
+    write_buffer_.swap(control_);
+  } else {
+    transport::Frame frame;
+    size_t bytes = 0;
+    while (!pending_.empty() && messages < options_.coalesce_max_messages) {
+      const size_t size = pending_.front().payload().size() + kEnvelopeOverheadBytes;
+      if (messages > 0 && (bytes + size > options_.coalesce_max_bytes ||
+                           bytes + size + kFrameHeaderBytes > options_.max_frame_bytes)) {
+        break;
+      }
+      if (pending_.front().kind() == transport::KIND_ONE_WAY) ++one_way;
+      *frame.add_envelopes() = std::move(pending_.front());
+      pending_.pop_front();
+      bytes += size;
+      pending_bytes_ -= size;
+      ++messages;
+    }
+    // Whatever is left over is due at once: it already waited for this write.
+    if (!pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now() - options_.coalesce_delay;
+    AppendFrame(frame, write_buffer_);
+  }
+  writing_ = true;
+  asio::async_write(
+      socket_, asio::buffer(write_buffer_),
+      [self = shared_from_this(), messages, one_way](boost::system::error_code ec, size_t bytes) {
+        self->OnWrite(ec, bytes, messages, one_way);
+      });
+}
+
+void FramedConnection::OnWrite(boost::system::error_code ec, size_t bytes, size_t messages, size_t one_way) {
+  writing_ = false;
+  if (ec) {
+    Close();
+    return;
+  }
+  StatsCounters::Add(stats_.bytes_out, bytes);
+  if (messages > 0) {
+    StatsCounters::Add(stats_.frames_out);
+    StatsCounters::Add(stats_.messages_out, messages);
+    if (!closed_) OnWriteDone(one_way);
+  }
+  if (close_after_write_ && control_.empty()) {
+    Close();
+    return;
+  }
+  MaybeFlush();
+}
+
+}  // namespace ringlimit::peer::internal

@@ -1,0 +1,105 @@
+// FramedConnection (internal to node/peer/): the framing half of one peer TCP connection, shared by
+// the server's sessions and the client's connections. It reads length-prefixed Frames within the
+// size limit, and writes queued envelopes coalesced into frames (flushed on size, on message count, or
+// at the latest coalesce_delay after the oldest queued envelope). Malformed or oversized input closes
+// this connection only and is counted.
+//
+// Thread safety: every method, and every virtual hook, runs on the connection's strand; the object
+// is otherwise unsynchronized. Kept alive by its pending handlers (shared_from_this).
+#ifndef RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
+#define RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
+
+#include <array>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "node/peer/peer_options.h"
+#include "node/peer/peer_stats.h"
+#include "transport.pb.h"
+
+namespace ringlimit::peer::internal {
+
+using Strand = boost::asio::strand<boost::asio::any_io_executor>;
+
+inline constexpr size_t kFrameHeaderBytes = 4;
+// Envelope fields other than the payload stay below this many bytes on the wire.
+inline constexpr size_t kEnvelopeOverheadBytes = 64;
+
+// Appends the 4-byte big-endian length and the serialized frame to `out`.
+void AppendFrame(const transport::Frame& frame, std::string& out);
+
+class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
+ public:
+  // `stats` must outlive the connection (hold its owner alive through the derived class).
+  FramedConnection(Strand strand, FramingOptions options, StatsCounters& stats);
+  virtual ~FramedConnection();
+
+  FramedConnection(const FramedConnection&) = delete;
+  FramedConnection& operator=(const FramedConnection&) = delete;
+
+  // Closes the socket and cancels everything; OnClosed runs once. Idempotent.
+  void Close();
+
+ protected:
+  [[nodiscard]] Strand& strand() { return strand_; }
+  [[nodiscard]] boost::asio::ip::tcp::socket& socket() { return socket_; }
+  [[nodiscard]] bool closed() const { return closed_; }
+  [[nodiscard]] size_t pending_messages() const { return pending_.size(); }
+
+  // Replaces the (unopened) socket by an accepted one. REQUIRES: its executor is strand().
+  void AdoptSocket(boost::asio::ip::tcp::socket&& socket) { socket_ = std::move(socket); }
+  // Starts the read loop: OnFrame for every valid frame until the connection closes.
+  void StartReading();
+  // Queues one envelope for the next coalesced data frame.
+  void QueueEnvelope(transport::Envelope&& envelope);
+  // Writes a handshake frame ahead of any queued envelope; with `close_after`, closes the connection
+  // once it is written (a refusal the peer should read).
+  void SendControlFrame(const transport::Frame& frame, bool close_after = false);
+
+  // A complete, parsed frame. The derived class validates its contents and may Close().
+  virtual void OnFrame(transport::Frame&& frame) = 0;
+  // The connection closed (error, EOF, Close()). Called exactly once.
+  virtual void OnClosed() = 0;
+  // A data frame holding `one_way` one-way envelopes was handed to the kernel.
+  virtual void OnWriteDone(size_t one_way) { (void)one_way; }
+
+ private:
+  void ReadHeader();
+  void ReadBody(uint32_t length);
+  void MaybeFlush();
+  void StartWrite();
+  void OnWrite(boost::system::error_code ec, size_t bytes, size_t messages, size_t one_way);
+
+  // Constant after construction.
+  Strand strand_;
+  const FramingOptions options_;
+  StatsCounters& stats_;
+
+  // State below is touched on strand_ only.
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer flush_timer_;
+  bool closed_ = false;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+  bool flush_timer_armed_ = false;
+  std::array<unsigned char, kFrameHeaderBytes> header_{};
+  std::string read_buffer_;
+  std::string control_;                      // encoded handshake frames, written first
+  std::deque<transport::Envelope> pending_;  // envelopes not yet in a write
+  size_t pending_bytes_ = 0;                 // payload + overhead of pending_
+  std::chrono::steady_clock::time_point oldest_pending_{};
+  std::string write_buffer_;  // the frame(s) being written; untouched until the write completes
+};
+
+}  // namespace ringlimit::peer::internal
+
+#endif  // RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
