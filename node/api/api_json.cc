@@ -1,7 +1,6 @@
 #include "node/api/api_json.h"
 
 #include <boost/json.hpp>
-#include <boost/url/parse_query.hpp>
 #include <charconv>
 #include <cmath>
 
@@ -198,17 +197,8 @@ std::optional<ApiError> CheckFromJson(const json::object& object, bool allow_tar
 
 std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check, unsigned* deny_status) {
   *deny_status = 0;
-  auto params = boost::urls::parse_query(query);
-  if (!params) return ApiError{ErrorKind::kInvalidField, "query: malformed query string"};
-  std::string decoded;
-  for (const auto& param : *params) {
-    const std::string_view key = param.key;
-    std::string_view value = param.value;
-    if (value.find('%') != std::string_view::npos) {
-      decoded = param.value.decode();
-      value = decoded;
-    }
-    std::optional<ApiError> error;
+  std::optional<ApiError> error;
+  const bool well_formed = ForEachQueryParam(query, [&](std::string_view key, std::string_view value) {
     uint64_t x = 0;
     auto uint_param = [&](uint64_t max, auto set) {
       if (!(error = ParseDecimal(value, key, &x))) {
@@ -254,9 +244,35 @@ std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check
       uint_param(599, [&](uint64_t v) { *deny_status = static_cast<unsigned>(v); });
       if (!error && (*deny_status < 400 || *deny_status > 499)) error = Invalid(key, "must be a 4xx status");
     }
-    if (error) return error;
-  }
+    return !error;
+  });
+  if (error) return error;
+  if (!well_formed) return ApiError{ErrorKind::kInvalidField, "query: malformed percent-encoding"};
   return std::nullopt;
+}
+
+bool PercentDecode(std::string_view in, std::string* out) {
+  out->clear();
+  out->reserve(in.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int hi = hex(in[i + 1]);
+    const int lo = hex(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
 }
 
 std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec* spec) {

@@ -49,8 +49,43 @@ namespace ringlimit::node {
 // True when `check` carries any inline limit parameter.
 [[nodiscard]] bool HasLimitFields(const api::Check& check);
 
+// Calls fn(name, value) for each name=value pair of a query string, percent-decoded ('+' is kept
+// literally). Returns false, after the pairs before it, at the first malformed percent-escape.
+// (Boost.URL 1.81's parse_query reads past the end of a view that is not NUL-terminated.)
+// fn returns false to stop early.
+template <typename Fn>
+[[nodiscard]] bool ForEachQueryParam(std::string_view query, Fn&& fn);
+
+// Percent-decodes `in` into *out; false when an escape is malformed.
+[[nodiscard]] bool PercentDecode(std::string_view in, std::string* out);
+
 // "checks[3]." + message of `error`.
 [[nodiscard]] ApiError Prefixed(std::string_view prefix, ApiError error);
+
+template <typename Fn>
+bool ForEachQueryParam(std::string_view query, Fn&& fn) {
+  std::string key_buffer;
+  std::string value_buffer;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    std::string_view key = pair.substr(0, eq);
+    std::string_view value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (key.find('%') != std::string_view::npos) {
+      if (!PercentDecode(key, &key_buffer)) return false;
+      key = key_buffer;
+    }
+    if (value.find('%') != std::string_view::npos) {
+      if (!PercentDecode(value, &value_buffer)) return false;
+      value = value_buffer;
+    }
+    if (!fn(key, value)) return true;
+  }
+  return true;
+}
 
 }  // namespace ringlimit::node
 

@@ -1,10 +1,8 @@
 #include "node/api/keys_handlers.h"
 
-#include <boost/url/parse_query.hpp>
-#include <boost/url/pct_string_view.hpp>
-
 #include "node/api/api_context.h"
 #include "node/api/api_error.h"
+#include "node/api/api_json.h"
 #include "node/api/json_writer.h"
 #include "storage/state_store.h"
 
@@ -18,9 +16,8 @@ int64_t CeilMs(limiter::DurationNs d) { return d <= 0 ? 0 : (d - 1) / limiter::k
 
 // Percent-decodes the key of a /v1/keys/ path into *key and validates it.
 std::optional<ApiError> DecodeKey(const ApiContext& context, std::string_view encoded, std::string* key) {
-  auto pct = boost::urls::make_pct_string_view(encoded);
-  if (!pct) return ApiError{ErrorKind::kInvalidField, "key: malformed percent-encoding"};
-  *key = pct->decode();
+  if (!PercentDecode(encoded, key))
+    return ApiError{ErrorKind::kInvalidField, "key: malformed percent-encoding"};
   if (key->empty()) return ApiError{ErrorKind::kInvalidField, "key: required in the path (/v1/keys/{key})"};
   if (key->size() > context.options.max_key_bytes) {
     return ApiError{ErrorKind::kInvalidField,
@@ -75,14 +72,16 @@ HttpResponse HandleKeysDelete(const ApiContext& context, std::string_view encode
   std::string key;
   if (auto error = DecodeKey(context, encoded_key, &key)) return ToResponse(*error);
   std::optional<std::string> name;
-  auto params = boost::urls::parse_query(query);
-  if (!params) return ToResponse({ErrorKind::kInvalidField, "query: malformed query string"});
-  for (const auto& param : *params) {
-    if (param.key == "name") {
-      name = param.value.decode();
-      if (name->empty()) return ToResponse({ErrorKind::kInvalidField, "name: must not be empty"});
+  bool empty_name = false;
+  const bool well_formed = ForEachQueryParam(query, [&](std::string_view param, std::string_view value) {
+    if (param == "name") {
+      name = std::string(value);
+      empty_name = value.empty();
     }
-  }
+    return true;
+  });
+  if (!well_formed) return ToResponse({ErrorKind::kInvalidField, "query: malformed percent-encoding"});
+  if (empty_name) return ToResponse({ErrorKind::kInvalidField, "name: must not be empty"});
   const size_t removed = context.store.Erase(
       key, name ? std::optional<std::string_view>(*name) : std::optional<std::string_view>());
   // ResetResponse of proto/api.proto.

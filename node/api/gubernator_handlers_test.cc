@@ -1,0 +1,93 @@
+// POST /v1/GetRateLimits: Gubernator's JSON request and response shapes.
+#include "node/api/gubernator_handlers.h"
+
+#include "node/api/api_test_util.h"
+
+namespace ringlimit::node {
+namespace {
+
+namespace json = boost::json;
+
+class GubernatorTest : public ApiTest {
+ protected:
+  json::value Call(const std::string& body) {
+    HttpResponse r = Post("/v1/GetRateLimits", body);
+    EXPECT_EQ(r.result_int(), 200u) << r.body();
+    return Json(r);
+  }
+};
+
+constexpr char kRequest[] =
+    R"({"requests":[{"name":"requests_per_sec","unique_key":"account:1234","hits":1,"limit":2,"duration":1000,)"
+    R"("algorithm":"TOKEN_BUCKET","behavior":"BATCHING"}]})";
+
+TEST_F(GubernatorTest, UnderThenOverLimitInGubernatorsShape) {
+  for (int i = 0; i < 2; ++i) {
+    json::value v = Call(kRequest);
+    const json::object& resp = v.at("responses").at(0).as_object();
+    EXPECT_EQ(resp.at("status").as_string(), "UNDER_LIMIT");
+    EXPECT_EQ(resp.at("limit").as_string(), "2");  // int64 as strings, as Protobuf's JSON mapping
+    EXPECT_EQ(resp.at("remaining").as_string(), std::to_string(1 - i));
+    EXPECT_EQ(resp.at("error").as_string(), "");
+    EXPECT_TRUE(resp.at("metadata").as_object().empty());
+    const int64_t reset_time = std::stoll(std::string(resp.at("reset_time").as_string()));
+    EXPECT_GT(reset_time, kStart / limiter::kMillisecond);
+    EXPECT_LE(reset_time, kStart / limiter::kMillisecond + 1000);
+  }
+  json::value v = Call(kRequest);
+  EXPECT_EQ(v.at("responses").at(0).at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "0");
+}
+
+TEST_F(GubernatorTest, AcceptsNumericEnumsStringIntegersAndCamelCase) {
+  const std::string body =
+      R"({"requests":[{"name":"n","uniqueKey":"k","hits":"3","limit":"5","duration":"60000","algorithm":1,)"
+      R"("behavior":9,"burst":"5","created_at":"123","metadata":{"a":"b"}}]})";
+  json::value v = Call(body);
+  EXPECT_EQ(v.at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "2");
+  // behavior 9 includes RESET_REMAINING: the state starts over on every call.
+  EXPECT_EQ(Call(body).at("responses").at(0).at("remaining").as_string(), "2");
+}
+
+TEST_F(GubernatorTest, RequestsAreIndependentAndErrorsArePerItem) {
+  const std::string body =
+      R"({"requests":[{"name":"n","unique_key":"","hits":1,"limit":5,"duration":1000},)"
+      R"({"name":"n","unique_key":"k","hits":1,"limit":5,"duration":1000},)"
+      R"({"name":"m","unique_key":"k","hits":9,"limit":5,"duration":1000},)"
+      R"({"name":"g","unique_key":"k","hits":1,"limit":5,"duration":1000,"behavior":"DURATION_IS_GREGORIAN"},)"
+      R"({"name":"z","unique_key":"k","hits":1,"limit":0,"duration":1000}]})";
+  json::value v = Call(body);
+  const json::array& responses = v.at("responses").as_array();
+  ASSERT_EQ(responses.size(), 5u);
+  EXPECT_NE(responses[0].at("error").as_string().find("unique_key"), json::string::npos);
+  EXPECT_EQ(responses[1].at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(responses[2].at("status").as_string(), "OVER_LIMIT");  // not all-or-nothing with [1]
+  EXPECT_NE(responses[3].at("error").as_string().find("GREGORIAN"), json::string::npos);
+  EXPECT_EQ(responses[4].at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(Call(body).at("responses").at(1).at("remaining").as_string(), "3");
+}
+
+TEST_F(GubernatorTest, LeakyBucket) {
+  const std::string body =
+      R"({"requests":[{"name":"n","unique_key":"k","hits":1,"limit":2,"duration":1000,"algorithm":"LEAKY_BUCKET"}]})";
+  EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "OVER_LIMIT");
+  Advance(500 * limiter::kMillisecond);  // one unit leaks out every 500 ms
+  EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
+}
+
+TEST_F(GubernatorTest, RejectsMalformedRequests) {
+  ExpectError(Post("/v1/GetRateLimits", "{"), 400, "bad_json");
+  ExpectError(Post("/v1/GetRateLimits", R"({"requests":{}})"), 400, "invalid_field");
+  ExpectError(Post("/v1/GetRateLimits", R"({"requests":[{"algorithm":"SLIDING"}]})"), 400, "invalid_field");
+  ExpectError(Post("/v1/GetRateLimits", R"({"requests":[{"hits":"lots"}]})"), 400, "invalid_field");
+  std::string many = R"({"requests":[)";
+  for (int i = 0; i < 1001; ++i) many += std::string(i ? "," : "") + R"({"name":"n","unique_key":"k"})";
+  ExpectError(Post("/v1/GetRateLimits", many + "]}"), 400, "too_many_checks");
+  EXPECT_EQ(Json(Post("/v1/GetRateLimits", "{}")).at("responses").as_array().size(), 0u);
+}
+
+}  // namespace
+}  // namespace ringlimit::node

@@ -1,0 +1,145 @@
+// Policies: file format, validation errors naming the field, reload keeping the old set on failure.
+#include "node/api/policies.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace ringlimit::node {
+namespace {
+
+constexpr char kValid[] = R"({"policies":{
+  "api":{"mode":"soft","limits":[
+    {"name":"per_hour","algorithm":"sliding_window","limit":500,"window_ms":3600000,"buckets":60,"soft_pct":10},
+    {"name":"per_minute","algorithm":"token_bucket","limit":10,"window_ms":60000,"burst":20,"mode":"hard"}],
+   "tiers":{"gold":{"limits":[{"name":"per_minute","limit":100}]}},
+   "keys":{"user:1":{"mode":"shadow","limits":[{"name":"per_hour","limit":5}]}}},
+  "login":{"limits":[{"algorithm":"gcra","limit":5,"window_ms":60000,"burst":2,"count_denied":true}]},
+  "upload":{"limits":[{"algorithm":"leaky_bucket","limit":10,"window_ms":1000,"max_delay_ms":500}]}}})";
+
+TEST(PoliciesTest, ParsesLimitsModesAndOverrides) {
+  Policies policies;
+  ASSERT_FALSE(policies.LoadJson(kValid));
+  auto set = policies.Current();
+  ASSERT_EQ(set->size(), 3u);
+  const Policy* api = set->Find("api");
+  ASSERT_NE(api, nullptr);
+  ASSERT_EQ(api->limits.size(), 2u);
+  EXPECT_EQ(api->limits[0].state_name, "api/per_hour");
+  EXPECT_EQ(api->limits[0].spec.algorithm, limiter::Algorithm::kSlidingWindow);
+  EXPECT_EQ(api->limits[0].spec.mode, limiter::Mode::kSoft);  // the policy's default mode
+  EXPECT_EQ(api->limits[0].spec.soft_pct, 10u);
+  EXPECT_EQ(api->limits[1].spec.mode, limiter::Mode::kHard);  // the limit's own mode wins
+  EXPECT_EQ(api->limits[1].spec.burst, 20u);
+  EXPECT_EQ(api->limits[1].spec.window, 60 * limiter::kSecond);
+
+  const LimitList& gold = api->Resolve("someone", "gold");
+  ASSERT_EQ(gold.size(), 2u);
+  EXPECT_EQ(gold[0].spec.limit, 500u);
+  EXPECT_EQ(gold[1].state_name, "api/per_minute");
+  EXPECT_EQ(gold[1].spec.limit, 100u);
+  EXPECT_EQ(gold[1].spec.burst, 20u);  // inherited from the default limit
+  EXPECT_EQ(&api->Resolve("someone", "silver"), &api->limits);
+  const LimitList& user1 = api->Resolve("user:1", "gold");
+  EXPECT_EQ(user1[0].spec.limit, 5u);
+  EXPECT_EQ(user1[0].spec.mode, limiter::Mode::kShadow);
+
+  EXPECT_EQ(set->Find("login")->limits[0].state_name, "login");  // one unnamed limit: the policy's name
+  EXPECT_TRUE(set->Find("login")->limits[0].spec.count_denied);
+  EXPECT_EQ(set->Find("upload")->limits[0].spec.max_delay, 500 * limiter::kMillisecond);
+  EXPECT_EQ(set->Find("nope"), nullptr);
+}
+
+TEST(PoliciesTest, ErrorsNameTheBadField) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"{", ""},
+      {R"([])", ""},
+      {R"({"policy":{}})", "policy"},
+      {R"({"policies":[]})", "policies"},
+      {R"({"policies":{"bad name":{"limits":[{"limit":1,"window_ms":1}]}}})", "policies.bad name"},
+      {R"({"policies":{"api":{}}})", "policies.api.limits"},
+      {R"({"policies":{"api":{"limits":[]}}})", "policies.api.limits"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":0}]}}})", "policies.api.limits[0]"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000,"algorithm":"nope"}]}}})",
+       "policies.api.limits[0]"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000},{"limit":2,"window_ms":1000}]}}})",
+       "policies.api.limits[0].name"},
+      {R"({"policies":{"api":{"limits":[{"name":"a","limit":1,"window_ms":1000},{"name":"a","limit":2,"window_ms":1000}]}}})",
+       "policies.api.limits[1].name"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}],"tiers":{"gold":{"limits":[{"limit":0}]}}}}})",
+       "policies.api.tiers.gold.limits[0]"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}],"keys":{"u":{"limit":5}}}}})",
+       "policies.api.keys.u.limit"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}],"extra":1}}})", "policies.api.extra"},
+      {R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000,"key":"x"}]}}})",
+       "policies.api.limits[0]"},
+  };
+  for (const Case& c : cases) {
+    PolicyError error;
+    EXPECT_EQ(PolicySet::Parse(c.json, &error), nullptr) << c.json;
+    EXPECT_EQ(error.field, c.field) << c.json << " -> " << error.ToString();
+    EXPECT_FALSE(error.message.empty());
+  }
+}
+
+TEST(PoliciesTest, ReloadFromFileKeepsTheOldSetOnFailure) {
+  const std::string path = ::testing::TempDir() + "policies_test.json";
+  {
+    std::ofstream out(path);
+    out << R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})";
+  }
+  Policies policies(path);
+  ASSERT_FALSE(policies.Reload());
+  auto first = policies.Current();
+  ASSERT_NE(first->Find("api"), nullptr);
+  {
+    std::ofstream out(path);
+    out << R"({"policies":{"api":{"limits":[{"limit":-1,"window_ms":1000}]}}})";
+  }
+  auto error = policies.Reload();
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->ToString().find("limit"), std::string::npos) << error->ToString();
+  EXPECT_EQ(policies.Current(), first);  // unchanged
+  {
+    std::ofstream out(path);
+    out << R"({"policies":{"web":{"limits":[{"limit":2,"window_ms":1000}]}}})";
+  }
+  ASSERT_FALSE(policies.Reload());
+  EXPECT_EQ(policies.Current()->Find("api"), nullptr);
+  EXPECT_NE(policies.Current()->Find("web"), nullptr);
+  EXPECT_NE(first->Find("api"), nullptr);  // holders of the old set still see it
+  std::remove(path.c_str());
+  EXPECT_TRUE(policies.Reload());  // missing file: error, set kept
+  EXPECT_NE(policies.Current()->Find("web"), nullptr);
+  EXPECT_FALSE(Policies().Reload());  // no file configured: nothing to do
+}
+
+TEST(PoliciesTest, ConcurrentReadersDuringReloads) {
+  Policies policies;
+  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      auto set = policies.Current();
+      const Policy* api = set->Find("api");
+      ASSERT_NE(api, nullptr);
+      EXPECT_GE(api->limits[0].spec.limit, 1u);
+    }
+  });
+  for (int i = 1; i <= 200; ++i) {
+    ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":)" + std::to_string(i) +
+                                   R"(,"window_ms":1000}]}}})"));
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(policies.Current()->Find("api")->limits[0].spec.limit, 200u);
+}
+
+}  // namespace
+}  // namespace ringlimit::node
