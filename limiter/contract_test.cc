@@ -389,11 +389,7 @@ TEST_P(Contract, StateBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, Contract, ::testing::ValuesIn(testing::AllAlgorithms()),
-                         [](const auto& info) {
-                           std::string name(AlgorithmName(info.param));
-                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
-                           return name;
-                         });
+                         testing::ParamName);
 
 }  // namespace
 }  // namespace ringlimit::limiter

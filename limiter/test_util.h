@@ -2,7 +2,12 @@
 #ifndef RINGLIMIT_LIMITER_TEST_UTIL_H_
 #define RINGLIMIT_LIMITER_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
+#include <cctype>
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "limiter/limiter.h"
@@ -48,6 +53,30 @@ inline int64_t LevelMilli(const State& state, DurationNs window) {
   return state.word[0] * 1000 + static_cast<int64_t>(static_cast<__int128>(state.word[1]) * 1000 / window);
 }
 
+// "sliding_window_approx" -> "SlidingWindowApprox", for parameterised test names.
+inline std::string CamelName(Algorithm a) {
+  std::string out;
+  bool upper = true;
+  for (char c : AlgorithmName(a)) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
+
+inline std::string ParamName(const ::testing::TestParamInfo<Algorithm>& info) {
+  return CamelName(info.param);
+}
+
 }  // namespace ringlimit::limiter::testing
+
+namespace ringlimit::limiter {
+// Lets GoogleTest print an Algorithm by name.
+inline void PrintTo(Algorithm a, std::ostream* os) { *os << AlgorithmName(a); }
+}  // namespace ringlimit::limiter
 
 #endif  // RINGLIMIT_LIMITER_TEST_UTIL_H_
