@@ -193,8 +193,9 @@ class Membership {
 
   // Graceful leave, step 1: announce `leaving` (still in the ring; hand off state now).
   [[nodiscard]] MembershipOutput Leave(MonoTime now);
-  // Step 2: announce `left`. Keep calling Tick and sending until !HasPendingGossip() (or a deadline) so the
-  // others hear it, then stop. After this the node neither probes nor answers.
+  // Step 2: announce `left`. Returns a Ping carrying the `left` record to every member not known dead or
+  // left (we no longer probe, so nothing would piggyback it); send them, then stop. Afterwards Tick and
+  // Receive return nothing: the node neither probes nor answers.
   [[nodiscard]] MembershipOutput FinishLeave(MonoTime now);
 
   [[nodiscard]] const MemberInfo& self() const { return self_; }
