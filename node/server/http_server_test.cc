@@ -351,6 +351,21 @@ TEST_F(HttpServerTest, DrainFinishesRequestsInFlightAndClosesIdleConnections) {
   EXPECT_FALSE(late.Get("/echo"));
 }
 
+TEST_F(HttpServerTest, DrainWaitsForAPartlyReceivedRequest) {
+  StartServer({});
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nabc"));
+  // Drain before the ticker could notice the bytes: the request must still be awaited.
+  server_->StopAccepting();
+  server_->Drain();
+  ASSERT_TRUE(client.SendRaw("def"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->body(), "POST abcdef");
+  EXPECT_FALSE(response->keep_alive());
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+}
+
 TEST_F(HttpServerTest, ManyConcurrentClients) {
   StartServer({});
   std::atomic<int> ok{0};

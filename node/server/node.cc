@@ -17,7 +17,7 @@ namespace ringlimit::node {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 unsigned ThreadCount(unsigned requested) {
   if (requested > 0) return requested;
@@ -93,8 +93,8 @@ void Node::Stop() {
   parts_->handler.SetReady(false);
   parts_->server.StopAccepting();
   parts_->server.Drain();
-  const auto deadline = Clock::now() + options_.drain_timeout;
-  while (parts_->server.connections() > 0 && Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + options_.drain_timeout;
+  while (parts_->server.connections() > 0 && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (const size_t left = parts_->server.connections(); left > 0) {

@@ -78,9 +78,14 @@ void Session::Drain() {
   net::post(socket_.get_executor(), [self = shared_from_this()] { self->DoDrain(); });
 }
 
+bool Session::RequestInProgress() const {
+  return phase_ == ReadPhase::kPartial ||
+         (phase_ == ReadPhase::kIdle && (buffer_.size() > 0 || (parser_ && parser_->got_some())));
+}
+
 void Session::DoDrain() {
   draining_ = true;
-  if (phase_ == ReadPhase::kIdle || phase_ == ReadPhase::kNone) read_closed_ = true;
+  if (!RequestInProgress()) read_closed_ = true;
   FinishIfDone();
 }
 
@@ -184,8 +189,7 @@ void Session::MaybeWrite() {
   HttpResponse& response = *front.response;
   // The last response of a connection that reads nothing more says so.
   const bool last = read_closed_ && pending_.size() == 1 && phase_ == ReadPhase::kNone;
-  const bool close =
-      !front.keep_alive || last || (draining_ && pending_.size() == 1 && phase_ != ReadPhase::kPartial);
+  const bool close = !front.keep_alive || last || (draining_ && pending_.size() == 1 && !RequestInProgress());
   response.version(11);
   response.keep_alive(!close);
   response.prepare_payload();
@@ -225,7 +229,7 @@ void Session::OnWrite(bool close, error_code ec) {
 
 void Session::FinishIfDone() {
   if (closed_ || writing_ || !pending_.empty()) return;
-  if (draining_ && phase_ == ReadPhase::kIdle) {
+  if (draining_ && phase_ == ReadPhase::kIdle && !RequestInProgress()) {
     Close();  // aborts the read that waits for a request that will not be served
     return;
   }

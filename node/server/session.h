@@ -95,6 +95,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void ArmTicker();
   void OnTick(boost::system::error_code ec);
   void DoDrain();
+  // Some bytes of the next request have arrived (whatever the ticker has noticed so far).
+  bool RequestInProgress() const;
   void Close();
 
   // Constant after construction.

@@ -35,9 +35,10 @@ std::string ReadWholeFile(const fs::path& path) {
   return out.str();
 }
 
-Result<fs::path> MakeTempDir() {
+// A fresh temporary directory; empty (and errno set) on failure.
+fs::path MakeTempDir() {
   std::string pattern = (fs::temp_directory_path() / "ringlimitd-test-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) return std::string("mkdtemp: ") + std::strerror(errno);
+  if (mkdtemp(pattern.data()) == nullptr) return {};
   return fs::path(pattern);
 }
 
@@ -77,9 +78,8 @@ NodeProcess::~NodeProcess() {
 Result<std::unique_ptr<NodeProcess>> NodeProcess::Start(NodeProcessOptions options) {
   bool owns_dir = false;
   if (options.dir.empty()) {
-    auto dir = MakeTempDir();
-    if (!dir) return dir.error();
-    options.dir = *dir;
+    options.dir = MakeTempDir();
+    if (options.dir.empty()) return std::string("mkdtemp: ") + std::strerror(errno);
     owns_dir = true;
   } else {
     std::error_code ec;
@@ -97,7 +97,7 @@ Result<void> NodeProcess::Launch() {
   std::error_code ignored;
   fs::remove(port_file, ignored);
 
-  std::vector<std::string> args = {RINGLIMITD_PATH, "--listen", "127.0.0.1:0", "--port-file",
+  std::vector<std::string> args = {RINGLIMITD_PATH, "--listen", options_.listen, "--port-file",
                                    port_file.string()};
   if (options_.pass_data_dir) {
     args.push_back("--data-dir");

@@ -43,8 +43,11 @@ using Result = boost::system::result<T, std::string>;
 
 struct NodeProcessOptions {
   // Extra command-line flags, e.g. {"--policies", path, "--threads", "2"}. The harness adds
-  // --listen 127.0.0.1:0, --port-file and (see pass_data_dir) --data-dir itself.
+  // --listen (below), --port-file and (see pass_data_dir) --data-dir itself.
   std::vector<std::string> args;
+
+  // The --listen address. Default: "127.0.0.1:0" (an ephemeral loopback port; a restart gets a new one).
+  std::string listen = "127.0.0.1:0";
 
   // Working directory of the node (log, port file, data). Empty: a fresh temporary directory,
   // removed with the NodeProcess. Default: empty.

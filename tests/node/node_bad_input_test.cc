@@ -1,0 +1,174 @@
+// Every class of bad input over the wire: each gets the right status with a JSON error body, and the
+// node keeps serving everyone else afterwards.
+#include "tests/node/node_test_util.h"
+
+namespace ringlimit::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class NodeBadInputTest : public NodeTest {
+ protected:
+  std::vector<std::string> Args() override {
+    return {"--threads",        "2",     "--read-timeout-ms",  "300",  "--idle-timeout-ms", "400",
+            "--max-body-bytes", "65536", "--max-header-bytes", "4096", "--max-connections", "4"};
+  }
+
+  void ExpectError(const boost::system::result<ClientResponse>& response, unsigned status,
+                   std::string_view code) {
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), status) << response->body();
+    EXPECT_EQ(Header(*response, "Content-Type"), "application/json");
+    if (!code.empty()) {
+      EXPECT_EQ(ErrorCode(*response), code) << response->body();
+    }
+    const auto body = JsonBody(*response);
+    ASSERT_TRUE(body.is_object()) << response->body();
+    EXPECT_TRUE(body.at("error").at("message").is_string());
+  }
+
+  // The node still answers a normal check on a fresh connection.
+  void ExpectStillServing() {
+    HttpClient fresh(node_->http_port());
+    auto response = fresh.Get("/v1/check?key=alive&limit=1000000&window_ms=1000");
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), 200);
+  }
+};
+
+TEST_F(NodeBadInputTest, BadJson) {
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a",)"), 400, "bad_json");
+  ExpectError(client_->Post("/v1/check", "not json at all"), 400, "bad_json");
+  ExpectError(client_->Post("/v1/GetRateLimits", "{"), 400, "bad_json");
+  ExpectError(client_->Put("/v1/headroom", "[", {}), 400, "");  // 401 would need a token; none is set
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, BadFields) {
+  ExpectError(client_->Post("/v1/check",
+                            R"({"checks":[{"key":"a","algorithm":"bogus","limit":1,"window_ms":1000}]})"),
+              400, "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a","limit":-5,"window_ms":1000}]})"), 400,
+              "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a","limit":10,"window_ms":1000,"cost":-1}]})"),
+              400, "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a","limit":1e30,"window_ms":1000}]})"), 400,
+              "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a","limit":10,"window_ms":0}]})"), 400,
+              "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"","limit":10,"window_ms":1000}]})"), 400,
+              "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[]})"), 400, "invalid_field");
+  ExpectError(client_->Post("/v1/check", R"({"checks":[{"key":"a","policy":"nope"}]})"), 404,
+              "unknown_policy");
+  ExpectError(client_->Get("/v1/check?key=a&algorithm=bogus&limit=1&window_ms=1000"), 400, "invalid_field");
+  ExpectError(client_->Get("/v1/check?key=a&limit=abc&window_ms=1000"), 400, "invalid_field");
+  ExpectError(client_->Get("/v1/check?limit=1&window_ms=1000"), 400, "invalid_field");  // no key at all
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, OversizedKey) {
+  const std::string key(1025, 'k');
+  ExpectError(
+      client_->Post("/v1/check", R"({"checks":[{"key":")" + key + R"(","limit":10,"window_ms":1000}]})"), 400,
+      "invalid_field");
+  ExpectError(client_->Get("/v1/check?key=" + key + "&limit=10&window_ms=1000"), 400, "invalid_field");
+  // 1024 bytes is still fine.
+  auto ok = client_->Get("/v1/check?key=" + std::string(1024, 'k') + "&limit=10&window_ms=1000");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->result_int(), 200) << ok->body();
+}
+
+TEST_F(NodeBadInputTest, MoreThan1000Checks) {
+  std::string body = R"({"checks":[)";
+  for (int i = 0; i < 1001; ++i) {
+    if (i > 0) body += ",";
+    body += R"({"key":"k)" + std::to_string(i) + R"(","limit":10,"window_ms":1000})";
+  }
+  body += "]}";
+  ExpectError(client_->Post("/v1/check", body), 400, "too_many_checks");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, NonUtf8) {
+  ExpectError(
+      client_->Post("/v1/check", "{\"checks\":[{\"key\":\"\xff\xfe\",\"limit\":10,\"window_ms\":1000}]}"),
+      400, "");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, TruncatedBodyTimesOutWith408) {
+  ASSERT_TRUE(client_->SendRaw(
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+      R"({"checks":[{"key":"a")"));
+  ExpectError(client_->ReadResponse(), 408, "request_timeout");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, BodyTooLargeIs413) {
+  ExpectError(client_->Post("/v1/check", std::string(65537, ' ')), 413, "body_too_large");
+  // Announced but not sent: refused from the headers alone.
+  HttpClient raw(node_->http_port());
+  ASSERT_TRUE(raw.SendRaw("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"));
+  ExpectError(raw.ReadResponse(), 413, "body_too_large");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, WrongMediaTypeIs415) {
+  ExpectError(client_->Post("/v1/check", R"({"checks":[]})", {}, "text/plain"), 415,
+              "unsupported_media_type");
+  ExpectError(client_->Post("/v1/GetRateLimits", "x=1", {}, "application/x-www-form-urlencoded"), 415,
+              "unsupported_media_type");
+}
+
+TEST_F(NodeBadInputTest, HeadersTooLargeIs431) {
+  ExpectError(client_->Get("/healthz", {{"X-Filler", std::string(5000, 'x')}}), 431, "headers_too_large");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, UnknownPathIs404AndWrongMethodIs405) {
+  ExpectError(client_->Get("/v2/nothing"), 404, "not_found");
+  auto wrong = client_->Delete("/v1/check");
+  ExpectError(wrong, 405, "method_not_allowed");
+  EXPECT_EQ(Header(*wrong, "Allow"), "GET, POST");
+  ExpectError(client_->Get("/v1/GetRateLimits"), 405, "method_not_allowed");
+  ExpectError(client_->Post("/healthz", "{}"), 405, "method_not_allowed");
+}
+
+TEST_F(NodeBadInputTest, MalformedHttpIs400) {
+  ASSERT_TRUE(client_->SendRaw("BREW /coffee HTCPCP/1.0\r\n\r\n"));
+  ExpectError(client_->ReadResponse(), 400, "bad_http");
+  ExpectStillServing();
+}
+
+TEST_F(NodeBadInputTest, SlowClientSendingHeadersTooSlowlyGets408) {
+  ASSERT_TRUE(client_->SendRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n"));  // never finishes the headers
+  ExpectError(client_->ReadResponse(), 408, "request_timeout");
+}
+
+TEST_F(NodeBadInputTest, IdleConnectionIsClosed) {
+  ASSERT_TRUE(client_->Get("/healthz"));
+  auto rest = client_->ReadUntilClosed();
+  ASSERT_TRUE(rest) << rest.error().message();
+  EXPECT_EQ(*rest, "");
+}
+
+TEST_F(NodeBadInputTest, TooManyConnectionsGet503AndAreCounted) {
+  std::vector<std::unique_ptr<HttpClient>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<HttpClient>(node_->http_port()));
+    auto response = held.back()->Get("/healthz");
+    ASSERT_TRUE(response);
+    ASSERT_EQ(response->result_int(), 200);
+  }
+  client_->Close();  // the fixture's client is not connected; make sure
+  HttpClient extra(node_->http_port());
+  ExpectError(extra.Get("/healthz"), 503, "too_many_connections");
+  held.pop_back();  // one goes; the next newcomer is served
+  auto metrics = held.front()->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body().find("status=\"503\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ringlimit::testing
