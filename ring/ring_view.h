@@ -175,6 +175,28 @@ class RingHolder {
   std::atomic<uint64_t> version_{0};         // written under mutex_, read without it
 };
 
+// A reader's cached copy of a RingHolder's view: Get() takes the holder's mutex only when the holder's
+// version has moved since the last call, so a hot path pays one atomic load per lookup.
+//
+// Thread safety: one RingCache per thread (or strand); not safe for concurrent use. The holder must
+// outlive the cache.
+class RingCache {
+ public:
+  explicit RingCache(const RingHolder& holder) : holder_(holder) {}
+  RingCache(const RingCache&) = delete;
+  RingCache& operator=(const RingCache&) = delete;
+
+  // The holder's current view (null before its first Publish). Valid until the next Get().
+  [[nodiscard]] const std::shared_ptr<const RingView>& Get() {
+    if (view_ == nullptr || holder_.version() != view_->version()) view_ = holder_.Current();
+    return view_;
+  }
+
+ private:
+  const RingHolder& holder_;
+  std::shared_ptr<const RingView> view_;
+};
+
 }  // namespace ringlimit::ring
 
 #endif  // RINGLIMIT_RING_RING_VIEW_H_

@@ -303,6 +303,19 @@ TEST(RingHolderTest, PublishesOnlyNewerVersions) {
   EXPECT_EQ(holder.Current()->members().size(), 4u);
 }
 
+TEST(RingHolderTest, CacheFollowsTheHolder) {
+  RingHolder holder;
+  RingCache cache(holder);
+  EXPECT_EQ(cache.Get(), nullptr);
+  ASSERT_TRUE(holder.Publish(MustBuild(Members(3), 1)));
+  const RingView* first = cache.Get().get();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(cache.Get().get(), first);  // unchanged: same object, no refresh
+  ASSERT_TRUE(holder.Publish(MustBuild(Members(4), 2)));
+  EXPECT_EQ(cache.Get()->version(), 2u);
+  EXPECT_EQ(cache.Get()->members().size(), 4u);
+}
+
 TEST(RingHolderTest, ReadersNeverSeeATornOrOlderView) {
   // Run under TSan too: readers look up keys while a writer swaps views.
   RingHolder holder;
@@ -313,8 +326,9 @@ TEST(RingHolderTest, ReadersNeverSeeATornOrOlderView) {
   for (int r = 0; r < 3; ++r) {
     readers.emplace_back([&] {
       uint64_t last_version = 0;
+      RingCache cache(holder);
       while (!stop.load(std::memory_order_relaxed)) {
-        auto view = holder.Current();
+        auto view = (reads.load(std::memory_order_relaxed) % 2 == 0) ? holder.Current() : cache.Get();
         EXPECT_GE(view->version(), last_version);
         last_version = view->version();
         // Version v has v + 1 members (see the writer below).
