@@ -24,27 +24,39 @@ inline constexpr TimeNs kMaxTime = std::numeric_limits<TimeNs>::max();
 // Floor division for a possibly negative instant. REQUIRES: b > 0.
 inline int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
-  if (a % b != 0 && a < 0) --q;
+  if (a % b != 0 && a < 0) {
+    --q;
+  }
   return q;
 }
 
 // A finite duration, clamped to [0, kNever - 1] so that it is never mistaken for kNever.
 inline DurationNs SatDuration(i128 d) {
-  if (d <= 0) return 0;
-  if (d >= static_cast<i128>(kNever)) return kNever - 1;
+  if (d <= 0) {
+    return 0;
+  }
+  if (d >= static_cast<i128>(kNever)) {
+    return kNever - 1;
+  }
   return static_cast<DurationNs>(d);
 }
 
 // An instant clamped to the int64 range.
 inline TimeNs SatTime(i128 t) {
-  if (t < static_cast<i128>(kMinTime)) return kMinTime;
-  if (t > static_cast<i128>(kMaxTime)) return kMaxTime;
+  if (t < static_cast<i128>(kMinTime)) {
+    return kMinTime;
+  }
+  if (t > static_cast<i128>(kMaxTime)) {
+    return kMaxTime;
+  }
   return static_cast<TimeNs>(t);
 }
 
 // a / b, using the (much faster) 64-bit division when a fits in 64 bits. REQUIRES: b > 0.
 inline u128 Div(u128 a, uint64_t b) {
-  if ((a >> 64) == 0) return static_cast<uint64_t>(a) / b;
+  if ((a >> 64) == 0) {
+    return static_cast<uint64_t>(a) / b;
+  }
   return a / b;
 }
 

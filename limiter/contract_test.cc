@@ -33,8 +33,12 @@ class Contract : public ::testing::TestWithParam<Algorithm> {
   // `limit` units per `window`, able to admit `limit` units at once (gcra: burst = limit - 1).
   LimitSpec Make(uint64_t limit = 10, DurationNs window = kSecond) const {
     LimitSpec spec = Spec(GetParam(), limit, window);
-    if (GetParam() == Algorithm::kGcra) spec.burst = limit - 1;
-    if (GetParam() == Algorithm::kSlidingWindow) spec.buckets = 10;
+    if (GetParam() == Algorithm::kGcra) {
+      spec.burst = limit - 1;
+    }
+    if (GetParam() == Algorithm::kSlidingWindow) {
+      spec.buckets = 10;
+    }
     return spec;
   }
   static void Exhaust(const LimitSpec& spec, State& st, TimeNs now) {
@@ -49,9 +53,13 @@ class Contract : public ::testing::TestWithParam<Algorithm> {
 TEST_P(Contract, CostZeroIsAReadOnlyPeek) {
   const LimitSpec spec = Make();
   State st;
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Check(spec, st, At(kT0 + i * kMillisecond)).allowed);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Check(spec, st, At(kT0 + i * kMillisecond)).allowed);
+  }
   for (bool exhausted : {false, true}) {
-    if (exhausted) Exhaust(spec, st, kT0 + 5 * kMillisecond);
+    if (exhausted) {
+      Exhaust(spec, st, kT0 + 5 * kMillisecond);
+    }
     const State before = st;
     const TimeNs now = kT0 + 6 * kMillisecond;
     Decision d = Check(spec, st, At(now, 0));
@@ -128,9 +136,13 @@ TEST_P(Contract, RetryAfterIsExact) {
       t += static_cast<DurationNs>(rng() % (30 * kMillisecond));
       cost = 1 + rng() % 3;
       d = Check(spec, st, At(t, cost));
-      if (!d.allowed) break;
+      if (!d.allowed) {
+        break;
+      }
     }
-    if (d.allowed) continue;
+    if (d.allowed) {
+      continue;
+    }
     ASSERT_LT(d.retry_after, kNever);
     EXPECT_TRUE(Peek(spec, st, At(t + d.retry_after, cost)).allowed) << round;
     if (d.retry_after > 1) {
@@ -144,7 +156,9 @@ TEST_P(Contract, DeniedConsumesNothingUnlessCountDenied) {
     LimitSpec spec = Make();
     spec.count_denied = count_denied;
     State st;
-    for (int i = 0; i < 10; ++i) ASSERT_TRUE(Check(spec, st, At(kT0 + i * kMillisecond)).allowed);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(Check(spec, st, At(kT0 + i * kMillisecond)).allowed);
+    }
     const State before = st;
     const TimeNs now = kT0 + 20 * kMillisecond;
     const DurationNs wait = Peek(spec, st, At(now)).retry_after;
@@ -168,7 +182,9 @@ TEST_P(Contract, CheckAllIsAllOrNothing) {
   const LimitSpec* specs[] = {&mine, &tight, &loose};
   State* states[] = {&a, &b, &c};
   Decision decisions[3];
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(CheckAll(specs, states, At(kT0), decisions));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(CheckAll(specs, states, At(kT0), decisions));
+  }
   EXPECT_EQ(decisions[0].remaining, 7u);
   EXPECT_EQ(decisions[2].remaining, 97u);
   const State a0 = a, b0 = b, c0 = c;
@@ -225,9 +241,15 @@ TEST_P(Contract, HugeLimitsWindowsCostsAndInstantsDoNotOverflow) {
     for (uint64_t limit : {uint64_t{1}, uint64_t{1000}, log ? kMaxSlidingLogLimit : kMaxLimit}) {
       LimitSpec spec = Spec(GetParam(), limit, window);
       spec.buckets = static_cast<uint32_t>(std::min<int64_t>(kMaxBuckets, window / kMinWindow));
-      if (GetParam() == Algorithm::kTokenBucket) spec.burst = kMaxLimit;
-      if (GetParam() == Algorithm::kGcra) spec.burst = kMaxLimit - 1;  // capacity burst + 1
-      if (GetParam() == Algorithm::kLeakyBucket) spec.max_delay = window;
+      if (GetParam() == Algorithm::kTokenBucket) {
+        spec.burst = kMaxLimit;
+      }
+      if (GetParam() == Algorithm::kGcra) {
+        spec.burst = kMaxLimit - 1;  // capacity burst + 1
+      }
+      if (GetParam() == Algorithm::kLeakyBucket) {
+        spec.max_delay = window;
+      }
       if (!log) {
         spec.mode = Mode::kSoft;
         spec.soft_pct = 1000;
@@ -252,7 +274,9 @@ TEST_P(Contract, HugeLimitsWindowsCostsAndInstantsDoNotOverflow) {
 TEST_P(Contract, ParameterChangesPreserveUsageWithoutMinting) {
   State st;
   const LimitSpec ten = Make(10, kSecond);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Check(ten, st, At(kT0)).allowed);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Check(ten, st, At(kT0)).allowed);
+  }
   // Raised: the 4 units used stay used.
   EXPECT_EQ(Peek(Make(20, kSecond), st, At(kT0, 0)).remaining, 16u);
   // Lowered below the usage: nothing left, and a wait rather than "never".
@@ -279,9 +303,13 @@ TEST_P(Contract, ParameterChangesPreserveUsageWithoutMinting) {
 TEST_P(Contract, StateOfAnotherAlgorithmStartsFresh) {
   const LimitSpec spec = Make();
   for (Algorithm other : testing::AllAlgorithms()) {
-    if (other == GetParam()) continue;
+    if (other == GetParam()) {
+      continue;
+    }
     LimitSpec o = Spec(other, 10, kSecond);
-    if (other == Algorithm::kGcra) o.burst = 9;
+    if (other == Algorithm::kGcra) {
+      o.burst = 9;
+    }
     State st;
     Exhaust(o, st, kT0);
     EXPECT_EQ(IdleAt(spec, st), std::numeric_limits<TimeNs>::min());
@@ -364,7 +392,9 @@ TEST_P(Contract, DynamicModeFollowsHeadroom) {
     Request r = At(kT0);
     r.headroom = c.headroom;
     int admitted = 0;
-    while (Check(spec, st, r).allowed) ++admitted;
+    while (Check(spec, st, r).allowed) {
+      ++admitted;
+    }
     EXPECT_EQ(admitted, c.admitted) << c.headroom;
   }
   // Denied for lack of headroom with a cost only the full ceiling admits: a finite retry_after.

@@ -51,14 +51,20 @@ class DrainView {
   }
 
   DurationNs TimeToFit(uint64_t cost, uint64_t cap) const {
-    if (cost > cap) return kNever;
+    if (cost > cap) {
+      return kNever;
+    }
     const u128 need = level_ + static_cast<u128>(cost) * window_;
     const u128 room = static_cast<u128>(cap) * window_;
-    if (need <= room) return 0;
+    if (need <= room) {
+      return 0;
+    }
     return SatDuration(static_cast<i128>(CeilDiv(need - room, rate_)));
   }
   void Charge(uint64_t units) {
-    if (units == 0) return;
+    if (units == 0) {
+      return;
+    }
     level_ = std::min(level_ + static_cast<u128>(units) * window_, max_level_);
   }
   uint64_t Remaining(uint64_t cap) const {

@@ -92,8 +92,12 @@ Verdict Judge(const View& view, Mode mode, const Capacities& caps, uint64_t cost
 
 // Units to charge given the verdict and whether the whole request (all limits) was admitted.
 inline uint64_t ChargeUnits(const Verdict& v, bool request_admitted, bool count_denied, uint64_t cost) {
-  if (cost == 0 || v.impossible) return 0;
-  if (request_admitted && v.admits) return cost;
+  if (cost == 0 || v.impossible) {
+    return 0;
+  }
+  if (request_admitted && v.admits) {
+    return cost;
+  }
   return count_denied ? cost : 0;
 }
 

@@ -54,7 +54,9 @@ Decision Evaluate(const LimitSpec& spec, const State& state, const Request& requ
     const Verdict v = internal::Judge(view, spec.mode, caps, request.cost);
     const uint64_t units = internal::ChargeUnits(v, v.allowed, spec.count_denied, request.cost);
     Decision d = internal::Decide(view, v, caps, spec.limit, units);
-    if (store != nullptr && units > 0) view.Store(*store);
+    if (store != nullptr && units > 0) {
+      view.Store(*store);
+    }
     return d;
   });
 }
@@ -88,7 +90,9 @@ bool CheckAll(std::span<const LimitSpec* const> specs, std::span<State* const> s
       const Verdict v = internal::Judge(view, spec.mode, caps, request.cost);
       const uint64_t units = internal::ChargeUnits(v, admitted, spec.count_denied, request.cost);
       Decision d = internal::Decide(view, v, caps, spec.limit, units);
-      if (units > 0) view.Store(state);
+      if (units > 0) {
+        view.Store(state);
+      }
       return d;
     });
   }
@@ -96,7 +100,9 @@ bool CheckAll(std::span<const LimitSpec* const> specs, std::span<State* const> s
 }
 
 TimeNs IdleAt(const LimitSpec& spec, const State& state) {
-  if (state.algorithm != spec.algorithm) return internal::kMinTime;  // already initial for this spec
+  if (state.algorithm != spec.algorithm) {
+    return internal::kMinTime;  // already initial for this spec
+  }
   const Capacities caps = ComputeCapacities(spec, 0.);
   // Judged at the state's own newest instant (the views never go back before it).
   return WithView(spec, state, internal::kMinTime, caps, [&](auto& view) {

@@ -28,7 +28,9 @@ std::vector<Event> RandomStream(uint64_t seed, int n, DurationNs max_gap, uint64
   std::vector<Event> out;
   TimeNs t = 1'700'000'000LL * kSecond + static_cast<TimeNs>(rng() % kSecond);
   for (int i = 0; i < n; ++i) {
-    if (rng() % 4 != 0) t += static_cast<DurationNs>(rng() % static_cast<uint64_t>(max_gap));
+    if (rng() % 4 != 0) {
+      t += static_cast<DurationNs>(rng() % static_cast<uint64_t>(max_gap));
+    }
     out.push_back({t, 1 + rng() % max_cost});
   }
   return out;
@@ -38,7 +40,9 @@ std::vector<Event> Admitted(const LimitSpec& spec, const std::vector<Event>& str
   State st;
   std::vector<Event> out;
   for (const Event& e : stream) {
-    if (Check(spec, st, At(e.t, e.cost)).allowed) out.push_back(e);
+    if (Check(spec, st, At(e.t, e.cost)).allowed) {
+      out.push_back(e);
+    }
   }
   return out;
 }
@@ -49,7 +53,9 @@ uint64_t MaxInAnyInterval(const std::vector<Event>& admitted, DurationNs length)
   size_t lo = 0;
   for (size_t hi = 0; hi < admitted.size(); ++hi) {
     sum += admitted[hi].cost;
-    while (admitted[lo].t <= admitted[hi].t - length) sum -= admitted[lo++].cost;
+    while (admitted[lo].t <= admitted[hi].t - length) {
+      sum -= admitted[lo++].cost;
+    }
     best = std::max(best, sum);
   }
   return best;
@@ -63,7 +69,9 @@ bool WithinBurstPlusRate(const std::vector<Event>& admitted, uint64_t capacity, 
       sum += admitted[j].cost;
       const __int128 allowed = static_cast<__int128>(capacity) * spec.window +
                                static_cast<__int128>(spec.limit) * (admitted[j].t - admitted[i].t);
-      if (sum * spec.window > allowed) return false;
+      if (sum * spec.window > allowed) {
+        return false;
+      }
     }
   }
   return true;
@@ -105,7 +113,9 @@ TEST(Property, FixedWindowNeverExceedsLimitInAnAlignedWindow) {
     const TimeNs first = admitted.front().t / spec.window;
     for (const Event& e : admitted) {
       const auto k = static_cast<size_t>(e.t / spec.window - first);
-      if (per_window.size() <= k) per_window.resize(k + 1);
+      if (per_window.size() <= k) {
+        per_window.resize(k + 1);
+      }
       per_window[k] += e.cost;
     }
     EXPECT_LE(*std::max_element(per_window.begin(), per_window.end()), spec.limit);
@@ -150,7 +160,9 @@ TEST(Property, LeakyBucketShaperReleasesAtTheRate) {
     std::vector<Event> departures;
     for (const Event& e : RandomStream(seed, 3000, 60 * kMillisecond, 3)) {
       Decision d = Check(spec, st, At(e.t, e.cost));
-      if (!d.allowed) continue;
+      if (!d.allowed) {
+        continue;
+      }
       EXPECT_LE(d.delay, spec.max_delay);
       departures.push_back({e.t + d.delay, e.cost});
     }
@@ -180,7 +192,9 @@ TEST(Property, FixedWindowAdmitsTwiceAtBoundarySlidingOnesDoNot) {
     State st;
     uint64_t admitted = 0;
     for (TimeNs t : {boundary - kMillisecond, boundary}) {
-      for (int i = 0; i < 100; ++i) admitted += Check(spec, st, At(t)).allowed;
+      for (int i = 0; i < 100; ++i) {
+        admitted += Check(spec, st, At(t)).allowed;
+      }
     }
     EXPECT_EQ(admitted, a == Algorithm::kFixedWindow ? 200u : 100u);
   }
@@ -198,15 +212,18 @@ TEST(Property, SlidingWindowApproxErrorAgainstExactLogIsBounded) {
     for (const Event& e : RandomStream(seed, 20000, 20 * kMillisecond, 2)) {
       const Decision peek = Peek(spec, st, At(e.t, 0));
       uint64_t exact = 0;
-      for (auto it = admitted.rbegin(); it != admitted.rend() && it->t > e.t - spec.window; ++it)
+      for (auto it = admitted.rbegin(); it != admitted.rend() && it->t > e.t - spec.window; ++it) {
         exact += it->cost;
+      }
       const double estimate = static_cast<double>(spec.limit - peek.remaining);
       if (peek.remaining > 0) {  // remaining saturates at 0: an estimate only below the limit
         total_abs_error += std::abs(estimate - static_cast<double>(exact));
         ++samples;
       }
       worst_ratio = std::max(worst_ratio, static_cast<double>(exact) / static_cast<double>(spec.limit));
-      if (Check(spec, st, At(e.t, e.cost)).allowed) admitted.push_back(e);
+      if (Check(spec, st, At(e.t, e.cost)).allowed) {
+        admitted.push_back(e);
+      }
     }
   }
   const double mean_abs_error = total_abs_error / static_cast<double>(samples);
@@ -228,11 +245,15 @@ TEST(Property, SlidingWindowApproxAdversarialStaysBelowTwice) {
   State st;
   std::vector<Event> admitted;
   for (int i = 0; i < 100; ++i) {
-    if (Check(spec, st, At(start - 1)).allowed) admitted.push_back({start - 1, 1});
+    if (Check(spec, st, At(start - 1)).allowed) {
+      admitted.push_back({start - 1, 1});
+    }
   }
   for (int i = 0; i < 200; ++i) {
     const TimeNs t = start + w - 10 * kMillisecond;
-    if (Check(spec, st, At(t)).allowed) admitted.push_back({t, 1});
+    if (Check(spec, st, At(t)).allowed) {
+      admitted.push_back({t, 1});
+    }
   }
   const uint64_t worst = MaxInAnyInterval(admitted, w);
   std::cout << "[ measured ] approx adversarial window: " << worst << " units for limit 100\n";
@@ -247,11 +268,15 @@ class AllAlgorithmsLongRun : public ::testing::TestWithParam<Algorithm> {};
 TEST_P(AllAlgorithmsLongRun, AdmitsAtMostCapacityPlusRateAndNearlyAllOfIt) {
   for (uint64_t seed : kSeeds) {
     LimitSpec spec = Spec(GetParam(), 20, kSecond);
-    if (GetParam() == Algorithm::kGcra) spec.burst = 19;  // same capacity as the others
+    if (GetParam() == Algorithm::kGcra) {
+      spec.burst = 19;  // same capacity as the others
+    }
     const auto stream = RandomStream(seed, 6000, 60 * kMillisecond, 3);
     const auto admitted = Admitted(spec, stream);
     uint64_t units = 0;
-    for (const Event& e : admitted) units += e.cost;
+    for (const Event& e : admitted) {
+      units += e.cost;
+    }
     const double seconds = static_cast<double>(admitted.back().t - admitted.front().t) / kSecond;
     const double bound = 20.0 * (seconds + 2);  // rate * span + two windows of slack (fixed window)
     EXPECT_LE(static_cast<double>(units), bound) << seed;

@@ -20,7 +20,9 @@ TEST(Seed000ApiRateLimiter, SoftThrottlingTenPercent) {
   for (Algorithm a : testing::AllAlgorithms()) {
     SCOPED_TRACE(AlgorithmName(a));
     LimitSpec spec = Spec(a, 100, kMinute);
-    if (a == Algorithm::kGcra) spec.burst = 99;  // capacity 100 at once, like the others
+    if (a == Algorithm::kGcra) {
+      spec.burst = 99;  // capacity 100 at once, like the others
+    }
     spec.mode = Mode::kSoft;
     spec.soft_pct = 10;
     State st;
@@ -48,7 +50,9 @@ TEST(Seed000ApiRateLimiter, DynamicThrottlingUsesFreeResources) {
   State st;
   Request busy = At(t);
   busy.headroom = 0.;
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Check(spec, st, busy).allowed);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Check(spec, st, busy).allowed);
+  }
   EXPECT_FALSE(Check(spec, st, busy).allowed);  // no spare capacity: the limit holds
   Request half = At(t);
   half.headroom = 0.5;
@@ -60,7 +64,9 @@ TEST(Seed000ApiRateLimiter, DynamicThrottlingUsesFreeResources) {
   EXPECT_FALSE(Check(spec, st, half).allowed);  // 125 = 100 + 50 * 0.5
   Request idle = At(t);
   idle.headroom = 1.;
-  for (int i = 0; i < 25; ++i) ASSERT_TRUE(Check(spec, st, idle).allowed);
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(Check(spec, st, idle).allowed);
+  }
   Decision d = Check(spec, st, idle);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after, kMinute);  // next window
@@ -93,7 +99,9 @@ TEST(Seed000ApiRateLimiter, FixedWindowTwiceTheRequestsAtMinuteBoundary) {
     State st;
     int admitted = 0;
     for (TimeNs t : {minute - kSecond, minute}) {
-      for (int i = 0; i < 3; ++i) admitted += Check(Spec(a, 3, kMinute), st, At(t)).allowed;
+      for (int i = 0; i < 3; ++i) {
+        admitted += Check(Spec(a, 3, kMinute), st, At(t)).allowed;
+      }
     }
     EXPECT_EQ(admitted, a == Algorithm::kFixedWindow ? 6 : 3);
   }
@@ -106,8 +114,9 @@ TEST(Seed000ApiRateLimiter, SlidingWindowLogSortedSet) {
   // definition a 4th request within the minute is rejected.
   LimitSpec spec = Spec(Algorithm::kSlidingLog, 3, kMinute);
   State st;
-  for (int64_t s : {1574866488LL, 1574866493LL, 1574866499LL})
+  for (int64_t s : {1574866488LL, 1574866493LL, 1574866499LL}) {
     ASSERT_TRUE(Check(spec, st, At(s * kSecond)).allowed);
+  }
   Decision d = Check(spec, st, At(1574866500LL * kSecond));
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after, 48 * kSecond);  // when 1574866488 leaves the minute

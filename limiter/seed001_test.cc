@@ -52,7 +52,9 @@ TEST(Seed001FieldReport, FixedWindowCounters) {
   // The rejected request can retry when the 12:01 window ends: 10 s later.
   LimitSpec spec = Spec(Algorithm::kFixedWindow, 3, kMinute);
   State st;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Check(spec, st, At(T(kSteps[i].m, kSteps[i].s))).allowed);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(Check(spec, st, At(T(kSteps[i].m, kSteps[i].s))).allowed);
+  }
   EXPECT_EQ(Check(spec, st, At(T(1, 50))).retry_after, 10 * kSecond);
 }
 
@@ -61,8 +63,12 @@ TEST(Seed001FieldReport, FixedWindowSixRequestsInTwoSeconds) {
   // allow the user to make 6 requests in a 2 second period."
   LimitSpec spec = Spec(Algorithm::kFixedWindow, 3, kMinute);
   State st;
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Check(spec, st, At(T(0, 59))).allowed);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Check(spec, st, At(T(1, 0))).allowed);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(Check(spec, st, At(T(0, 59))).allowed);
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(Check(spec, st, At(T(1, 0))).allowed);
+  }
 }
 
 TEST(Seed001FieldReport, SlidingLog) {
@@ -104,7 +110,9 @@ std::map<int, int64_t> Buckets(const LimitSpec& spec, const State& st) {
   const int64_t k_last = st.word[0] / w;
   for (int64_t k = k_last - spec.buckets + 1; k <= k_last; ++k) {
     const int64_t c = st.tail[1 + k % spec.buckets];
-    if (c != 0) out[static_cast<int>((k * w - kNoon) / kSecond)] = c;
+    if (c != 0) {
+      out[static_cast<int>((k * w - kNoon) / kSecond)] = c;
+    }
   }
   return out;
 }
@@ -133,7 +141,9 @@ TEST(Seed001FieldReport, SlidingWindowFifteenSecondBuckets) {
   // Without count_denied the decisions are the same.
   spec.count_denied = false;
   State plain;
-  for (const Step& s : kSteps) EXPECT_EQ(Check(spec, plain, At(T(s.m, s.s))).allowed, s.allowed);
+  for (const Step& s : kSteps) {
+    EXPECT_EQ(Check(spec, plain, At(T(s.m, s.s))).allowed, s.allowed);
+  }
 }
 
 TEST(Seed001FieldReport, SlidingTail) {
@@ -159,9 +169,9 @@ TEST(Seed001FieldReport, SlidingTail) {
     EXPECT_EQ(st.word[2], rows[i].previous);
     if (rows[i].tenths >= 0) {
       const int64_t elapsed = (now - kNoon) % kMinute;
-      const __int128 weighted_x10 =
-          (static_cast<__int128>(st.word[2]) * (kMinute - elapsed) * 10 + st.word[1] * kMinute * 10) /
-          kMinute;
+      const __int128 weighted_x10 = (static_cast<__int128>(st.word[2]) * (kMinute - elapsed) * 10 +
+                                     static_cast<__int128>(st.word[1]) * kMinute * 10) /
+                                    kMinute;
       EXPECT_EQ(static_cast<int>(weighted_x10), rows[i].tenths);
     }
   }

@@ -23,7 +23,9 @@ TEST(Seed002Techniques, FixedWindowCounters) {
   State st;
   const DurationNs at[] = {5, 23, 40, 62, 70, 80, 95, 110};  // seconds after 10:00:00
   const bool allowed[] = {true, true, true, true, true, true, false, false};
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(Check(spec, st, At(kTen + at[i] * kSecond)).allowed, allowed[i]) << i;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(Check(spec, st, At(kTen + at[i] * kSecond)).allowed, allowed[i]) << i;
+  }
   EXPECT_EQ(st.word[1], 3);
 }
 
@@ -33,8 +35,12 @@ TEST(Seed002Techniques, FixedWindowLenientAtBoundary) {
   LimitSpec spec = Spec(Algorithm::kFixedWindow, 100, kMinute);
   State st;
   int admitted = 0;
-  for (int i = 0; i < 100; ++i) admitted += Check(spec, st, At(kTen + 59 * kSecond)).allowed;
-  for (int i = 0; i < 100; ++i) admitted += Check(spec, st, At(kTen + 61 * kSecond)).allowed;
+  for (int i = 0; i < 100; ++i) {
+    admitted += Check(spec, st, At(kTen + 59 * kSecond)).allowed;
+  }
+  for (int i = 0; i < 100; ++i) {
+    admitted += Check(spec, st, At(kTen + 61 * kSecond)).allowed;
+  }
   EXPECT_EQ(admitted, 200);
 }
 
@@ -58,7 +64,9 @@ TEST(Seed002Techniques, SlidingWindowLogCountsSameTimestamp) {
   // timestamp, they will be counted as one." Our log keeps one entry per unit, duplicates included.
   LimitSpec spec = Spec(Algorithm::kSlidingLog, 3, kMinute);
   State st;
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Check(spec, st, At(kTen)).allowed);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(Check(spec, st, At(kTen)).allowed);
+  }
   EXPECT_FALSE(Check(spec, st, At(kTen)).allowed);
   EXPECT_EQ(st.tail.size(), 3u);
 }
@@ -68,7 +76,9 @@ TEST(Seed002Techniques, TokenBucketWithoutReplenishmentProcess) {
   LimitSpec spec = Spec(Algorithm::kTokenBucket, 100, kMinute);
   spec.burst = 500;
   State st;
-  for (int i = 0; i < 500; ++i) ASSERT_TRUE(Check(spec, st, At(kTen)).allowed);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(Check(spec, st, At(kTen)).allowed);
+  }
   Decision d = Check(spec, st, At(kTen));
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after, 600 * kMillisecond);  // one token per 0.6 s
@@ -98,7 +108,9 @@ struct JavaGcra {
   TimeNs tat = -1;
   bool Arrive(TimeNs now) {
     tat = tat == -1 ? now : std::max(now, tat);
-    if (now < tat - tolerance) return false;
+    if (now < tat - tolerance) {
+      return false;
+    }
     tat += interval;
     return true;
   }
@@ -122,7 +134,9 @@ TEST(Seed002Techniques, GcraWithBurst) {
     const bool want = ref.Arrive(now);
     Decision d = Check(spec, st, At(now));
     EXPECT_EQ(d.allowed, want);
-    if (m == 500) admitted_at_500 += d.allowed;
+    if (m == 500) {
+      admitted_at_500 += d.allowed;
+    }
     if (want) {
       // Our state is the level; TAT = newest instant + level * T (level / limit ns per 1/window unit).
       const __int128 level = static_cast<__int128>(st.word[0]) * spec.window + st.word[1];
@@ -145,7 +159,7 @@ TEST(Seed002Techniques, LeakyBucketFifoQueue) {
   for (int i = 0; i < 5; ++i) {
     Decision d = Check(spec, st, At(kTen));
     ASSERT_TRUE(d.allowed) << i;
-    EXPECT_EQ(d.delay, i * 500 * kMillisecond) << i;  // leaves the queue every 500 ms
+    EXPECT_EQ(d.delay, i * (500 * kMillisecond)) << i;  // leaves the queue every 500 ms
   }
   Decision d = Check(spec, st, At(kTen));
   EXPECT_FALSE(d.allowed);  // queue full
@@ -160,12 +174,14 @@ TEST(Seed002Techniques, CostIsNRequestsAtTheSameTime) {
     spec.burst = a == Algorithm::kGcra ? 9 : 0;
     State one, many;
     for (int round = 0; round < 6; ++round) {
-      const TimeNs now = kTen + round * 300 * kMillisecond;
+      const TimeNs now = kTen + round * (300 * kMillisecond);
       Decision big = Check(spec, one, At(now, 3));
       Decision last;
       int admitted = 0;
       if (big.allowed) {
-        for (int i = 0; i < 3; ++i) admitted += (last = Check(spec, many, At(now))).allowed;
+        for (int i = 0; i < 3; ++i) {
+          admitted += (last = Check(spec, many, At(now))).allowed;
+        }
         EXPECT_EQ(admitted, 3);
         EXPECT_EQ(last.remaining, big.remaining);
       } else {

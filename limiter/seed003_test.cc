@@ -58,8 +58,12 @@ TEST(Seed003AlgorithmNotes, FixedWindowTwiceAtBoundary) {
   LimitSpec spec = Spec(Algorithm::kFixedWindow, 5, kMinute);
   State st;
   int admitted = 0;
-  for (int i = 0; i < 5; ++i) admitted += Check(spec, st, At(Clock(kDay, 11, 0, 59))).allowed;
-  for (int i = 0; i < 5; ++i) admitted += Check(spec, st, At(Clock(kDay, 11, 1, 0))).allowed;
+  for (int i = 0; i < 5; ++i) {
+    admitted += Check(spec, st, At(Clock(kDay, 11, 0, 59))).allowed;
+  }
+  for (int i = 0; i < 5; ++i) {
+    admitted += Check(spec, st, At(Clock(kDay, 11, 1, 0))).allowed;
+  }
   EXPECT_EQ(admitted, 10);
 }
 
@@ -72,8 +76,12 @@ TEST(Seed003AlgorithmNotes, FixedWindowHourBuckets) {
     LimitSpec spec = Spec(a, 10, kHour);
     State st;
     int first = 0, second = 0;
-    for (int i = 0; i < 7; ++i) first += Check(spec, st, At(Clock(kDay, 1, 30 + 4 * i, 0))).allowed;
-    for (int i = 0; i < 8; ++i) second += Check(spec, st, At(Clock(kDay, 2, 3 * i, 0))).allowed;
+    for (int i = 0; i < 7; ++i) {
+      first += Check(spec, st, At(Clock(kDay, 1, 30 + 4 * i, 0))).allowed;
+    }
+    for (int i = 0; i < 8; ++i) {
+      second += Check(spec, st, At(Clock(kDay, 2, 3 * i, 0))).allowed;
+    }
     EXPECT_EQ(first, 7);
     EXPECT_EQ(second, a == Algorithm::kFixedWindow ? 8 : 3);
   }
@@ -89,10 +97,14 @@ TEST(Seed003AlgorithmNotes, FixedWindowPlusPerSecondLimit) {
   State* states[] = {&ms, &ss};
   Decision d[2];
   int admitted = 0;
-  for (int i = 0; i < 5; ++i) admitted += CheckAll(specs, states, At(Clock(kDay, 11, 0, 59)), d);
+  for (int i = 0; i < 5; ++i) {
+    admitted += CheckAll(specs, states, At(Clock(kDay, 11, 0, 59)), d);
+  }
   EXPECT_EQ(admitted, 2);
   EXPECT_EQ(ms.word[1], 2);  // the three denied by the second limit were not charged per minute
-  for (int i = 0; i < 5; ++i) admitted += CheckAll(specs, states, At(Clock(kDay, 11, 1, 0)), d);
+  for (int i = 0; i < 5; ++i) {
+    admitted += CheckAll(specs, states, At(Clock(kDay, 11, 1, 0)), d);
+  }
   EXPECT_EQ(admitted, 4);
 }
 
@@ -102,7 +114,9 @@ TEST(Seed003AlgorithmNotes, SlidingLogMemory) {
   LimitSpec spec = Spec(Algorithm::kSlidingLog, 500, 24 * kHour);
   EXPECT_EQ(StateBytes(spec) * 10000, (8u + 4000u) * 10000);
   State st;
-  for (int i = 0; i < 600; ++i) (void)Check(spec, st, At(Clock(kDay, 1, 0, i)));
+  for (int i = 0; i < 600; ++i) {
+    (void)Check(spec, st, At(Clock(kDay, 1, 0, i)));
+  }
   EXPECT_EQ(st.tail.size(), 500u);  // never more than the limit (count_denied off)
 }
 
@@ -116,9 +130,13 @@ TEST(Seed003AlgorithmNotes, SlidingLogCountingDeniedExtendsBan) {
     spec.count_denied = count_denied;
     State st;
     const TimeNs t = Clock(kDay, 11, 0, 0);
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE(Check(spec, st, At(t)).allowed);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(Check(spec, st, At(t)).allowed);
+    }
     int admitted_later = 0;
-    for (int s = 10; s <= 180; s += 10) admitted_later += Check(spec, st, At(t + s * kSecond)).allowed;
+    for (int s = 10; s <= 180; s += 10) {
+      admitted_later += Check(spec, st, At(t + s * kSecond)).allowed;
+    }
     // Without counting: through again once the first 5 leave (60..100 s), denied at 110 s, then
     // 120..160 s and 180 s. Counting denied requests: every rejected stamp keeps the log full.
     EXPECT_EQ(admitted_later, count_denied ? 0 : 5 + 5 + 1);

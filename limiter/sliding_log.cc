@@ -12,9 +12,13 @@ SlidingLogView::SlidingLogView(const LimitSpec& spec, const State& state, TimeNs
       window_(spec.window),
       store_cap_(caps.max * kCountDeniedFactor),
       now_(now) {
-  if (!mine_) return;
+  if (!mine_) {
+    return;
+  }
   now_ = std::max(now_, state.word[2]);
-  if (!state.tail.empty()) now_ = std::max(now_, state.tail.back());
+  if (!state.tail.empty()) {
+    now_ = std::max(now_, state.tail.back());
+  }
   // Units stamped before `oldest` have left the window.
   const TimeNs oldest = SatTime(static_cast<i128>(now_) - window_ + 1);
   first_ = static_cast<size_t>(std::lower_bound(state.tail.begin(), state.tail.end(), oldest) -
@@ -27,8 +31,12 @@ SlidingLogView::SlidingLogView(const LimitSpec& spec, const State& state, TimeNs
 }
 
 DurationNs SlidingLogView::TimeToFit(uint64_t cost, uint64_t cap) const {
-  if (cost > cap) return kNever;
-  if (live_ <= cap - cost) return 0;
+  if (cost > cap) {
+    return kNever;
+  }
+  if (live_ <= cap - cost) {
+    return 0;
+  }
   // The (live + cost - cap)-th oldest unit must leave the window; live + cost - cap <= live.
   const TimeNs stamp = state_.tail[first_ + (live_ + cost - cap) - 1];
   return SatDuration(static_cast<i128>(stamp) + window_ - now_);
@@ -42,8 +50,12 @@ uint64_t SlidingLogView::Remaining(uint64_t cap) const {
 }
 
 DurationNs SlidingLogView::ResetAfter() const {
-  if (charged_ > 0) return window_;
-  if (live_ == 0) return 0;
+  if (charged_ > 0) {
+    return window_;
+  }
+  if (live_ == 0) {
+    return 0;
+  }
   return SatDuration(static_cast<i128>(state_.tail.back()) + window_ - now_);
 }
 

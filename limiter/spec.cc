@@ -83,28 +83,36 @@ std::optional<InvalidSpec> Invalid(std::string field, std::string message) {
 
 std::string_view AlgorithmName(Algorithm algorithm) {
   for (const auto& e : kAlgorithms) {
-    if (e.algorithm == algorithm) return e.name;
+    if (e.algorithm == algorithm) {
+      return e.name;
+    }
   }
   return "unknown";
 }
 
 std::optional<Algorithm> ParseAlgorithm(std::string_view name) {
   for (const auto& e : kAlgorithms) {
-    if (e.name == name) return e.algorithm;
+    if (e.name == name) {
+      return e.algorithm;
+    }
   }
   return std::nullopt;
 }
 
 std::string_view ModeName(Mode mode) {
   for (const auto& e : kModes) {
-    if (e.mode == mode) return e.name;
+    if (e.mode == mode) {
+      return e.name;
+    }
   }
   return "unknown";
 }
 
 std::optional<Mode> ParseMode(std::string_view name) {
   for (const auto& e : kModes) {
-    if (e.name == name) return e.mode;
+    if (e.name == name) {
+      return e.mode;
+    }
   }
   return std::nullopt;
 }
@@ -154,11 +162,14 @@ std::optional<InvalidSpec> Validate(const LimitSpec& spec) {
     case Mode::kShadow:
       break;
     case Mode::kSoft:
-      if (spec.soft_pct > 1000) return Invalid("soft_pct", "must be at most 1000 (percent)");
+      if (spec.soft_pct > 1000) {
+        return Invalid("soft_pct", "must be at most 1000 (percent)");
+      }
       break;
     case Mode::kDynamic:
-      if (spec.dynamic_limit < spec.limit)
+      if (spec.dynamic_limit < spec.limit) {
         return Invalid("dynamic_limit", "must be >= limit in dynamic mode");
+      }
       if (spec.dynamic_limit > kMaxCapacity) {
         return Invalid("dynamic_limit", "must be at most " + std::to_string(kMaxCapacity));
       }
@@ -188,7 +199,9 @@ uint64_t Fingerprint(const LimitSpec& spec) {
   uint8_t bytes[1 + 8 + 8 + 8 + 4] = {};
   size_t at = 0;
   auto put = [&](uint64_t v, int width) {
-    for (int i = 0; i < width; ++i) bytes[at++] = static_cast<uint8_t>(v >> (8 * i));
+    for (int i = 0; i < width; ++i) {
+      bytes[at++] = static_cast<uint8_t>(v >> (8 * i));
+    }
   };
   put(static_cast<uint8_t>(spec.algorithm), 1);
   put(spec.limit, 8);

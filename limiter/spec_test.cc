@@ -10,9 +10,12 @@ namespace {
 using testing::Spec;
 
 TEST(Names, RoundTripAndRejectEverythingElse) {
-  for (Algorithm a : testing::AllAlgorithms()) EXPECT_EQ(ParseAlgorithm(AlgorithmName(a)), a);
-  for (Mode m : {Mode::kHard, Mode::kSoft, Mode::kShadow, Mode::kDynamic})
+  for (Algorithm a : testing::AllAlgorithms()) {
+    EXPECT_EQ(ParseAlgorithm(AlgorithmName(a)), a);
+  }
+  for (Mode m : {Mode::kHard, Mode::kSoft, Mode::kShadow, Mode::kDynamic}) {
     EXPECT_EQ(ParseMode(ModeName(m)), m);
+  }
   EXPECT_EQ(AlgorithmName(Algorithm::kSlidingWindowApprox), "sliding_window_approx");
   EXPECT_EQ(ModeName(Mode::kShadow), "shadow");
   for (std::string_view bad : {"", "GCRA", "gcra ", "token-bucket", "fixed"}) {

@@ -14,7 +14,9 @@ namespace ringlimit::limiter::internal {
 
 // Drops a tail left behind by sliding_log / sliding_window (freeing, never allocating).
 inline void DropTail(State& state) {
-  if (!state.tail.empty()) std::vector<int64_t>().swap(state.tail);
+  if (!state.tail.empty()) {
+    std::vector<int64_t>().swap(state.tail);
+  }
 }
 
 // fixed_window. State: word[0] = newest instant seen, word[1] = units counted in the window that
@@ -33,8 +35,12 @@ class FixedWindowView {
   }
 
   DurationNs TimeToFit(uint64_t cost, uint64_t cap) const {
-    if (cost > cap) return kNever;
-    if (count_ <= cap - cost) return 0;
+    if (cost > cap) {
+      return kNever;
+    }
+    if (count_ <= cap - cost) {
+      return 0;
+    }
     return UntilWindowEnd();
   }
   void Charge(uint64_t units) { count_ += std::min(units, store_cap_ - count_); }
@@ -91,8 +97,12 @@ class ApproxView {
   }
 
   DurationNs TimeToFit(uint64_t cost, uint64_t cap) const {
-    if (cost > cap) return kNever;
-    if (weighted_prev_ + cur_ <= cap - cost) return 0;
+    if (cost > cap) {
+      return kNever;
+    }
+    if (weighted_prev_ + cur_ <= cap - cost) {
+      return 0;
+    }
     const auto w = static_cast<uint64_t>(window_);
     const uint64_t to_window_end = w - elapsed_;
     if (cur_ <= cap - cost) {
@@ -110,8 +120,12 @@ class ApproxView {
   TimeNs Now() const { return now_; }  // now' = max(now, newest instant in the state)
   DurationNs ResetAfter() const {
     const i128 start = static_cast<i128>(index_) * window_;
-    if (cur_ > 0) return SatDuration(start + 2 * static_cast<i128>(window_) - now_);
-    if (prev_ > 0) return SatDuration(start + window_ - now_);
+    if (cur_ > 0) {
+      return SatDuration(start + 2 * static_cast<i128>(window_) - now_);
+    }
+    if (prev_ > 0) {
+      return SatDuration(start + window_ - now_);
+    }
     return 0;
   }
   void Store(State& state) const {
@@ -126,7 +140,9 @@ class ApproxView {
   // Smallest elapsed time e in [0, w] with floor(count * (w - e) / w) <= allowed.
   uint64_t WeightFallsAt(uint64_t count, uint64_t allowed) const {
     const auto w = static_cast<uint64_t>(window_);
-    if (count <= allowed) return 0;
+    if (count <= allowed) {
+      return 0;
+    }
     // floor(count*(w-e)/w) <= allowed  <=>  count*(w-e) < (allowed+1)*w  <=>  w-e <= m
     const u128 m = Div((static_cast<u128>(allowed) + 1) * w - 1, count);
     return m >= w ? 0 : w - static_cast<uint64_t>(m);

@@ -23,7 +23,9 @@ LimitSpec Make(Algorithm a, uint64_t limit, DurationNs window) {
   spec.algorithm = a;
   spec.limit = limit;
   spec.window = window;
-  if (a == Algorithm::kGcra) spec.burst = limit / 10;
+  if (a == Algorithm::kGcra) {
+    spec.burst = limit / 10;
+  }
   return spec;
 }
 
@@ -75,7 +77,9 @@ void BM_BaselineCounter(benchmark::State& bench) {
   int64_t now = 0;
   for (auto _ : bench) {
     now += 5 * kMillisecond;
-    if (now % kSecond == 0) count = 0;
+    if (now % kSecond == 0) {
+      count = 0;
+    }
     const bool allowed = count + 1 <= 100;
     count += allowed;
     benchmark::DoNotOptimize(allowed);
@@ -83,7 +87,9 @@ void BM_BaselineCounter(benchmark::State& bench) {
 }
 
 void AllAlgorithms(benchmark::internal::Benchmark* b) {
-  for (Algorithm a : kAll) b->Arg(static_cast<int64_t>(a));
+  for (Algorithm a : kAll) {
+    b->Arg(static_cast<int64_t>(a));
+  }
 }
 
 BENCHMARK(BM_BaselineCounter);
