@@ -9,6 +9,7 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -177,17 +178,24 @@ bool DurableStore::FlushOnce() {
   std::lock_guard flush_lock(flush_mutex_);
   std::vector<DirtyRecord> batch = memory_->CollectDirty();
   if (batch.empty()) return true;
+  // Sorted by row key (deletes before puts of the same key, so a state recreated after a delete
+  // wins): RocksDB inserts a sorted batch into its memtable skiplist far faster than a random one.
+  std::vector<std::pair<std::string, const DirtyRecord*>> rows;
+  rows.reserve(batch.size());
+  for (const DirtyRecord& r : batch) rows.emplace_back(EncodeRowKey(r.token, r.entity, r.state.name), &r);
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return a.second->erase && !b.second->erase;
+  });
   rocksdb::WriteBatch writes;
   uint64_t puts = 0;
   uint64_t deletes = 0;
-  // CollectDirty lists each shard's deletes before its puts: a state recreated after a delete wins.
-  for (const DirtyRecord& r : batch) {
-    std::string key = EncodeRowKey(r.token, r.entity, r.state.name);
-    if (r.erase) {
+  for (const auto& [key, r] : rows) {
+    if (r->erase) {
       writes.Delete(key);
       ++deletes;
     } else {
-      writes.Put(key, EncodeStateValue(r.state, r.expiry));
+      writes.Put(key, EncodeStateValue(r->state, r->expiry));
       ++puts;
     }
   }
