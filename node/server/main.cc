@@ -92,8 +92,13 @@ Parsed ParseFlags(int argc, char** argv) {
   po::options_description api("Rate limiting");
   api.add_options()("policies", po::value(&n.policies_path),
                     "named policies file (JSON, see docs/api.md); reloaded on SIGHUP")(
-      "max-keys", po::value(&n.max_keys)->default_value(defaults.max_keys),
+      "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),
       "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
+      "data-dir", po::value(&n.storage.data_dir),
+      "RocksDB directory for the counters (created if missing); empty = memory-only")(
+      "flush-interval-ms",
+      po::value(&n.storage.flush_interval_ms)->default_value(defaults.storage.flush_interval_ms),
+      "how often dirty counters are written to RocksDB (the most a kill -9 can lose)")(
       "admin-token", po::value(&n.api.admin_token),
       "require `Authorization: Bearer TOKEN` on DELETE /v1/keys and PUT /v1/headroom")(
       "key-header", po::value(&n.api.key_header)->default_value(defaults.api.key_header),
@@ -138,6 +143,7 @@ Parsed ParseFlags(int argc, char** argv) {
   if (read_timeout_ms <= 0 || idle_timeout_ms <= 0 || headroom_ttl_ms <= 0 || drain_timeout_ms < 0) {
     return bad("timeouts must be positive");
   }
+  if (n.storage.flush_interval_ms == 0) return bad("--flush-interval-ms must be at least 1");
   if (n.http.max_connections == 0) return bad("--max-connections must be at least 1");
   if (n.http.max_header_bytes < 256) return bad("--max-header-bytes must be at least 256");
   n.http.read_timeout = std::chrono::milliseconds(read_timeout_ms);

@@ -11,7 +11,7 @@
 #include "node/api/metrics.h"
 #include "node/api/policies.h"
 #include "node/server/http_server.h"
-#include "storage/memory_store.h"
+#include "storage/open.h"
 
 namespace ringlimit::node {
 
@@ -24,21 +24,15 @@ unsigned ThreadCount(unsigned requested) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-storage::MemoryStoreOptions MakeStoreOptions(const NodeOptions& options) {
-  storage::MemoryStoreOptions store;
-  store.max_keys = options.max_keys;
-  return store;
-}
-
 }  // namespace
 
 // Declared in dependency order: members are destroyed bottom-up, so the server and its threads go
 // before the handler, and the handler before what it refers to.
 struct Node::Parts {
-  explicit Parts(const NodeOptions& options)
-      : store(MakeStoreOptions(options)),
+  Parts(const NodeOptions& options, std::unique_ptr<storage::Store> store_in)
+      : store(std::move(store_in)),
         policies(options.policies_path),
-        handler(store, SystemClock(), policies, metrics, options.api),
+        handler(*store, SystemClock(), policies, metrics, options.api),
         io(static_cast<int>(ThreadCount(options.threads))),
         server(io, options.http, handler,
                [this](unsigned status, std::chrono::nanoseconds latency, bool from_transport) {
@@ -49,7 +43,7 @@ struct Node::Parts {
                  }
                }) {}
 
-  storage::MemoryStore store;
+  std::unique_ptr<storage::Store> store;
   Policies policies;
   Metrics metrics;
   ApiHandler handler;
@@ -65,7 +59,9 @@ Node::~Node() { Stop(); }
 
 boost::system::result<void, std::string> Node::Start() {
   if (started_) return std::string("the node is already started");
-  parts_ = std::make_unique<Parts>(options_);
+  storage::OpenResult opened = storage::OpenStateStore(options_.storage);
+  if (!opened.ok()) return "storage: " + opened.error->message;
+  parts_ = std::make_unique<Parts>(options_, std::move(opened.store));
   if (auto error = parts_->policies.Reload()) {
     parts_.reset();
     return "policies " + options_.policies_path + ": " + error->ToString();
@@ -82,8 +78,9 @@ boost::system::result<void, std::string> Node::Start() {
   parts_->handler.SetReady(true);
   const std::string id =
       options_.node_id.empty() ? options_.http.address + ":" + std::to_string(http_port()) : options_.node_id;
-  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {})", id, options_.http.address,
-               http_port(), threads, options_.max_keys);
+  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {}, data_dir {})", id,
+               options_.http.address, http_port(), threads, options_.storage.max_keys,
+               options_.storage.data_dir.empty() ? "none (memory-only)" : options_.storage.data_dir);
   return {};
 }
 
@@ -105,6 +102,7 @@ void Node::Stop() {
   parts_->io.stop();
   for (auto& thread : parts_->threads) thread.join();
   parts_->threads.clear();
+  parts_->store->Close();  // nothing calls into it any more: write what is dirty
   spdlog::info("node stopped");
 }
 

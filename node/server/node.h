@@ -1,6 +1,7 @@
 // Node: one ringlimit node, wired and runnable in-process (ringlimitd's main is a thin shell around
-// it; tests start Nodes directly). It owns, and builds in this order: the state store, the
-// policies, the metrics, the API handler, the io_context with its threads, and the HTTP server.
+// it; tests start Nodes directly). It owns, and builds in this order: the state store (memory-only
+// or RocksDB write-back, see storage/open.h), the policies, the metrics, the API handler, the
+// io_context with its threads, and the HTTP server. Stop closes the store (writes dirty states).
 //
 // Lifecycle: construct -> Start -> (ReloadPolicies)* -> Stop -> destroy. Stop is graceful: the node
 // reports not-ready, stops accepting, lets every connection finish the requests it already read,
@@ -21,6 +22,7 @@
 
 #include "node/api/api_handler.h"
 #include "node/server/http_server.h"
+#include "storage/open.h"
 
 namespace ringlimit::node {
 
@@ -38,9 +40,14 @@ struct NodeOptions {
   // Default: empty (no named policies; inline limits only).
   std::string policies_path;
 
-  // Most limiter states held in memory; beyond it the least recently used are evicted (counted in
-  // /metrics). 0 = unbounded. Default: 2,000,000 (about 200 MB).
-  size_t max_keys = 2'000'000;
+  // The storage tier: --data-dir (empty = memory-only), --flush-interval-ms, --max-keys (most states
+  // in memory; least recently used are evicted beyond it). Defaults: see storage::StorageOptions,
+  // except max_keys, which defaults to 2,000,000 here (about 200 MB) rather than unbounded.
+  storage::StorageOptions storage = [] {
+    storage::StorageOptions options;
+    options.max_keys = 2'000'000;
+    return options;
+  }();
 
   // The API: admin token, key header, headroom TTL, request bounds. Defaults: see ApiOptions.
   ApiOptions api;

@@ -166,6 +166,30 @@ TEST_F(NodeLifecycleTest, SigkillAndRestartOnTheSameDirectory) {
   EXPECT_TRUE(fs::exists(node->dir() / "ringlimitd.log"));
 }
 
+TEST_F(NodeLifecycleTest, CountersSurviveAGracefulRestartWithADataDir) {
+  NodeProcessOptions options;
+  options.dir = dir_ / "durable";
+  options.pass_data_dir = true;
+  options.args = {"--threads", "2"};
+  auto started = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(started) << started.error();
+  auto& node = *started;
+  const std::string target = "/v1/check?key=d&name=n&algorithm=fixed_window&limit=10&window_ms=3600000";
+  {
+    HttpClient client(node->http_port());
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(client.Get(target)->result_int(), 200);
+  }
+  ASSERT_TRUE(node->Signal(SIGTERM));
+  auto code = node->WaitExit();
+  ASSERT_TRUE(code) << code.error();
+  ASSERT_EQ(*code, 0);
+  ASSERT_TRUE(node->Restart());
+  HttpClient client(node->http_port());
+  auto response = client.Get(target);
+  ASSERT_TRUE(response);
+  EXPECT_EQ(Header(*response, "X-RateLimit-Remaining"), "6");
+}
+
 TEST_F(NodeLifecycleTest, ConfigFileSuppliesFlagsAndTheCommandLineWins) {
   const fs::path config = dir_ / "ringlimitd.conf";
   ASSERT_TRUE(WriteFile(config, "max-body-bytes = 100\nadmin-token = from-file\nlog-level = debug\n"));
