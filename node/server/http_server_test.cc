@@ -355,6 +355,7 @@ TEST_F(HttpServerTest, DrainWaitsForAPartlyReceivedRequest) {
   StartServer({});
   HttpClient client(server_->port());
   ASSERT_TRUE(client.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nabc"));
+  ASSERT_TRUE(Eventually([&] { return server_->connections() == 1; }));
   // Drain before the ticker could notice the bytes: the request must still be awaited.
   server_->StopAccepting();
   server_->Drain();

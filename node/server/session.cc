@@ -79,8 +79,12 @@ void Session::Drain() {
 }
 
 bool Session::RequestInProgress() const {
-  return phase_ == ReadPhase::kPartial ||
-         (phase_ == ReadPhase::kIdle && (buffer_.size() > 0 || (parser_ && parser_->got_some())));
+  if (phase_ == ReadPhase::kPartial) return true;
+  if (phase_ != ReadPhase::kIdle) return false;
+  if (buffer_.size() > 0 || (parser_ && parser_->got_some())) return true;
+  // Bytes already in the kernel's receive queue count too: the client has sent them.
+  boost::system::error_code ec;
+  return socket_.available(ec) > 0 && !ec;
 }
 
 void Session::DoDrain() {
