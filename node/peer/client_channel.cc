@@ -126,6 +126,7 @@ void ClientConnection::OnHelloDone(const transport::HelloDone& done) {
     return;
   }
   phase_ = Phase::kOpen;
+  AllowFullFrames();
   connect_timer_.cancel();
   channel_->OnOpen(this);
 }
@@ -256,7 +257,10 @@ void PeerChannel::StartSend(uint32_t method, std::string payload) {
 
 void PeerChannel::Transmit(transport::Envelope&& envelope) {
   if (state_ == State::kOpen) {
-    connection_->Queue(std::move(envelope));
+    // The only request awaiting an answer: nothing to coalesce it with soon, write it at once.
+    const bool urgent =
+        shared_->options.flush_when_idle && envelope.kind() == transport::KIND_REQUEST && calls_.size() <= 1;
+    connection_->Queue(std::move(envelope), urgent);
     return;
   }
   waiting_.push_back(std::move(envelope));
@@ -280,10 +284,13 @@ void PeerChannel::OnOpen(ClientConnection* connection) {
   spdlog::debug("peer: connected to {}", name_);
   std::deque<transport::Envelope> waiting;
   waiting.swap(waiting_);
-  for (transport::Envelope& envelope : waiting) {
-    // Requests that timed out while waiting are not sent.
-    if (envelope.kind() == transport::KIND_REQUEST && !calls_.contains(envelope.request_id())) continue;
-    connection_->Queue(std::move(envelope));
+  // Requests that timed out while waiting are not sent.
+  std::erase_if(waiting, [&](const transport::Envelope& envelope) {
+    return envelope.kind() == transport::KIND_REQUEST && !calls_.contains(envelope.request_id());
+  });
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    // They all waited for the connection already: the last one flushes them without more delay.
+    connection_->Queue(std::move(waiting[i]), /*urgent=*/i + 1 == waiting.size());
   }
 }
 

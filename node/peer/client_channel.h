@@ -53,7 +53,7 @@ class ClientConnection : public FramedConnection {
 
   // Resolves, connects and runs the handshake; the channel hears OnOpen or OnConnectionClosed.
   void Start(const HostPort& address);
-  void Queue(transport::Envelope&& envelope) { QueueEnvelope(std::move(envelope)); }
+  void Queue(transport::Envelope&& envelope, bool urgent) { QueueEnvelope(std::move(envelope), urgent); }
   // Closes the connection; the channel's calls fail with `why`.
   void Fail(PeerStatus why);
 

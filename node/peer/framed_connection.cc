@@ -10,6 +10,11 @@ namespace ringlimit::peer::internal {
 
 namespace asio = boost::asio;
 
+namespace {
+// A read or write buffer grown beyond this by a large frame is released after it.
+constexpr size_t kKeepBufferBytes = 1 << 20;
+}  // namespace
+
 void AppendFrame(const transport::Frame& frame, std::string& out) {
   const size_t size = frame.ByteSizeLong();
   const size_t start = out.size();
@@ -60,10 +65,10 @@ void FramedConnection::ReadHeader() {
 }
 
 void FramedConnection::ReadBody(uint32_t length) {
-  if (length > options_.max_frame_bytes) {
+  if (length > frame_limit_) {
     StatsCounters::Add(stats_.oversized_frames);
     spdlog::warn("peer: frame of {} bytes exceeds the {}-byte limit; closing the connection", length,
-                 options_.max_frame_bytes);
+                 frame_limit_);
     Close();
     return;
   }
@@ -88,6 +93,8 @@ void FramedConnection::ReadBody(uint32_t length) {
                        return;
                      }
                      StatsCounters::Add(self->stats_.bytes_in, bytes + kFrameHeaderBytes);
+                     if (self->read_buffer_.capacity() > kKeepBufferBytes)
+                       std::string().swap(self->read_buffer_);
                      if (frame.envelopes_size() > 0) {
                        StatsCounters::Add(self->stats_.frames_in);
                        StatsCounters::Add(self->stats_.messages_in, frame.envelopes_size());
@@ -97,8 +104,9 @@ void FramedConnection::ReadBody(uint32_t length) {
                    });
 }
 
-void FramedConnection::QueueEnvelope(transport::Envelope&& envelope) {
+void FramedConnection::QueueEnvelope(transport::Envelope&& envelope, bool urgent) {
   if (closed_) return;
+  urgent_ = urgent_ || urgent;
   if (pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now();
   pending_bytes_ += envelope.payload().size() + kEnvelopeOverheadBytes;
   pending_.push_back(std::move(envelope));
@@ -120,7 +128,7 @@ void FramedConnection::MaybeFlush() {
   }
   if (pending_.empty()) return;
   const auto deadline = oldest_pending_ + options_.coalesce_delay;
-  if (options_.coalesce_delay.count() <= 0 || pending_bytes_ >= options_.coalesce_max_bytes ||
+  if (urgent_ || options_.coalesce_delay.count() <= 0 || pending_bytes_ >= options_.coalesce_max_bytes ||
       pending_.size() >= options_.coalesce_max_messages || std::chrono::steady_clock::now() >= deadline) {
     StartWrite();
     return;
@@ -160,6 +168,7 @@ void FramedConnection::StartWrite() {
     if (!pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now() - options_.coalesce_delay;
     AppendFrame(frame, write_buffer_);
   }
+  if (pending_.empty()) urgent_ = false;
   writing_ = true;
   asio::async_write(
       socket_, asio::buffer(write_buffer_),
@@ -175,6 +184,7 @@ void FramedConnection::OnWrite(boost::system::error_code ec, size_t bytes, size_
     return;
   }
   StatsCounters::Add(stats_.bytes_out, bytes);
+  if (write_buffer_.capacity() > kKeepBufferBytes) std::string().swap(write_buffer_);
   if (messages > 0) {
     StatsCounters::Add(stats_.frames_out);
     StatsCounters::Add(stats_.messages_out, messages);

@@ -31,6 +31,9 @@ namespace ringlimit::peer::internal {
 using Strand = boost::asio::strand<boost::asio::any_io_executor>;
 
 inline constexpr size_t kFrameHeaderBytes = 4;
+// Frames before the handshake completes are far smaller; this bounds what an unauthenticated peer can
+// make us allocate.
+inline constexpr uint32_t kHandshakeFrameLimit = 4096;
 // Envelope fields other than the payload stay below this many bytes on the wire.
 inline constexpr size_t kEnvelopeOverheadBytes = 64;
 
@@ -57,10 +60,14 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   // Replaces the (unopened) socket by an accepted one. REQUIRES: its executor is strand().
   void AdoptSocket(boost::asio::ip::tcp::socket&& socket) { socket_ = std::move(socket); }
+  // Frames read from now on may be up to options.max_frame_bytes (until then: kHandshakeFrameLimit).
+  // Call once the handshake has succeeded.
+  void AllowFullFrames() { frame_limit_ = options_.max_frame_bytes; }
   // Starts the read loop: OnFrame for every valid frame until the connection closes.
   void StartReading();
-  // Queues one envelope for the next coalesced data frame.
-  void QueueEnvelope(transport::Envelope&& envelope);
+  // Queues one envelope for the next coalesced data frame. With `urgent`, the frame is written as
+  // soon as the connection is not already writing, without waiting for the coalescing window.
+  void QueueEnvelope(transport::Envelope&& envelope, bool urgent = false);
   // Writes a handshake frame ahead of any queued envelope; with `close_after`, closes the connection
   // once it is written (a refusal the peer should read).
   void SendControlFrame(const transport::Frame& frame, bool close_after = false);
@@ -87,10 +94,12 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // State below is touched on strand_ only.
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer flush_timer_;
+  uint32_t frame_limit_ = kHandshakeFrameLimit;  // largest frame accepted now
   bool closed_ = false;
   bool writing_ = false;
   bool close_after_write_ = false;
   bool flush_timer_armed_ = false;
+  bool urgent_ = false;  // an urgent envelope is pending
   std::array<unsigned char, kFrameHeaderBytes> header_{};
   std::string read_buffer_;
   std::string control_;                      // encoded handshake frames, written first

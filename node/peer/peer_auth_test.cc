@@ -174,7 +174,8 @@ TEST_F(PeerAuthTest, OversizedFrameClosesThatConnectionOnly) {
   PeerClient good(io_.io(), WithSecret(kSecret));
   ExpectGoodClientWorks(good);
   RawSocket raw(server_->port());
-  raw.WriteBytes(std::string("\x00\x20\x00\x00", 4));  // 2 MiB announced, limit is 1 MiB
+  // 2 MiB announced before the handshake (limit then: 4 KiB; after it: 1 MiB).
+  raw.WriteBytes(std::string("\x00\x20\x00\x00", 4));
   EXPECT_TRUE(raw.ClosedByPeer());
   RawSocket http(server_->port());
   http.WriteBytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");  // "GET " read as a length: ~1.2 GB

@@ -96,6 +96,12 @@ struct PeerClientOptions {
 
   // --- Affects performance ---
 
+  // When true, a request sent while no other request to that peer awaits its answer is written at
+  // once (like Nagle's algorithm: the coalescing window applies only while answers are outstanding,
+  // so a lightly loaded link adds no latency). When false, every message waits for the window.
+  // Default: true.
+  bool flush_when_idle = true;
+
   FramingOptions framing;
 };
 

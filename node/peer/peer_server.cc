@@ -160,6 +160,7 @@ class ServerSession : public FramedConnection {
     done.mutable_hello_done()->set_accepted(true);
     SendControlFrame(done);
     phase_ = Phase::kOpen;
+    AllowFullFrames();
     handshake_timer_.cancel();
   }
 
