@@ -17,7 +17,7 @@ using tcp = asio::ip::tcp;
 // ClientConnection
 
 ClientConnection::ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared,
-                                   std::shared_ptr<PeerChannel> channel)
+                                   std::weak_ptr<PeerChannel> channel)
     : FramedConnection(strand, shared->options.framing, shared->stats),
       shared_(std::move(shared)),
       channel_(std::move(channel)),
@@ -71,9 +71,10 @@ void ClientConnection::OnFrame(transport::Frame&& frame) {
   } else if (phase_ == Phase::kAwaitDone && frame.has_hello_done() && frame.envelopes_size() == 0) {
     OnHelloDone(frame.hello_done());
   } else if (phase_ == Phase::kOpen && !handshake && frame.envelopes_size() > 0) {
+    std::shared_ptr<PeerChannel> channel = channel_.lock();
     for (transport::Envelope& envelope : *frame.mutable_envelopes()) {
-      if (closed()) return;
-      channel_->OnResponse(this, std::move(envelope));
+      if (closed() || !channel) return;
+      channel->OnResponse(this, std::move(envelope));
     }
   } else {
     StatsCounters::Add(shared_->stats.malformed_frames);
@@ -128,7 +129,7 @@ void ClientConnection::OnHelloDone(const transport::HelloDone& done) {
   phase_ = Phase::kOpen;
   AllowFullFrames();
   connect_timer_.cancel();
-  channel_->OnOpen(this);
+  if (auto channel = channel_.lock()) channel->OnOpen(this);
 }
 
 void ClientConnection::OnClosed() {
@@ -140,12 +141,11 @@ void ClientConnection::OnClosed() {
     why = was_open ? PeerStatus(PeerErrorKind::kConnectionLost, "connection closed")
                    : PeerStatus(PeerErrorKind::kUnavailable, "connection closed during the handshake");
   }
-  std::shared_ptr<PeerChannel> channel = std::move(channel_);
-  channel->OnConnectionClosed(this, std::move(why), was_open);
+  if (auto channel = channel_.lock()) channel->OnConnectionClosed(this, std::move(why), was_open);
 }
 
 void ClientConnection::OnWriteDone(size_t one_way) {
-  if (one_way > 0) channel_->OnOneWayWritten(this, one_way);
+  if (auto channel = channel_.lock(); channel && one_way > 0) channel->OnOneWayWritten(this, one_way);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ void PeerChannel::Transmit(transport::Envelope&& envelope) {
 
 void PeerChannel::Connect() {
   state_ = State::kConnecting;
-  connection_ = std::make_shared<ClientConnection>(strand_, shared_, shared_from_this());
+  connection_ = std::make_shared<ClientConnection>(strand_, shared_, weak_from_this());
   connection_->Start(address_);
 }
 

@@ -49,7 +49,7 @@ struct ClientShared {
 
 class ClientConnection : public FramedConnection {
  public:
-  ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared, std::shared_ptr<PeerChannel> channel);
+  ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared, std::weak_ptr<PeerChannel> channel);
 
   // Resolves, connects and runs the handshake; the channel hears OnOpen or OnConnectionClosed.
   void Start(const HostPort& address);
@@ -74,7 +74,8 @@ class ClientConnection : public FramedConnection {
   const std::shared_ptr<ClientShared> shared_;
 
   // State below is touched on the strand only.
-  std::shared_ptr<PeerChannel> channel_;  // reset when closed (breaks the channel <-> connection cycle)
+  // The channel owns this connection; a weak reference back avoids an ownership cycle.
+  std::weak_ptr<PeerChannel> channel_;
   boost::asio::ip::tcp::resolver resolver_;
   boost::asio::steady_timer connect_timer_;
   Phase phase_ = Phase::kConnecting;

@@ -267,7 +267,10 @@ void ResponderState::Answer(transport::ReplyStatus status, std::string payload, 
 class ServerListener : public std::enable_shared_from_this<ServerListener> {
  public:
   ServerListener(asio::io_context& io, std::shared_ptr<ServerShared> shared)
-      : io_(io), shared_(std::move(shared)), acceptor_(Strand(io.get_executor())) {}
+      : io_(io),
+        shared_(std::move(shared)),
+        acceptor_(Strand(io.get_executor())),
+        retry_timer_(acceptor_.get_executor()) {}
 
   // Before any asynchronous operation: no concurrency yet.
   boost::system::result<void> Open() {
@@ -291,11 +294,15 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
     acceptor_.async_accept(strand, [self = shared_from_this(), strand](boost::system::error_code ec,
                                                                        tcp::socket socket) mutable {
       if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      if (!ec)
+      if (!ec) {
         self->OnAccepted(std::move(strand), std::move(socket));
-      else
-        spdlog::warn("peer: accept failed: {}", ec.message());
-      self->Accept();
+        self->Accept();
+        return;
+      }
+      // E.g. out of file descriptors: retry shortly instead of spinning.
+      spdlog::warn("peer: accept failed: {}", ec.message());
+      self->retry_timer_.expires_after(std::chrono::milliseconds(10));
+      self->retry_timer_.async_wait([self](boost::system::error_code) { self->Accept(); });
     });
   }
 
@@ -303,6 +310,7 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
     asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
       boost::system::error_code ignored;
       self->acceptor_.close(ignored);
+      self->retry_timer_.cancel();
     });
   }
 
@@ -322,7 +330,8 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
 
   asio::io_context& io_;
   const std::shared_ptr<ServerShared> shared_;
-  tcp::acceptor acceptor_;  // used on its own strand once accepting
+  tcp::acceptor acceptor_;          // used on its own strand once accepting
+  asio::steady_timer retry_timer_;  // same strand
   std::atomic<uint16_t> port_{0};
 };
 

@@ -33,8 +33,13 @@ class IoThreads {
   explicit IoThreads(int threads = 2) : guard_(io_.get_executor()) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
+  // Lets the work left (closing connections) finish, for up to 5 s, then stops.
   ~IoThreads() {
     guard_.reset();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!io_.stopped() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     io_.stop();
     for (auto& t : threads_) t.join();
   }
