@@ -34,8 +34,9 @@ void JsonWriter::EndArray() {
 
 void JsonWriter::Key(std::string_view key) {
   Separate();
-  AppendJsonString(out_, key);
-  out_->push_back(':');
+  out_->push_back('"');
+  out_->append(key);
+  out_->append("\":", 2);
   first_ = true;  // the value that follows takes no comma
 }
 
@@ -74,15 +75,31 @@ void JsonWriter::Bool(bool value) {
   out_->append(value ? "true" : "false");
 }
 
+namespace {
+
+inline bool NeedsEscape(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || c == '"' || c == '\\';
+}
+
+}  // namespace
+
 void AppendJsonString(std::string* out, std::string_view value) {
   static constexpr char kHex[] = "0123456789abcdef";
+  size_t i = 0;
+  while (i < value.size() && !NeedsEscape(value[i])) ++i;
   out->push_back('"');
-  size_t plain_start = 0;
-  for (size_t i = 0; i < value.size(); ++i) {
+  out->append(value.data(), i);
+  if (i == value.size()) {  // the common case: nothing to escape
+    out->push_back('"');
+    return;
+  }
+  for (; i < value.size(); ++i) {
     const auto c = static_cast<unsigned char>(value[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(value.data() + plain_start, i - plain_start);
-    plain_start = i + 1;
+    if (!NeedsEscape(value[i])) {
+      out->push_back(value[i]);
+      continue;
+    }
     switch (c) {
       case '"':
         out->append("\\\"");
@@ -105,7 +122,6 @@ void AppendJsonString(std::string* out, std::string_view value) {
       }
     }
   }
-  out->append(value.data() + plain_start, value.size() - plain_start);
   out->push_back('"');
 }
 

@@ -21,7 +21,8 @@ class JsonWriter {
   void EndObject();
   void BeginArray();
   void EndArray();
-  // Writes "key": and leaves the writer expecting a value.
+  // Writes "key": and leaves the writer expecting a value. REQUIRES: `key` needs no JSON escaping
+  // (keys are the schema's field names).
   void Key(std::string_view key);
 
   void String(std::string_view value);
