@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 
 #include "storage/key_codec.h"
@@ -18,6 +19,9 @@
 
 namespace ringlimit::storage {
 namespace {
+
+// Least recently used states examined per shard for idleness at every flush interval.
+constexpr size_t kSweepPerFlush = 256;
 
 limiter::TimeNs WallNow() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -169,6 +173,8 @@ void DurableStore::FlusherLoop() {
     if (stop_) break;
     flush_requested_ = false;
     lock.unlock();
+    // States nobody touches any more go even without traffic: their rows are deleted by this flush.
+    memory_->SweepIdle(WallNow(), kSweepPerFlush);
     FlushOnce();
     lock.lock();
   }
@@ -276,6 +282,7 @@ void DurableStore::Close() {
     wake_.notify_one();
   }
   flusher_.join();
+  memory_->SweepIdle(WallNow(), std::numeric_limits<size_t>::max());  // leave no idle rows behind
   if (!FlushOnce()) {
     spdlog::error("storage: final flush failed; {} states were not written", memory_->DirtyCount());
   }

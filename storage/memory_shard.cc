@@ -484,6 +484,24 @@ bool MemoryShard::Trim(limiter::TimeNs now) {
   return keys_.load(std::memory_order_relaxed) > capacity_;
 }
 
+size_t MemoryShard::SweepIdle(limiter::TimeNs now, size_t max) {
+  std::lock_guard lock(mutex_);
+  size_t dropped = 0;
+  uint32_t index = lru_tail_;
+  for (size_t k = 0; k < max && index != kNil; ++k) {
+    uint32_t prev = At(index).lru_prev;
+    limiter::State state;
+    ReadState(index, state);
+    if (state.algorithm == limiter::Algorithm{} ||
+        limiter::IdleAt(slots_[At(index).slot].spec, state) <= now) {
+      Drop(index, DropReason::kIdle);
+      ++dropped;
+    }
+    index = prev;
+  }
+  return dropped;
+}
+
 void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out) {
   std::lock_guard lock(mutex_);
   for (uint32_t head : *heads_) {

@@ -82,6 +82,9 @@ class MemoryShard {
   std::optional<std::vector<std::string>> Erase(EntityKey key, std::optional<std::string_view> name,
                                                 const Loaded& on_disk);
 
+  // Examines up to `max` least-recently-used states and drops those idle at `now`. Returns drops.
+  size_t SweepIdle(limiter::TimeNs now, size_t max);
+
   void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out);
   void CollectDirty(std::vector<DirtyRecord>& out);
   void AckFlushed(std::span<const DirtyRecord> records, bool ok);

@@ -120,6 +120,12 @@ std::vector<EntityState> MemoryStore::ScanTokenRange(ring::Token first, ring::To
   return out;
 }
 
+size_t MemoryStore::SweepIdle(limiter::TimeNs now, size_t max_per_shard) {
+  size_t dropped = 0;
+  for (size_t i = 0; i < shard_count_; ++i) dropped += shards_[i]->SweepIdle(now, max_per_shard);
+  return dropped;
+}
+
 std::vector<DirtyRecord> MemoryStore::CollectDirty() {
   std::vector<DirtyRecord> out;
   for (size_t i = 0; i < shard_count_; ++i) shards_[i]->CollectDirty(out);

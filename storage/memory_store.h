@@ -112,6 +112,12 @@ class MemoryStore final : public Store {
   void Close() override {}
   [[nodiscard]] DurabilityStats Durability() const override { return {}; }
 
+  // Drops the idle states (limiter::IdleAt <= now) among the `max_per_shard` least recently used of
+  // every shard, one shard lock at a time; returns how many. The per-Update sweep only runs where there
+  // is traffic: the durable tier calls this every flush interval (and fully before its last flush); a
+  // memory-only node may call it from a timer. Counted in StoreStats::idle_drops.
+  size_t SweepIdle(limiter::TimeNs now, size_t max_per_shard);
+
   // --- Write-back mode (used by DurableStore) ---
 
   // Copies out every dirty state and pending delete, shard by shard under each shard's lock (no I/O).

@@ -158,6 +158,21 @@ TEST(MemoryStoreTest, IdleStatesAreDroppedBySweepAndOnAccess) {
   EXPECT_EQ(lazy.Stats().idle_drops, 1u);
 }
 
+TEST(MemoryStoreTest, SweepIdleDropsIdleStatesWithoutTraffic) {
+  MemoryStoreOptions options;
+  options.sweep_per_update = 0;
+  MemoryStore store(options);
+  LimitSpec short_window = Spec(Algorithm::kFixedWindow, 5, kSecond);
+  LimitSpec long_window = Spec(Algorithm::kFixedWindow, 5, 3600 * kSecond);
+  for (int i = 0; i < 100; ++i) Charge(store, "short:" + std::to_string(i), "n", short_window, kT0);
+  Charge(store, "long", "n", long_window, kT0);
+  EXPECT_EQ(store.SweepIdle(kT0 + kSecond / 2, SIZE_MAX), 0u);  // nothing idle yet
+  EXPECT_EQ(store.SweepIdle(kT0 + 2 * kSecond, SIZE_MAX), 100u);
+  EXPECT_EQ(store.Stats().keys, 1u);
+  EXPECT_EQ(store.Stats().idle_drops, 100u);
+  EXPECT_EQ(store.Get("long").size(), 1u);
+}
+
 TEST(MemoryStoreTest, BoundEvictsLeastRecentlyUsed) {
   MemoryStoreOptions options;
   options.shards = 1;

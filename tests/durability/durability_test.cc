@@ -4,6 +4,7 @@
 // For every algorithm: consume part of a limit, stop the node one way or the other, restart it on the
 // same data directory and check that the remaining figures continued where they were.
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <signal.h>
 
 #include <boost/json/parse.hpp>
@@ -12,7 +13,9 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "storage/key_codec.h"
 #include "tests/support/http_client.h"
 #include "tests/support/node_process.h"
 
@@ -118,6 +121,50 @@ TEST_F(DurabilityTest, RepeatedCrashesKeepCounting) {
   }
   EXPECT_EQ(expected, 4);
   EXPECT_EQ(Remaining("token_bucket", 0), expected);
+}
+
+// Rows of states that went idle leave RocksDB (the store sweeps idle states and deletes their rows;
+// a clean stop sweeps everything). Inspects the database directly once the node has stopped.
+TEST_F(DurabilityTest, ExpiredStatesLeaveTheDatabase) {
+  HttpClient client(node_->http_port());
+  auto check = [&](const std::string& key, int window_ms) {
+    auto response =
+        client.Post("/v1/check", R"({"checks":[{"key":")" + key +
+                                     R"(","name":"n","algorithm":"fixed_window","limit":5,"window_ms":)" +
+                                     std::to_string(window_ms) + "}]}");
+    ASSERT_TRUE(response) << response.error().message();
+    ASSERT_EQ(response->result_int(), 200) << response->body();
+  };
+  for (int i = 0; i < 20; ++i) check("short:" + std::to_string(i), 100);
+  check("long", 3'600'000);
+  // The condition is time itself: let the 100 ms windows end (and a few flush intervals pass).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(node_->Signal(SIGTERM));
+  ASSERT_TRUE(node_->WaitExit());
+
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status = rocksdb::DB::OpenForReadOnly(rocksdb::Options(), node_->data_dir().string(), &raw);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  std::vector<std::string> entities;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto row = storage::DecodeRowKey(it->key().ToStringView());
+    ASSERT_TRUE(row.has_value());
+    entities.emplace_back(row->entity);
+  }
+  EXPECT_EQ(entities, std::vector<std::string>{"long"});
+}
+
+TEST_F(DurabilityTest, CorruptDataDirIsAClearErrorAtStart) {
+  Remaining("token_bucket", 1);
+  ASSERT_TRUE(node_->Signal(SIGTERM));
+  ASSERT_TRUE(node_->WaitExit());
+  ASSERT_TRUE(WriteFile(node_->data_dir() / "CURRENT", "not a manifest\n"));
+  auto restarted = node_->Restart();
+  ASSERT_FALSE(restarted) << "a node started on a corrupt data directory";
+  EXPECT_NE(restarted.error().find("cannot open the RocksDB data directory"), std::string::npos)
+      << restarted.error();
 }
 
 }  // namespace
