@@ -454,24 +454,12 @@ std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,
 }
 
 bool MemoryShard::Trim(limiter::TimeNs now) {
-  // Incremental sweep of the least recently used states: those idle are dropped.
-  uint32_t index = lru_tail_;
-  for (size_t k = 0; k < options_.sweep_per_update && index != kNil; ++k) {
-    uint32_t prev = At(index).lru_prev;
-    // A dirty idle state may go too: it is equivalent to no state (a row on disk gets a delete).
-    limiter::State state;
-    ReadState(index, state);
-    if (state.algorithm == limiter::Algorithm{} ||
-        limiter::IdleAt(slots_[At(index).slot].spec, state) <= now) {
-      Drop(index, DropReason::kIdle);
-    }
-    index = prev;
-  }
+  SweepLocked(now, options_.sweep_per_update);
   if (capacity_ == 0) return false;
   // The bound: evict least recently used (clean, in write-back mode) states.
   constexpr int kMaxDirtySkipped = 16;
   int skipped = 0;
-  index = lru_tail_;
+  uint32_t index = lru_tail_;
   while (keys_.load(std::memory_order_relaxed) > capacity_ && index != kNil) {
     uint32_t prev = At(index).lru_prev;
     if (Flags(At(index).meta) & kDirty) {
@@ -486,6 +474,12 @@ bool MemoryShard::Trim(limiter::TimeNs now) {
 
 size_t MemoryShard::SweepIdle(limiter::TimeNs now, size_t max) {
   std::lock_guard lock(mutex_);
+  return SweepLocked(now, max);
+}
+
+size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
+  // From the least recently used end. A dirty idle state may go too: it is equivalent to no state
+  // (a row on disk gets a pending delete).
   size_t dropped = 0;
   uint32_t index = lru_tail_;
   for (size_t k = 0; k < max && index != kNil; ++k) {

@@ -121,6 +121,7 @@ class MemoryShard {
   std::optional<NeedLoad> Resolve(EntityKey key, std::span<const std::string_view> names,
                                   const Loaded& loaded, std::span<uint32_t> indices);
   bool Trim(limiter::TimeNs now);  // eviction and incremental sweep; returns "pressure"
+  size_t SweepLocked(limiter::TimeNs now, size_t max);
 
   // Constant after construction.
   const MemoryStoreOptions& options_;
