@@ -159,6 +159,8 @@ TEST_F(NodeLifecycleTest, SigkillAndRestartOnTheSameDirectory) {
   auto restarted = node->Restart();
   ASSERT_TRUE(restarted) << restarted.error();
   EXPECT_NE(node->pid(), first);
+  EXPECT_EQ(node->port("http"), node->http_port());
+  EXPECT_EQ(node->port("nothing"), std::nullopt);
   HttpClient client(node->http_port());
   auto response = client.Get("/readyz");
   ASSERT_TRUE(response);

@@ -42,14 +42,15 @@ fs::path MakeTempDir() {
   return fs::path(pattern);
 }
 
-// The port the node wrote to its port file: {"http":<port>}. nullopt while absent or incomplete.
-std::optional<uint16_t> ReadPortFile(const fs::path& path) {
+// The port `name` the node wrote to its port file ({"http":<port>,...}). nullopt while absent or
+// incomplete.
+std::optional<uint16_t> ReadPortFile(const fs::path& path, const std::string& name = "http") {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   boost::system::error_code parse_ec;
   auto value = boost::json::parse(ReadWholeFile(path), parse_ec);
   if (parse_ec || !value.is_object()) return std::nullopt;
-  const auto* port = value.as_object().if_contains("http");
+  const auto* port = value.as_object().if_contains(name);
   if (port == nullptr || !port->is_int64()) return std::nullopt;
   return static_cast<uint16_t>(port->as_int64());
 }
@@ -191,6 +192,10 @@ Result<void> NodeProcess::Kill() {
 }
 
 Result<void> NodeProcess::Restart() { return Launch(); }
+
+std::optional<uint16_t> NodeProcess::port(const std::string& name) const {
+  return ReadPortFile(options_.dir / "port.json", name);
+}
 
 std::string NodeProcess::Log() const { return ReadWholeFile(options_.dir / "ringlimitd.log"); }
 

@@ -74,6 +74,9 @@ class NodeProcess {
 
   // The HTTP port of the running (or last) incarnation.
   [[nodiscard]] uint16_t http_port() const { return http_port_; }
+  // Any port the node wrote to its --port-file ({"http":..., and later e.g. "peer":...}); nullopt
+  // when the file or the entry is missing.
+  [[nodiscard]] std::optional<uint16_t> port(const std::string& name) const;
   [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] const std::filesystem::path& dir() const { return options_.dir; }
   [[nodiscard]] std::filesystem::path data_dir() const { return options_.dir / "data"; }
