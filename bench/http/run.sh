@@ -4,7 +4,7 @@
 #   bench/http/run.sh                 # 10 s per scenario
 #   DURATION=30s CONNECTIONS=32 bench/http/run.sh
 #
-# Builds ringlimitd if needed (RINGLIMIT_BUILD_DIR, default build/release), installs wrk and nginx-light
+# Builds ringlimitd if needed (RINGLIMIT_BUILD_DIR, default build/release; or RINGLIMITD=path), installs wrk and nginx-light
 # if missing, then measures, with the server pinned to CPU $SERVER_CPU and wrk to CPU $CLIENT_CPU:
 #   1. GET /v1/check, one hot key                 ringlimitd vs nginx limit_req keyed by $arg_key
 #   2. GET /v1/check, 100k keys (wrk Lua script)  ringlimitd vs nginx limit_req keyed by $arg_key
@@ -41,7 +41,7 @@ if ((${#missing[@]} > 0)); then
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
-ringlimitd="$build_dir/node/server/ringlimitd"
+ringlimitd=${RINGLIMITD:-$build_dir/node/server/ringlimitd}
 if [[ ! -x "$ringlimitd" ]]; then
   log "building ringlimitd in $build_dir"
   RINGLIMIT_BUILD_DIR="$build_dir" "$root/scripts/build" --target ringlimitd >&2
@@ -127,8 +127,10 @@ EOF
 
 # --- ringlimitd -----------------------------------------------------------------------------------
 log "ringlimitd: $ringlimitd (1 thread on CPU $server_cpu), wrk on CPU $client_cpu, $connections connections, $duration each"
+extra=()
+if "$ringlimitd" --help 2>/dev/null | grep -q -- "--peer-listen "; then extra=(--peer-listen 127.0.0.1:0); fi
 taskset -c "$server_cpu" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$work/port.json" --threads 1 \
-  --log-level warn --max-keys 2000000 --max-connections 100000 >"$work/ringlimitd.log" 2>&1 &
+  --log-level warn --max-keys 2000000 --max-connections 100000 "${extra[@]}" >"$work/ringlimitd.log" 2>&1 &
 server_pid=$!
 deadline=$((SECONDS + 15))
 until [[ -s "$work/port.json" ]]; do
