@@ -79,7 +79,8 @@ class PeerServer {
   [[nodiscard]] uint16_t port() const;
 
   // Stops accepting and closes every connection (answers not yet written are lost; the callers see
-  // their connection lost). Asynchronous: takes effect on the io_context's threads. Idempotent.
+  // their connection lost). Asynchronous: takes effect on the io_context's threads, so the port may
+  // still be bound for a moment after Stop returns. Idempotent.
   void Stop();
 
   [[nodiscard]] PeerStats Stats() const;
