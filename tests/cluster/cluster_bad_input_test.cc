@@ -1,0 +1,116 @@
+// Bad input on the cluster endpoints and flags: clear 4xx JSON errors (or a clean refusal to start),
+// never a crash, and the node keeps serving.
+#include "tests/cluster/cluster_test_util.h"
+
+namespace ringlimit::testing {
+namespace {
+
+constexpr char kToken[] = "cluster-admin";
+
+class ClusterBadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = Cluster::Start({.nodes = 2, .args = {"--threads", "2", "--admin-token", kToken}});
+    ASSERT_TRUE(started) << started.error();
+    cluster_ = std::move(*started);
+  }
+
+  // The node still answers, and still sees both members alive.
+  void ExpectStillServing(size_t i) {
+    HttpClient client(cluster_->http_port(i));
+    auto ready = client.Get("/readyz");
+    ASSERT_TRUE(ready) << ready.error().message();
+    EXPECT_EQ(ready->result_int(), 200);
+    auto view = FetchClusterView(cluster_->http_port(i));
+    ASSERT_TRUE(view) << view.error();
+    EXPECT_EQ(view->IdsInState("alive"), (std::vector<std::string>{"n1", "n2"}));
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(ClusterBadInputTest, RingWithoutAKeyIs400Json) {
+  HttpClient client(cluster_->http_port(0));
+  for (const char* target : {"/v1/ring", "/v1/ring?key=", "/v1/ring?other=1"}) {
+    auto response = client.Get(target);
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), 400) << target << ": " << response->body();
+    EXPECT_NE(ErrorCode(*response), "") << target << ": not a JSON error: " << response->body();
+  }
+  ExpectStillServing(0);
+}
+
+TEST_F(ClusterBadInputTest, RingAnswersOddButValidKeys) {
+  HttpClient client(cluster_->http_port(0));
+  for (const char* key : {"a%20b", "%C3%A9t%C3%A9", "x%3Dy%26z", "k%00k"}) {
+    auto response = client.Get(std::string("/v1/ring?key=") + key);
+    ASSERT_TRUE(response) << response.error().message();
+    // Either an answer naming a member, or a clear 400: never a 5xx or a dropped connection.
+    if (response->result_int() == 200) {
+      const std::string owner = StringField(JsonBody(*response), "owner");
+      EXPECT_TRUE(owner == "n1" || owner == "n2") << key << ": " << response->body();
+    } else {
+      EXPECT_EQ(response->result_int(), 400) << key << ": " << response->body();
+      EXPECT_NE(ErrorCode(*response), "") << response->body();
+    }
+  }
+  ExpectStillServing(0);
+}
+
+TEST_F(ClusterBadInputTest, LeaveWithoutTheAdminTokenIs401AndTheNodeStays) {
+  HttpClient client(cluster_->http_port(1));
+  for (const Headers& headers : {Headers{}, Headers{{"Authorization", "Bearer wrong"}},
+                                 Headers{{"Authorization", std::string("Basic ") + kToken}}}) {
+    auto response = client.Post("/v1/cluster/leave", "", headers);
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), 401) << response->body();
+    EXPECT_NE(ErrorCode(*response), "") << "not a JSON error: " << response->body();
+  }
+  EXPECT_TRUE(cluster_->running(1));
+  ExpectStillServing(1);
+  ExpectStillServing(0);
+}
+
+TEST_F(ClusterBadInputTest, WrongMethodsOnClusterEndpointsAreRefused) {
+  HttpClient client(cluster_->http_port(0));
+  auto get_leave = client.Get("/v1/cluster/leave", {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(get_leave) << get_leave.error().message();
+  EXPECT_GE(get_leave->result_int(), 400) << get_leave->body();
+  EXPECT_LT(get_leave->result_int(), 500) << get_leave->body();
+  auto post_cluster = client.Post("/v1/cluster", "{}");
+  ASSERT_TRUE(post_cluster) << post_cluster.error().message();
+  EXPECT_GE(post_cluster->result_int(), 400) << post_cluster->body();
+  EXPECT_LT(post_cluster->result_int(), 500) << post_cluster->body();
+  ExpectStillServing(0);
+}
+
+// Flags the cluster added: invalid values make ringlimitd refuse to start (and say why) instead of
+// running with a half-valid configuration.
+TEST(ClusterFlagsTest, InvalidClusterFlagsAreRefusedAtStart) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--node-id", "has space"},
+      {"--node-id", std::string(65, 'x')},
+      {"--node-id", ""},
+      {"--peer-listen", "nonsense"},
+      {"--peer-listen", "127.0.0.1:99999"},
+      {"--join", "no-port"},
+      {"--vnodes", "0"},
+      {"--replicas", "0"},
+  };
+  for (const auto& args : bad) {
+    NodeProcessOptions options;
+    options.args = args;
+    // An ephemeral peer port, so that only the flag under test can make the start fail.
+    if (args[0] != "--peer-listen")
+      options.args.insert(options.args.begin(), {"--peer-listen", "127.0.0.1:0"});
+    options.start_timeout = std::chrono::milliseconds(10'000 * kSlowdown);
+    auto node = NodeProcess::Start(std::move(options));
+    std::string shown;
+    for (const auto& a : args) shown += a + " ";
+    ASSERT_FALSE(node) << shown << "was accepted";
+    EXPECT_NE(node.error().find("exited with status"), std::string::npos) << shown << ": " << node.error();
+  }
+}
+
+}  // namespace
+}  // namespace ringlimit::testing

@@ -1,0 +1,316 @@
+#include "tests/cluster/cluster_harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/json/parse.hpp>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace ringlimit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+// Pause between two polls of a condition that has a deadline.
+constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// Per-request bound of the harness's own HTTP calls.
+constexpr auto kRequestTimeout = std::chrono::milliseconds(2000);
+
+std::string Join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
+  return "[" + out + "]";
+}
+
+// An error result. (Plain `return "text";` is ambiguous for aggregates whose first member is a string.)
+template <class T>
+Result<T> Error(std::string message) {
+  return Result<T>(boost::system::in_place_error, std::move(message));
+}
+
+}  // namespace
+
+json::value JsonBody(const ClientResponse& response) {
+  boost::system::error_code ec;
+  json::value value = json::parse(response.body(), ec);
+  return ec ? json::value() : value;
+}
+
+std::string StringField(const json::value& value, std::string_view name) {
+  if (!value.is_object()) return "";
+  const auto* field = value.as_object().if_contains(name);
+  return field != nullptr && field->is_string() ? std::string(field->as_string()) : "";
+}
+
+std::string ErrorCode(const ClientResponse& response) {
+  const auto body = JsonBody(response);
+  if (!body.is_object()) return "";
+  const auto* error = body.as_object().if_contains("error");
+  return error == nullptr ? "" : StringField(*error, "code");
+}
+
+uint16_t PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+const MemberView* ClusterView::Find(std::string_view id) const {
+  for (const auto& m : members) {
+    if (m.id == id) return &m;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> ClusterView::IdsInState(std::string_view state) const {
+  std::vector<std::string> ids;
+  for (const auto& m : members) {
+    if (m.state == state) ids.push_back(m.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+namespace {
+
+// GET `target` and parse it with `parse` (which may throw on a body of the wrong shape).
+template <class T>
+Result<T> GetAndParse(uint16_t http_port, const std::string& target,
+                      const std::function<T(const json::value&)>& parse) {
+  HttpClient client(http_port, kRequestTimeout);
+  auto response = client.Get(target);
+  if (!response) return Error<T>("GET " + target + ": " + response.error().message());
+  if (response->result_int() != 200) {
+    return Error<T>("GET " + target + ": status " + std::to_string(response->result_int()) + " " +
+                    response->body());
+  }
+  try {
+    return parse(JsonBody(*response));
+  } catch (const std::exception& e) {
+    return Error<T>("GET " + target + ": unexpected body (" + e.what() + "): " + response->body());
+  }
+}
+
+}  // namespace
+
+Result<ClusterView> FetchClusterView(uint16_t http_port) {
+  return GetAndParse<ClusterView>(http_port, "/v1/cluster", [](const json::value& body) {
+    ClusterView view;
+    view.node_id = std::string(body.at("node_id").as_string());
+    view.ring_version = json::value_to<uint64_t>(body.at("ring_version"));
+    for (const auto& m : body.at("members").as_array()) {
+      MemberView member;
+      member.id = std::string(m.at("id").as_string());
+      member.state = std::string(m.at("state").as_string());
+      member.http_address = StringField(m, "http_address");
+      member.peer_address = StringField(m, "peer_address");
+      member.vnodes = json::value_to<uint32_t>(m.at("vnodes"));
+      member.share = m.at("share").to_number<double>();
+      view.members.push_back(std::move(member));
+    }
+    return view;
+  });
+}
+
+Result<RingAnswer> FetchRing(uint16_t http_port, const std::string& key) {
+  return GetAndParse<RingAnswer>(http_port, "/v1/ring?key=" + key, [](const json::value& body) {
+    RingAnswer answer;
+    answer.owner = std::string(body.at("owner").as_string());
+    for (const auto& m : body.at("preference_list").as_array()) {
+      answer.preference_list.emplace_back(m.at("id").as_string());
+    }
+    return answer;
+  });
+}
+
+Result<std::chrono::milliseconds> WaitFor(const std::string& what, std::chrono::milliseconds timeout,
+                                          const std::function<bool(std::string*)>& condition) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  std::string last;
+  while (true) {
+    last.clear();
+    if (condition(&last)) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    }
+    if (Clock::now() >= deadline) {
+      return "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what +
+             (last.empty() ? "" : " (last: " + last + ")");
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) {
+  std::string pattern = (fs::temp_directory_path() / "ringlimit-cluster-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) return std::string("mkdtemp: ") + std::strerror(errno);
+  const int n = options.nodes;
+  std::unique_ptr<Cluster> cluster(new Cluster(std::move(options), fs::path(pattern)));
+  for (int i = 0; i < n; ++i) {
+    if (auto added = cluster->AddNode(); !added) return added.error();
+  }
+  if (auto converged = cluster->WaitConverged(); !converged) return converged.error();
+  return cluster;
+}
+
+Cluster::~Cluster() {
+  for (auto& m : nodes_) m.process.reset();  // SIGKILLs what still runs
+  std::error_code ignored;
+  fs::remove_all(root_, ignored);
+}
+
+std::optional<size_t> Cluster::IndexOf(std::string_view id) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].id == id) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<size_t> Cluster::Running() const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (running(i)) out.push_back(i);
+  }
+  return out;
+}
+
+std::optional<size_t> Cluster::AnyRunningExcept(size_t i) const {
+  for (size_t j : Running()) {
+    if (j != i) return j;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> Cluster::ArgsFor(const Member& m, std::optional<size_t> seed) const {
+  std::vector<std::string> args = options_.args;
+  args.insert(args.end(), {"--node-id", m.id, "--peer-listen", "127.0.0.1:" + std::to_string(m.peer_port)});
+  if (seed) args.insert(args.end(), {"--join", "127.0.0.1:" + std::to_string(nodes_[*seed].peer_port)});
+  args.insert(args.end(), m.extra_args.begin(), m.extra_args.end());
+  return args;
+}
+
+Result<std::unique_ptr<NodeProcess>> Cluster::Launch(const Member& m, std::optional<size_t> seed) const {
+  NodeProcessOptions options;
+  options.args = ArgsFor(m, seed);
+  options.dir = root_ / m.id;
+  options.start_timeout = options_.start_timeout;
+  auto process = NodeProcess::Start(std::move(options));
+  if (!process) return m.id + ": " + process.error();
+  return std::move(*process);
+}
+
+Result<size_t> Cluster::AddNode(std::vector<std::string> extra_args) {
+  Member m;
+  m.id = "n" + std::to_string(nodes_.size() + 1);
+  m.extra_args = std::move(extra_args);
+  // A port another node of this cluster already uses is skipped; others are unlikely to take it in the
+  // moment between picking and binding.
+  for (int attempt = 0; attempt < 20 && m.peer_port == 0; ++attempt) {
+    const uint16_t port = PickFreePort();
+    const bool taken =
+        std::any_of(nodes_.begin(), nodes_.end(), [&](const Member& o) { return o.peer_port == port; });
+    if (port != 0 && !taken) m.peer_port = port;
+  }
+  if (m.peer_port == 0) return std::string("no free peer port");
+  auto process = Launch(m, AnyRunningExcept(nodes_.size()));
+  if (!process) return process.error();
+  m.process = std::move(*process);
+  nodes_.push_back(std::move(m));
+  return nodes_.size() - 1;
+}
+
+Result<void> Cluster::Kill(size_t i) { return nodes_[i].process->Kill(); }
+
+Result<void> Cluster::Restart(size_t i) {
+  if (running(i)) return id(i) + " is still running";
+  auto process = Launch(nodes_[i], AnyRunningExcept(i));
+  if (!process) return process.error();
+  nodes_[i].process = std::move(*process);
+  return {};
+}
+
+Result<std::chrono::milliseconds> Cluster::WaitConverged() {
+  return WaitConverged(options_.converge_timeout);
+}
+
+Result<std::chrono::milliseconds> Cluster::WaitConverged(std::chrono::milliseconds timeout) {
+  std::vector<std::string> want;
+  for (size_t i : Running()) want.push_back(id(i));
+  std::sort(want.begin(), want.end());
+  auto waited = WaitFor("every node to see " + Join(want) + " alive", timeout, [&](std::string* last) {
+    for (size_t i : Running()) {
+      auto view = FetchClusterView(http_port(i));
+      if (!view) {
+        *last = id(i) + ": " + view.error();
+        return false;
+      }
+      const auto alive = view->IdsInState("alive");
+      if (alive != want) {
+        *last = id(i) + " sees " + Join(alive) + " alive";
+        return false;
+      }
+    }
+    return true;
+  });
+  if (!waited) return waited.error() + "\n" + Logs();
+  return waited;
+}
+
+Result<std::chrono::milliseconds> Cluster::WaitSeenAs(size_t i, const std::vector<std::string>& states,
+                                                      bool or_absent, std::chrono::milliseconds timeout) {
+  std::string what = "every other node to see " + id(i) + " as " + Join(states);
+  auto waited = WaitFor(what, timeout, [&](std::string* last) {
+    for (size_t j : Running()) {
+      if (j == i) continue;
+      auto view = FetchClusterView(http_port(j));
+      if (!view) {
+        *last = id(j) + ": " + view.error();
+        return false;
+      }
+      const MemberView* member = view->Find(id(i));
+      if (member == nullptr) {
+        if (or_absent) continue;
+        *last = id(j) + " does not list " + id(i);
+        return false;
+      }
+      if (std::find(states.begin(), states.end(), member->state) == states.end()) {
+        *last = id(j) + " sees " + id(i) + " " + member->state;
+        return false;
+      }
+    }
+    return true;
+  });
+  if (!waited) return waited.error() + "\n" + Logs();
+  return waited;
+}
+
+std::string Cluster::Logs() const {
+  std::string out;
+  for (const auto& m : nodes_) {
+    std::string log = m.process ? m.process->Log() : "";
+    constexpr size_t kTail = 2500;
+    if (log.size() > kTail) log = "..." + log.substr(log.size() - kTail);
+    out += "--- " + m.id + " log ---\n" + log;
+  }
+  return out;
+}
+
+}  // namespace ringlimit::testing

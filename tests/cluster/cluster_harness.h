@@ -1,0 +1,170 @@
+// Cluster: N real `ringlimitd` processes on 127.0.0.1 forming one ringlimit cluster, for the
+// multi-process cluster tests (tests/cluster/) and the cluster benchmark (bench/cluster/).
+//
+// Every node gets `--node-id nI`, an ephemeral HTTP port (NodeProcess) and a peer port picked free at
+// start (`--peer-listen 127.0.0.1:P`), kept across restarts so a restarted node comes back at the same
+// peer address, as it would in production. Node 1 starts alone; every later node gets `--join` to the
+// peer address of a running member. Start() returns once every node is ready and every node's
+// GET /v1/cluster shows all N members alive.
+//
+//   auto cluster = Cluster::Start({.nodes = 3});
+//   ASSERT_TRUE(cluster) << cluster.error();
+//   HttpClient client((*cluster)->node(0).http_port());
+//
+// Conditions are polled with deadlines, never slept on. Node indexes are 0-based (node(0) is "n1").
+//
+// Thread safety: none; drive a Cluster from the thread that started it (the node processes die with
+// that thread, see NodeProcess). The JSON helpers below are free functions and thread-safe.
+#ifndef RINGLIMIT_TESTS_CLUSTER_CLUSTER_HARNESS_H_
+#define RINGLIMIT_TESTS_CLUSTER_CLUSTER_HARNESS_H_
+
+#include <boost/json/value.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/http_client.h"
+#include "tests/support/node_process.h"
+
+namespace ringlimit::testing {
+
+// The parsed JSON body of `response` (null if it is not JSON).
+[[nodiscard]] boost::json::value JsonBody(const ClientResponse& response);
+
+// error.code of a JSON error body, or "" when the body is not one.
+[[nodiscard]] std::string ErrorCode(const ClientResponse& response);
+
+// `value[name]` as a string if it is one, else "".
+[[nodiscard]] std::string StringField(const boost::json::value& value, std::string_view name);
+
+// A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released). 0 on failure.
+[[nodiscard]] uint16_t PickFreePort();
+
+// A member as one node's GET /v1/cluster shows it.
+struct MemberView {
+  std::string id;
+  std::string state;  // joining, alive, suspect, dead, leaving, left
+  std::string http_address;
+  std::string peer_address;
+  uint32_t vnodes = 0;
+  double share = 0;
+};
+
+// One node's GET /v1/cluster.
+struct ClusterView {
+  std::string node_id;
+  uint64_t ring_version = 0;
+  std::vector<MemberView> members;  // as the node sent them (sorted by id)
+
+  // The member with this id, or nullptr.
+  [[nodiscard]] const MemberView* Find(std::string_view id) const;
+  // Ids of the members in `state`, sorted.
+  [[nodiscard]] std::vector<std::string> IdsInState(std::string_view state) const;
+};
+
+// GET /v1/cluster from the node at `http_port`, parsed. Fails on transport errors, a non-200 status or
+// a body that does not match the documented shape.
+[[nodiscard]] Result<ClusterView> FetchClusterView(uint16_t http_port);
+
+// GET /v1/ring?key=K: the owner and the preference list (ids, owner first).
+struct RingAnswer {
+  std::string owner;
+  std::vector<std::string> preference_list;
+};
+[[nodiscard]] Result<RingAnswer> FetchRing(uint16_t http_port, const std::string& key);
+
+// Polls `condition` every few milliseconds until it returns true or `timeout` passes. On timeout the
+// error names `what` and the last message the condition left in its argument (if any).
+[[nodiscard]] Result<std::chrono::milliseconds> WaitFor(const std::string& what,
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::function<bool(std::string*)>& condition);
+
+struct ClusterOptions {
+  // Number of nodes Start launches. REQUIRES: >= 1. Default: 3.
+  int nodes = 3;
+
+  // Extra flags for every node (e.g. {"--threads", "2"}). Default: {"--threads", "2"}.
+  std::vector<std::string> args = {"--threads", "2"};
+
+  // How long Start and AddNode wait for every node to see every running member alive. Default: 30 s
+  // (generous for sanitizer builds on 2 cores).
+  std::chrono::milliseconds converge_timeout{30'000};
+
+  // How long each node may take to become ready (NodeProcessOptions::start_timeout). Default: 30 s.
+  std::chrono::milliseconds start_timeout{30'000};
+};
+
+class Cluster {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Cluster>> Start(ClusterOptions options = {});
+
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+  ~Cluster();
+
+  // Number of nodes ever started (running or not).
+  [[nodiscard]] size_t size() const { return nodes_.size(); }
+  [[nodiscard]] NodeProcess& node(size_t i) { return *nodes_[i].process; }
+  [[nodiscard]] const std::string& id(size_t i) const { return nodes_[i].id; }
+  [[nodiscard]] uint16_t peer_port(size_t i) const { return nodes_[i].peer_port; }
+  [[nodiscard]] uint16_t http_port(size_t i) const { return nodes_[i].process->http_port(); }
+  [[nodiscard]] bool running(size_t i) const { return nodes_[i].process->running(); }
+  // Index of the node with this id, or nullopt.
+  [[nodiscard]] std::optional<size_t> IndexOf(std::string_view id) const;
+  // Indexes of the running nodes.
+  [[nodiscard]] std::vector<size_t> Running() const;
+
+  // Starts one more node (n<size+1>) joining through a running member, and waits until it is ready.
+  // Does not wait for convergence (see WaitConverged). Returns its index.
+  [[nodiscard]] Result<size_t> AddNode(std::vector<std::string> extra_args = {});
+
+  // SIGKILL node i and reap it.
+  [[nodiscard]] Result<void> Kill(size_t i);
+
+  // Starts node i again with the same id, peer port and flags, joining through another running member.
+  // Waits until it is ready (not for convergence).
+  [[nodiscard]] Result<void> Restart(size_t i);
+
+  // Waits until every running node sees exactly the running nodes as alive (and nothing else alive).
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged();
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged(std::chrono::milliseconds timeout);
+
+  // Waits until every running node other than `i` sees node i in one of `states` (or, if
+  // `or_absent`, no longer lists it at all).
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitSeenAs(size_t i, const std::vector<std::string>& states,
+                                                             bool or_absent,
+                                                             std::chrono::milliseconds timeout);
+
+  // The log tails of every node, for failure messages.
+  [[nodiscard]] std::string Logs() const;
+
+ private:
+  struct Member {
+    std::string id;
+    uint16_t peer_port = 0;
+    std::vector<std::string> extra_args;
+    std::unique_ptr<NodeProcess> process;
+  };
+
+  Cluster(ClusterOptions options, std::filesystem::path root)
+      : options_(std::move(options)), root_(std::move(root)) {}
+  // Args of node `m` joining through `seed` (nullopt: alone).
+  std::vector<std::string> ArgsFor(const Member& m, std::optional<size_t> seed) const;
+  std::optional<size_t> AnyRunningExcept(size_t i) const;
+  // Starts `m` in its directory, joining through `seed`.
+  Result<std::unique_ptr<NodeProcess>> Launch(const Member& m, std::optional<size_t> seed) const;
+
+  ClusterOptions options_;
+  std::filesystem::path root_;  // node i lives in root_/n<i+1>; removed with the Cluster
+  std::vector<Member> nodes_;
+};
+
+}  // namespace ringlimit::testing
+
+#endif  // RINGLIMIT_TESTS_CLUSTER_CLUSTER_HARNESS_H_

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# End-to-end test of scripts/cluster: up 3, status, add, kill n2, start n2, remove n4, down --wipe, with
+# checks through every running node in between. Uses the ringlimitd in $RINGLIMITD, a temporary
+# cluster directory and a free port range picked at run time, so it can run next to a real cluster
+# or other tests.
+#
+#   RINGLIMITD=build/release/node/server/ringlimitd tests/scripts/cluster_script_test.sh
+#
+# Every step is bounded (scripts/cluster waits at most $RINGLIMIT_CLUSTER_TIMEOUT seconds); whatever
+# happens, the nodes started here are stopped on exit.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+script="$root/scripts/cluster"
+[[ -x "${RINGLIMITD:-}" ]] || { echo "FAIL: set RINGLIMITD to the ringlimitd binary" >&2; exit 1; }
+for tool in curl jq ss; do
+  command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/bootstrap installs it)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-script-test-XXXXXX")
+RINGLIMIT_CLUSTER_DIR="$work/cluster"
+export RINGLIMIT_CLUSTER_DIR RINGLIMITD
+export RINGLIMIT_CLUSTER_TIMEOUT=${RINGLIMIT_CLUSTER_TIMEOUT:-60}
+export RINGLIMIT_NODE_FLAGS="--threads 2"
+
+# A base port such that BASE+1..BASE+9 (HTTP) and BASE+101..BASE+109 (peer) are all free now. Picked
+# from 20000-29999 (below the kernel's ephemeral range, so other tests' port-0 sockets do not land in it).
+port_in_use() { ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
+pick_base() {
+  local attempt base p busy
+  for attempt in $(seq 1 50); do
+    base=$((20000 + (RANDOM % 98) * 100))
+    busy=0
+    for p in $(seq $((base + 1)) $((base + 9))) $(seq $((base + 101)) $((base + 109))); do
+      if port_in_use "$p"; then busy=1; break; fi
+    done
+    ((busy)) || { echo "$base"; return 0; }
+  done
+  return 1
+}
+RINGLIMIT_BASE_PORT=$(pick_base) || { echo "FAIL: no free port range" >&2; exit 1; }
+export RINGLIMIT_BASE_PORT
+
+cleanup() {
+  local rc=$?
+  # Stop whatever is left (by the pids the script recorded), then remove the directory.
+  "$script" down --wipe >/dev/null 2>&1 || true
+  for f in "$RINGLIMIT_CLUSTER_DIR"/n*/pid; do
+    [[ -f "$f" ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
+  done
+  if ((rc != 0)); then
+    for log in "$RINGLIMIT_CLUSTER_DIR"/n*/log; do
+      [[ -f "$log" ]] && { echo "--- $log (tail) ---"; tail -n 30 "$log"; }
+    done
+  fi
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+step=0
+fail() { echo "FAIL (step $step): $*" >&2; exit 1; }
+# run EXPECTED_RC args...: runs scripts/cluster, prints its output, checks the exit code.
+run() {
+  local want=$1; shift
+  step=$((step + 1))
+  echo "=== [$step] scripts/cluster $* (expect exit $want)"
+  local rc=0 start=$SECONDS
+  "$script" "$@" >"$work/out" 2>&1 || rc=$?
+  sed 's/^/    /' "$work/out"
+  echo "    -> exit $rc in $((SECONDS - start)) s"
+  ((rc == want)) || fail "scripts/cluster $* exited $rc, expected $want"
+}
+out() { cat "$work/out"; }
+http() { echo "http://127.0.0.1:$((RINGLIMIT_BASE_PORT + $1))"; }
+
+# Every node in "$@" answers checks: for a few keys, one check through each node; every answer is a
+# 200 naming the same owner for one key, and that owner is one of the nodes listed.
+checks_work_on() {
+  local key i owner want
+  for key in user:1 user:2 user:3 ip:10.0.0.7 api-key:abc; do
+    want=""
+    for i in "$@"; do
+      local body
+      body=$(curl -fsS --max-time 5 -X POST "$(http "$i")/v1/check" -H 'Content-Type: application/json' \
+        -d "{\"checks\":[{\"key\":\"$key\",\"name\":\"s$step\",\"algorithm\":\"token_bucket\",\"limit\":1000,\"window_ms\":60000}]}") ||
+        fail "check of $key through n$i failed"
+      owner=$(jq -r '.results[0].owner' <<<"$body")
+      [[ "$(jq -r '.results[0].allowed' <<<"$body")" == true ]] || fail "check of $key through n$i denied: $body"
+      [[ -n "$want" ]] || want=$owner
+      [[ "$owner" == "$want" ]] || fail "$key: n$i says owner $owner, an earlier node said $want"
+    done
+    local ok=0
+    for i in "$@"; do [[ "$want" == "n$i" ]] && ok=1; done
+    ((ok)) || fail "$key owned by '$want', which is not among the running nodes ($*)"
+  done
+  echo "    checks answered through n$(echo "$@" | sed 's/ /, n/g')"
+}
+# Node $1's view: the ids in state $2, comma-separated.
+seen_in_state() { curl -fsS --max-time 5 "$(http "$1")/v1/cluster" | jq -r --arg s "$2" '[.members[] | select(.state == $s) | .id] | sort | join(",")'; }
+
+echo "cluster dir $RINGLIMIT_CLUSTER_DIR, base port $RINGLIMIT_BASE_PORT"
+
+run 0 up 3
+out | grep -q "http://127.0.0.1:$((RINGLIMIT_BASE_PORT + 3))" || fail "up did not print the table with n3"
+out | grep -q "curl" || fail "up did not print a curl line"
+for i in 1 2 3; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "n$i does not see n1..n3 alive"; done
+checks_work_on 1 2 3
+
+run 0 up 3  # rerun: nothing to do, still succeeds
+for i in 1 2 3; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "rerun of up changed the cluster"; done
+
+run 0 status
+for i in 1 2 3; do out | grep -Eq "^n$i +alive" || fail "status does not show n$i alive"; done
+
+run 0 add
+out | grep -q "n4 joined" || fail "add did not report n4"
+for i in 1 2 3 4; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3,n4" ]] || fail "n$i does not see n4 alive"; done
+checks_work_on 1 2 3 4
+
+run 0 kill n2
+kill -0 "$(cat "$RINGLIMIT_CLUSTER_DIR/n2/pid")" 2>/dev/null && fail "n2 still running after kill"
+checks_work_on 1 3 4
+run 0 kill n2  # rerun: already dead, still succeeds
+
+run 0 start n2
+for i in 1 2 3 4; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3,n4" ]] || fail "n$i does not see n2 back"; done
+checks_work_on 1 2 3 4
+
+run 0 remove n4
+out | grep -q "n4 left" || fail "remove did not report n4 leaving"
+curl -fsS --max-time 2 "$(http 4)/readyz" >/dev/null 2>&1 && fail "n4 still answers after remove"
+for i in 1 2 3; do
+  [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "n$i still sees n4 alive after remove"
+done
+checks_work_on 1 2 3
+run 0 remove n4  # rerun: already gone, still succeeds
+
+# Wrong usage fails with a message and changes nothing.
+run 1 kill bogus
+run 1 start n9
+run 2 frobnicate
+checks_work_on 1 2 3
+
+run 0 down --wipe
+for i in 1 2 3; do
+  curl -fsS --max-time 2 "$(http "$i")/readyz" >/dev/null 2>&1 && fail "n$i still answers after down"
+done
+[[ ! -e "$RINGLIMIT_CLUSTER_DIR" ]] || fail "down --wipe left $RINGLIMIT_CLUSTER_DIR"
+run 1 status  # nothing running: a clear error
+echo "PASS: scripts/cluster end to end ($step steps)"
