@@ -97,12 +97,16 @@ HttpResponse HandleReadyz(const ApiContext& context) {
   if (!context.ready.load(std::memory_order_acquire)) {
     return ToResponse({ErrorKind::kNotReady, "the node is not ready to serve (starting or draining)"});
   }
+  if (context.cluster != nullptr && !context.cluster->ready()) {
+    return ToResponse({ErrorKind::kNotReady, "the node has not joined the cluster (or is leaving)"});
+  }
   return StatusJson("ready");
 }
 
 HttpResponse HandleMetrics(const ApiContext& context) {
-  return Text(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
-              context.metrics.Render(context.store.Stats()));
+  std::string text = context.metrics.Render(context.store.Stats());
+  if (context.cluster != nullptr) context.cluster->AppendMetrics(&text);
+  return Text(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
 }
 
 }  // namespace ringlimit::node

@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "node/api/api_handler.h"
+#include "node/api/cluster_hooks.h"
 #include "node/api/headroom.h"
 
 namespace ringlimit::node {
@@ -28,6 +29,9 @@ struct ApiContext {
   const ApiOptions options;
   Headroom headroom;
   std::atomic<bool> ready{false};
+  // Set once before serving (ApiHandler::SetCluster); null without a cluster: every key is local.
+  CheckRouter* router = nullptr;
+  ClusterInfo* cluster = nullptr;
 };
 
 }  // namespace ringlimit::node

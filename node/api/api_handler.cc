@@ -2,12 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <exception>
+#include <memory>
 
 #include "node/api/admin_handlers.h"
 #include "node/api/api_context.h"
 #include "node/api/api_error.h"
 #include "node/api/check_handlers.h"
+#include "node/api/cluster_handlers.h"
+#include "node/api/forwarded.h"
 #include "node/api/gubernator_handlers.h"
 #include "node/api/keys_handlers.h"
 #include "node/api/metrics.h"
@@ -118,6 +122,22 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     if (!IsJsonContentType(request)) return UnsupportedMediaType();
     return HandleHeadroomPut(context, request);
   }
+  if (path == "/v1/cluster") {
+    if (method != http::verb::get) return MethodNotAllowed("GET");
+    *endpoint = Endpoint::kCluster;
+    return HandleClusterGet(context);
+  }
+  if (path == "/v1/ring") {
+    if (method != http::verb::get) return MethodNotAllowed("GET");
+    *endpoint = Endpoint::kRing;
+    return HandleRingGet(context, query);
+  }
+  if (path == "/v1/cluster/leave") {
+    if (method != http::verb::post) return MethodNotAllowed("POST");
+    *endpoint = Endpoint::kClusterLeave;
+    if (auto error = Authorize(context, request)) return ToResponse(*error);
+    return HandleClusterLeave(context);
+  }
   if (path == "/healthz" || path == "/readyz" || path == "/metrics") {
     if (method != http::verb::get) return MethodNotAllowed("GET");
     if (path == "/healthz") {
@@ -155,7 +175,54 @@ void ApiHandler::SetReady(bool ready) { context_->ready.store(ready, std::memory
 
 bool ApiHandler::ready() const { return context_->ready.load(std::memory_order_acquire); }
 
-void ApiHandler::Handle(HttpRequest&& request, Respond respond) { respond(HandleNow(request)); }
+void ApiHandler::SetCluster(CheckRouter* router, ClusterInfo* cluster) {
+  context_->router = router;
+  context_->cluster = cluster;
+}
+
+std::optional<std::string> ApiHandler::DecideForwarded(std::string_view payload, std::string_view self_id) {
+  peer::ForwardCheckRequest request;
+  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return std::nullopt;
+  return node::DecideForwarded(*context_, request, self_id).SerializeAsString();
+}
+
+void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
+  CheckRouter* router = context_->router;
+  const std::string_view target = request.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const http::verb method = request.method();
+  if (router == nullptr || path != "/v1/check" || (method != http::verb::get && method != http::verb::post) ||
+      (method == http::verb::post && !IsJsonContentType(request))) {
+    respond(HandleNow(request));
+    return;
+  }
+  // A check that may be forwarded: answered when every owner has.
+  const size_t question = target.find('?');
+  const std::string_view query =
+      question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+  const bool is_get = method == http::verb::get;
+  const Endpoint endpoint = is_get ? Endpoint::kCheckGet : Endpoint::kCheckPost;
+  Metrics& metrics = context_->metrics;
+  // Shared so that an exception thrown before anything was forwarded can still answer, once.
+  struct Once {
+    std::atomic<bool> answered{false};
+    Respond respond;
+  };
+  auto once = std::make_shared<Once>();
+  once->respond = std::move(respond);
+  auto counted = [&metrics, endpoint, once](HttpResponse&& response) {
+    if (once->answered.exchange(true)) return;
+    metrics.CountRequest(endpoint, response.result_int());
+    once->respond(std::move(response));
+  };
+  try {
+    HandleCheckRouted(*context_, *router, request, query, is_get, counted);
+  } catch (const std::exception& e) {
+    spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()), target.substr(0, 256),
+                  e.what());
+    counted(ToResponse({ErrorKind::kInternal, "internal error"}));
+  }
+}
 
 HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
   Endpoint endpoint = Endpoint::kOther;

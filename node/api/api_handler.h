@@ -3,8 +3,10 @@
 // there is no global state.
 //
 // Thread safety: Handle, SetReady and ready may be called concurrently from any number of threads.
-// Lifetime: store, policies and metrics must outlive the ApiHandler. In this issue Handle calls
-// `respond` synchronously, before returning.
+// Lifetime: store, policies and metrics (and the router and cluster given to SetCluster) must outlive
+// the ApiHandler. Handle calls `respond` synchronously, before returning, unless a CheckRouter is set and
+// a check names a key another node owns: then `respond` runs when the owner has answered, on the thread
+// that received the answer.
 #ifndef RINGLIMIT_NODE_API_API_HANDLER_H_
 #define RINGLIMIT_NODE_API_API_HANDLER_H_
 
@@ -12,7 +14,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "limiter/limiter.h"
 #include "node/api/handler.h"
@@ -23,6 +27,8 @@ class StateStore;
 
 namespace ringlimit::node {
 
+class CheckRouter;
+class ClusterInfo;
 class Metrics;
 class Policies;
 struct ApiContext;
@@ -67,13 +73,23 @@ class ApiHandler final : public RequestHandler {
 
   void Handle(HttpRequest&& request, Respond respond) override;
 
-  // The same, returning the response (tests, benchmarks).
+  // The same, returning the response (tests, benchmarks). Decides every check locally (no forwarding).
   [[nodiscard]] HttpResponse HandleNow(const HttpRequest& request);
 
   // GET /readyz answers 200 once the node has set ready (after start-up) and 503 after it clears it
   // (draining). Default: not ready.
   void SetReady(bool ready);
   [[nodiscard]] bool ready() const;
+
+  // Joins the handler to a cluster: checks of keys other nodes own are forwarded through `router`,
+  // /v1/cluster, /v1/ring and /v1/cluster/leave are served from `cluster`, and /readyz also requires
+  // cluster->ready(). REQUIRES: called once, before the first Handle. Either may be null.
+  void SetCluster(CheckRouter* router, ClusterInfo* cluster);
+
+  // The owner's side of a forwarded batch (peer.ForwardCheckRequest, serialized): decides every check
+  // here and returns the serialized peer.ForwardCheckResponse, or nullopt when `payload` does not parse.
+  [[nodiscard]] std::optional<std::string> DecideForwarded(std::string_view payload,
+                                                           std::string_view self_id);
 
  private:
   std::unique_ptr<ApiContext> context_;  // everything the endpoint families share

@@ -5,6 +5,8 @@
 
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
+#include "node/api/cluster_hooks.h"
+#include "node/api/forwarded.h"
 #include "node/api/json_writer.h"
 #include "storage/state_store.h"
 
@@ -107,6 +109,43 @@ void CheckBatch::AddInline(std::string_view key, std::string_view name, const li
                                  .origin = origin});
 }
 
+void CheckBatch::AddResolved(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
+                             uint64_t cost, double headroom, bool reset, size_t origin) {
+  AddInline(key, name, spec, cost, reset, origin);
+  PendingCheck& c = checks_.back();
+  c.headroom = headroom;
+  c.headroom_given = true;
+  c.counters = nullptr;
+}
+
+std::optional<ApiError> CheckBatch::Group() {
+  order_.resize(checks_.size());
+  std::iota(order_.begin(), order_.end(), size_t{0});
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](size_t a, size_t b) { return checks_[a].key < checks_[b].key; });
+  // Validate every group before charging anything, so an error leaves every state untouched.
+  groups_.clear();
+  for (size_t begin = 0; begin < order_.size();) {
+    size_t end = begin + 1;
+    while (end < order_.size() && checks_[order_[end]].key == checks_[order_[begin]].key) ++end;
+    for (size_t a = begin; a < end; ++a) {
+      for (size_t b = a + 1; b < end; ++b) {
+        if (checks_[order_[a]].state_name == checks_[order_[b]].state_name) {
+          std::string message = "checks[" + std::to_string(checks_[order_[b]].origin) + "]: limit ";
+          AppendJsonString(&message, checks_[order_[b]].state_name);
+          message += " of this key is already checked by checks[" +
+                     std::to_string(checks_[order_[a]].origin) +
+                     "] (merge them into one check with the summed cost)";
+          return InvalidField(std::move(message));
+        }
+      }
+    }
+    groups_.emplace_back(begin, end);
+    begin = end;
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> CheckBatch::Run(limiter::TimeNs now, bool group_by_key) {
   decisions_.assign(checks_.size(), limiter::Decision{});
   all_allowed_ = true;
@@ -114,32 +153,118 @@ std::optional<ApiError> CheckBatch::Run(limiter::TimeNs now, bool group_by_key) 
     for (size_t i = 0; i < checks_.size(); ++i) RunGroup(std::span<const size_t>(&i, 1), now);
     return std::nullopt;
   }
-  std::vector<size_t> order(checks_.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return checks_[a].key < checks_[b].key; });
-  // Validate every group before charging anything, so an error leaves every state untouched.
-  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in order
-  for (size_t begin = 0; begin < order.size();) {
-    size_t end = begin + 1;
-    while (end < order.size() && checks_[order[end]].key == checks_[order[begin]].key) ++end;
-    for (size_t a = begin; a < end; ++a) {
-      for (size_t b = a + 1; b < end; ++b) {
-        if (checks_[order[a]].state_name == checks_[order[b]].state_name) {
-          std::string message = "checks[" + std::to_string(checks_[order[b]].origin) + "]: limit ";
-          AppendJsonString(&message, checks_[order[b]].state_name);
-          message += " of this key is already checked by checks[" + std::to_string(checks_[order[a]].origin) +
-                     "] (merge them into one check with the summed cost)";
-          return InvalidField(std::move(message));
-        }
-      }
-    }
-    groups.emplace_back(begin, end);
-    begin = end;
-  }
-  for (const auto& [begin, end] : groups)
-    RunGroup(std::span<const size_t>(order.data() + begin, end - begin), now);
+  if (auto error = Group()) return error;
+  for (const auto& [begin, end] : groups_)
+    RunGroup(std::span<const size_t>(order_.data() + begin, end - begin), now);
   return std::nullopt;
+}
+
+std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& router,
+                                              std::function<void()> done) {
+  decisions_.assign(checks_.size(), limiter::Decision{});
+  owners_.assign(checks_.size(), std::string_view(router.self_id()));
+  all_allowed_ = true;
+  if (auto error = Group()) return error;
+  std::vector<std::string_view> keys;
+  keys.reserve(groups_.size());
+  for (const auto& group : groups_) keys.push_back(checks_[order_[group.first]].key);
+  std::vector<uint8_t> remote;
+  router.Classify(keys, &remote);
+
+  done_ = std::move(done);
+  pending_.store(1, std::memory_order_relaxed);
+  std::vector<peer::ForwardedCheck> forwards;
+  std::vector<size_t> forwarded_groups;
+  {
+    std::lock_guard lock(mutex_);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (remote[g] != 0) {
+        forwards.push_back(MakeForwarded(g, now));
+        forwarded_groups.push_back(g);
+        continue;
+      }
+      RunGroup(
+          std::span<const size_t>(order_.data() + groups_[g].first, groups_[g].second - groups_[g].first),
+          now);
+    }
+  }
+  pending_.fetch_add(forwards.size(), std::memory_order_relaxed);
+  for (size_t i = 0; i < forwards.size(); ++i) {
+    const size_t g = forwarded_groups[i];
+    router.Forward(std::move(forwards[i]),
+                   [this, g, now, &router](std::optional<peer::ForwardedResult> result) {
+                     {
+                       std::lock_guard lock(mutex_);
+                       OnForwarded(g, now, std::move(result), router.self_id());
+                     }
+                     FinishOne();
+                   });
+  }
+  FinishOne();
+  return std::nullopt;
+}
+
+void CheckBatch::FinishOne() {
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // The last completion: everything written under mutex_ is visible (acq_rel above).
+    auto done = std::move(done_);
+    done();
+  }
+}
+
+peer::ForwardedCheck CheckBatch::MakeForwarded(size_t g, limiter::TimeNs now) const {
+  const auto [begin, end] = groups_[g];
+  peer::ForwardedCheck out;
+  const PendingCheck& first = checks_[order_[begin]];
+  out.set_check_id(g);
+  out.set_key(first.key.data(), first.key.size());
+  out.set_cost(first.cost);
+  out.set_hops(1);
+  for (size_t j = begin; j < end; ++j) {
+    const PendingCheck& c = checks_[order_[j]];
+    peer::NamedLimit* limit = out.add_limits();
+    limit->set_name(c.state_name.data(), c.state_name.size());
+    SpecToProto(*c.spec, limit->mutable_spec());
+    double headroom = c.headroom;
+    if (!c.headroom_given && c.spec->mode == limiter::Mode::kDynamic)
+      headroom = context_.headroom.Get(c.headroom_name, now);
+    limit->set_cost(c.cost);
+    limit->set_headroom(headroom);
+    limit->set_reset(c.reset);
+    if (j == begin) out.set_headroom(headroom);
+  }
+  return out;
+}
+
+void CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
+                             std::string_view self_id) {
+  const auto [begin, end] = groups_[g];
+  const std::span<const size_t> group(order_.data() + begin, end - begin);
+  if (!result || result->status() != peer::CHECK_OK ||
+      static_cast<size_t>(result->decisions_size()) != group.size()) {
+    RunGroup(group, now);  // nobody else could decide: this node does (owners_ already say so)
+    for (size_t i : group) owners_[i] = self_id;
+    return;
+  }
+  const std::string& owner = owner_names_.emplace_back(result->owner());
+  for (size_t j = 0; j < group.size(); ++j) {
+    const limiter::Decision d = DecisionFromProto(result->decisions(static_cast<int>(j)));
+    decisions_[group[j]] = d;
+    owners_[group[j]] = owner;
+    CountDecision(checks_[group[j]], d);
+  }
+}
+
+void CheckBatch::CountDecision(const PendingCheck& c, const limiter::Decision& d) {
+  if (!d.allowed) all_allowed_ = false;
+  if (c.counters == nullptr) return;
+  if (!d.allowed) {
+    c.counters->denied.fetch_add(1, std::memory_order_relaxed);
+  } else if (d.would_deny && c.spec->mode == limiter::Mode::kShadow) {
+    c.counters->shadow_denied.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c.counters->allowed.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void CheckBatch::RunGroup(std::span<const size_t> group, limiter::TimeNs now) {
@@ -152,7 +277,8 @@ void CheckBatch::RunGroup(std::span<const size_t> group, limiter::TimeNs now) {
   double first_headroom = 0.;
   for (size_t j = 0; j < n; ++j) {
     PendingCheck& c = checks_[group[j]];
-    if (c.spec->mode == limiter::Mode::kDynamic) c.headroom = context_.headroom.Get(c.headroom_name, now);
+    if (c.spec->mode == limiter::Mode::kDynamic && !c.headroom_given)
+      c.headroom = context_.headroom.Get(c.headroom_name, now);
     if (j == 0) first_headroom = c.headroom;
     uniform = uniform && !c.reset && c.cost == first.cost && c.headroom == first_headroom;
     slots_.push_back(storage::Slot{c.state_name, c.spec});
@@ -200,17 +326,8 @@ void CheckBatch::RunGroup(std::span<const size_t> group, limiter::TimeNs now) {
   });
 
   for (size_t j = 0; j < n; ++j) {
-    const limiter::Decision& d = group_decisions_[j];
-    const PendingCheck& c = checks_[group[j]];
-    decisions_[group[j]] = d;
-    if (!d.allowed) {
-      all_allowed_ = false;
-      c.counters->denied.fetch_add(1, std::memory_order_relaxed);
-    } else if (d.would_deny && c.spec->mode == limiter::Mode::kShadow) {
-      c.counters->shadow_denied.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      c.counters->allowed.fetch_add(1, std::memory_order_relaxed);
-    }
+    decisions_[group[j]] = group_decisions_[j];
+    CountDecision(checks_[group[j]], group_decisions_[j]);
   }
 }
 

@@ -1,15 +1,20 @@
 // The decision core shared by POST/GET /v1/check and POST /v1/GetRateLimits: resolves checks into
 // (entity, state name, spec, cost) and charges them through the StateStore.
 //
-// Thread safety: pure functions over thread-safe components; a CheckBatch is used by one thread.
+// Thread safety: pure functions over thread-safe components; a CheckBatch is used by one thread, except
+// that RunRouted's forwarding completions may run on other threads (they serialise on the batch's mutex).
 #ifndef RINGLIMIT_NODE_API_CHECK_ENGINE_H_
 #define RINGLIMIT_NODE_API_CHECK_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -18,11 +23,13 @@
 #include "node/api/api_error.h"
 #include "node/api/metrics.h"
 #include "node/api/policies.h"
+#include "peer.pb.h"
 #include "storage/state_store.h"
 
 namespace ringlimit::node {
 
 struct ApiContext;
+class CheckRouter;
 
 // One limit to evaluate for one entity. The views point into the request or the PolicySet, which
 // the batch keeps alive.
@@ -32,8 +39,9 @@ struct PendingCheck {
   const limiter::LimitSpec* spec = nullptr;
   uint64_t cost = 1;
   double headroom = 0.;                  // dynamic mode: filled by Run from the Headroom signals
+  bool headroom_given = false;           // `headroom` was resolved by the forwarding node: keep it
   std::string_view headroom_name;        // the name PUT /v1/headroom signals are looked up by
-  DecisionCounters* counters = nullptr;  // metrics of its policy
+  DecisionCounters* counters = nullptr;  // metrics of its policy; null: not counted (forwarded to us)
   bool reset = false;                    // start from the initial state (Gubernator RESET_REMAINING)
   size_t origin = 0;                     // index of the request item it came from
 };
@@ -51,19 +59,43 @@ class CheckBatch {
   void AddInline(std::string_view key, std::string_view name, const limiter::LimitSpec& spec, uint64_t cost,
                  bool reset, size_t origin);
 
+  // Adds a limit resolved by another node (a forwarded check): spec, cost and headroom as given; not
+  // counted in the per-policy metrics (the entry node counts it). `spec` is copied.
+  void AddResolved(std::string_view key, std::string_view name, const limiter::LimitSpec& spec, uint64_t cost,
+                   double headroom, bool reset, size_t origin);
+
   // Evaluates and charges everything. With `group_by_key`, the checks of one entity are charged
   // all-or-nothing in one atomic store update; otherwise each check is independent. Fills decisions()
   // (one per check, same order) and counts them in metrics. Error: the same limit named twice for the
   // same entity (only with group_by_key).
   [[nodiscard]] std::optional<ApiError> Run(limiter::TimeNs now, bool group_by_key);
 
+  // Like Run(now, true), but the checks of keys another node owns are forwarded through `router` (all
+  // limits of one key in one message) while local keys are decided here. On an error nothing is charged
+  // or forwarded and `done` is not called; otherwise `done` is called exactly once, when every decision
+  // is in (possibly before RunRouted returns, possibly on another thread). The batch must stay alive
+  // until then. Fills owners() as well.
+  [[nodiscard]] std::optional<ApiError> RunRouted(limiter::TimeNs now, CheckRouter& router,
+                                                  std::function<void()> done);
+
   [[nodiscard]] std::span<const PendingCheck> checks() const { return checks_; }
+  // The id of the node that decided each check (RunRouted only; empty otherwise).
+  [[nodiscard]] std::span<const std::string_view> owners() const { return owners_; }
   [[nodiscard]] std::span<const limiter::Decision> decisions() const { return decisions_; }
   [[nodiscard]] bool all_allowed() const { return all_allowed_; }
   void Reserve(size_t n);
 
  private:
+  // Sorts checks by key into order_ and groups_; errors on a limit named twice for one key.
+  std::optional<ApiError> Group();
   void RunGroup(std::span<const size_t> group, limiter::TimeNs now);
+  // Builds the message for the checks of groups_[g].
+  peer::ForwardedCheck MakeForwarded(size_t g, limiter::TimeNs now) const;
+  // A forwarded group's outcome (under mutex_): the owner's decisions, or a local decision.
+  void OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
+                   std::string_view self_id);
+  void CountDecision(const PendingCheck& c, const limiter::Decision& d);
+  void FinishOne();
   std::optional<ApiError> ValidateKey(std::string_view key) const;
   DecisionCounters* CountersFor(std::string_view policy);
 
@@ -76,6 +108,17 @@ class CheckBatch {
   std::vector<storage::Slot> slots_;              // scratch of RunGroup
   std::vector<const limiter::LimitSpec*> specs_;  // scratch of RunGroup
   std::vector<limiter::Decision> group_decisions_;
+  std::vector<size_t> order_;                      // check indexes sorted by key
+  std::vector<std::pair<size_t, size_t>> groups_;  // [begin, end) in order_, one per key
+  std::vector<std::string_view> owners_;           // per check (RunRouted)
+  std::deque<std::string> owner_names_;            // owners that are not this node
+
+  // RunRouted's asynchronous phase: decisions_, owners_, the scratch vectors and all_allowed_ are
+  // written under mutex_; pending_ counts outstanding forwards (+1 while RunRouted itself runs).
+  std::mutex mutex_;
+  std::atomic<size_t> pending_{0};
+  std::function<void()> done_;
+
   bool all_allowed_ = true;
   std::string_view last_policy_;  // metrics lookup cache
   DecisionCounters* last_counters_ = nullptr;

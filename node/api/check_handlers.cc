@@ -4,10 +4,13 @@
 
 #include <boost/json.hpp>
 #include <charconv>
+#include <memory>
+#include <variant>
 
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
 #include "node/api/check_engine.h"
+#include "node/api/cluster_hooks.h"
 #include "node/api/json_writer.h"
 
 namespace ringlimit::node {
@@ -24,32 +27,50 @@ int64_t CeilDiv(DurationNs d, DurationNs unit) { return d <= 0 ? 0 : (d - 1) / u
 // retry_after in ms; -1 for "never" (the cost exceeds what the limit can ever admit).
 int64_t RetryAfterMs(DurationNs d) { return d == limiter::kNever ? -1 : CeilDiv(d, limiter::kMillisecond); }
 
-// The JSON of CheckResponse (field names as in proto/api.proto CheckResponse/CheckResult).
+void AppendInt(std::string* out, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, end);
+}
+
+void AppendUint(std::string* out, uint64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, end);
+}
+
+// The JSON of CheckResponse (field names and order as in proto/api.proto CheckResponse/CheckResult;
+// check_handlers_test verifies them against the descriptor). Written with literal fragments: this is
+// the hot path of POST /v1/check.
 void WriteCheckResponse(const CheckBatch& batch, std::string* out) {
   out->reserve(out->size() + 32 + batch.checks().size() * 200);
-  JsonWriter w(out);
-  w.BeginObject();
-  w.FieldBool("allowed", batch.all_allowed());
-  w.Key("results");
-  w.BeginArray();
+  out->append(batch.all_allowed() ? R"({"allowed":true,"results":[)" : R"({"allowed":false,"results":[)");
   for (size_t i = 0; i < batch.checks().size(); ++i) {
     const PendingCheck& c = batch.checks()[i];
     const limiter::Decision& d = batch.decisions()[i];
-    w.BeginObject();
-    w.Field("key", c.key);
-    w.Field("name", c.state_name);
-    w.FieldBool("allowed", d.allowed);
-    w.FieldUint("limit", d.limit);
-    w.FieldUint("remaining", d.remaining);
-    w.FieldInt("reset_ms", CeilDiv(d.reset_after, limiter::kMillisecond));
-    w.FieldInt("retry_after_ms", d.allowed ? 0 : RetryAfterMs(d.retry_after));
-    w.FieldInt("delay_ms", CeilDiv(d.delay, limiter::kMillisecond));
-    w.Field("mode", limiter::ModeName(c.spec->mode));
-    w.FieldBool("would_deny", d.would_deny);
-    w.EndObject();
+    out->append(i == 0 ? R"({"key":)" : R"(,{"key":)");
+    AppendJsonString(out, c.key);
+    out->append(R"(,"name":)");
+    AppendJsonString(out, c.state_name);
+    out->append(d.allowed ? R"(,"allowed":true,"limit":)" : R"(,"allowed":false,"limit":)");
+    AppendUint(out, d.limit);
+    out->append(R"(,"remaining":)");
+    AppendUint(out, d.remaining);
+    out->append(R"(,"reset_ms":)");
+    AppendInt(out, CeilDiv(d.reset_after, limiter::kMillisecond));
+    out->append(R"(,"retry_after_ms":)");
+    AppendInt(out, d.allowed ? 0 : RetryAfterMs(d.retry_after));
+    out->append(R"(,"delay_ms":)");
+    AppendInt(out, CeilDiv(d.delay, limiter::kMillisecond));
+    out->append(R"(,"mode":")");
+    out->append(limiter::ModeName(c.spec->mode));
+    out->append(d.would_deny ? R"(","would_deny":true)" : R"(","would_deny":false)");
+    // The deciding node; "" for a handler that is not part of a cluster.
+    out->append(R"(,"owner":)");
+    AppendJsonString(out, batch.owners().empty() ? std::string_view() : batch.owners()[i]);
+    out->push_back('}');
   }
-  w.EndArray();
-  w.EndObject();
+  out->append("]}");
 }
 
 HttpResponse JsonOk(http::status status, std::string body) {
@@ -58,12 +79,6 @@ HttpResponse JsonOk(http::status status, std::string body) {
   response.body() = std::move(body);
   response.prepare_payload();
   return response;
-}
-
-void AppendInt(std::string* out, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->append(buf, end);
 }
 
 // A Structured Field string (RFC 8941): printable ASCII, with " and \ escaped.
@@ -139,7 +154,21 @@ void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
 
 }  // namespace
 
-HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request) {
+// A parsed check request, kept alive (with the arena its keys point into) until every decision is in.
+struct CheckJob {
+  explicit CheckJob(const ApiContext& context) : batch(context) {}
+
+  google::protobuf::Arena arena;
+  CheckBatch batch;
+  bool is_get = false;
+  unsigned deny_status = 0;
+};
+
+namespace {
+
+using Prepared = std::variant<HttpResponse, std::shared_ptr<CheckJob>>;
+
+Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
   unsigned char buffer[16384];
   json::monotonic_resource resource(buffer, sizeof buffer);
   json::storage_ptr storage(&resource);
@@ -168,44 +197,79 @@ HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& reque
                                         std::to_string(context.options.max_checks) + " allowed"});
   }
 
-  google::protobuf::Arena arena;
-  CheckBatch batch(context);
-  batch.Reserve(checks.size());
+  auto job = std::make_shared<CheckJob>(context);
+  job->batch.Reserve(checks.size());
   for (size_t i = 0; i < checks.size(); ++i) {
     auto prefix = [i] { return "checks[" + std::to_string(i) + "]."; };
     if (!checks[i].is_object())
       return ToResponse({ErrorKind::kInvalidField, "checks[" + std::to_string(i) + "]: must be an object"});
-    auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&arena);
+    auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
     if (auto error = CheckFromJson(checks[i].get_object(), /*allow_target=*/true, check)) {
       return ToResponse(Prefixed(prefix(), std::move(*error)));
     }
-    if (auto error = batch.Add(*check, i)) return ToResponse(Prefixed(prefix(), std::move(*error)));
+    if (auto error = job->batch.Add(*check, i)) return ToResponse(Prefixed(prefix(), std::move(*error)));
   }
-  if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
+  return job;
+}
+
+Prepared PrepareCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+  auto job = std::make_shared<CheckJob>(context);
+  job->is_get = true;
+  auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
+  if (auto error = CheckFromQuery(query, check, &job->deny_status)) return ToResponse(*error);
+  if (check->key().empty() && !context.options.key_header.empty()) {
+    auto it = request.find(context.options.key_header);
+    if (it != request.end()) check->set_key(it->value().data(), it->value().size());
+  }
+  if (auto error = job->batch.Add(*check, 0)) return ToResponse(*error);
+  return job;
+}
+
+// The response once every decision of `job` is in.
+HttpResponse Finish(const CheckJob& job) {
+  const CheckBatch& batch = job.batch;
   std::string body;
   WriteCheckResponse(batch, &body);
-  return JsonOk(http::status::ok, std::move(body));
+  if (!job.is_get) return JsonOk(http::status::ok, std::move(body));
+  const auto status = batch.all_allowed()    ? http::status::ok
+                      : job.deny_status != 0 ? static_cast<http::status>(job.deny_status)
+                                             : http::status::too_many_requests;
+  HttpResponse response = JsonOk(status, std::move(body));
+  SetRateLimitHeaders(batch, &response);
+  if (!batch.owners().empty()) response.set("RateLimit-Owner", batch.owners()[0]);
+  return response;
+}
+
+HttpResponse RunLocal(const ApiContext& context, Prepared prepared) {
+  if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
+  CheckJob& job = *std::get<std::shared_ptr<CheckJob>>(prepared);
+  if (auto error = job.batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
+  return Finish(job);
+}
+
+}  // namespace
+
+HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request) {
+  return RunLocal(context, PrepareCheckPost(context, request));
 }
 
 HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
-  api::Check check;
-  unsigned deny_status = 0;
-  if (auto error = CheckFromQuery(query, &check, &deny_status)) return ToResponse(*error);
-  if (check.key().empty() && !context.options.key_header.empty()) {
-    auto it = request.find(context.options.key_header);
-    if (it != request.end()) check.set_key(it->value().data(), it->value().size());
-  }
-  CheckBatch batch(context);
-  if (auto error = batch.Add(check, 0)) return ToResponse(*error);
-  if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
-  std::string body;
-  WriteCheckResponse(batch, &body);
-  const auto status = batch.all_allowed() ? http::status::ok
-                      : deny_status != 0  ? static_cast<http::status>(deny_status)
-                                          : http::status::too_many_requests;
-  HttpResponse response = JsonOk(status, std::move(body));
-  SetRateLimitHeaders(batch, &response);
-  return response;
+  return RunLocal(context, PrepareCheckGet(context, request, query));
+}
+
+void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
+                       std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond) {
+  Prepared prepared = is_get ? PrepareCheckGet(context, request, query) : PrepareCheckPost(context, request);
+  if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
+  std::shared_ptr<CheckJob> job = std::get<std::shared_ptr<CheckJob>>(std::move(prepared));
+  CheckJob* raw = job.get();
+  auto error = raw->batch.RunRouted(context.clock(), router, [job = std::move(job), respond]() mutable {
+    HttpResponse response = Finish(*job);
+    // The job (and its batch) dies here, after its last use.
+    job.reset();
+    respond(std::move(response));
+  });
+  if (error) respond(ToResponse(*error));
 }
 
 }  // namespace ringlimit::node

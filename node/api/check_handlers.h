@@ -4,6 +4,7 @@
 #ifndef RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 #define RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 
+#include <functional>
 #include <string_view>
 
 #include "node/api/handler.h"
@@ -11,6 +12,7 @@
 namespace ringlimit::node {
 
 struct ApiContext;
+class CheckRouter;
 
 // POST /v1/check: {"checks":[...]} -> 200 {"allowed":..,"results":[...]}, or a 4xx error.
 [[nodiscard]] HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request);
@@ -19,6 +21,12 @@ struct ApiContext;
 // RateLimit-Policy / RateLimit / X-RateLimit-* / Retry-After headers.
 [[nodiscard]] HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request,
                                           std::string_view query);
+
+// POST (is_get false) or GET /v1/check with the checks of keys other nodes own forwarded through
+// `router`. Calls `respond` exactly once: at once for a bad request or when every key is local, else
+// when the last forwarded key is decided (on whichever thread that is).
+void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
+                       std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond);
 
 }  // namespace ringlimit::node
 

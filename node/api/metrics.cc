@@ -53,6 +53,12 @@ std::string_view EndpointName(Endpoint endpoint) {
       return "readyz";
     case Endpoint::kMetrics:
       return "metrics";
+    case Endpoint::kCluster:
+      return "cluster";
+    case Endpoint::kRing:
+      return "ring";
+    case Endpoint::kClusterLeave:
+      return "cluster_leave";
     case Endpoint::kOther:
       return "other";
     case Endpoint::kTransport:

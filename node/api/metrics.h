@@ -32,8 +32,11 @@ enum class Endpoint : uint8_t {
   kHealthz,
   kReadyz,
   kMetrics,
-  kOther,      // unknown paths, wrong methods
-  kTransport,  // errors the transport answers itself (408, 413, 431, 503)
+  kCluster,       // GET /v1/cluster
+  kRing,          // GET /v1/ring
+  kClusterLeave,  // POST /v1/cluster/leave
+  kOther,         // unknown paths, wrong methods
+  kTransport,     // errors the transport answers itself (408, 413, 431, 503)
   kCount,
 };
 [[nodiscard]] std::string_view EndpointName(Endpoint endpoint);

@@ -1,5 +1,6 @@
 // ringlimitd: parses flags (command line and --config file), sets up logging, starts a Node and
 // waits for signals. SIGTERM/SIGINT: graceful stop, exit 0. SIGHUP: reload the policies file.
+// POST /v1/cluster/leave: leave the cluster, then the same graceful stop, exit 0.
 // Everything else lives in Node (node/server/node.h). See docs/operations.md.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "node/cluster/cluster.h"
 #include "node/server/node.h"
 
 namespace {
@@ -69,8 +71,33 @@ Parsed ParseFlags(int argc, char** argv) {
       "log-level", po::value(&log_level)->default_value("info"),
       "trace, debug, info, warn, error, critical or off")(
       "port-file", po::value(&flags.port_file),
-      "once listening, write {\"http\":PORT,\"pid\":PID} to PATH (for scripts and tests using port 0)")(
-      "node-id", po::value(&n.node_id), "name of this node in logs and the cluster (default: ADDRESS:PORT)");
+      "once listening, write {\"http\":PORT,\"peer_port\":PORT,\"pid\":PID} to PATH (for scripts and tests "
+      "using port 0)")(
+      "node-id", po::value(&n.node_id),
+      "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: n-<http port>)");
+
+  const ringlimit::ring::MembershipOptions swim;
+  std::string peer_listen;
+  int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
+  po::options_description cluster("Cluster");
+  cluster.add_options()("peer-listen", po::value(&peer_listen)->default_value("127.0.0.1:7101"),
+                        "HOST:PORT of the peer protocol (membership, forwarding); port 0 picks a free port")(
+      "join", po::value(&n.cluster.seeds)->composing(),
+      "HOST:PORT: peer address of a member to join through (repeatable); without it the node starts alone")(
+      "vnodes", po::value(&n.cluster.vnodes)->default_value(n.cluster.vnodes),
+      "virtual nodes of this member on the ring (1-4096)")(
+      "replicas", po::value(&n.cluster.replicas)->default_value(n.cluster.replicas),
+      "preference-list length: the owner of a key and its fallbacks")(
+      "cluster-secret", po::value(&n.cluster.cluster_secret),
+      "shared secret: peers must prove it (HMAC handshake) before any message is accepted")(
+      "probe-interval-ms", po::value(&probe_interval_ms)->default_value(swim.probe_interval.count()),
+      "SWIM: one member is probed per interval")(
+      "probe-timeout-ms", po::value(&probe_timeout_ms)->default_value(swim.probe_timeout.count()),
+      "SWIM: wait for a direct answer before asking other members to probe (< probe interval)")(
+      "suspicion-timeout-ms", po::value(&suspicion_timeout_ms)->default_value(swim.suspicion_timeout.count()),
+      "SWIM: a suspect that does not refute within this is declared dead")(
+      "forward-timeout-ms", po::value(&forward_timeout_ms)->default_value(n.forward.timeout.count()),
+      "a check forwarded to its owner that is not answered within this goes to the next node");
 
   po::options_description http("HTTP server");
   http.add_options()("listen", po::value(&listen)->default_value("127.0.0.1:7001"),
@@ -107,7 +134,7 @@ Parsed ParseFlags(int argc, char** argv) {
       "how long a PUT /v1/headroom signal lasts unless the request gives ttl_ms");
 
   po::options_description all("ringlimitd: a ringlimit rate-limiter node\n\nUsage: ringlimitd [flags]");
-  all.add(general).add(http).add(api);
+  all.add(general).add(http).add(api).add(cluster);
 
   Parsed parsed;
   try {
@@ -150,16 +177,42 @@ Parsed ParseFlags(int argc, char** argv) {
   n.http.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
   n.api.headroom_ttl = std::chrono::milliseconds(headroom_ttl_ms);
   n.drain_timeout = std::chrono::milliseconds(drain_timeout_ms);
+
+  if (!ParseListen(peer_listen, &n.cluster.peer_host, &n.cluster.peer_port))
+    return bad("--peer-listen: expected HOST:PORT, got " + peer_listen);
+  for (const std::string& seed : n.cluster.seeds) {
+    std::string host;
+    uint16_t port = 0;
+    if (!ParseListen(seed, &host, &port) || port == 0) return bad("--join: expected HOST:PORT, got " + seed);
+  }
+  if (!n.node_id.empty()) {
+    if (auto error = ringlimit::cluster::ValidateNodeId(n.node_id)) return bad("--node-id: " + *error);
+  }
+  if (probe_interval_ms <= 0 || probe_timeout_ms <= 0 || suspicion_timeout_ms <= 0 ||
+      forward_timeout_ms <= 0) {
+    return bad(
+        "--probe-interval-ms, --probe-timeout-ms, --suspicion-timeout-ms and --forward-timeout-ms "
+        "must be positive");
+  }
+  n.cluster.membership.probe_interval = std::chrono::milliseconds(probe_interval_ms);
+  n.cluster.membership.probe_timeout = std::chrono::milliseconds(probe_timeout_ms);
+  n.cluster.membership.suspicion_timeout = std::chrono::milliseconds(suspicion_timeout_ms);
+  n.forward.timeout = std::chrono::milliseconds(forward_timeout_ms);
+  {
+    ringlimit::cluster::ClusterOptions check = n.cluster;
+    check.node_id = "n";  // the default id is valid; the given one was checked above
+    if (auto error = ringlimit::cluster::ValidateClusterOptions(check)) return bad(*error);
+  }
   parsed.flags = std::move(flags);
   return parsed;
 }
 
 // Written to a temporary name and renamed, so a reader never sees half a file.
-bool WritePortFile(const std::string& path, uint16_t port) {
+bool WritePortFile(const std::string& path, uint16_t port, uint16_t peer_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"http\":" << port << ",\"pid\":" << getpid() << "}\n";
+    out << "{\"http\":" << port << ",\"peer_port\":" << peer_port << ",\"pid\":" << getpid() << "}\n";
     if (!out) return false;
   }
   std::error_code ec;
@@ -185,13 +238,18 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(main_io, SIGINT, SIGTERM, SIGHUP);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // POST /v1/cluster/leave: once the others have heard that this node left, stop and exit 0.
+  flags.node.on_left = [&main_io] {
+    spdlog::info("left the cluster: stopping");
+    main_io.stop();
+  };
   ringlimit::node::Node node(flags.node);
   if (auto started = node.Start(); !started) {
     spdlog::critical("cannot start: {}", started.error());
     return kExitStartFailed;
   }
   spdlog::info("ringlimitd ready, http port {}", node.http_port());
-  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, node.http_port())) {
+  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, node.http_port(), node.peer_port())) {
     spdlog::critical("cannot write --port-file {}", flags.port_file);
     node.Stop();
     return kExitStartFailed;

@@ -10,6 +10,7 @@
 #include "node/api/api_handler.h"
 #include "node/api/metrics.h"
 #include "node/api/policies.h"
+#include "node/cluster/cluster_endpoints.h"
 #include "node/server/http_server.h"
 #include "storage/open.h"
 
@@ -50,6 +51,10 @@ struct Node::Parts {
   boost::asio::io_context io;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   HttpServer server;
+  // The cluster, built once the HTTP port is known (the default node id names it).
+  std::unique_ptr<cluster::Cluster> cluster;
+  std::unique_ptr<cluster::Forwarder> forwarder;
+  std::unique_ptr<cluster::ClusterEndpoints> endpoints;
   std::vector<std::thread> threads;
 };
 
@@ -71,14 +76,17 @@ boost::system::result<void, std::string> Node::Start() {
     return "cannot listen on " + options_.http.address + ":" + std::to_string(options_.http.port) + ": " +
            started.error().message();
   }
+  node_id_ = options_.node_id.empty() ? "n-" + std::to_string(http_port()) : options_.node_id;
+  if (auto error = StartCluster()) {
+    parts_.reset();
+    return *error;
+  }
   parts_->work.emplace(parts_->io.get_executor());
   const unsigned threads = ThreadCount(options_.threads);
   for (unsigned i = 0; i < threads; ++i) parts_->threads.emplace_back([this] { parts_->io.run(); });
   started_ = true;
   parts_->handler.SetReady(true);
-  const std::string id =
-      options_.node_id.empty() ? options_.http.address + ":" + std::to_string(http_port()) : options_.node_id;
-  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {}, data_dir {})", id,
+  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {}, data_dir {})", node_id_,
                options_.http.address, http_port(), threads, options_.storage.max_keys,
                options_.storage.data_dir.empty() ? "none (memory-only)" : options_.storage.data_dir);
   return {};
@@ -98,6 +106,9 @@ void Node::Stop() {
     spdlog::warn("stop: {} connections still open after {} ms; closing them", left,
                  options_.drain_timeout.count());
   }
+  // Forwarded checks of the drained requests are answered by now; the cluster stops without a goodbye
+  // (a graceful leave is POST /v1/cluster/leave).
+  parts_->cluster->Stop();
   parts_->work.reset();
   parts_->io.stop();
   for (auto& thread : parts_->threads) thread.join();
@@ -113,5 +124,27 @@ std::optional<std::string> Node::ReloadPolicies() {
 }
 
 uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }
+
+uint16_t Node::peer_port() const { return parts_ && parts_->cluster ? parts_->cluster->peer_port() : 0; }
+
+std::optional<std::string> Node::StartCluster() {
+  Parts& p = *parts_;
+  cluster::ClusterOptions options = options_.cluster;
+  options.node_id = node_id_;
+  options.http_address = options_.http.address + ":" + std::to_string(http_port());
+  p.cluster = std::make_unique<cluster::Cluster>(p.io, std::move(options));
+  ApiHandler& handler = p.handler;
+  const std::string& self = node_id_;
+  p.forwarder = std::make_unique<cluster::Forwarder>(
+      *p.cluster, options_.forward,
+      [&handler, &self](std::string_view payload) { return handler.DecideForwarded(payload, self); });
+  p.forwarder->RegisterHandlers();
+  std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
+  p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, std::move(on_left));
+  // Before the threads run: no request is handled yet.
+  p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
+  if (auto started = p.cluster->Start(); !started) return started.error();
+  return std::nullopt;
+}
 
 }  // namespace ringlimit::node

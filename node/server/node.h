@@ -1,7 +1,9 @@
 // Node: one ringlimit node, wired and runnable in-process (ringlimitd's main is a thin shell around
 // it; tests start Nodes directly). It owns, and builds in this order: the state store (memory-only
 // or RocksDB write-back, see storage/open.h), the policies, the metrics, the API handler, the
-// io_context with its threads, and the HTTP server. Stop closes the store (writes dirty states).
+// io_context with its threads, the HTTP server, and the cluster (node/cluster/: membership over the peer
+// transport, the ring, forwarding of checks to their owner). Stop closes the store (writes dirty states).
+// A node started without seeds is a cluster of one: every key is its own, nothing is forwarded.
 //
 // Lifecycle: construct -> Start -> (ReloadPolicies)* -> Stop -> destroy. Stop is graceful: the node
 // reports not-ready, stops accepting, lets every connection finish the requests it already read,
@@ -16,11 +18,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "node/api/api_handler.h"
+#include "node/cluster/cluster.h"
+#include "node/cluster/forwarder.h"
 #include "node/server/http_server.h"
 #include "storage/open.h"
 
@@ -29,8 +34,22 @@ namespace ringlimit::node {
 struct NodeOptions {
   // --- Affects behaviour ---
 
-  // Name of this node in logs (and, later, in the cluster). Default: empty ("<address>:<port>").
+  // This member's id in the cluster and in logs (1..64 bytes of [A-Za-z0-9._-]).
+  // Default: empty ("n-<http port>").
   std::string node_id;
+
+  // The cluster: peer listen address (cluster.peer_host/peer_port; port 0 = ephemeral, see peer_port()),
+  // seeds to join through, vnodes, replicas, cluster secret and SWIM timings. cluster.node_id and
+  // cluster.http_address are filled by Start. Defaults: see cluster::ClusterOptions (127.0.0.1:0, alone).
+  cluster::ClusterOptions cluster;
+
+  // Forwarding of checks to their owner (timeout per attempt, attempts). Defaults: see ForwarderOptions.
+  cluster::ForwarderOptions forward;
+
+  // Called once, on an io_context thread, when a graceful leave (POST /v1/cluster/leave) is complete:
+  // the process should then Stop the node and exit. It must not call Stop itself (that would join the
+  // calling thread). Default: nothing.
+  std::function<void()> on_left;
 
   // The HTTP server: listen address and port (port 0 = ephemeral, see http_port()), connection cap,
   // timeouts, body and header limits. Defaults: see ServerOptions (127.0.0.1:7001, ...).
@@ -84,13 +103,23 @@ class Node {
   // The bound HTTP port (the ephemeral one if http_port was 0). 0 before Start.
   [[nodiscard]] uint16_t http_port() const;
 
+  // The bound peer port (the ephemeral one if cluster.peer_port was 0). 0 before Start.
+  [[nodiscard]] uint16_t peer_port() const;
+
+  // This member's id (options().node_id, or its default once started).
+  [[nodiscard]] const std::string& node_id() const { return node_id_; }
+
   [[nodiscard]] const NodeOptions& options() const { return options_; }
 
  private:
   struct Parts;
 
+  // Builds and starts the cluster parts and joins them to the API handler; a message on failure.
+  std::optional<std::string> StartCluster();
+
   const NodeOptions options_;
   std::unique_ptr<Parts> parts_;
+  std::string node_id_;
   bool started_ = false;
 };
 

@@ -1,0 +1,106 @@
+#include "node/api/cluster_handlers.h"
+
+#include <string>
+
+#include "node/api/api_context.h"
+#include "node/api/api_error.h"
+#include "node/api/api_json.h"
+#include "node/api/json_writer.h"
+
+namespace ringlimit::node {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+HttpResponse Json(http::status status, std::string body) {
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+HttpResponse NoCluster() { return ToResponse({ErrorKind::kNotFound, "this node does not run a cluster"}); }
+
+}  // namespace
+
+HttpResponse HandleClusterGet(const ApiContext& context) {
+  if (context.cluster == nullptr) return NoCluster();
+  const ClusterView view = context.cluster->Describe();
+  std::string body;
+  body.reserve(128 + view.members.size() * 200);
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("node_id", view.node_id);
+  w.FieldUint("ring_version", view.ring_version);
+  w.Key("members");
+  w.BeginArray();
+  for (const ClusterMemberView& m : view.members) {
+    w.BeginObject();
+    w.Field("id", m.id);
+    w.Field("http_address", m.http_address);
+    w.Field("peer_address", m.peer_address);
+    w.Field("state", m.state);
+    w.FieldUint("vnodes", m.vnodes);
+    w.FieldUint("incarnation", m.incarnation);
+    w.FieldDouble("share", m.share);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(http::status::ok, std::move(body));
+}
+
+HttpResponse HandleRingGet(const ApiContext& context, std::string_view query) {
+  if (context.cluster == nullptr) return NoCluster();
+  std::string key;
+  bool has_key = false;
+  const bool well_formed = ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
+    if (name == "key") {
+      key.assign(value);
+      has_key = true;
+    }
+    return true;
+  });
+  if (!well_formed) return ToResponse({ErrorKind::kInvalidField, "query: malformed percent-escape"});
+  if (!has_key || key.empty()) return ToResponse({ErrorKind::kInvalidField, "key: required (?key=K)"});
+  if (key.size() > context.options.max_key_bytes) {
+    return ToResponse({ErrorKind::kInvalidField,
+                       "key: longer than " + std::to_string(context.options.max_key_bytes) + " bytes"});
+  }
+  if (!IsValidUtf8(key)) return ToResponse({ErrorKind::kInvalidField, "key: not valid UTF-8"});
+  const KeyPlacementView placement = context.cluster->Place(key);
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("key", key);
+  w.Field("token", std::to_string(placement.token));
+  w.Field("owner", placement.owner);
+  w.Key("preference_list");
+  w.BeginArray();
+  for (const ClusterMemberView& m : placement.preference_list) {
+    w.BeginObject();
+    w.Field("id", m.id);
+    w.Field("http_address", m.http_address);
+    w.Field("state", m.state);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(http::status::ok, std::move(body));
+}
+
+HttpResponse HandleClusterLeave(const ApiContext& context) {
+  if (context.cluster == nullptr) return NoCluster();
+  context.cluster->Leave();
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("node_id", context.router != nullptr ? std::string_view(context.router->self_id()) : "");
+  w.Field("state", "leaving");
+  w.EndObject();
+  return Json(http::status::accepted, std::move(body));
+}
+
+}  // namespace ringlimit::node

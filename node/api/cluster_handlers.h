@@ -1,0 +1,28 @@
+// The cluster family: GET /v1/cluster (members and ring), GET /v1/ring?key=K (placement of a key),
+// POST /v1/cluster/leave (graceful leave). They read the cluster through ClusterInfo
+// (node/api/cluster_hooks.h); a node without a cluster answers 404.
+//
+// Thread safety: stateless functions over the thread-safe ApiContext.
+#ifndef RINGLIMIT_NODE_API_CLUSTER_HANDLERS_H_
+#define RINGLIMIT_NODE_API_CLUSTER_HANDLERS_H_
+
+#include <string_view>
+
+#include "node/api/handler.h"
+
+namespace ringlimit::node {
+
+struct ApiContext;
+
+// 200 {"node_id":..,"ring_version":..,"members":[{"id","http_address","peer_address","state","vnodes",
+// "incarnation","share"},...]}
+[[nodiscard]] HttpResponse HandleClusterGet(const ApiContext& context);
+// 200 {"key":..,"token":"<decimal>","owner":..,"preference_list":[{"id","http_address","state"},...]};
+// 400 without a key.
+[[nodiscard]] HttpResponse HandleRingGet(const ApiContext& context, std::string_view query);
+// 202 {"node_id":..,"state":"leaving"}; the node leaves the cluster and exits.
+[[nodiscard]] HttpResponse HandleClusterLeave(const ApiContext& context);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_CLUSTER_HANDLERS_H_

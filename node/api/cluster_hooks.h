@@ -1,0 +1,85 @@
+// The seam between the API (node/api/, which decides checks and renders JSON) and the cluster
+// (node/cluster/, which knows the ring, the members and the peer transport). node/api defines these
+// interfaces, node/cluster implements them, node/server wires them; node/api never depends on
+// node/cluster. A node without a cluster (tests of node/api) passes none: every key is then local.
+//
+// Thread safety: implementations must be safe for concurrent use from any number of threads.
+#ifndef RINGLIMIT_NODE_API_CLUSTER_HOOKS_H_
+#define RINGLIMIT_NODE_API_CLUSTER_HOOKS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "peer.pb.h"
+
+namespace ringlimit::node {
+
+// Routes the checks of entity keys to the node that decides them.
+class CheckRouter {
+ public:
+  virtual ~CheckRouter() = default;
+
+  // This node's id: the "owner" of what it decides itself. Constant.
+  [[nodiscard]] virtual const std::string& self_id() const = 0;
+
+  // For each key, whether another node owns it (1) or this node decides it (0). `remote` is resized
+  // to keys.size(). One ring snapshot for the whole call.
+  virtual void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const = 0;
+
+  // Completion of Forward: the owner's (or fallback node's) result, or nullopt when no other node
+  // could decide and this node must decide itself. Called exactly once, possibly on another thread,
+  // possibly before Forward returns; it must not block.
+  using ForwardDone = std::function<void(std::optional<peer::ForwardedResult> result)>;
+
+  // Sends every limit of one key (`check`, hops already set) to its owner; if the owner does not
+  // answer, to the next alive node of the key's preference list.
+  virtual void Forward(peer::ForwardedCheck check, ForwardDone done) = 0;
+};
+
+// One member as GET /v1/cluster shows it.
+struct ClusterMemberView {
+  std::string id;
+  std::string http_address;
+  std::string peer_address;
+  std::string_view state;  // "alive", "suspect", ... (static storage)
+  uint32_t vnodes = 0;
+  uint64_t incarnation = 0;
+  double share = 0;  // fraction of the token space owned; 0 when not in the ring
+};
+
+struct ClusterView {
+  std::string node_id;
+  uint64_t ring_version = 0;
+  std::vector<ClusterMemberView> members;  // sorted by id
+};
+
+// GET /v1/ring?key=K.
+struct KeyPlacementView {
+  uint64_t token = 0;
+  std::string owner;                               // empty when the ring is empty
+  std::vector<ClusterMemberView> preference_list;  // owner first
+};
+
+// What the cluster endpoints and /readyz need.
+class ClusterInfo {
+ public:
+  virtual ~ClusterInfo() = default;
+
+  // Joined (not `joining`), holding a ring, not leaving.
+  [[nodiscard]] virtual bool ready() const = 0;
+  [[nodiscard]] virtual ClusterView Describe() const = 0;
+  [[nodiscard]] virtual KeyPlacementView Place(std::string_view key) const = 0;
+  // Starts a graceful leave (asynchronous; the node exits when done).
+  virtual void Leave() = 0;
+  // Appends the cluster's metrics (Prometheus text) to `out`.
+  virtual void AppendMetrics(std::string* out) const = 0;
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_CLUSTER_HOOKS_H_

@@ -1,0 +1,35 @@
+// Checks forwarded between nodes (proto/peer.proto ForwardCheckRequest/Response): the conversions
+// between the limiter's structs and their wire form, and the owner's side of a forward.
+//
+// Thread safety: pure functions over the thread-safe ApiContext.
+#ifndef RINGLIMIT_NODE_API_FORWARDED_H_
+#define RINGLIMIT_NODE_API_FORWARDED_H_
+
+#include <optional>
+#include <string_view>
+
+#include "limiter/limiter.h"
+#include "peer.pb.h"
+#include "state.pb.h"
+
+namespace ringlimit::node {
+
+struct ApiContext;
+
+void SpecToProto(const limiter::LimitSpec& spec, state::LimitSpec* out);
+// nullopt when the enums are out of range or limiter::Validate refuses the spec.
+[[nodiscard]] std::optional<limiter::LimitSpec> SpecFromProto(const state::LimitSpec& spec);
+
+void DecisionToProto(const limiter::Decision& decision, peer::LimitDecision* out);
+[[nodiscard]] limiter::Decision DecisionFromProto(const peer::LimitDecision& decision);
+
+// The owner's answer to a forwarded batch: every check is decided here, from this node's own store,
+// whatever this node thinks of the ring (never forwarded again: no loops). `self_id` goes into each
+// result's owner. Checks with an invalid spec or key get CHECK_INVALID with a message.
+[[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const ApiContext& context,
+                                                         const peer::ForwardCheckRequest& request,
+                                                         std::string_view self_id);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_API_FORWARDED_H_

@@ -1,0 +1,341 @@
+#include "node/cluster/cluster.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <future>
+#include <mutex>
+
+#include "node/peer/peer_client.h"
+#include "node/peer/peer_server.h"
+#include "peer.pb.h"
+#include "ring/membership_wire.h"
+
+namespace ringlimit::cluster {
+
+namespace net = boost::asio;
+using ring::MemberState;
+using ring::MonoTime;
+
+namespace {
+
+constexpr size_t kMaxNodeIdBytes = 64;
+
+MonoTime Now() {
+  return std::chrono::duration_cast<MonoTime>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+uint64_t WallClockMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+peer::PeerServerOptions ServerOptions(const ClusterOptions& options) {
+  peer::PeerServerOptions server;
+  server.address = options.peer_host;
+  server.port = options.peer_port;
+  server.cluster_secret = options.cluster_secret;
+  return server;
+}
+
+peer::PeerClientOptions ClientOptions(const ClusterOptions& options) {
+  peer::PeerClientOptions client;
+  client.cluster_secret = options.cluster_secret;
+  // A member that crashed and came back must be reachable again quickly: its probes and the seed's
+  // answers to its join go through this client.
+  client.connect_timeout = std::max(options.membership.probe_timeout, std::chrono::milliseconds(200));
+  client.backoff_max = std::chrono::milliseconds(500);
+  return client;
+}
+
+}  // namespace
+
+std::optional<std::string> ValidateNodeId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxNodeIdBytes) return "node id: must be 1 to 64 bytes";
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) return "node id: only letters, digits, '.', '_' and '-' are allowed";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options) {
+  if (auto error = ValidateNodeId(options.node_id)) return error;
+  if (options.vnodes < 1 || options.vnodes > ring::kMaxVnodes)
+    return "vnodes: must be between 1 and " + std::to_string(ring::kMaxVnodes);
+  if (options.replicas < 1) return "replicas: must be at least 1";
+  if (options.leave_timeout.count() <= 0) return "leave timeout: must be positive";
+  return ring::ValidateMembershipOptions(options.membership);
+}
+
+const ring::MemberInfo* ClusterSnapshot::Find(std::string_view id) const {
+  auto it = std::lower_bound(members.begin(), members.end(), id,
+                             [](const ring::MemberInfo& m, std::string_view v) { return m.id < v; });
+  return it != members.end() && it->id == id ? &*it : nullptr;
+}
+
+std::vector<size_t> ClusterSnapshot::CountByState() const {
+  std::vector<size_t> counts(static_cast<size_t>(MemberState::kLeft) + 1, 0);
+  for (const auto& m : members) ++counts[static_cast<size_t>(m.state)];
+  return counts;
+}
+
+// Everything below `strand` is touched only on the strand, except where noted.
+struct Cluster::Core : std::enable_shared_from_this<Core> {
+  Core(net::io_context& io_in, const ClusterOptions& options_in)
+      : io(io_in),
+        options(options_in),
+        strand(net::make_strand(io_in)),
+        timer(strand),
+        leave_timer(strand),
+        server(io_in, ServerOptions(options_in)),
+        client(io_in, ClientOptions(options_in)) {}
+
+  void RegisterHandlers();
+  void Begin(ring::MemberInfo self);
+  void Arm();
+  void OnTick();
+  void Receive(ring::Message message);
+  void Process(ring::MembershipOutput out);
+  void Publish();
+  void DoLeave(std::function<void()> on_left);
+  void LeaveDone();
+
+  // Constant after construction.
+  net::io_context& io;
+  const ClusterOptions options;  // a copy: pending handlers may keep the Core alive past the Cluster
+  ring::RingHolder ring;         // thread-safe; published only from the strand
+  net::strand<net::io_context::executor_type> strand;
+
+  net::steady_timer timer;
+  net::steady_timer leave_timer;
+  std::optional<ring::Membership> membership;
+  uint64_t ring_version = 0;
+  bool stopped = false;
+  bool leaving = false;
+  size_t leave_pending = 0;
+  std::function<void()> on_left;
+
+  // Thread-safe on their own.
+  peer::PeerServer server;
+  peer::PeerClient client;
+
+  // Protected by snapshot_mutex (a pointer copy only).
+  mutable std::mutex snapshot_mutex;
+  std::shared_ptr<const ClusterSnapshot> snapshot = std::make_shared<ClusterSnapshot>();
+};
+
+void Cluster::Core::RegisterHandlers() {
+  for (uint32_t method : {peer::METHOD_PING, peer::METHOD_PING_REQ, peer::METHOD_ACK}) {
+    server.Register(
+        method, [weak = weak_from_this(), method](std::string payload, peer::PeerResponder responder) {
+          auto message = ring::DecodeMembershipMessage(method, payload);
+          // Requests (the final `left` announcements) are acknowledged once queued for the strand.
+          if (!responder.one_way()) responder.Reply({});
+          if (!message) return;
+          auto self = weak.lock();
+          if (!self) return;
+          net::post(self->strand, [self, m = std::move(*message)]() mutable { self->Receive(std::move(m)); });
+        });
+  }
+}
+
+void Cluster::Core::Begin(ring::MemberInfo self) {
+  membership.emplace(options.membership, std::move(self));
+  Process(membership->Start(Now(), options.seeds));
+  Arm();
+}
+
+void Cluster::Core::Arm() {
+  if (stopped) return;
+  timer.expires_after(std::max(options.membership.probe_interval / 4, std::chrono::milliseconds(1)));
+  timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->stopped) return;
+    self->OnTick();
+  });
+}
+
+void Cluster::Core::OnTick() {
+  Process(membership->Tick(Now()));
+  Arm();
+}
+
+void Cluster::Core::Receive(ring::Message message) {
+  if (stopped || !membership) return;
+  Process(membership->Receive(Now(), message));
+}
+
+void Cluster::Core::Process(ring::MembershipOutput out) {
+  for (const ring::Outgoing& outgoing : out.messages) {
+    ring::WireMessage wire = ring::EncodeMembershipMessage(outgoing.message);
+    // Best effort: a lost message is what SWIM is built to tolerate.
+    (void)client.Send(outgoing.to_address, wire.method, std::move(wire.payload));
+  }
+  for (const ring::MemberEvent& event : out.events) {
+    const ring::MemberInfo& m = event.member;
+    if (m.id == options.node_id && event.kind == ring::MemberEventKind::kJoined) continue;
+    spdlog::info("cluster: {} is {} (incarnation {}, peer {})", m.id, ring::MemberStateName(m.state),
+                 m.incarnation, m.peer_address);
+    if ((event.kind == ring::MemberEventKind::kLeft || event.kind == ring::MemberEventKind::kForgotten) &&
+        m.id != options.node_id) {
+      client.Disconnect(m.peer_address);
+    }
+  }
+  if (out.ring_changed) {
+    auto built = ring::RingView::Build(++ring_version, membership->RingMembers());
+    if (built.ok()) {
+      ring.Publish(built.view);
+      spdlog::info("cluster: ring version {} with {} members", ring_version, built.view->members().size());
+    } else {
+      spdlog::error("cluster: cannot build the ring: {}", built.error->message);
+    }
+  }
+  if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
+}
+
+void Cluster::Core::Publish() {
+  auto snap = std::make_shared<ClusterSnapshot>();
+  snap->self = membership->self();
+  snap->members = membership->Members();
+  snap->ring = ring.Current();
+  snap->joined = membership->joined();
+  snap->stats = membership->stats();
+  std::lock_guard lock(snapshot_mutex);
+  snapshot = std::move(snap);
+}
+
+void Cluster::Core::DoLeave(std::function<void()> callback) {
+  if (stopped || leaving || !membership) return;
+  leaving = true;
+  on_left = std::move(callback);
+  const MonoTime now = Now();
+  Process(membership->Leave(now));
+  // No state to hand over yet (replication issue): announce `left` at once. Those announcements are
+  // requests, so each one's answer says it arrived.
+  ring::MembershipOutput out = membership->FinishLeave(now);
+  std::vector<ring::Outgoing> finals = std::move(out.messages);
+  out.messages.clear();
+  Process(std::move(out));
+  Publish();
+  leave_pending = finals.size();
+  spdlog::info("cluster: leaving; announcing `left` to {} member(s)", leave_pending);
+  if (leave_pending == 0) {
+    net::post(strand, [self = shared_from_this()] { self->LeaveDone(); });
+    return;
+  }
+  leave_timer.expires_after(options.leave_timeout);
+  leave_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec) return;
+    spdlog::warn("cluster: {} `left` announcement(s) unacknowledged after {} ms", self->leave_pending,
+                 self->options.leave_timeout.count());
+    self->LeaveDone();
+  });
+  for (ring::Outgoing& outgoing : finals) {
+    ring::WireMessage wire = ring::EncodeMembershipMessage(outgoing.message);
+    client.Call(
+        outgoing.to_address, wire.method, std::move(wire.payload),
+        [self = shared_from_this()](peer::PeerResult result) {
+          net::dispatch(self->strand, [self, ok = result.ok()] {
+            (void)ok;  // delivered or not, this member will learn it from the others
+            if (self->leave_pending > 0 && --self->leave_pending == 0) self->LeaveDone();
+          });
+        },
+        peer::CallOptions{.timeout = options.leave_timeout});
+  }
+}
+
+void Cluster::Core::LeaveDone() {
+  if (stopped) return;
+  leave_timer.cancel();
+  leave_pending = 0;
+  if (auto callback = std::exchange(on_left, nullptr)) {
+    spdlog::info("cluster: left the cluster");
+    callback();
+  }
+}
+
+Cluster::Cluster(net::io_context& io, ClusterOptions options)
+    : options_(std::move(options)), core_(std::make_shared<Core>(io, options_)) {
+  core_->RegisterHandlers();
+}
+
+Cluster::~Cluster() { Stop(); }
+
+peer::PeerServer& Cluster::server() { return core_->server; }
+peer::PeerClient& Cluster::client() { return core_->client; }
+
+boost::system::result<void, std::string> Cluster::Start() {
+  if (auto error = ValidateClusterOptions(options_)) return *error;
+  if (auto started = core_->server.Start(); !started) {
+    return "cannot listen for peers on " + options_.peer_host + ":" + std::to_string(options_.peer_port) +
+           ": " + started.error().message();
+  }
+  peer_address_ = options_.peer_host + ":" + std::to_string(core_->server.port());
+  ring::MemberInfo self;
+  self.id = options_.node_id;
+  self.http_address = options_.http_address;
+  self.peer_address = peer_address_;
+  self.vnodes = options_.vnodes;
+  self.incarnation = WallClockMs();
+  spdlog::info("cluster: member {} (peer {}, {} vnodes){}", self.id, peer_address_, self.vnodes,
+               options_.seeds.empty() ? ", starting alone" : ", joining");
+  net::post(core_->strand,
+            [core = core_, self = std::move(self)]() mutable { core->Begin(std::move(self)); });
+  started_ = true;
+  return {};
+}
+
+void Cluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (!started_) {  // nothing runs on the strand (and the io_context may not run at all)
+    core_->server.Stop();
+    core_->client.Stop();
+    return;
+  }
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  net::post(core_->strand, [core = core_, done] {
+    core->stopped = true;
+    core->timer.cancel();
+    core->leave_timer.cancel();
+    done->set_value();
+  });
+  // If the io_context is no longer running, the posted work never runs: don't wait forever.
+  if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    spdlog::warn("cluster: stop did not reach the strand (io_context stopped?)");
+  }
+  core_->server.Stop();
+  core_->client.Stop();
+}
+
+void Cluster::Leave(std::function<void()> on_left) {
+  net::post(core_->strand,
+            [core = core_, on_left = std::move(on_left)]() mutable { core->DoLeave(std::move(on_left)); });
+}
+
+const ring::RingHolder& Cluster::ring() const { return core_->ring; }
+
+uint16_t Cluster::peer_port() const { return core_->server.port(); }
+
+std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const {
+  std::lock_guard lock(core_->snapshot_mutex);
+  return core_->snapshot;
+}
+
+bool Cluster::ready() const {
+  auto snap = Snapshot();
+  return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
+         snap->ring->Find(options_.node_id) != nullptr;
+}
+
+peer::PeerStats Cluster::ServerStats() const { return core_->server.Stats(); }
+peer::PeerStats Cluster::ClientStats() const { return core_->client.Stats(); }
+
+}  // namespace ringlimit::cluster

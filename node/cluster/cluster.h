@@ -1,0 +1,148 @@
+// Cluster: this node's membership in a ringlimit cluster. It runs the SWIM state machine
+// (ring/membership.h) on a strand of its own, drives it with a steady timer (every probe_interval / 4),
+// carries its messages over the peer transport (node/peer/: one-way envelopes, METHOD_PING/PING_REQ/ACK),
+// and publishes a new RingView into ring() whenever the set of ring members changes.
+//
+//   Cluster cluster(io, options);
+//   forwarder.RegisterHandlers(cluster.server());     // other peer methods, before Start
+//   if (auto started = cluster.Start(); !started) ...started.error()...
+//   cluster.ring().Current()->Owner(RingToken(key));  // from any thread
+//   cluster.Leave([] { /* left: exit */ });
+//
+// The member record of this node carries incarnation = wall-clock milliseconds at construction, so a
+// restarted node outranks the tombstone (dead/left) its previous life left in the others' tables.
+//
+// Thread safety: after Start, every public method may be called from any thread. Membership state lives
+// on the strand; readers get immutable snapshots (Snapshot(), ring()) that are swapped under a mutex held
+// only for a pointer copy.
+//
+// Lifetime: the io_context must outlive the Cluster and keep running until Stop() returns. Stop() (also
+// run by the destructor) must not be called from a thread of the io_context.
+#ifndef RINGLIMIT_NODE_CLUSTER_CLUSTER_H_
+#define RINGLIMIT_NODE_CLUSTER_CLUSTER_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/system/result.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "node/peer/peer_stats.h"
+#include "ring/membership.h"
+#include "ring/ring_view.h"
+
+namespace ringlimit::peer {
+class PeerClient;
+class PeerServer;
+}  // namespace ringlimit::peer
+
+namespace ringlimit::cluster {
+
+struct ClusterOptions {
+  // --- Affects behaviour ---
+
+  // This member's id (--node-id). REQUIRES: valid per ValidateNodeId. Default: empty (invalid).
+  std::string node_id;
+  // The advertised HTTP address "host:port", shown in /v1/cluster. Default: empty.
+  std::string http_address;
+  // Where the peer server listens (--peer-listen); port 0 picks an ephemeral port. The advertised peer
+  // address is "peer_host:<bound port>". Default: 127.0.0.1:0.
+  std::string peer_host = "127.0.0.1";
+  uint16_t peer_port = 0;
+  // Peer addresses of members to join through (--join). Empty: start alone. Default: empty.
+  std::vector<std::string> seeds;
+  // Virtual nodes of this member (--vnodes). REQUIRES: 1..ring::kMaxVnodes. Default: 128.
+  uint32_t vnodes = ring::kDefaultVnodes;
+  // Preference-list length (--replicas). REQUIRES: >= 1. Default: 3.
+  uint32_t replicas = 3;
+  // HMAC secret of the peer handshake (--cluster-secret). Default: empty (no authentication).
+  std::string cluster_secret;
+  // SWIM timings (--probe-interval-ms, --probe-timeout-ms, --suspicion-timeout-ms). Defaults: see
+  // ring::MembershipOptions.
+  ring::MembershipOptions membership;
+  // Leave(): how long to wait for the `left` announcements to be delivered before reporting done.
+  // Default: 2000 ms.
+  std::chrono::milliseconds leave_timeout{2000};
+};
+
+// Returns nullopt when `id` is 1..64 bytes of [A-Za-z0-9._-], else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateNodeId(std::string_view id);
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options);
+
+// An immutable picture of the membership, rebuilt on the strand after every change.
+struct ClusterSnapshot {
+  ring::MemberInfo self;
+  std::vector<ring::MemberInfo> members;       // sorted by id, self and tombstones included
+  std::shared_ptr<const ring::RingView> ring;  // null until this node is in the ring
+  bool joined = false;
+  ring::MembershipStats stats;
+
+  // The record of `id`, or nullptr. O(log n).
+  [[nodiscard]] const ring::MemberInfo* Find(std::string_view id) const;
+  // Members per state (index: MemberState).
+  [[nodiscard]] std::vector<size_t> CountByState() const;
+};
+
+class Cluster {
+ public:
+  Cluster(boost::asio::io_context& io, ClusterOptions options);
+  ~Cluster();
+
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // The peer transport, shared with other components (forwarding). Register handlers on server() before
+  // Start; client() may be used from any thread once Start has returned.
+  [[nodiscard]] peer::PeerServer& server();
+  [[nodiscard]] peer::PeerClient& client();
+
+  // Binds the peer port and starts the membership (alone, or joining through the seeds). Returns a
+  // message for humans on failure.
+  [[nodiscard]] boost::system::result<void, std::string> Start();
+
+  // Stops the timer and the transport without telling anyone (a crash, as far as the others can tell,
+  // unless Leave completed first). Blocks until the strand has stopped. Idempotent.
+  void Stop();
+
+  // Graceful leave: announces `leaving`, then `left` to every member directly, and calls `on_left` once
+  // every announcement is acknowledged or leave_timeout has passed (on an io_context thread, once). A
+  // second call while leaving is ignored (its callback is dropped).
+  void Leave(std::function<void()> on_left);
+
+  // Constant after Start.
+  [[nodiscard]] const std::string& self_id() const { return options_.node_id; }
+  [[nodiscard]] const std::string& peer_address() const { return peer_address_; }
+  [[nodiscard]] uint16_t peer_port() const;
+  [[nodiscard]] const ClusterOptions& options() const { return options_; }
+
+  // The current ring (published on every ring change; its version() is the ring version).
+  [[nodiscard]] const ring::RingHolder& ring() const;
+
+  [[nodiscard]] std::shared_ptr<const ClusterSnapshot> Snapshot() const;
+
+  // Joined (not `joining`), in the ring, and not leaving.
+  [[nodiscard]] bool ready() const;
+
+  [[nodiscard]] peer::PeerStats ServerStats() const;
+  [[nodiscard]] peer::PeerStats ClientStats() const;
+
+ private:
+  struct Core;  // the strand-side state
+
+  const ClusterOptions options_;
+  std::string peer_address_;  // set by Start
+  bool started_ = false;
+  bool stopped_ = false;
+  std::shared_ptr<Core> core_;  // also held by its pending handlers
+};
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_CLUSTER_H_

@@ -1,0 +1,140 @@
+#include "node/cluster/cluster_endpoints.h"
+
+#include <string>
+
+#include "node/cluster/cluster.h"
+#include "node/cluster/forwarder.h"
+#include "node/peer/peer_stats.h"
+#include "ring/token.h"
+
+namespace ringlimit::cluster {
+
+namespace {
+
+node::ClusterMemberView ToView(const ring::MemberInfo& m, const ring::RingView* view) {
+  node::ClusterMemberView out;
+  out.id = m.id;
+  out.http_address = m.http_address;
+  out.peer_address = m.peer_address;
+  out.state = ring::MemberStateName(m.state);
+  out.vnodes = m.vnodes;
+  out.incarnation = m.incarnation;
+  out.share = view != nullptr ? view->OwnedShare(m.id) : 0.;
+  return out;
+}
+
+void Metric(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
+  out->append(name).append(" ").append(type).append("\n");
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view labels, uint64_t value) {
+  out->append(name);
+  if (!labels.empty()) out->append("{").append(labels).append("}");
+  out->append(" ").append(std::to_string(value)).append("\n");
+}
+
+void PeerSamples(std::string* out, std::string_view side, const peer::PeerStats& s) {
+  const std::string label = std::string("side=\"") + std::string(side) + "\",what=\"";
+  const std::pair<const char*, uint64_t> rows[] = {
+      {"frames_in", s.frames_in},
+      {"frames_out", s.frames_out},
+      {"messages_in", s.messages_in},
+      {"messages_out", s.messages_out},
+      {"bytes_in", s.bytes_in},
+      {"bytes_out", s.bytes_out},
+      {"connections_opened", s.connections_opened},
+      {"auth_failures", s.auth_failures},
+      {"handshake_timeouts", s.handshake_timeouts},
+      {"malformed_frames", s.malformed_frames},
+      {"oversized_frames", s.oversized_frames},
+      {"reconnects", s.reconnects},
+      {"connect_failures", s.connect_failures},
+      {"queue_full_rejections", s.queue_full_rejections},
+      {"timeouts", s.timeouts},
+      {"rejected_connections", s.rejected_connections},
+  };
+  for (const auto& [what, value] : rows) Sample(out, "ringlimit_peer_total", label + what + "\"", value);
+}
+
+}  // namespace
+
+ClusterEndpoints::ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder,
+                                   std::function<void()> on_left)
+    : cluster_(cluster), forwarder_(forwarder), on_left_(std::move(on_left)) {}
+
+bool ClusterEndpoints::ready() const { return cluster_.ready(); }
+
+node::ClusterView ClusterEndpoints::Describe() const {
+  const auto snapshot = cluster_.Snapshot();
+  node::ClusterView out;
+  out.node_id = cluster_.self_id();
+  out.ring_version = snapshot->ring != nullptr ? snapshot->ring->version() : 0;
+  out.members.reserve(snapshot->members.size());
+  for (const ring::MemberInfo& m : snapshot->members) out.members.push_back(ToView(m, snapshot->ring.get()));
+  return out;
+}
+
+node::KeyPlacementView ClusterEndpoints::Place(std::string_view key) const {
+  const auto snapshot = cluster_.Snapshot();
+  node::KeyPlacementView out;
+  out.token = ring::RingToken(key);
+  if (snapshot->ring == nullptr) return out;
+  for (const ring::RingMember* member :
+       snapshot->ring->PreferenceList(out.token, cluster_.options().replicas)) {
+    const ring::MemberInfo* info = snapshot->Find(member->id);
+    ring::MemberInfo fallback;
+    fallback.id = member->id;
+    out.preference_list.push_back(ToView(info != nullptr ? *info : fallback, snapshot->ring.get()));
+  }
+  if (!out.preference_list.empty()) out.owner = out.preference_list.front().id;
+  return out;
+}
+
+void ClusterEndpoints::Leave() { cluster_.Leave(on_left_); }
+
+void ClusterEndpoints::AppendMetrics(std::string* out) const {
+  const auto snapshot = cluster_.Snapshot();
+  Metric(out, "ringlimit_cluster_members", "gauge", "Members this node knows, by state (self included).");
+  const std::vector<size_t> counts = snapshot->CountByState();
+  for (size_t s = 0; s < counts.size(); ++s) {
+    const std::string labels =
+        "state=\"" + std::string(ring::MemberStateName(static_cast<ring::MemberState>(s))) + "\"";
+    Sample(out, "ringlimit_cluster_members", labels, counts[s]);
+  }
+  Metric(out, "ringlimit_cluster_ring_version", "gauge",
+         "Version of this node's current ring (local count).");
+  Sample(out, "ringlimit_cluster_ring_version", "",
+         snapshot->ring != nullptr ? snapshot->ring->version() : 0);
+  Metric(out, "ringlimit_cluster_ready", "gauge", "1 once joined and holding a ring.");
+  Sample(out, "ringlimit_cluster_ready", "", cluster_.ready() ? 1 : 0);
+
+  const ForwarderStats f = forwarder_.stats();
+  Metric(out, "ringlimit_forward_total", "counter",
+         "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
+         "this node, and checks decided here for other nodes.");
+  Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
+  Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
+  Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
+  Sample(out, "ringlimit_forward_total", "what=\"fallback_local\"", f.fallback_local);
+  Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
+  Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
+
+  const ring::MembershipStats& m = snapshot->stats;
+  Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");
+  Sample(out, "ringlimit_membership_total", "what=\"probes\"", m.probes_sent);
+  Sample(out, "ringlimit_membership_total", "what=\"indirect_probes\"", m.indirect_probes_sent);
+  Sample(out, "ringlimit_membership_total", "what=\"probes_failed\"", m.probes_failed);
+  Sample(out, "ringlimit_membership_total", "what=\"refutations\"", m.refutations);
+  Sample(out, "ringlimit_membership_total", "what=\"invalid_updates\"", m.invalid_updates);
+  Sample(out, "ringlimit_membership_total", "what=\"stale_updates\"", m.stale_updates);
+
+  Metric(out, "ringlimit_peer_total", "counter", "Peer transport counters, by side (server, client).");
+  PeerSamples(out, "server", cluster_.ServerStats());
+  PeerSamples(out, "client", cluster_.ClientStats());
+  Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");
+  Sample(out, "ringlimit_peer_connections_open", "side=\"server\"", cluster_.ServerStats().connections_open);
+  Sample(out, "ringlimit_peer_connections_open", "side=\"client\"", cluster_.ClientStats().connections_open);
+}
+
+}  // namespace ringlimit::cluster

@@ -1,0 +1,42 @@
+// ClusterEndpoints: the cluster as the API sees it (node::ClusterInfo, node/api/cluster_hooks.h):
+// GET /v1/cluster, GET /v1/ring, POST /v1/cluster/leave, the cluster part of /readyz and /metrics.
+//
+// Thread safety: every method is safe for concurrent use (it reads the Cluster's snapshots).
+// Lifetime: the Cluster and the Forwarder must outlive it.
+#ifndef RINGLIMIT_NODE_CLUSTER_CLUSTER_ENDPOINTS_H_
+#define RINGLIMIT_NODE_CLUSTER_CLUSTER_ENDPOINTS_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "node/api/cluster_hooks.h"
+
+namespace ringlimit::cluster {
+
+class Cluster;
+class Forwarder;
+
+class ClusterEndpoints final : public node::ClusterInfo {
+ public:
+  // `on_left` runs once the node has left (see Cluster::Leave): the node should then exit.
+  ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder, std::function<void()> on_left);
+
+  ClusterEndpoints(const ClusterEndpoints&) = delete;
+  ClusterEndpoints& operator=(const ClusterEndpoints&) = delete;
+
+  [[nodiscard]] bool ready() const override;
+  [[nodiscard]] node::ClusterView Describe() const override;
+  [[nodiscard]] node::KeyPlacementView Place(std::string_view key) const override;
+  void Leave() override;
+  void AppendMetrics(std::string* out) const override;
+
+ private:
+  Cluster& cluster_;
+  const Forwarder& forwarder_;
+  const std::function<void()> on_left_;
+};
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_CLUSTER_ENDPOINTS_H_

@@ -1,0 +1,237 @@
+// In-process clusters: several Cluster instances on ephemeral loopback ports, one io_context, fast SWIM
+// timings. Conditions are polled with deadlines.
+#include "node/cluster/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "node/cluster/cluster_endpoints.h"
+#include "node/cluster/forwarder.h"
+#include "node/peer/peer_test_util.h"
+#include "ring/token.h"
+
+namespace ringlimit::cluster {
+namespace {
+
+using peer::testing::IoThreads;
+using peer::testing::WaitFor;
+using std::chrono::milliseconds;
+
+ClusterOptions FastOptions(const std::string& id, std::vector<std::string> seeds = {}) {
+  ClusterOptions options;
+  options.node_id = id;
+  options.http_address = "127.0.0.1:1";
+  options.seeds = std::move(seeds);
+  options.vnodes = 64;
+  options.membership.probe_interval = milliseconds(40);
+  options.membership.probe_timeout = milliseconds(15);
+  options.membership.suspicion_timeout = milliseconds(300);
+  options.membership.join_retry_interval = milliseconds(50);
+  options.membership.sync_interval = milliseconds(500);
+  return options;
+}
+
+// Whether `c` sees exactly `ids` alive (and nothing else in the ring).
+bool SeesAlive(const Cluster& c, const std::vector<std::string>& ids) {
+  auto snap = c.Snapshot();
+  if (snap->ring == nullptr || snap->ring->members().size() != ids.size()) return false;
+  for (const auto& id : ids) {
+    const ring::MemberInfo* m = snap->Find(id);
+    if (m == nullptr || m->state != ring::MemberState::kAlive) return false;
+  }
+  return true;
+}
+
+std::optional<ring::MemberState> StateOf(const Cluster& c, const std::string& id) {
+  auto snap = c.Snapshot();
+  const ring::MemberInfo* m = snap->Find(id);
+  if (m == nullptr) return std::nullopt;
+  return m->state;
+}
+
+// A decider that charges nothing and answers "allowed" with owner = `id` (what the API does is tested
+// in node/api and tests/cluster; here only the routing).
+LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
+  return [id, calls](std::string_view payload) -> std::optional<std::string> {
+    peer::ForwardCheckRequest request;
+    if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return std::nullopt;
+    calls->fetch_add(1);
+    peer::ForwardCheckResponse response;
+    response.set_from(id);
+    for (const auto& check : request.checks()) {
+      auto* result = response.add_results();
+      result->set_check_id(check.check_id());
+      result->set_owner(id);
+      result->set_allowed(true);
+      for (int i = 0; i < check.limits_size(); ++i) result->add_decisions()->set_allowed(true);
+    }
+    return response.SerializeAsString();
+  };
+}
+
+struct Member {
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Forwarder> forwarder;
+  std::atomic<int> served{0};
+};
+
+std::unique_ptr<Member> StartMember(IoThreads& io, const std::string& id,
+                                    std::vector<std::string> seeds = {}) {
+  auto m = std::make_unique<Member>();
+  m->cluster = std::make_unique<Cluster>(io.io(), FastOptions(id, std::move(seeds)));
+  m->forwarder = std::make_unique<Forwarder>(*m->cluster, ForwarderOptions{.timeout = milliseconds(300)},
+                                             EchoDecider(id, &m->served));
+  m->forwarder->RegisterHandlers();
+  auto started = m->cluster->Start();
+  EXPECT_TRUE(started) << started.error();
+  return m;
+}
+
+// Forward synchronously (bounded).
+std::optional<peer::ForwardedResult> ForwardSync(Forwarder& f, const std::string& key) {
+  peer::ForwardedCheck check;
+  check.set_key(key);
+  check.set_cost(1);
+  check.set_hops(1);
+  check.add_limits()->set_name("default");
+  auto promise = std::make_shared<std::promise<std::optional<peer::ForwardedResult>>>();
+  auto future = promise->get_future();
+  f.Forward(std::move(check),
+            [promise](std::optional<peer::ForwardedResult> r) { promise->set_value(std::move(r)); });
+  EXPECT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  return future.get();
+}
+
+// A key whose owner on `c`'s ring is `id`.
+std::string KeyOwnedBy(const Cluster& c, const std::string& id) {
+  auto view = c.ring().Current();
+  for (int i = 0;; ++i) {
+    std::string key = "user:" + std::to_string(i);
+    if (view->Owner(ring::RingToken(key))->id == id) return key;
+  }
+}
+
+TEST(ClusterTest, ValidatesNodeIds) {
+  EXPECT_FALSE(ValidateNodeId("n1"));
+  EXPECT_FALSE(ValidateNodeId("node-1.a_b"));
+  EXPECT_TRUE(ValidateNodeId(""));
+  EXPECT_TRUE(ValidateNodeId("a b"));
+  EXPECT_TRUE(ValidateNodeId(std::string(65, 'x')));
+  ClusterOptions bad = FastOptions("n1");
+  bad.vnodes = 0;
+  EXPECT_TRUE(ValidateClusterOptions(bad));
+}
+
+TEST(ClusterTest, AloneIsReadyAtOnce) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  ASSERT_TRUE(WaitFor([&] { return a->cluster->ready(); }));
+  EXPECT_TRUE(SeesAlive(*a->cluster, {"a"}));
+  EXPECT_GE(a->cluster->ring().version(), 1u);
+  // Every key is local.
+  std::vector<std::string_view> keys = {"x", "y", "z"};
+  std::vector<uint8_t> remote;
+  a->forwarder->Classify(keys, &remote);
+  EXPECT_EQ(remote, std::vector<uint8_t>({0, 0, 0}));
+}
+
+TEST(ClusterTest, ThreeMembersConvergeAndDetectACrash) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  const std::string seed = a->cluster->peer_address();
+  auto b = StartMember(io, "b", {seed});
+  auto c = StartMember(io, "c", {seed});
+  const std::vector<std::string> all = {"a", "b", "c"};
+  ASSERT_TRUE(WaitFor([&] {
+    return SeesAlive(*a->cluster, all) && SeesAlive(*b->cluster, all) && SeesAlive(*c->cluster, all) &&
+           a->cluster->ready() && b->cluster->ready() && c->cluster->ready();
+  }));
+  // Same members, same ring, bit for bit.
+  EXPECT_EQ(a->cluster->ring().Current()->fingerprint(), b->cluster->ring().Current()->fingerprint());
+  EXPECT_EQ(a->cluster->ring().Current()->fingerprint(), c->cluster->ring().Current()->fingerprint());
+
+  // A crash (no goodbye): the others declare it dead and drop it from the ring.
+  c->cluster->Stop();
+  ASSERT_TRUE(WaitFor([&] {
+    return StateOf(*a->cluster, "c") == ring::MemberState::kDead &&
+           StateOf(*b->cluster, "c") == ring::MemberState::kDead && SeesAlive(*a->cluster, {"a", "b"}) &&
+           SeesAlive(*b->cluster, {"a", "b"});
+  }));
+}
+
+TEST(ClusterTest, LeaveIsAnnouncedAndReported) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  auto b = StartMember(io, "b", {a->cluster->peer_address()});
+  ASSERT_TRUE(WaitFor([&] {
+    return SeesAlive(*a->cluster, {"a", "b"}) && SeesAlive(*b->cluster, {"a", "b"});
+  }));
+  std::atomic<bool> left{false};
+  ClusterEndpoints endpoints(*b->cluster, *b->forwarder, [&] { left = true; });
+  endpoints.Leave();
+  ASSERT_TRUE(WaitFor([&] { return left.load(); }));
+  EXPECT_FALSE(b->cluster->ready());
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*a->cluster, "b") == ring::MemberState::kLeft; }));
+  EXPECT_TRUE(SeesAlive(*a->cluster, {"a"}));
+}
+
+TEST(ClusterTest, ForwardsToTheOwnerAndFallsBack) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  auto b = StartMember(io, "b", {a->cluster->peer_address()});
+  ASSERT_TRUE(WaitFor([&] {
+    return SeesAlive(*a->cluster, {"a", "b"}) && SeesAlive(*b->cluster, {"a", "b"});
+  }));
+
+  const std::string remote_key = KeyOwnedBy(*a->cluster, "b");
+  const std::string local_key = KeyOwnedBy(*a->cluster, "a");
+  std::vector<std::string_view> keys = {remote_key, local_key};
+  std::vector<uint8_t> remote;
+  a->forwarder->Classify(keys, &remote);
+  EXPECT_EQ(remote, std::vector<uint8_t>({1, 0}));
+
+  auto result = ForwardSync(*a->forwarder, remote_key);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->owner(), "b");
+  EXPECT_EQ(b->served.load(), 1);
+  EXPECT_EQ(a->forwarder->stats().forwarded, 1u);
+
+  // The owner is gone but still in a's ring: the next node of the preference list is a itself.
+  b->cluster->Stop();
+  auto fallback = ForwardSync(*a->forwarder, remote_key);
+  EXPECT_FALSE(fallback);  // decide locally
+  EXPECT_GE(a->forwarder->stats().failures, 1u);
+  EXPECT_EQ(a->forwarder->stats().fallback_local, 1u);
+}
+
+TEST(ClusterTest, DescribesMembersAndPlacement) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  auto b = StartMember(io, "b", {a->cluster->peer_address()});
+  ASSERT_TRUE(WaitFor([&] {
+    return SeesAlive(*a->cluster, {"a", "b"}) && SeesAlive(*b->cluster, {"a", "b"});
+  }));
+  ClusterEndpoints endpoints(*a->cluster, *a->forwarder, [] {});
+  const node::ClusterView view = endpoints.Describe();
+  EXPECT_EQ(view.node_id, "a");
+  ASSERT_EQ(view.members.size(), 2u);
+  EXPECT_EQ(view.members[0].id, "a");
+  EXPECT_EQ(view.members[1].id, "b");
+  EXPECT_NEAR(view.members[0].share + view.members[1].share, 1.0, 1e-9);
+  EXPECT_EQ(view.members[1].peer_address, b->cluster->peer_address());
+  const node::KeyPlacementView place = endpoints.Place("user:1");
+  ASSERT_EQ(place.preference_list.size(), 2u);
+  EXPECT_EQ(place.owner, place.preference_list[0].id);
+  EXPECT_EQ(place.token, ring::RingToken("user:1"));
+  std::string metrics;
+  endpoints.AppendMetrics(&metrics);
+  EXPECT_NE(metrics.find("ringlimit_cluster_members{state=\"alive\"} 2"), std::string::npos) << metrics;
+}
+
+}  // namespace
+}  // namespace ringlimit::cluster
