@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -53,6 +56,23 @@ std::optional<uint16_t> ReadPortFile(const fs::path& path, const std::string& na
   const auto* port = value.as_object().if_contains(name);
   if (port == nullptr || !port->is_int64()) return std::nullopt;
   return static_cast<uint16_t>(port->as_int64());
+}
+
+// Whether this ringlimitd documents `flag` in its --help (flags added by later issues, such as
+// --peer-listen, are passed only when the binary has them). Asked once per flag and process.
+bool SupportsFlag(const std::string& flag) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(flag); it != known.end()) return it->second;
+  std::string help;
+  if (FILE* pipe = popen((std::string(RINGLIMITD_PATH) + " --help 2>/dev/null").c_str(), "r")) {
+    char chunk[4096];
+    size_t n = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) help.append(chunk, n);
+    pclose(pipe);
+  }
+  return known[flag] = help.find(flag + " ") != std::string::npos;
 }
 
 }  // namespace
@@ -100,6 +120,13 @@ Result<void> NodeProcess::Launch() {
 
   std::vector<std::string> args = {RINGLIMITD_PATH, "--listen", options_.listen, "--port-file",
                                    port_file.string()};
+  // Several nodes run side by side in tests: every listening port is ephemeral.
+  const bool own_peer_listen =
+      std::find(options_.args.begin(), options_.args.end(), "--peer-listen") != options_.args.end();
+  if (!own_peer_listen && SupportsFlag("--peer-listen")) {
+    args.push_back("--peer-listen");
+    args.push_back("127.0.0.1:0");
+  }
   if (options_.pass_data_dir) {
     args.push_back("--data-dir");
     args.push_back(data_dir().string());

@@ -43,7 +43,9 @@ using Result = boost::system::result<T, std::string>;
 
 struct NodeProcessOptions {
   // Extra command-line flags, e.g. {"--policies", path, "--threads", "2"}. The harness adds
-  // --listen (below), --port-file and (see pass_data_dir) --data-dir itself.
+  // --listen (below), --port-file, --peer-listen 127.0.0.1:0 (when the binary has that flag and args do
+  // not set it) and
+  // (see pass_data_dir) --data-dir itself; a flag given twice is an error (exit 2).
   std::vector<std::string> args;
 
   // The --listen address. Default: "127.0.0.1:0" (an ephemeral loopback port; a restart gets a new one).
