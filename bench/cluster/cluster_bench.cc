@@ -221,7 +221,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 PhaseResult RunPhase(const std::string& name, const std::vector<Target>& targets, KeyPicker pick,
                      const Options& options) {
   net::io_context io(1);
-  Phase phase{&targets, std::move(pick)};
+  Phase phase;
+  phase.targets = &targets;
+  phase.pick = std::move(pick);
   phase.result.name = name;
   for (int c = 0; c < options.connections; ++c) {
     std::make_shared<Connection>(io, phase, c % targets.size(), 0x9e3779b97f4a7c15ull * (c + 1))->Start();

@@ -115,14 +115,14 @@ Result<ClusterView> FetchClusterView(uint16_t http_port) {
   return GetAndParse<ClusterView>(http_port, "/v1/cluster", [](const json::value& body) {
     ClusterView view;
     view.node_id = std::string(body.at("node_id").as_string());
-    view.ring_version = json::value_to<uint64_t>(body.at("ring_version"));
+    view.ring_version = body.at("ring_version").to_number<uint64_t>();
     for (const auto& m : body.at("members").as_array()) {
       MemberView member;
       member.id = std::string(m.at("id").as_string());
       member.state = std::string(m.at("state").as_string());
       member.http_address = StringField(m, "http_address");
       member.peer_address = StringField(m, "peer_address");
-      member.vnodes = json::value_to<uint32_t>(m.at("vnodes"));
+      member.vnodes = m.at("vnodes").to_number<uint32_t>();
       member.share = m.at("share").to_number<double>();
       view.members.push_back(std::move(member));
     }

@@ -62,7 +62,7 @@ inline Result<CheckOutcome> PostCheck(HttpClient& client, const std::string& key
   try {
     const auto& result = json.at("results").at(0);
     out.allowed = result.at("allowed").as_bool();
-    out.remaining = boost::json::value_to<uint64_t>(result.at("remaining"));
+    out.remaining = result.at("remaining").to_number<uint64_t>();
     out.owner = StringField(result, "owner");
   } catch (const std::exception& e) {
     return "POST /v1/check " + key + ": unexpected body (" + e.what() + "): " + out.body;

@@ -11,7 +11,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-script="$root/scripts/cluster"
+script=${CLUSTER_SCRIPT:-$root/scripts/cluster}  # CLUSTER_SCRIPT: try a modified copy
 [[ -x "${RINGLIMITD:-}" ]] || { echo "FAIL: set RINGLIMITD to the ringlimitd binary" >&2; exit 1; }
 for tool in curl jq ss; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/bootstrap installs it)" >&2; exit 1; }
