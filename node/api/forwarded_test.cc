@@ -1,0 +1,234 @@
+// Forwarding through the API: two real ApiHandlers (each with its own store) joined by a router that
+// carries ForwardCheckRequests between them in-process, serialized as on the wire. The peer transport
+// and the ring are tested in node/cluster and tests/cluster; here the API's side of the seam.
+#include "node/api/forwarded.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/api/api_handler.h"
+#include "node/api/cluster_hooks.h"
+#include "node/api/metrics.h"
+#include "node/api/policies.h"
+#include "storage/memory_store.h"
+
+namespace ringlimit::node {
+namespace {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+constexpr limiter::TimeNs kNow = 1'699'999'200LL * limiter::kSecond;
+
+struct TestNode {
+  explicit TestNode(std::string id_in)
+      : id(std::move(id_in)),
+        handler(
+            store, [] { return kNow; }, policies, metrics) {
+    handler.SetReady(true);
+  }
+  std::string id;
+  storage::MemoryStore store;
+  Policies policies;
+  Metrics metrics;
+  ApiHandler handler;
+};
+
+// Keys starting with "b:" belong to `peer`; everything else is local. Forward serializes the request,
+// lets the peer decide it and parses the answer, optionally on another thread (as the transport does).
+class PairRouter final : public CheckRouter {
+ public:
+  PairRouter(TestNode& self, TestNode& peer) : self_(self), peer_(peer) {}
+
+  const std::string& self_id() const override { return self_.id; }
+  void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override {
+    remote->clear();
+    for (std::string_view key : keys) remote->push_back(key.starts_with("b:") ? 1 : 0);
+  }
+  void Forward(peer::ForwardedCheck check, ForwardDone done) override {
+    ++forwarded;
+    if (peer_down) return done(std::nullopt);
+    peer::ForwardCheckRequest request;
+    request.set_from(self_.id);
+    *request.add_checks() = std::move(check);
+    auto decide = [this, payload = request.SerializeAsString(), done = std::move(done)] {
+      std::optional<std::string> answer = peer_.handler.DecideForwarded(payload, peer_.id);
+      peer::ForwardCheckResponse response;
+      if (!answer || !response.ParseFromString(*answer) || response.results_size() != 1)
+        return done(std::nullopt);
+      done(std::move(*response.mutable_results(0)));
+    };
+    if (!async) return decide();
+    threads_.emplace_back(std::move(decide));
+  }
+  ~PairRouter() override {
+    for (auto& t : threads_) t.join();
+  }
+
+  bool peer_down = false;
+  bool async = false;
+  int forwarded = 0;
+
+ private:
+  TestNode& self_;
+  TestNode& peer_;
+  std::vector<std::thread> threads_;
+};
+
+HttpResponse Call(ApiHandler& handler, http::verb method, std::string target, std::string body = "") {
+  HttpRequest request{method, target, 11};
+  if (!body.empty()) request.set(http::field::content_type, "application/json");
+  request.body() = std::move(body);
+  request.prepare_payload();
+  std::promise<HttpResponse> promise;
+  auto future = promise.get_future();
+  std::atomic<int> calls{0};
+  handler.Handle(std::move(request), [&](HttpResponse&& r) {
+    if (calls.fetch_add(1) == 0) promise.set_value(std::move(r));
+  });
+  EXPECT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  HttpResponse response = future.get();
+  EXPECT_EQ(calls.load(), 1);
+  return response;
+}
+
+class ForwardedTest : public ::testing::Test {
+ protected:
+  ForwardedTest() : self_("n1"), peer_("n2"), router_(self_, peer_) {
+    self_.handler.SetCluster(&router_, nullptr);
+  }
+
+  json::array Results(const HttpResponse& r) {
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    return json::parse(r.body()).at("results").as_array();
+  }
+
+  TestNode self_;
+  TestNode peer_;
+  PairRouter router_;
+};
+
+constexpr const char* kMixed =
+    R"({"checks":[{"key":"a:1","limit":2,"window_ms":60000,"algorithm":"fixed_window"},)"
+    R"({"key":"b:1","name":"x","limit":5,"window_ms":60000,"algorithm":"fixed_window","cost":2},)"
+    R"({"key":"b:1","name":"y","limit":4,"window_ms":60000,"algorithm":"fixed_window","cost":1}]})";
+
+TEST_F(ForwardedTest, RemoteKeysAreDecidedByTheirOwnerInRequestOrder) {
+  json::array results = Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].at("owner").as_string(), "n1");
+  EXPECT_EQ(results[1].at("owner").as_string(), "n2");
+  EXPECT_EQ(results[2].at("owner").as_string(), "n2");
+  EXPECT_EQ(results[0].at("remaining").as_int64(), 1);
+  EXPECT_EQ(results[1].at("remaining").as_int64(), 3);  // per-limit cost 2 of 5
+  EXPECT_EQ(results[2].at("remaining").as_int64(), 3);  // cost 1 of 4
+  EXPECT_EQ(router_.forwarded, 1);                      // one message for both limits of b:1
+
+  // The state of b:1 lives on the owner: checked there directly, it continues where the forward left.
+  json::array direct = Results(Call(peer_.handler, http::verb::post, "/v1/check",
+                                    R"({"checks":[{"key":"b:1","name":"y","limit":4,"window_ms":60000,)"
+                                    R"("algorithm":"fixed_window"}]})"));
+  EXPECT_EQ(direct[0].at("remaining").as_int64(), 2);
+  EXPECT_EQ(direct[0].at("owner").as_string(), "");  // the peer handler itself has no router
+}
+
+TEST_F(ForwardedTest, AllOrNothingHoldsAcrossTheForward) {
+  // y (limit 4, cost 1) would admit, x (limit 5, cost 2) refuses on the third request: nothing charged.
+  for (int i = 0; i < 2; ++i) Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));
+  json::array results = Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));
+  EXPECT_FALSE(results[1].at("allowed").as_bool());
+  EXPECT_FALSE(results[2].at("allowed").as_bool());
+  // y was not charged the third time: a direct cost-1 check on the owner leaves 4 - 2 - 1 = 1.
+  json::array direct = Results(Call(peer_.handler, http::verb::post, "/v1/check",
+                                    R"({"checks":[{"key":"b:1","name":"y","limit":4,"window_ms":60000,)"
+                                    R"("algorithm":"fixed_window"}]})"));
+  EXPECT_TRUE(direct[0].at("allowed").as_bool());
+  EXPECT_EQ(direct[0].at("remaining").as_int64(), 1);
+}
+
+TEST_F(ForwardedTest, GetCarriesTheOwnerHeader) {
+  HttpResponse r = Call(self_.handler, http::verb::get,
+                        "/v1/check?key=b:7&limit=1&window_ms=60000&algorithm=fixed_window");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r["RateLimit-Owner"], "n2");
+  r = Call(self_.handler, http::verb::get,
+           "/v1/check?key=b:7&limit=1&window_ms=60000&algorithm=fixed_window");
+  EXPECT_EQ(r.result_int(), 429);
+  EXPECT_EQ(json::parse(r.body()).at("results").at(0).at("owner").as_string(), "n2");
+}
+
+TEST_F(ForwardedTest, AnUnreachableOwnerFallsBackToThisNode) {
+  router_.peer_down = true;
+  json::array results = Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));
+  EXPECT_EQ(results[1].at("owner").as_string(), "n1");
+  EXPECT_EQ(results[1].at("remaining").as_int64(), 3);
+}
+
+TEST_F(ForwardedTest, CompletionsOnOtherThreadsAnswerOnce) {
+  router_.async = true;
+  std::string body = R"({"checks":[)";
+  for (int i = 0; i < 20; ++i) {
+    if (i > 0) body += ",";
+    body += R"({"key":")" + std::string(i % 2 ? "b:" : "a:") + std::to_string(i) +
+            R"(","limit":3,"window_ms":60000})";
+  }
+  body += "]}";
+  json::array results = Results(Call(self_.handler, http::verb::post, "/v1/check", body));
+  ASSERT_EQ(results.size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(results[i].at("key").as_string(), (i % 2 ? "b:" : "a:") + std::to_string(i));
+    EXPECT_EQ(results[i].at("owner").as_string(), i % 2 ? "n2" : "n1");
+  }
+}
+
+TEST_F(ForwardedTest, BadRequestsAreRefusedBeforeAnythingIsForwarded) {
+  HttpResponse r = Call(self_.handler, http::verb::post, "/v1/check",
+                        R"({"checks":[{"key":"b:1","limit":2,"window_ms":60000},)"
+                        R"({"key":"b:1","limit":2,"window_ms":60000}]})");
+  EXPECT_EQ(r.result_int(), 400) << r.body();
+  EXPECT_EQ(router_.forwarded, 0);
+}
+
+TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
+  TestNode node("n2");
+  EXPECT_FALSE(node.handler.DecideForwarded("\xff\xff garbage", "n2"));
+  peer::ForwardCheckRequest request;
+  peer::ForwardedCheck* check = request.add_checks();
+  check->set_key("k");
+  check->set_cost(1);
+  peer::NamedLimit* limit = check->add_limits();
+  limit->set_name("default");
+  limit->mutable_spec()->set_algorithm(state::ALGORITHM_FIXED_WINDOW);  // limit 0: invalid
+  limit->mutable_spec()->set_window_ns(60 * limiter::kSecond);
+  auto answer = node.handler.DecideForwarded(request.SerializeAsString(), "n2");
+  ASSERT_TRUE(answer);
+  peer::ForwardCheckResponse response;
+  ASSERT_TRUE(response.ParseFromString(*answer));
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).status(), peer::CHECK_INVALID);
+  EXPECT_FALSE(response.results(0).error().empty());
+}
+
+TEST(DecideForwardedTest, SpecsRoundTrip) {
+  limiter::LimitSpec spec;
+  spec.algorithm = limiter::Algorithm::kLeakyBucket;
+  spec.limit = 10;
+  spec.window = limiter::kSecond;
+  spec.max_delay = 100 * limiter::kMillisecond;
+  spec.mode = limiter::Mode::kSoft;
+  spec.soft_pct = 20;
+  spec.count_denied = true;
+  state::LimitSpec wire;
+  SpecToProto(spec, &wire);
+  auto back = SpecFromProto(wire);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(limiter::Fingerprint(*back), limiter::Fingerprint(spec));
+}
+
+}  // namespace
+}  // namespace ringlimit::node
