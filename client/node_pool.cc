@@ -1,6 +1,7 @@
 #include "client/node_pool.h"
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -33,8 +34,10 @@ Result<std::pair<std::string, uint16_t>> SplitAddress(const std::string& address
   return std::pair{host, static_cast<uint16_t>(p)};
 }
 
+// Each connection runs on its own strand: with several I/O threads, the stream's timeout handler and an
+// operation's completion must not run at the same time (beast::tcp_stream is not thread-safe).
 struct NodePool::Connection {
-  explicit Connection(asio::io_context& io) : stream(io) {}
+  explicit Connection(asio::io_context& io) : stream(asio::make_strand(io)) {}
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
 };
