@@ -141,7 +141,9 @@ Parsed ParseFlags(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, all), vm);
     if (vm.count("help")) {
-      std::cout << all << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies.\n";
+      std::cout << all
+                << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies.\n"
+                   "POST /v1/cluster/leave leaves the cluster cleanly, then stops the same way (exit 0).\n";
       return parsed;
     }
     if (vm.count("config")) {
