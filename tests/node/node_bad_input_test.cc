@@ -160,14 +160,23 @@ class NodeConnectionCapTest : public NodeBadInputTest {
 };
 
 TEST_F(NodeConnectionCapTest, TooManyConnectionsGet503AndAreCounted) {
-  std::vector<std::unique_ptr<HttpClient>> held;
-  for (int i = 0; i < 4; ++i) {
-    held.push_back(std::make_unique<HttpClient>(node_->http_port()));
-    auto response = held.back()->Get("/healthz");
-    ASSERT_TRUE(response);
-    ASSERT_EQ(response->result_int(), 200);
-  }
   client_->Close();  // the fixture's client is not connected; make sure
+  // Connections closed just before (the harness's readiness polls, the fixture's client) may not have
+  // been reaped by the server yet, so a slot can still be taken for a moment: poll, with a deadline,
+  // until four connections are held.
+  std::vector<std::unique_ptr<HttpClient>> held;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (held.size() < 4) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "could not hold 4 connections";
+    auto candidate = std::make_unique<HttpClient>(node_->http_port());
+    auto response = candidate->Get("/healthz");
+    ASSERT_TRUE(response);
+    if (response->result_int() == 200) {
+      held.push_back(std::move(candidate));
+    } else {
+      ASSERT_EQ(response->result_int(), 503);
+    }
+  }
   HttpClient extra(node_->http_port());
   ExpectError(extra.Get("/healthz"), 503, "too_many_connections");
   auto metrics = held.front()->Get("/metrics");
