@@ -98,24 +98,33 @@ checks_work_on() {
 }
 # Node $1's view: the ids in state $2, comma-separated.
 seen_in_state() { curl -fsS --max-time 5 "$(http "$1")/v1/cluster" | jq -r --arg s "$2" '[.members[] | select(.state == $s) | .id] | sort | join(",")'; }
+# sees_alive I WANT: node I's alive set becomes WANT within 10 s. Polled, because on a loaded machine
+# a live member can be suspected for a moment (SWIM: it refutes within a probe period or two).
+sees_alive() {
+  local deadline=$((SECONDS + 10))
+  until [[ "$(seen_in_state "$1" alive 2>/dev/null)" == "$2" ]]; do
+    ((SECONDS < deadline)) || { echo "    n$1 sees alive: $(seen_in_state "$1" alive 2>&1)"; return 1; }
+    sleep 0.1
+  done
+}
 
 echo "cluster dir $RINGLIMIT_CLUSTER_DIR, base port $RINGLIMIT_BASE_PORT"
 
 run 0 up 3
 out | grep -q "http://127.0.0.1:$((RINGLIMIT_BASE_PORT + 3))" || fail "up did not print the table with n3"
 out | grep -q "curl" || fail "up did not print a curl line"
-for i in 1 2 3; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "n$i does not see n1..n3 alive"; done
+for i in 1 2 3; do sees_alive "$i" "n1,n2,n3" || fail "n$i does not see n1..n3 alive"; done
 checks_work_on 1 2 3
 
 run 0 up 3  # rerun: nothing to do, still succeeds
-for i in 1 2 3; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "rerun of up changed the cluster"; done
+for i in 1 2 3; do sees_alive "$i" "n1,n2,n3" || fail "rerun of up changed the cluster"; done
 
 run 0 status
 for i in 1 2 3; do out | grep -Eq "^n$i +alive" || fail "status does not show n$i alive"; done
 
 run 0 add
 out | grep -q "n4 joined" || fail "add did not report n4"
-for i in 1 2 3 4; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3,n4" ]] || fail "n$i does not see n4 alive"; done
+for i in 1 2 3 4; do sees_alive "$i" "n1,n2,n3,n4" || fail "n$i does not see n4 alive"; done
 checks_work_on 1 2 3 4
 
 run 0 kill n2
@@ -124,14 +133,14 @@ checks_work_on 1 3 4
 run 0 kill n2  # rerun: already dead, still succeeds
 
 run 0 start n2
-for i in 1 2 3 4; do [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3,n4" ]] || fail "n$i does not see n2 back"; done
+for i in 1 2 3 4; do sees_alive "$i" "n1,n2,n3,n4" || fail "n$i does not see n2 back"; done
 checks_work_on 1 2 3 4
 
 run 0 remove n4
 out | grep -q "n4 left" || fail "remove did not report n4 leaving"
 curl -fsS --max-time 2 "$(http 4)/readyz" >/dev/null 2>&1 && fail "n4 still answers after remove"
 for i in 1 2 3; do
-  [[ "$(seen_in_state "$i" alive)" == "n1,n2,n3" ]] || fail "n$i still sees n4 alive after remove"
+  sees_alive "$i" "n1,n2,n3" || fail "n$i still sees n4 alive after remove"
 done
 checks_work_on 1 2 3
 run 0 remove n4  # rerun: already gone, still succeeds
