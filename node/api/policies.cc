@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "api.pb.h"
 #include "node/api/api_json.h"
@@ -234,7 +235,11 @@ std::optional<PolicyError> Policies::LoadJson(std::string_view json_text) {
   PolicyError error;
   auto set = PolicySet::Parse(json_text, &error);
   if (!set) return error;
-  current_.store(std::move(set), std::memory_order_release);
+  std::shared_ptr<const PolicySet> old;  // released outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    old = std::exchange(current_, std::move(set));
+  }
   return std::nullopt;
 }
 

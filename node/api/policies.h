@@ -10,9 +10,9 @@
 #ifndef RINGLIMIT_NODE_API_POLICIES_H_
 #define RINGLIMIT_NODE_API_POLICIES_H_
 
-#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,14 +80,19 @@ class Policies {
 
   // The set in force. Callers keep the pointer for the duration of one request.
   [[nodiscard]] std::shared_ptr<const PolicySet> Current() const {
-    return current_.load(std::memory_order_acquire);
+    std::lock_guard lock(mutex_);
+    return current_;
   }
 
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
   const std::string path_;  // constant after construction
-  std::atomic<std::shared_ptr<const PolicySet>> current_;
+
+  // A mutex rather than std::atomic<std::shared_ptr>: libstdc++ 12's implementation of the latter is
+  // reported racy by TSan. The critical section is one pointer copy, taken once per request.
+  mutable std::mutex mutex_;
+  std::shared_ptr<const PolicySet> current_;  // protected by mutex_
 };
 
 }  // namespace ringlimit::node
