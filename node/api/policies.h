@@ -10,6 +10,7 @@
 #ifndef RINGLIMIT_NODE_API_POLICIES_H_
 #define RINGLIMIT_NODE_API_POLICIES_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
