@@ -84,7 +84,9 @@ class TestHandler : public RequestHandler {
       auto next = std::min_element(jobs_.begin(), jobs_.end(),
                                    [](const Job& a, const Job& b) { return a.due < b.due; });
       if (!stop_ && next->due > std::chrono::steady_clock::now()) {
-        cv_.wait_until(lock, next->due);
+        // A copy: wait_until re-reads its deadline after waking, and Handle may have grown jobs_.
+        const auto due = next->due;
+        cv_.wait_until(lock, due);
         continue;
       }
       Job job = std::move(*next);

@@ -234,7 +234,12 @@ void Session::OnWrite(bool close, error_code ec) {
 void Session::FinishIfDone() {
   if (closed_ || writing_ || !pending_.empty()) return;
   if (draining_ && phase_ == ReadPhase::kIdle && !RequestInProgress()) {
-    Close();  // aborts the read that waits for a request that will not be served
+    // Cancel the read that waits for a request rather than closing: bytes the reactor has already
+    // taken from the kernel but not yet handed to us are invisible here, and their completion still
+    // arrives (and is served, with Connection: close). A read that really was idle completes with
+    // operation_aborted and OnRead closes the connection.
+    error_code ignored;
+    socket_.cancel(ignored);
     return;
   }
   if (read_closed_ && phase_ == ReadPhase::kNone) Close();
