@@ -135,9 +135,14 @@ TEST_F(NodeLifecycleTest, PipelinedRequestsSentBeforeSigintAreAllAnswered) {
     pipeline += "GET /v1/check?key=p&limit=100&window_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n";
   }
   ASSERT_TRUE(client.SendRaw(pipeline));
+  // The first answer proves the node has accepted the connection and is working through the pipeline
+  // (a signal before the accept would rightly leave the connection unserved); SIGINT lands mid-pipeline.
+  auto first = client.ReadResponse();
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(first->result_int(), 200);
   ASSERT_TRUE(node->Signal(SIGINT));
-  int answered = 0;
-  while (true) {
+  int answered = 1;
+  while (first->keep_alive()) {
     auto response = client.ReadResponse();
     if (!response) break;
     EXPECT_EQ(response->result_int(), 200);
