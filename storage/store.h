@@ -65,6 +65,10 @@ class Store : public StateStore {
   // REQUIRES: limiter::Validate(state.spec) returned nullopt.
   virtual bool ApplyIfNewer(std::string_view entity, const StoredState& state) = 0;
 
+  // Removes every state of `entity` from memory and disk WITHOUT telling the observer: the key moved to
+  // other nodes (handoff cleanup), so this is not an erase to replicate. Returns how many were removed.
+  virtual size_t Discard(std::string_view entity) = 0;
+
   // Every state whose entity's ring token t satisfies first <= t <= last (inclusive, so the whole
   // ring is [0, UINT64_MAX]), in no particular order. For handoff: O(states in memory) for the memory
   // tier, plus a contiguous RocksDB range read for the durable tier.

@@ -1,0 +1,1 @@
+#include "replication/handoff.h"

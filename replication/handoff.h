@@ -1,0 +1,137 @@
+// HandoffManager: moves counters with the ring. When the ring changes, the ranges whose owner changes
+// are handed over live, under-replicated keys get their copies back, and states this node no longer
+// owns or replicates are dropped.
+//
+// A range moving from A to B (RingView::Diff of the previous and the new ring), as both ends see it:
+//  - A (outgoing): keeps deciding the range's keys itself (RouteOverride says "self") while it pushes
+//    every state in the range to B (a ScanTokenRange: RocksDB range + dirty memory states, sent with
+//    Replicator::SendUpdates), ships its last changes (Replicator::Flush), sends HandoffDone, and only
+//    then lets the ring route the range to B.
+//  - B (incoming): until A's HandoffDone arrives, passes the range's checks to A (RouteOverride says
+//    "A"), so exactly one node decides each key at any moment, apart from requests in flight. If A
+//    becomes unreachable (dead, left) or done_timeout passes, B decides from what it has (its replica).
+//  - A node that joins or rejoins sees every range it gains as incoming from its previous owner, so a
+//    restarted node never decides from its stale copy before the current owner has pushed the newer one
+//    (newest version wins in ApplyIfNewer).
+// Graceful leave (Leave): the leaving node hands every range it owns to the owners of the ring without
+// it, then routes every check to them (RouteOverride) until it exits.
+// Re-replication: after a ring change, the owner of each key pushes it to the members that joined its
+// preference list (PreferenceList(token, R) before vs after), so each key gets back to R copies.
+// Drop: drop_delay after the last ring change, with no handoff in progress, states whose key's
+// preference list no longer contains this node are discarded (Store::Discard: not replicated as erases).
+//
+// Threading: ring changes, pushes and scans run on a worker thread of the manager's own; OnRingChanged
+// only queues. RouteOverride is on the request path: one atomic load when no handoff is in progress.
+// Thread safety: every public method is safe for concurrent use. Lifetime: the store, the link and the
+// replicator must outlive the manager; Stop (or the destructor) before destroying them.
+#ifndef RINGLIMIT_REPLICATION_HANDOFF_H_
+#define RINGLIMIT_REPLICATION_HANDOFF_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "replication/cluster_link.h"
+#include "replication/replicator.h"
+#include "ring/ring_view.h"
+#include "storage/store.h"
+
+namespace ringlimit::replication {
+
+struct HandoffOptions {
+  // --- Affects behaviour ---
+  // Preference-list length R (--replicas), as in ReplicatorOptions. REQUIRES: >= 1. Default: 3.
+  uint32_t replicas = 3;
+  // Incoming: how long to pass a range's checks to its previous owner while waiting for its
+  // HandoffDone before deciding from what this node has. Default: 30 s.
+  std::chrono::milliseconds done_timeout{30'000};
+  // Outgoing: how long a push to one member may take in all before it is abandoned (logged, counted).
+  // Default: 60 s.
+  std::chrono::milliseconds push_timeout{60'000};
+  // Drop states this node no longer owns or replicates this long after the last ring change (and only
+  // when no handoff is in progress). Default: 5 s.
+  std::chrono::milliseconds drop_delay{5'000};
+
+  // --- Affects performance ---
+  // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
+  // Default: 64.
+  uint32_t scan_slices = 64;
+};
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options);
+
+// One handoff in progress, as GET /v1/cluster shows it.
+struct HandoffView {
+  std::string direction;  // "out" (this node pushes) or "in" (this node waits for the previous owner)
+  std::string peer;       // the other end
+  size_t ranges = 0;      // token ranges concerned
+  double share = 0;       // fraction of the token space concerned
+  uint64_t keys = 0;      // out: keys pushed so far; in: keys received so far from that peer
+  std::string phase;      // out: "pushing", "flushing", "done-sent"; in: "waiting"
+  double seconds = 0;     // since it started
+};
+
+struct HandoffStats {
+  uint64_t handed_off_keys = 0;     // keys pushed by outgoing handoffs (including leave)
+  uint64_t handoffs_completed = 0;  // outgoing handoffs acknowledged by HandoffDone
+  uint64_t handoffs_failed = 0;     // outgoing handoffs abandoned (target gone, push_timeout)
+  uint64_t incoming_completed = 0;  // incoming ranges released by a HandoffDone
+  uint64_t incoming_abandoned = 0;  // incoming ranges released because the previous owner was gone or
+                                    // done_timeout passed
+  uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
+  uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
+  uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
+};
+
+class HandoffManager {
+ public:
+  // REQUIRES: ValidateHandoffOptions(options) returned nullopt.
+  HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator, HandoffOptions options);
+  ~HandoffManager();
+
+  HandoffManager(const HandoffManager&) = delete;
+  HandoffManager& operator=(const HandoffManager&) = delete;
+
+  // Starts the worker thread. Call once, before the first OnRingChanged.
+  void Start();
+  // Abandons what is in progress and stops the worker. Idempotent.
+  void Stop();
+
+  // The ring changed from `before` (null: none) to `after`. Called in ring-version order by the
+  // cluster, from any thread; queues the work and returns at once. If `before` is null or lacks this
+  // node while `after` has it, `before` is taken as `after` without this node: every range this node
+  // gains is then incoming from its previous owner.
+  void OnRingChanged(std::shared_ptr<const ring::RingView> before,
+                     std::shared_ptr<const ring::RingView> after);
+
+  // Where the checks of a key with ring token `token` go, overriding the ring: nullopt = follow the
+  // ring; self_id() = decide here; another id = send them there. Request path: cheap.
+  [[nodiscard]] std::optional<std::string> RouteOverride(ring::Token token) const;
+
+  // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. Returns the serialized
+  // HandoffDoneAck, or nullopt when the payload does not parse.
+  [[nodiscard]] std::optional<std::string> HandleHandoffDone(std::string_view payload);
+
+  // Graceful leave: hands every range this node owns on the current ring to its owner on the ring
+  // without this node, then routes every check to those owners. Calls done(ok) once (on the worker
+  // thread): ok when every push was acknowledged. A second call while leaving gets done(false).
+  void Leave(std::function<void(bool ok)> done);
+
+  [[nodiscard]] std::vector<HandoffView> InProgress() const;
+  [[nodiscard]] HandoffStats stats() const;
+
+ private:
+  struct Core;
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace ringlimit::replication
+
+#endif  // RINGLIMIT_REPLICATION_HANDOFF_H_

@@ -1,0 +1,1 @@
+#include "replication/replicator.h"

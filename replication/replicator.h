@@ -1,0 +1,144 @@
+// Replicator: ships every change of the states this node decides to the other members of each key's
+// preference list (its R-1 successors on the ring), and applies what other nodes ship to it.
+//
+// Sending (async mode, the default): the store tells the Replicator about every change (it is the
+// store's StateObserver). The observer only marks the entity key dirty -- O(1), no I/O, on the request
+// path. A flusher thread wakes every `interval`, takes the dirty keys, reads each key's current states
+// from the store (so a key changed 1000 times in one interval is shipped once, at its newest version),
+// and sends one StateUpdateBatch per target member: PreferenceList(token, R) minus this node, reachable
+// members only. Failed sends put the keys back in the dirty set while the target is still reachable.
+//
+// Sending (sync mode): Decided(keys, done) ships the keys' states at once and calls `done` only when, for
+// every key, at least one replica acknowledged (or no replica is reachable, or sync_timeout passed --
+// counted, and the answer goes out anyway: availability over durability). The request path calls it
+// after a local decision and answers the client from `done`.
+//
+// Receiving: HandleStateUpdate applies a StateUpdateBatch with Store::ApplyIfNewer (versions decide;
+// repeats and reordering are harmless) -- for live replication, handoff pushes and re-replication alike.
+//
+// Thread safety: every public method is safe for concurrent use. Lifetime: the store and the link must
+// outlive the Replicator; Stop (or the destructor) before destroying them.
+#ifndef RINGLIMIT_REPLICATION_REPLICATOR_H_
+#define RINGLIMIT_REPLICATION_REPLICATOR_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "peer.pb.h"
+#include "replication/cluster_link.h"
+#include "storage/store.h"
+
+namespace ringlimit::replication {
+
+enum class ReplicationMode : uint8_t {
+  kAsync = 0,  // answer at once; ship within `interval`
+  kSync = 1,   // answer after at least one replica acknowledged
+};
+
+// "async" / "sync".
+[[nodiscard]] std::optional<ReplicationMode> ParseReplicationMode(std::string_view text);
+[[nodiscard]] std::string_view ToString(ReplicationMode mode);
+
+struct ReplicatorOptions {
+  // --- Affects behaviour ---
+  // --replication. Default: async.
+  ReplicationMode mode = ReplicationMode::kAsync;
+  // --replicas: copies of each key including the owner's (the preference-list length R), capped at the
+  // member count by the ring. 1 = no replication. REQUIRES: >= 1. Default: 3.
+  uint32_t replicas = 3;
+  // Sync mode: how long Decided waits for a replica's acknowledgement before answering anyway.
+  // Default: 250 ms.
+  std::chrono::milliseconds sync_timeout{250};
+  // Timeout of one StateUpdateBatch send. Default: 2000 ms.
+  std::chrono::milliseconds send_timeout{2000};
+
+  // --- Affects performance ---
+  // Async mode: how often the flusher ships the dirty keys (--replication-interval-ms). Default: 2 ms.
+  std::chrono::milliseconds interval{2};
+  // Most StateUpdates per StateUpdateBatch. Default: 512.
+  size_t max_batch = 512;
+};
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateReplicatorOptions(const ReplicatorOptions& options);
+
+struct ReplicatorStats {
+  // Sending side.
+  uint64_t updates_sent = 0;   // StateUpdates sent (one per key and target), live replication only
+  uint64_t updates_acked = 0;  // of those, acknowledged
+  uint64_t batches_sent = 0;
+  uint64_t send_failures = 0;  // batches that got no answer (their keys are retried)
+  uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet
+  uint64_t sync_waits = 0;     // Decided calls that waited for an acknowledgement (sync mode)
+  uint64_t sync_timeouts = 0;  // of those, answered after sync_timeout without one
+  double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
+  double max_lag_seconds = 0;  // since start
+  // Receiving side (every StateUpdateBatch: replication, handoff, re-replication).
+  uint64_t received_updates = 0;
+  uint64_t applied_states = 0;  // newer than ours: kept
+  uint64_t ignored_states = 0;  // not newer: ignored
+  uint64_t bad_batches = 0;     // did not parse
+};
+
+// The StateUpdate of `entity` as `store` holds it now: every state (name, spec, words, version), the
+// ring token, `erased` false. `states` is empty when the store holds none.
+[[nodiscard]] peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity);
+
+class Replicator final : public storage::StateObserver {
+ public:
+  // REQUIRES: ValidateReplicatorOptions(options) returned nullopt.
+  Replicator(storage::Store& store, ClusterLink& link, ReplicatorOptions options);
+  ~Replicator() override;
+
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // Starts the flusher thread. Call once, before the store is shared with request handling.
+  void Start();
+  // Ships what is pending (waiting at most send_timeout), then stops the flusher. Idempotent.
+  void Stop();
+
+  // storage::StateObserver (request path: O(1), no I/O).
+  void OnChanged(std::string_view entity, const storage::StoredState& state) override;
+  void OnErased(std::string_view entity, std::string_view name) override;
+
+  // This node just decided (charged) checks of `keys`. Calls `done` exactly once, possibly on another
+  // thread, possibly before returning: at once in async mode, with R == 1 or when no replica is
+  // reachable; in sync mode once every key has at least one acknowledgement or sync_timeout passed.
+  void Decided(std::span<const std::string_view> keys, std::function<void()> done);
+
+  // Ships every pending change now and waits for the acknowledgements, at most `timeout`. Returns
+  // whether everything pending at the call was acknowledged. Used at a handoff switch ("last changes").
+  bool Flush(std::chrono::milliseconds timeout);
+
+  // Sends `updates` to member `id` in batches of max_batch (flagged `handoff`), at most a few batches
+  // in flight, and calls done(ok) once: ok when every batch was acknowledged. For handoff pushes and
+  // re-replication.
+  void SendUpdates(std::string_view id, std::vector<peer::StateUpdate> updates,
+                   std::function<void(bool ok)> done);
+
+  // Receiver: applies a serialized StateUpdateBatch to the store and returns the serialized
+  // StateUpdateAck, or nullopt when the payload does not parse (nothing applied). States whose spec
+  // fails limiter::Validate are ignored.
+  [[nodiscard]] std::optional<std::string> HandleStateUpdate(std::string_view payload);
+
+  [[nodiscard]] const ReplicatorOptions& options() const { return options_; }
+  [[nodiscard]] ReplicatorStats stats() const;
+
+ private:
+  struct Core;
+  const ReplicatorOptions options_;
+  std::shared_ptr<Core> core_;  // also held by pending completions
+};
+
+}  // namespace ringlimit::replication
+
+#endif  // RINGLIMIT_REPLICATION_REPLICATOR_H_
