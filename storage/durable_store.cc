@@ -241,6 +241,8 @@ bool DurableStore::ApplyIfNewer(std::string_view entity, const StoredState& stat
   return memory_->ApplyIfNewer(entity, state);
 }
 
+size_t DurableStore::Discard(std::string_view entity) { return memory_->Discard(entity); }
+
 std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::Token last) {
   // Memory holds the newest version of what it holds; RocksDB (after a flush) has the rest.
   Flush();

@@ -46,6 +46,8 @@ class DurableStore final : public Store {
 
   // Store.
   bool ApplyIfNewer(std::string_view entity, const StoredState& state) override;
+  // The rows are deleted by the next flush (Flush or Close make it durable now).
+  size_t Discard(std::string_view entity) override;
   [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;
   void SetObserver(StateObserver* observer) override;
   void Flush() override;

@@ -258,6 +258,82 @@ TEST_F(DurableStoreTest, ScanTokenRangeSeesMemoryAndDisk) {
   EXPECT_EQ(low.size() + store->ScanTokenRange(mid + 1, UINT64_MAX).size(), 100u);
 }
 
+TEST_F(DurableStoreTest, DiscardDeletesTheRowsAndSurvivesReopen) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  {
+    auto store = Open();
+    Charge(*store, "flushed", spec, t0, 3);  // on disk only after the flush below... then dirty again
+    Charge(*store, "on-disk", spec, t0, 3);  // on disk, clean in memory
+    Charge(*store, "kept", spec, t0, 3);
+    store->Flush();
+    Charge(*store, "flushed", spec, t0, 1);     // a pending change the next flush would write
+    Charge(*store, "dirty-only", spec, t0, 1);  // never flushed
+    EXPECT_EQ(store->Discard("flushed"), 1u);
+    EXPECT_EQ(store->Discard("dirty-only"), 1u);
+    EXPECT_EQ(store->Discard("on-disk"), 1u);
+    EXPECT_TRUE(store->Get("flushed").empty());
+    EXPECT_EQ(store->Durability().dirty, 0u);  // nothing left for a flush to write back
+  }
+  EXPECT_EQ(CountRows(), 1u);  // only "kept"
+  {
+    auto store = Open();
+    EXPECT_TRUE(store->Get("flushed").empty());
+    EXPECT_TRUE(store->Get("on-disk").empty());
+    EXPECT_TRUE(store->Get("dirty-only").empty());
+    EXPECT_EQ(Charge(*store, "flushed", spec, t0, 0).remaining, 10u);  // starts afresh
+    // A state only on disk (not loaded since the reopen) is discarded too.
+    EXPECT_EQ(store->Discard("kept"), 1u);
+    EXPECT_TRUE(store->Get("kept").empty());
+  }
+  EXPECT_EQ(CountRows(), 0u);
+}
+
+TEST_F(DurableStoreTest, DiscardIsNotUndoneByAFailedThenRetriedFlush) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  {
+    auto store = Open();
+    Charge(*store, "k", spec, t0, 3);
+    store->Flush();
+    Charge(*store, "k", spec, t0, 3);
+    store->TEST_FailWrites(true);
+    store->Flush();  // the change stays dirty
+    EXPECT_EQ(store->Durability().dirty, 1u);
+    EXPECT_EQ(store->Discard("k"), 1u);
+    store->TEST_FailWrites(false);
+    store->Flush();
+    EXPECT_GE(store->Durability().deleted_rows, 1u);
+  }
+  EXPECT_EQ(CountRows(), 0u);
+  auto store = Open();
+  EXPECT_TRUE(store->Get("k").empty());
+}
+
+TEST_F(DurableStoreTest, VersionsDoNotGoBackAcrossEraseAndReopen) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 1000, 3600 * kSecond);
+  uint64_t last = 0;
+  {
+    auto store = Open();
+    for (int i = 0; i < 50; ++i) Charge(*store, "k", spec, t0, 0 + (i % 2));
+    last = store->Get("k")[0].version;
+    EXPECT_GE(last, static_cast<uint64_t>(t0 / 1'000'000) << 4);
+  }
+  {
+    auto store = Open();
+    EXPECT_EQ(store->Get("k")[0].version, last);  // restored exactly
+    Charge(*store, "k", spec, t0, 1);
+    EXPECT_GT(store->Get("k")[0].version, last);
+    last = store->Get("k")[0].version;
+    ASSERT_EQ(store->Erase("k", std::nullopt), 1u);
+  }
+  auto store = Open();
+  EXPECT_TRUE(store->Get("k").empty());
+  Charge(*store, "k", spec, t0 + 5 * kMillisecond, 1);
+  EXPECT_GT(store->Get("k")[0].version, last);
+}
+
 TEST_F(DurableStoreTest, CorruptOrUnusableDirectoryIsAnErrorValue) {
   {
     auto store = Open();

@@ -1,5 +1,6 @@
 #include "storage/memory_shard.h"
 
+#include <algorithm>
 #include <boost/container/small_vector.hpp>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,16 @@ constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): droppi
 constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
 
 uint64_t Version(uint64_t meta) { return meta >> 16; }
+
+// The version of a state changed by Update at `now`: a hybrid logical clock, so a state recreated after
+// an idle drop, an erase or a restart still gets a version above the ones it had before (replicas keep
+// the newest by version). Milliseconds since the epoch shifted by 4 (16 changes per ms before the
+// logical part runs ahead of the clock); clamped to the 48 bits of Entry::meta (enough until ~2500).
+uint64_t NextVersion(uint64_t old_version, limiter::TimeNs now) {
+  uint64_t clock =
+      now <= 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(now / 1'000'000), kVersionMax >> 4);
+  return std::min(std::max(old_version + 1, clock << 4), kVersionMax);
+}
 limiter::Algorithm AlgorithmOf(uint64_t meta) { return static_cast<limiter::Algorithm>((meta >> 8) & 0xff); }
 uint64_t Flags(uint64_t meta) { return meta & 0xff; }
 uint64_t Meta(uint64_t version, limiter::Algorithm algorithm, uint64_t flags) {
@@ -255,9 +266,9 @@ void MemoryShard::ReadState(uint32_t index, limiter::State& out) const {
     out.tail.clear();
 }
 
-void MemoryShard::WriteState(uint32_t index, limiter::State&& state) {
+void MemoryShard::WriteState(uint32_t index, limiter::State&& state, uint64_t version) {
   Entry& e = At(index);
-  e.meta = Meta(Version(e.meta) + 1, state.algorithm, Flags(e.meta));
+  e.meta = Meta(version, state.algorithm, Flags(e.meta));
   std::memcpy(e.word, state.word, sizeof(e.word));
   if (state.tail.empty()) {
     tails_.erase(index);
@@ -367,7 +378,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
       }
     }
     if (!changed) continue;
-    WriteState(index, std::move(states[i]));
+    WriteState(index, std::move(states[i]), NextVersion(Version(At(index).meta), now));
     if (want_changes) outcome.changed.push_back(Copy(index));
   }
   outcome.pressure = Trim(now);
@@ -392,13 +403,11 @@ MemoryShard::ApplyOutcome MemoryShard::ApplyIfNewer(EntityKey key, const StoredS
     e.slot = Intern(state.name, state.spec);
     Release(old);
     limiter::State copy = state.state;
-    WriteState(index, std::move(copy));
+    WriteState(index, std::move(copy), state.version);
     LruUnlink(index);
     LruPushFront(index);
   }
-  Entry& e = At(index);
-  e.meta = Meta(state.version, state.state.algorithm, Flags(e.meta));
-  MarkDirty(index);
+  MarkDirty(index);  // (a new entry; WriteState marked a replaced one)
   outcome.applied = true;
   outcome.pressure = Trim(std::numeric_limits<limiter::TimeNs>::min());
   return outcome;
@@ -535,10 +544,20 @@ void MemoryShard::AckFlushed(std::span<const DirtyRecord> records, bool ok) {
       continue;
     }
     uint32_t index = FindInChain(FindHead(key), r.state.name);
-    if (index == kNil) continue;
+    if (index == kNil) {
+      // Dropped (erased, discarded, idle) after it was collected: the row this batch just wrote is
+      // stale. (Dirty states are never evicted, so this is not an eviction.) The next batch deletes it.
+      std::string row = EncodeRowKey(r.token, r.entity, r.state.name);
+      tombs_.try_emplace(std::move(row), Tomb{r.entity, r.token, r.state.name});
+      continue;
+    }
     Entry& e = At(index);
     e.meta |= kOnDisk;
     if (Version(e.meta) != r.state.version || !(Flags(e.meta) & kDirty)) continue;
+    // Same version is not enough: a state recreated within the same millisecond can reuse a version.
+    limiter::State current;
+    ReadState(index, current);
+    if (!(current == r.state.state) || !SameSpec(slots_[e.slot].spec, r.state.spec)) continue;
     e.meta &= ~kDirty;
     dirty_.erase(index);
     dirty_count_.fetch_sub(1, std::memory_order_relaxed);

@@ -113,7 +113,7 @@ class MemoryShard {
   uint32_t Insert(EntityKey key, const StoredState& state, bool on_disk);
   void Drop(uint32_t index, DropReason reason);
   void ReadState(uint32_t index, limiter::State& out) const;
-  void WriteState(uint32_t index, limiter::State&& state);
+  void WriteState(uint32_t index, limiter::State&& state, uint64_t version);  // marks dirty
   void MarkDirty(uint32_t index);
   StoredState Copy(uint32_t index) const;
   bool Tombstoned(EntityKey key, std::string_view name) const;

@@ -89,6 +89,15 @@ size_t MemoryStore::Erase(std::string_view entity, std::optional<std::string_vie
   }
 }
 
+size_t MemoryStore::Discard(std::string_view entity) {
+  EntityKey key{entity, ring::RingToken(entity)};
+  MemoryShard& shard = ShardFor(key.token);
+  for (;;) {  // an erase the observer is not told about
+    auto removed = shard.Erase(key, std::nullopt, LoadEntity(options_.loader, shard, key));
+    if (removed) return removed->size();
+  }
+}
+
 StoreStats MemoryStore::Stats() const {
   StoreStats stats;
   for (size_t i = 0; i < shard_count_; ++i) {

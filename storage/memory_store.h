@@ -106,6 +106,8 @@ class MemoryStore final : public Store {
 
   // Store.
   bool ApplyIfNewer(std::string_view entity, const StoredState& state) override;
+  // Write-back mode: the rows on disk get pending deletes, applied by the next flush.
+  size_t Discard(std::string_view entity) override;
   [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;
   void SetObserver(StateObserver* observer) override { observer_ = observer; }
   void Flush() override {}

@@ -17,6 +17,8 @@ using limiter::LimitSpec;
 using limiter::State;
 
 constexpr limiter::TimeNs kT0 = 1'700'000'000 * kSecond;
+// The clock part of a version changed at `now` (the hybrid-logical-clock rule).
+constexpr uint64_t ClockVersion(limiter::TimeNs now) { return static_cast<uint64_t>(now / 1'000'000) << 4; }
 
 LimitSpec Spec(Algorithm algorithm, uint64_t limit, limiter::DurationNs window) {
   LimitSpec spec;
@@ -42,6 +44,7 @@ TEST(MemoryStoreTest, UpdateCreatesAndBumpsVersions) {
   MemoryStore store;
   LimitSpec spec = Spec(Algorithm::kTokenBucket, 3, kSecond);
   EXPECT_TRUE(Charge(store, "user:1", "rps", spec, kT0).allowed);
+  EXPECT_EQ(store.Get("user:1")[0].version, ClockVersion(kT0));  // created: the clock
   EXPECT_TRUE(Charge(store, "user:1", "rps", spec, kT0).allowed);
   EXPECT_TRUE(Charge(store, "user:1", "rps", spec, kT0).allowed);
   EXPECT_FALSE(Charge(store, "user:1", "rps", spec, kT0).allowed);
@@ -49,7 +52,8 @@ TEST(MemoryStoreTest, UpdateCreatesAndBumpsVersions) {
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(states[0].name, "rps");
   EXPECT_EQ(states[0].spec.limit, 3u);
-  EXPECT_EQ(states[0].version, 3u);  // the denied request changed nothing
+  // Same millisecond: +1 per change; the denied request changed nothing.
+  EXPECT_EQ(states[0].version, ClockVersion(kT0) + 2);
   EXPECT_EQ(states[0].state.algorithm, Algorithm::kTokenBucket);
   EXPECT_EQ(store.Stats().keys, 1u);
   EXPECT_TRUE(store.Get("user:2").empty());
@@ -128,7 +132,7 @@ TEST(MemoryStoreTest, SpecChangeKeepsStateAndRecordsNewSpec) {
   auto states = store.Get("k");
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(states[0].spec.limit, 20u);
-  EXPECT_EQ(states[0].version, 2u);
+  EXPECT_EQ(states[0].version, ClockVersion(kT0) + 1);
 }
 
 TEST(MemoryStoreTest, IdleStatesAreDroppedBySweepAndOnAccess) {
@@ -224,9 +228,146 @@ TEST(MemoryStoreTest, ObserverSeesCommittedChanges) {
   Charge(store, "k", "n", spec, kT0);
   Charge(store, "k", "n", spec, kT0);  // denied: no change, no call
   Charge(store, "k", "n", spec, kT0, 0);
-  EXPECT_EQ(observer.changes, std::vector<std::string>{"k/n@1"});
+  EXPECT_EQ(observer.changes, std::vector<std::string>{"k/n@" + std::to_string(ClockVersion(kT0))});
   store.Erase("k", std::nullopt);
   EXPECT_EQ(observer.erased, std::vector<std::string>{"k/n"});
+}
+
+TEST(MemoryStoreTest, DiscardRemovesEveryStateWithoutTellingTheObserver) {
+  MemoryStore store;
+  RecordingObserver observer;
+  store.SetObserver(&observer);
+  LimitSpec spec = Spec(Algorithm::kFixedWindow, 5, kSecond);
+  Charge(store, "k", "a", spec, kT0);
+  Charge(store, "k", "b", spec, kT0);
+  Charge(store, "other", "a", spec, kT0);
+  observer.changes.clear();
+  EXPECT_EQ(store.Discard("k"), 2u);
+  EXPECT_EQ(store.Discard("k"), 0u);
+  EXPECT_EQ(store.Discard("never"), 0u);
+  EXPECT_TRUE(store.Get("k").empty());
+  EXPECT_EQ(store.Get("other").size(), 1u);
+  EXPECT_EQ(store.Stats().keys, 1u);
+  EXPECT_TRUE(observer.changes.empty());
+  EXPECT_TRUE(observer.erased.empty());
+  // The key starts afresh.
+  EXPECT_EQ(Charge(store, "k", "a", spec, kT0).remaining, 4u);
+}
+
+// Write-back bookkeeping: a state dropped while its batch was being written leaves a pending delete
+// for the row that batch wrote.
+TEST(MemoryStoreTest, WriteBackRowOfAStateDroppedDuringItsFlushIsDeletedNext) {
+  MemoryStoreOptions options;
+  options.shards = 1;
+  options.write_back = true;
+  MemoryStore store(options);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, 60 * kSecond);
+  using Counts = std::pair<size_t, size_t>;  // (puts, erases) of one entity in a batch
+  auto writes_of = [](const std::vector<DirtyRecord>& batch, const std::string& entity) {
+    size_t puts = 0, erases = 0;
+    for (const auto& r : batch) {
+      if (r.entity != entity) continue;
+      (r.erase ? erases : puts)++;
+    }
+    return std::pair(puts, erases);
+  };
+  // A new state collected, then discarded before the batch is acknowledged.
+  Charge(store, "a", "n", spec, kT0);
+  auto batch = store.CollectDirty();
+  EXPECT_EQ(writes_of(batch, "a"), Counts(1, 0));
+  EXPECT_EQ(store.Discard("a"), 1u);
+  store.AckFlushed(batch, true);
+  EXPECT_EQ(writes_of(store.CollectDirty(), "a"), Counts(0, 1));
+
+  // A row erased and recreated (delete + put in one batch), discarded during that batch.
+  Charge(store, "b", "n", spec, kT0);
+  store.AckFlushed(store.CollectDirty(), true);
+  store.AckFlushed(store.CollectDirty(), true);  // "a"'s delete
+  ASSERT_EQ(store.Erase("b", std::nullopt), 1u);
+  Charge(store, "b", "n", spec, kT0);
+  batch = store.CollectDirty();
+  EXPECT_EQ(writes_of(batch, "b"), Counts(1, 1));
+  EXPECT_EQ(store.Discard("b"), 1u);
+  store.AckFlushed(batch, true);
+  auto next = store.CollectDirty();
+  EXPECT_EQ(next.size(), 1u);
+  EXPECT_EQ(writes_of(next, "b"), Counts(0, 1));
+
+  // A state recreated in the same millisecond (same version) after its batch was collected stays dirty.
+  store.AckFlushed(next, true);
+  Charge(store, "c", "n", spec, kT0);
+  batch = store.CollectDirty();
+  ASSERT_EQ(store.Discard("c"), 1u);
+  Charge(store, "c", "n", spec, kT0, 2);
+  ASSERT_EQ(store.Get("c")[0].version, batch[0].state.version);
+  store.AckFlushed(batch, true);
+  next = store.CollectDirty();
+  EXPECT_EQ(writes_of(next, "c").first, 1u);
+  EXPECT_EQ(store.DirtyCount(), 1u);
+}
+
+TEST(MemoryStoreTest, VersionsFollowTheClockAndNeverGoBack) {
+  MemoryStoreOptions options;
+  options.shards = 1;
+  options.sweep_per_update = 0;
+  MemoryStore store(options);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 1000, kSecond);
+  // Many changes in one millisecond: the logical part runs ahead of the clock...
+  for (int i = 0; i < 40; ++i) Charge(store, "k", "n", spec, kT0);
+  const uint64_t ahead = store.Get("k")[0].version;
+  EXPECT_EQ(ahead, ClockVersion(kT0) + 39);
+  // ...and the clock catching up does not take it back.
+  Charge(store, "k", "n", spec, kT0 + kMillisecond);
+  EXPECT_EQ(store.Get("k")[0].version, ahead + 1);
+  // A later millisecond jumps to the clock.
+  Charge(store, "k", "n", spec, kT0 + 10 * kMillisecond);
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0 + 10 * kMillisecond));
+  // A clock that went backwards does not either.
+  uint64_t before = store.Get("k")[0].version;
+  Charge(store, "k", "n", spec, kT0 - kSecond);
+  EXPECT_EQ(store.Get("k")[0].version, before + 1);
+  // Times before the epoch count as clock 0.
+  Charge(store, "early", "n", spec, -5 * kSecond);
+  EXPECT_EQ(store.Get("early")[0].version, 1u);
+}
+
+TEST(MemoryStoreTest, RecreatedStatesGetGreaterVersions) {
+  MemoryStoreOptions options;
+  options.shards = 1;
+  options.sweep_per_update = 0;
+  MemoryStore store(options);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  limiter::TimeNs now = kT0;
+  Charge(store, "k", "n", spec, now);
+  uint64_t last = store.Get("k")[0].version;
+  // Idle drop by the sweep.
+  now += 10 * kSecond;
+  ASSERT_EQ(store.SweepIdle(now, SIZE_MAX), 1u);
+  Charge(store, "k", "n", spec, now);
+  EXPECT_GT(store.Get("k")[0].version, last);
+  last = store.Get("k")[0].version;
+  // Erase, then a new state a millisecond later.
+  ASSERT_EQ(store.Erase("k", std::nullopt), 1u);
+  now += kMillisecond;
+  Charge(store, "k", "n", spec, now);
+  EXPECT_GT(store.Get("k")[0].version, last);
+  last = store.Get("k")[0].version;
+  // Discard, then recreate.
+  ASSERT_EQ(store.Discard("k"), 1u);
+  now += kMillisecond;
+  Charge(store, "k", "n", spec, now);
+  EXPECT_GT(store.Get("k")[0].version, last);
+
+  // A replica holding the state from before the recreate cannot overwrite the newer one.
+  MemoryStore replica;
+  StoredState old = store.Get("k")[0];
+  old.version = last;
+  old.state = State{};
+  EXPECT_FALSE(store.ApplyIfNewer("k", old));
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(now));
+  EXPECT_TRUE(replica.ApplyIfNewer("k", old));
+  EXPECT_TRUE(replica.ApplyIfNewer("k", store.Get("k")[0]));
+  EXPECT_EQ(replica.Get("k")[0].version, ClockVersion(now));
 }
 
 TEST(MemoryStoreTest, ApplyIfNewerOrdersByVersion) {
@@ -244,9 +385,17 @@ TEST(MemoryStoreTest, ApplyIfNewerOrdersByVersion) {
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(states[0].version, 7u);
   EXPECT_EQ(states[0].state, incoming.state);
-  // The next local change continues from the applied version.
+  // The next local change continues from the applied version (the clock is older here)...
   Charge(store, "k", "n", spec, kT0);
-  EXPECT_EQ(store.Get("k")[0].version, 8u);
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0));
+  // ...and from an applied version ahead of the clock, +1.
+  StoredState ahead = incoming;
+  ahead.version = ClockVersion(kT0) + 100;
+  EXPECT_TRUE(store.ApplyIfNewer("k", ahead));
+  ASSERT_EQ(store.Get("k").size(), 1u);
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 100);  // kept as given
+  Charge(store, "k", "n", spec, kT0);
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 101);
 }
 
 TEST(MemoryStoreTest, ScanTokenRangeSelectsByRingToken) {
