@@ -10,15 +10,28 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/unordered/unordered_flat_set.hpp>
 #include <chrono>
+#include <functional>
 #include <limits>
-#include <set>
 
 #include "storage/key_codec.h"
 #include "storage/state_codec.h"
 
 namespace ringlimit::storage {
 namespace {
+
+struct TransparentHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+
+// The smallest key greater than every key starting with `prefix` ("" when there is none).
+std::string PrefixSuccessor(std::string prefix) {
+  while (!prefix.empty() && static_cast<uint8_t>(prefix.back()) == 0xff) prefix.pop_back();
+  if (!prefix.empty()) prefix.back() = static_cast<char>(static_cast<uint8_t>(prefix.back()) + 1);
+  return prefix;
+}
 
 // Least recently used states examined per shard for idleness at every flush interval.
 constexpr size_t kSweepPerFlush = 256;
@@ -100,7 +113,12 @@ class DurableStore::Loader final : public MissLoader {
   std::vector<StoredState> LoadEntity(std::string_view entity, ring::Token token) override {
     std::string prefix = EntityPrefix(token, entity);
     std::vector<StoredState> out;
-    std::unique_ptr<rocksdb::Iterator> it(store_.db_->NewIterator(rocksdb::ReadOptions()));
+    // The bound lets the iterator stop at the entity's last row instead of reading on into the next one.
+    const std::string upper = PrefixSuccessor(prefix);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions read;
+    if (!upper.empty()) read.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(store_.db_->NewIterator(read));
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       std::string_view name(it->key().data() + prefix.size(), it->key().size() - prefix.size());
       if (auto s = Decode(entity, name, it->value().ToStringView())) out.push_back(std::move(*s));
@@ -244,20 +262,37 @@ bool DurableStore::ApplyIfNewer(std::string_view entity, const StoredState& stat
 size_t DurableStore::Discard(std::string_view entity) { return memory_->Discard(entity); }
 
 std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::Token last) {
-  // Memory holds the newest version of what it holds; RocksDB (after a flush) has the rest.
-  Flush();
-  std::vector<EntityState> out = memory_->ScanTokenRange(first, last);
-  std::set<std::pair<std::string, std::string>> seen;
-  for (const auto& s : out) seen.emplace(s.entity, s.state.name);
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // Memory first: what it holds (dirty or clean) is at least as new as the row. Then the rows of the
+  // range that are neither in memory nor pending deletes (erased, discarded, idle: not to be read back).
+  // No flush needed, and no lock held across the read.
+  MemoryStore::RangeScan scan = memory_->ScanTokenRangeWithDeletes(first, last);
+  std::vector<EntityState> out = std::move(scan.states);
+  boost::unordered_flat_set<std::string, TransparentHash, std::equal_to<>> skip;
+  skip.reserve(out.size() + scan.pending_deletes.size());
+  for (const auto& s : out) skip.insert(EncodeRowKey(s.token, s.entity, s.state.name));
+  for (auto& row : scan.pending_deletes) skip.insert(std::move(row));
+
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;  // a one-off sweep of the range: keep the hot blocks cached
+  read.readahead_size = 2 << 20;
+  const std::string upper = last == std::numeric_limits<ring::Token>::max() ? "" : TokenPrefix(last + 1);
+  rocksdb::Slice upper_slice(upper);
+  if (!upper.empty()) read.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   for (it->Seek(TokenPrefix(first)); it->Valid(); it->Next()) {
-    auto row = DecodeRowKey(it->key().ToStringView());
+    std::string_view key = it->key().ToStringView();
+    if (skip.contains(key)) continue;
+    auto row = DecodeRowKey(key);
     if (!row) continue;
     if (row->token > last) break;
-    if (seen.contains({std::string(row->entity), std::string(row->name)})) continue;
     if (auto s = loader_->Decode(row->entity, row->name, it->value().ToStringView())) {
       out.push_back({std::string(row->entity), row->token, std::move(*s)});
     }
+  }
+  if (!it->status().ok()) {
+    load_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("storage: scanning a token range in RocksDB failed ({}); the scan is incomplete",
+                  it->status().ToString());
   }
   return out;
 }

@@ -4,9 +4,11 @@
 #include <rocksdb/db.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "storage/key_codec.h"
@@ -256,6 +258,51 @@ TEST_F(DurableStoreTest, ScanTokenRangeSeesMemoryAndDisk) {
   auto low = store->ScanTokenRange(0, mid);
   for (const auto& s : low) EXPECT_LE(s.token, mid);
   EXPECT_EQ(low.size() + store->ScanTokenRange(mid + 1, UINT64_MAX).size(), 100u);
+}
+
+TEST_F(DurableStoreTest, ScanTokenRangeReturnsEachStateOnceNewestFirst) {
+  const limiter::TimeNs t0 = Now();
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 1000, 3600 * kSecond);
+  auto name = [](int i) { return "k" + std::to_string(i); };
+  {
+    auto store = Open();
+    for (int i = 0; i < 200; ++i) Charge(*store, name(i), spec, t0, 1);
+  }
+  auto store = Open();  // everything is on disk only
+  for (int i = 0; i < 100; ++i) Charge(*store, name(i), spec, t0 + kMillisecond, 5);  // newer, dirty
+  store->Flush();
+  for (int i = 0; i < 50; ++i) Charge(*store, name(i), spec, t0 + 2 * kMillisecond, 1);  // newer still
+  store->TEST_FailWrites(true);  // the deletes below stay pending
+  for (int i = 100; i < 110; ++i) ASSERT_EQ(store->Erase(name(i), std::nullopt), 1u);
+  for (int i = 110; i < 120; ++i) ASSERT_EQ(store->Discard(name(i)), 1u);
+  store->Flush();
+  EXPECT_GT(store->Durability().write_errors, 0u);
+
+  auto all = store->ScanTokenRange(0, UINT64_MAX);
+  std::map<std::string, EntityState> by_entity;
+  for (auto& s : all) {
+    EXPECT_EQ(s.token, ring::RingToken(s.entity));
+    EXPECT_TRUE(by_entity.emplace(s.entity, s).second) << "twice: " << s.entity;
+  }
+  EXPECT_EQ(all.size(), 180u);
+  for (int i = 100; i < 120; ++i) EXPECT_FALSE(by_entity.contains(name(i))) << i;
+  ring::Token mid = ring::RingToken(name(7));  // a bound that is itself a key's token
+  auto low = store->ScanTokenRange(0, mid);
+  auto high = store->ScanTokenRange(mid + 1, UINT64_MAX);
+  EXPECT_EQ(low.size() + high.size(), 180u);
+  for (const auto& s : low) EXPECT_LE(s.token, mid);
+  for (const auto& s : high) EXPECT_GT(s.token, mid);
+  EXPECT_TRUE(std::any_of(low.begin(), low.end(), [&](const EntityState& s) { return s.entity == name(7); }));
+  for (const auto& [entity, scanned] : by_entity) {
+    auto got = store->Get(entity);
+    ASSERT_EQ(got.size(), 1u) << entity;
+    EXPECT_EQ(scanned.state.version, got[0].version) << entity;
+    EXPECT_EQ(scanned.state.state, got[0].state) << entity;
+  }
+  EXPECT_EQ(Charge(*store, name(10), spec, t0 + 2 * kMillisecond, 0).remaining, 1000u - 7);
+  EXPECT_EQ(Charge(*store, name(60), spec, t0 + 2 * kMillisecond, 0).remaining, 1000u - 6);
+  EXPECT_EQ(Charge(*store, name(150), spec, t0 + 2 * kMillisecond, 0).remaining, 1000u - 1);
+  store->TEST_FailWrites(false);
 }
 
 TEST_F(DurableStoreTest, DiscardDeletesTheRowsAndSurvivesReopen) {

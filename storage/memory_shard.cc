@@ -505,8 +505,14 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
   return dropped;
 }
 
-void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out) {
+void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out,
+                       std::vector<std::string>* pending_deletes) {
   std::lock_guard lock(mutex_);
+  if (pending_deletes != nullptr) {
+    for (const auto& [row, tomb] : tombs_) {
+      if (tomb.token >= first && tomb.token <= last) pending_deletes->push_back(row);
+    }
+  }
   for (uint32_t head : *heads_) {
     ring::Token token = ring::RingToken(At(head).entity);
     if (token < first || token > last) continue;

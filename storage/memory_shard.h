@@ -85,7 +85,10 @@ class MemoryShard {
   // Examines up to `max` least-recently-used states and drops those idle at `now`. Returns drops.
   size_t SweepIdle(limiter::TimeNs now, size_t max);
 
-  void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out);
+  // Appends the states in [first, last] to `out` and, when `pending_deletes` is set, the row keys of the
+  // pending deletes in that range, both under one hold of the lock.
+  void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out,
+            std::vector<std::string>* pending_deletes);
   void CollectDirty(std::vector<DirtyRecord>& out);
   void AckFlushed(std::span<const DirtyRecord> records, bool ok);
 

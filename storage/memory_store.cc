@@ -125,8 +125,14 @@ bool MemoryStore::ApplyIfNewer(std::string_view entity, const StoredState& state
 
 std::vector<EntityState> MemoryStore::ScanTokenRange(ring::Token first, ring::Token last) {
   std::vector<EntityState> out;
-  for (size_t i = 0; i < shard_count_; ++i) shards_[i]->Scan(first, last, out);
+  for (size_t i = 0; i < shard_count_; ++i) shards_[i]->Scan(first, last, out, nullptr);
   return out;
+}
+
+MemoryStore::RangeScan MemoryStore::ScanTokenRangeWithDeletes(ring::Token first, ring::Token last) {
+  RangeScan scan;
+  for (size_t i = 0; i < shard_count_; ++i) shards_[i]->Scan(first, last, scan.states, &scan.pending_deletes);
+  return scan;
 }
 
 size_t MemoryStore::SweepIdle(limiter::TimeNs now, size_t max_per_shard) {

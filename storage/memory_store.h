@@ -130,6 +130,14 @@ class MemoryStore final : public Store {
   // (evictable) and the pending deletes are forgotten. !ok: everything stays dirty for the next flush.
   void AckFlushed(const std::vector<DirtyRecord>& batch, bool ok);
 
+  // ScanTokenRange plus the RocksDB row keys (key_codec.h) of the pending deletes in the range, each
+  // shard's part taken under one hold of its lock: the rows the durable tier must not read back.
+  struct RangeScan {
+    std::vector<EntityState> states;
+    std::vector<std::string> pending_deletes;
+  };
+  [[nodiscard]] RangeScan ScanTokenRangeWithDeletes(ring::Token first, ring::Token last);
+
   // States currently dirty plus pending deletes.
   [[nodiscard]] uint64_t DirtyCount() const;
 
