@@ -1,1 +1,975 @@
 #include "replication/handoff.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "peer.pb.h"
+
+namespace ringlimit::replication {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ring::RingView;
+using ring::Token;
+using ring::TokenRange;
+using RingPtr = std::shared_ptr<const RingView>;
+
+// How often the worker re-checks incoming ranges, push deadlines, retries and the drop.
+constexpr std::chrono::milliseconds kTick{100};
+// Delay before retrying a failed push or HandoffDone while the target is still reachable.
+constexpr std::chrono::milliseconds kRetryDelay{200};
+// Longest wait for Replicator::Flush at a handoff switch.
+constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
+// Timeout of one HandoffDone send.
+constexpr std::chrono::milliseconds kDoneSendTimeout{2'000};
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// `a` and `b` sorted and non-overlapping; returns the tokens in both, sorted.
+std::vector<TokenRange> Intersect(const std::vector<TokenRange>& a, const std::vector<TokenRange>& b) {
+  std::vector<TokenRange> out;
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    const Token first = std::max(a[i].first, b[j].first);
+    const Token last = std::min(a[i].last, b[j].last);
+    if (first <= last) out.push_back({first, last});
+    if (a[i].last < b[j].last) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return out;
+}
+
+// `a` and `b` sorted and non-overlapping; returns the tokens of `a` not in `b`, sorted.
+std::vector<TokenRange> Subtract(const std::vector<TokenRange>& a, const std::vector<TokenRange>& b) {
+  std::vector<TokenRange> out;
+  size_t j = 0;
+  for (const TokenRange& r : a) {
+    while (j < b.size() && b[j].last < r.first) ++j;
+    Token cursor = r.first;
+    bool covered = false;
+    for (size_t k = j; k < b.size() && b[k].first <= r.last; ++k) {
+      if (b[k].first > cursor) out.push_back({cursor, b[k].first - 1});
+      if (b[k].last >= r.last) {
+        covered = true;
+        break;
+      }
+      cursor = std::max(cursor, b[k].last + 1);
+    }
+    if (!covered) out.push_back({cursor, r.last});
+  }
+  return out;
+}
+
+void SortRanges(std::vector<TokenRange>& ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const TokenRange& x, const TokenRange& y) { return x.first < y.first; });
+}
+
+bool Overlaps(const std::vector<TokenRange>& ranges, Token first, Token last) {
+  for (const TokenRange& r : ranges) {
+    if (r.first <= last && first <= r.last) return true;
+  }
+  return false;
+}
+
+bool InRanges(const std::vector<TokenRange>& sorted, Token t) {
+  auto it = std::upper_bound(sorted.begin(), sorted.end(), t,
+                             [](Token v, const TokenRange& r) { return v < r.first; });
+  return it != sorted.begin() && std::prev(it)->Contains(t);
+}
+
+double Share(const std::vector<TokenRange>& ranges) {
+  double share = 0;
+  for (const TokenRange& r : ranges) share += r.Fraction();
+  return share;
+}
+
+// `ring` without member `id` (the same ring if it has no such member).
+RingPtr Without(const RingPtr& ring, std::string_view id) {
+  if (ring == nullptr) return RingView::Build(0, {}).view;
+  if (ring->Find(id) == nullptr) return ring;
+  std::vector<ring::RingMember> members;
+  for (const ring::RingMember& m : ring->members()) {
+    if (m.id != id) members.push_back(m);
+  }
+  return RingView::Build(ring->version(), std::move(members)).view;
+}
+
+// The i-th of `n` equal slices of the token space.
+TokenRange Slice(uint32_t i, uint32_t n) {
+  const Token step = std::numeric_limits<Token>::max() / n;
+  const Token first = step * i;
+  const Token last = i + 1 == n ? std::numeric_limits<Token>::max() : step * (i + 1) - 1;
+  return {first, last};
+}
+
+// The override table RouteOverride reads: immutable once published.
+struct OverrideTable {
+  struct Entry {
+    TokenRange range;
+    std::string target;
+  };
+  std::vector<Entry> entries;  // sorted by range.first, non-overlapping
+  RingPtr left_ring;           // set after Leave: every token goes to its owner on this ring
+};
+
+}  // namespace
+
+std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options) {
+  if (options.replicas < 1) return "replicas must be >= 1";
+  if (options.scan_slices < 1) return "scan_slices must be >= 1";
+  if (options.done_timeout.count() <= 0) return "done_timeout must be > 0";
+  if (options.push_timeout.count() <= 0) return "push_timeout must be > 0";
+  if (options.drop_delay.count() < 0) return "drop_delay must be >= 0";
+  return std::nullopt;
+}
+
+struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core> {
+  enum class Phase : uint8_t { kPushing, kFlushing, kDoneSent };
+
+  struct Outgoing {
+    uint64_t id = 0;
+    std::string to;
+    std::vector<TokenRange> ranges;  // sorted
+    uint64_t fingerprint = 0;        // of the ring the ranges move to
+    bool leave = false;
+    Phase phase = Phase::kPushing;
+    bool running = false;  // a push, flush or HandoffDone is under way
+    std::optional<Clock::time_point> retry_at;
+    uint64_t keys = 0;
+    Clock::time_point started;
+  };
+
+  struct Incoming {
+    TokenRange range;
+    std::string from;
+    Clock::time_point started;
+    RingPtr before;  // the ring change that made it, for re-replication once released
+    RingPtr after;
+  };
+
+  struct EarlyDone {  // a HandoffDone that arrived before the ring change it belongs to
+    std::string from;
+    std::vector<TokenRange> ranges;
+    uint64_t fingerprint = 0;  // of the ring the ranges move in: only a ring change to it consumes them
+    Clock::time_point at;
+  };
+
+  struct ReplicationJob {
+    uint64_t id = 0;
+    RingPtr before;
+    RingPtr after;
+    std::optional<std::vector<TokenRange>> limit;  // only these tokens (sorted); none: all
+    uint32_t next_slice = 0;
+    uint32_t outstanding = 0;  // SendUpdates not answered yet
+  };
+
+  Core(storage::Store& s, ClusterLink& l, Replicator& r, HandoffOptions o)
+      : store(s), link(l), replicator(r), options(o), self(l.self_id()) {
+    table = std::make_shared<const OverrideTable>();
+  }
+
+  // --- Constant after construction ---
+  storage::Store& store;
+  ClusterLink& link;
+  Replicator& replicator;
+  const HandoffOptions options;
+  const std::string self;
+
+  // --- Route overrides: written under mu (then table_mu), read under table_mu only ---
+  std::atomic<bool> no_overrides{true};
+  mutable std::mutex table_mu;
+  std::shared_ptr<const OverrideTable> table;  // protected by table_mu
+
+  // --- State below is protected by mu ---
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void(Core&)>> tasks;
+  bool started = false;
+  bool stopping = false;
+  std::thread worker;
+  uint64_t next_id = 1;
+  std::map<uint64_t, Outgoing> outgoing;
+  std::vector<Incoming> incoming;  // sorted by range.first
+  std::vector<EarlyDone> early_dones;
+  std::deque<ReplicationJob> jobs;
+  RingPtr latest;  // `after` of the last ring change
+  Clock::time_point last_change;
+  bool drop_pending = false;
+  bool leaving = false;
+  bool left = false;
+  bool leave_ok = true;
+  std::function<void(bool)> leave_done;
+  RingPtr left_ring;
+  HandoffStats stats;
+
+  // Queues `fn` for the worker. Safe from any thread, with or without a live manager.
+  static void Post(const std::weak_ptr<Core>& weak, std::function<void(Core&)> fn) {
+    std::shared_ptr<Core> core = weak.lock();
+    if (core == nullptr) return;
+    std::lock_guard<std::mutex> lock(core->mu);
+    if (core->stopping) return;
+    core->tasks.push_back(std::move(fn));
+    core->cv.notify_one();
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu);
+    Clock::time_point next_tick = Clock::now();
+    while (!stopping) {
+      if (!tasks.empty()) {
+        auto task = std::move(tasks.front());
+        tasks.pop_front();
+        lock.unlock();
+        task(*this);
+        PumpReplication();
+        lock.lock();
+        continue;
+      }
+      if (Clock::now() >= next_tick) {
+        lock.unlock();
+        Tick();
+        PumpReplication();
+        lock.lock();
+        next_tick = Clock::now() + kTick;
+        continue;
+      }
+      cv.wait_until(lock, next_tick);
+    }
+  }
+
+  // Rebuilds and publishes the override table. REQUIRES: mu held.
+  void PublishLocked() {
+    auto next = std::make_shared<OverrideTable>();
+    for (const auto& [id, out] : outgoing) {
+      for (const TokenRange& r : out.ranges) next->entries.push_back({r, self});
+    }
+    for (const Incoming& in : incoming) next->entries.push_back({in.range, in.from});
+    std::sort(next->entries.begin(), next->entries.end(),
+              [](const auto& x, const auto& y) { return x.range.first < y.range.first; });
+    next->left_ring = left_ring;
+    const bool none = next->entries.empty() && next->left_ring == nullptr;
+    {
+      std::lock_guard<std::mutex> lock(table_mu);
+      table = std::move(next);
+    }
+    no_overrides.store(none, std::memory_order_release);
+  }
+
+  std::optional<std::string> Route(Token token) const {
+    if (no_overrides.load(std::memory_order_acquire)) return std::nullopt;
+    std::shared_ptr<const OverrideTable> t;
+    {
+      std::lock_guard<std::mutex> lock(table_mu);
+      t = table;
+    }
+    const auto& e = t->entries;
+    auto it = std::upper_bound(e.begin(), e.end(), token,
+                               [](Token v, const OverrideTable::Entry& x) { return v < x.range.first; });
+    if (it != e.begin() && std::prev(it)->range.Contains(token)) return std::prev(it)->target;
+    if (t->left_ring != nullptr) {
+      const ring::RingMember* owner = t->left_ring->Owner(token);
+      if (owner != nullptr) return owner->id;
+    }
+    return std::nullopt;
+  }
+
+  // ------------------------------------------------------------------------------------ ring changes
+
+  // Runs on the caller's thread: updates the handoff state and the overrides at once (no I/O), so the
+  // routing is right as soon as the cluster publishes `after`; the pushes run on the worker.
+  void RingChanged(RingPtr before, RingPtr after) {
+    if (after == nullptr) return;
+    const auto now = Clock::now();
+    std::unique_lock<std::mutex> lock(mu);
+    latest = after;
+    last_change = now;
+    drop_pending = true;
+    if (left) {
+      left_ring = Without(after, self);
+      PublishLocked();
+      return;
+    }
+    const bool fresh = (before == nullptr || before->Find(self) == nullptr) && after->Find(self) != nullptr;
+    if (fresh) {
+      before = Without(after, self);
+    } else if (before == nullptr) {
+      before = RingView::Build(0, {}).view;
+    }
+    // Superseded entries: outgoing ranges their target no longer owns, incoming ranges this node no
+    // longer owns.
+    for (auto it = outgoing.begin(); it != outgoing.end();) {
+      Outgoing& out = it->second;
+      if (!out.leave) out.ranges = Intersect(out.ranges, after->Arcs(out.to));
+      if (out.ranges.empty()) {
+        spdlog::info("handoff out to {}: superseded by a ring change", out.to);
+        ++stats.handoffs_failed;
+        it = outgoing.erase(it);
+        continue;
+      }
+      out.fingerprint = after->fingerprint();
+      ++it;
+    }
+    const std::vector<TokenRange> mine = after->Arcs(self);
+    std::vector<Incoming> kept;
+    for (Incoming& in : incoming) {
+      for (const TokenRange& r : Intersect({in.range}, mine)) {
+        Incoming part = in;
+        part.range = r;
+        kept.push_back(std::move(part));
+      }
+    }
+    incoming = std::move(kept);
+
+    std::map<std::string, std::vector<TokenRange>> out_moves;
+    std::map<std::string, std::vector<TokenRange>> in_moves;
+    for (const ring::RangeMove& m : RingView::Diff(*before, *after)) {
+      // A leaving node has already started handing everything to the ring without it.
+      if (!leaving && m.from == self && !m.to.empty() && m.to != self) out_moves[m.to].push_back(m.range);
+      if (m.to == self && !m.from.empty() && m.from != self) in_moves[m.from].push_back(m.range);
+    }
+    std::vector<uint64_t> started_ids;
+    for (auto& [to, ranges] : out_moves) {
+      started_ids.push_back(AddOutgoingLocked(to, std::move(ranges), after->fingerprint(), false, now));
+    }
+    std::vector<TokenRange> all_new;
+    for (auto& [from, ranges] : in_moves) {
+      std::vector<TokenRange> wait = ranges;
+      for (auto it = early_dones.begin(); it != early_dones.end();) {
+        if (it->from == from && it->fingerprint == after->fingerprint()) {
+          const std::vector<TokenRange> done_here = Intersect(wait, it->ranges);
+          if (!done_here.empty()) {
+            wait = Subtract(wait, it->ranges);
+            it->ranges = Subtract(it->ranges, done_here);
+            ++stats.incoming_completed;
+          }
+        }
+        it = it->ranges.empty() ? early_dones.erase(it) : std::next(it);
+      }
+      all_new.insert(all_new.end(), wait.begin(), wait.end());
+      for (const TokenRange& r : wait) incoming.push_back({r, from, now, before, after});
+      if (!wait.empty()) {
+        spdlog::info("handoff in from {}: {} ranges ({:.2f}% of the ring) waiting", from, wait.size(),
+                     100 * Share(wait));
+      }
+    }
+    std::sort(incoming.begin(), incoming.end(),
+              [](const Incoming& x, const Incoming& y) { return x.range.first < y.range.first; });
+    PublishLocked();
+    if (before->fingerprint() != after->fingerprint()) {
+      jobs.push_back({next_id++, before, after, std::nullopt, 0, 0});
+    }
+    // Unreachable previous owners are released by the worker's first check (Tick), and the pushes start
+    // there: neither Reachable nor the store is called on the caller's thread.
+    if (!stopping) {
+      tasks.push_back([ids = std::move(started_ids), fresh, after](Core& core) {
+        core.Tick();
+        for (uint64_t id : ids) core.StartPush(id);
+        if (fresh) core.SendNothingToHandOff(after);
+      });
+      cv.notify_one();
+    }
+  }
+
+  // Worker. This node just (re)joined: every other member Y that is new too (its `before` also lacks
+  // itself, e.g. a cluster starting) waits for this node's HandoffDone for the ranges it would have
+  // from this node on `after` without Y -- but this node owned nothing before, so it has nothing to
+  // push. Says so at once; a Y that is not waiting keeps it as an early HandoffDone for `after` only.
+  void SendNothingToHandOff(const RingPtr& after) {
+    for (const ring::RingMember& m : after->members()) {
+      if (m.id == self) continue;
+      peer::HandoffDone done;
+      done.set_from(self);
+      done.set_ring_fingerprint(after->fingerprint());
+      for (const ring::RangeMove& move : RingView::Diff(*Without(after, m.id), *after)) {
+        if (move.from != self || move.to != m.id) continue;
+        peer::TokenRange* r = done.add_ranges();
+        r->set_first(move.range.first);
+        r->set_last(move.range.last);
+      }
+      if (done.ranges_size() == 0 || !link.Reachable(m.id)) continue;
+      link.Send(m.id, peer::METHOD_HANDOFF_DONE, done.SerializeAsString(), kDoneSendTimeout,
+                [](std::optional<std::string>) {});
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------- outgoing
+
+  // REQUIRES: mu held. Registers an outgoing handoff (its ranges route to self from now on; the caller
+  // publishes) and returns its id.
+  uint64_t AddOutgoingLocked(const std::string& to, std::vector<TokenRange> ranges, uint64_t fingerprint,
+                             bool leave, Clock::time_point now) {
+    Outgoing out;
+    out.id = next_id++;
+    out.to = to;
+    out.ranges = std::move(ranges);
+    out.fingerprint = fingerprint;
+    out.leave = leave;
+    out.started = now;
+    spdlog::info("handoff out to {}{}: {} ranges ({:.2f}% of the ring) start", to, leave ? " (leave)" : "",
+                 out.ranges.size(), 100 * Share(out.ranges));
+    const uint64_t id = out.id;
+    outgoing.emplace(id, std::move(out));
+    return id;
+  }
+
+  // Worker: scans the ranges of outgoing `id` and pushes their states to the target.
+  void StartPush(uint64_t id) {
+    std::string to;
+    std::vector<TokenRange> ranges;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end() || it->second.running) return;
+      it->second.running = true;
+      it->second.retry_at.reset();
+      it->second.phase = Phase::kPushing;
+      to = it->second.to;
+      ranges = it->second.ranges;
+    }
+    if (!link.Reachable(to)) {
+      Finish(id, false, "target not reachable");
+      return;
+    }
+    std::vector<peer::StateUpdate> updates;
+    for (const TokenRange& r : ranges) {
+      std::vector<storage::EntityState> states = store.ScanTokenRange(r.first, r.last);
+      std::unordered_set<std::string_view> seen;
+      for (const storage::EntityState& s : states) {
+        if (!seen.insert(s.entity).second) continue;
+        peer::StateUpdate update = MakeStateUpdate(store, s.entity);
+        if (update.states_size() > 0) updates.push_back(std::move(update));
+      }
+    }
+    const uint64_t keys = updates.size();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end()) return;
+      it->second.keys = keys;
+    }
+    std::weak_ptr<Core> weak = weak_from_this();
+    replicator.SendUpdates(to, std::move(updates), [weak, id](bool ok) {
+      Post(weak, [id, ok](Core& core) { core.PushDone(id, ok); });
+    });
+  }
+
+  // Worker: the push of outgoing `id` finished; ship the last changes and send HandoffDone.
+  void PushDone(uint64_t id, bool ok) {
+    std::string to;
+    Clock::time_point started;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end()) return;
+      Outgoing& out = it->second;
+      out.running = false;
+      if (!ok) {
+        ScheduleRetryLocked(out, "push");
+        return;
+      }
+      out.phase = Phase::kFlushing;
+      out.running = true;
+      to = out.to;
+      started = out.started;
+    }
+    const auto left_time =
+        options.push_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+    const auto wait = std::clamp(left_time, std::chrono::milliseconds(1), kMaxFlushWait);
+    if (!replicator.Flush(wait)) {
+      spdlog::warn("handoff out to {}: the last changes were not all acknowledged", to);
+    }
+    SendDone(id);
+  }
+
+  void SendDone(uint64_t id) {
+    std::string to;
+    peer::HandoffDone done;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end()) return;
+      Outgoing& out = it->second;
+      out.phase = Phase::kDoneSent;
+      out.running = true;
+      out.retry_at.reset();
+      to = out.to;
+      done.set_from(self);
+      done.set_ring_fingerprint(out.fingerprint);
+      done.set_keys(out.keys);
+      for (const TokenRange& r : out.ranges) {
+        peer::TokenRange* pr = done.add_ranges();
+        pr->set_first(r.first);
+        pr->set_last(r.last);
+      }
+    }
+    std::weak_ptr<Core> weak = weak_from_this();
+    link.Send(to, peer::METHOD_HANDOFF_DONE, done.SerializeAsString(), kDoneSendTimeout,
+              [weak, id](std::optional<std::string> reply) {
+                const bool ok = reply.has_value();
+                Post(weak, [id, ok](Core& core) { core.DoneAcked(id, ok); });
+              });
+  }
+
+  void DoneAcked(uint64_t id, bool ok) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end()) return;
+      it->second.running = false;
+      if (!ok) {
+        ScheduleRetryLocked(it->second, "HandoffDone");
+        return;
+      }
+    }
+    Finish(id, true, "");
+  }
+
+  // REQUIRES: mu held. Retries later while the target is reachable (checked by Tick) and the push
+  // deadline has not passed.
+  void ScheduleRetryLocked(Outgoing& out, const char* what) {
+    spdlog::warn("handoff out to {}: {} failed, retrying", out.to, what);
+    out.retry_at = Clock::now() + kRetryDelay;
+  }
+
+  // Ends outgoing `id`: completed (acknowledged) or failed. Either way the ring routes its ranges.
+  void Finish(uint64_t id, bool ok, std::string_view why) {
+    std::function<void(bool)> done;
+    bool done_ok = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = outgoing.find(id);
+      if (it == outgoing.end()) return;
+      const Outgoing& out = it->second;
+      const double seconds = Seconds(Clock::now() - out.started);
+      if (ok) {
+        ++stats.handoffs_completed;
+        stats.handed_off_keys += out.keys;
+        spdlog::info("handoff out to {}: done, {} keys in {} ranges in {:.3f} s", out.to, out.keys,
+                     out.ranges.size(), seconds);
+      } else {
+        ++stats.handoffs_failed;
+        spdlog::warn("handoff out to {}: abandoned after {:.3f} s ({})", out.to, seconds, why);
+      }
+      const bool was_leave = out.leave;
+      if (was_leave && !ok) leave_ok = false;
+      outgoing.erase(it);
+      if (was_leave && leave_done != nullptr &&
+          std::none_of(outgoing.begin(), outgoing.end(), [](const auto& e) { return e.second.leave; })) {
+        left = true;
+        left_ring = left_ring_pending;
+        done = std::move(leave_done);
+        leave_done = nullptr;
+        done_ok = leave_ok;
+        spdlog::info("leave: handoffs finished ({}), routing every check to the remaining members",
+                     done_ok ? "acknowledged" : "some failed");
+      }
+      PublishLocked();
+    }
+    if (done != nullptr) done(done_ok);
+  }
+
+  // ---------------------------------------------------------------------------------------- incoming
+
+  std::optional<std::string> HandleDone(std::string_view payload) {
+    peer::HandoffDone msg;
+    if (!msg.ParseFromArray(payload.data(), static_cast<int>(payload.size())) || msg.from().empty()) {
+      return std::nullopt;
+    }
+    std::vector<TokenRange> ranges;
+    for (const peer::TokenRange& r : msg.ranges()) {
+      if (r.first() > r.last()) return std::nullopt;
+      ranges.push_back({r.first(), r.last()});
+    }
+    SortRanges(ranges);
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (ranges[i].first <= ranges[i - 1].last) return std::nullopt;  // overlapping: malformed
+    }
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<TokenRange> matched;
+    std::vector<Incoming> kept;
+    for (Incoming& in : incoming) {
+      if (in.from != msg.from()) {
+        kept.push_back(std::move(in));
+        continue;
+      }
+      const std::vector<TokenRange> done_here = Intersect({in.range}, ranges);
+      if (done_here.empty()) {
+        kept.push_back(std::move(in));
+        continue;
+      }
+      matched.insert(matched.end(), done_here.begin(), done_here.end());
+      ++stats.incoming_completed;
+      spdlog::info("handoff in from {}: range done after {:.3f} s ({} keys announced)", in.from,
+                   Seconds(now - in.started), msg.keys());
+      for (const TokenRange& r : done_here) QueueReplicationLocked(in, r);
+      for (const TokenRange& r : Subtract({in.range}, done_here)) {
+        Incoming part = in;
+        part.range = r;
+        kept.push_back(std::move(part));
+      }
+    }
+    std::sort(kept.begin(), kept.end(),
+              [](const Incoming& x, const Incoming& y) { return x.range.first < y.range.first; });
+    incoming = std::move(kept);
+    SortRanges(matched);
+    std::vector<TokenRange> rest = Subtract(ranges, matched);
+    if (!rest.empty()) early_dones.push_back({msg.from(), std::move(rest), msg.ring_fingerprint(), now});
+    PublishLocked();
+    return peer::HandoffDoneAck().SerializeAsString();
+  }
+
+  // REQUIRES: mu held. Once `in`'s range `r` is released, its keys are this node's: re-replicate them.
+  void QueueReplicationLocked(const Incoming& in, TokenRange r) {
+    if (!jobs.empty() && jobs.back().limit.has_value() && jobs.back().next_slice == 0 &&
+        jobs.back().before == in.before && jobs.back().after == in.after) {
+      auto& limit = *jobs.back().limit;
+      limit.push_back(r);
+      SortRanges(limit);
+      return;
+    }
+    jobs.push_back({next_id++, in.before, in.after, std::vector<TokenRange>{r}, 0, 0});
+  }
+
+  // ------------------------------------------------------------------------------------------ ticks
+
+  // Worker: releases incoming ranges whose previous owner is gone or late, enforces push deadlines and
+  // retries, expires early HandoffDones, and runs the drop when it is due.
+  void Tick() {
+    const auto now = Clock::now();
+    std::set<std::string> peers;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const Incoming& in : incoming) peers.insert(in.from);
+      for (const auto& [id, out] : outgoing) peers.insert(out.to);
+    }
+    std::set<std::string> gone;
+    for (const std::string& p : peers) {
+      if (!link.Reachable(p)) gone.insert(p);
+    }
+    std::vector<uint64_t> to_fail;
+    std::vector<uint64_t> to_push;
+    std::vector<uint64_t> to_done;
+    bool drop = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      std::vector<Incoming> kept;
+      bool changed = false;
+      for (Incoming& in : incoming) {
+        const bool absent = gone.count(in.from) > 0;
+        if (absent || now - in.started >= options.done_timeout) {
+          ++stats.incoming_abandoned;
+          spdlog::warn("handoff in from {}: released after {:.3f} s ({})", in.from, Seconds(now - in.started),
+                       absent ? "previous owner unreachable" : "done_timeout");
+          QueueReplicationLocked(in, in.range);
+          changed = true;
+        } else {
+          kept.push_back(std::move(in));
+        }
+      }
+      incoming = std::move(kept);
+      if (changed) PublishLocked();
+      for (auto& [id, out] : outgoing) {
+        if (now - out.started >= options.push_timeout || (!out.running && gone.count(out.to) > 0)) {
+          to_fail.push_back(id);
+        } else if (!out.running && out.retry_at.has_value() && now >= *out.retry_at) {
+          (out.phase == Phase::kDoneSent ? to_done : to_push).push_back(id);
+        }
+      }
+      std::erase_if(early_dones, [&](const EarlyDone& d) { return now - d.at >= options.done_timeout; });
+      drop = drop_pending && !left && !leaving && outgoing.empty() && incoming.empty() && jobs.empty() &&
+             now - last_change >= options.drop_delay;
+    }
+    for (uint64_t id : to_fail) Finish(id, false, "target unreachable or push_timeout");
+    for (uint64_t id : to_push) StartPush(id);
+    for (uint64_t id : to_done) SendDone(id);
+    if (drop) Drop();
+  }
+
+  // ------------------------------------------------------------------------------- re-replication
+
+  // Worker: advances the first re-replication job by slices until one has pushes in flight.
+  void PumpReplication() {
+    for (;;) {
+      ReplicationJob job;
+      std::vector<TokenRange> pending_in;
+      RingPtr current;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stopping || jobs.empty()) return;
+        ReplicationJob& front = jobs.front();
+        if (front.outstanding > 0) return;
+        if (front.next_slice >= options.scan_slices) {
+          jobs.pop_front();
+          continue;
+        }
+        job = front;
+        ++front.next_slice;
+        for (const Incoming& in : incoming) pending_in.push_back(in.range);
+        current = latest;
+      }
+      const TokenRange slice = Slice(job.next_slice, options.scan_slices);
+      if (job.limit.has_value() && !Overlaps(*job.limit, slice.first, slice.last)) continue;
+      const uint32_t sends = ReplicateSlice(job, slice, pending_in, current);
+      if (sends > 0) return;
+    }
+  }
+
+  // Scans one slice and pushes the keys this node owns to the members new in their preference list.
+  // Returns the number of SendUpdates started (the job's outstanding count is set before they start).
+  uint32_t ReplicateSlice(const ReplicationJob& job, TokenRange slice,
+                          const std::vector<TokenRange>& pending_in, const RingPtr& current) {
+    std::unordered_map<std::string, std::vector<peer::StateUpdate>> per_target;
+    std::unordered_map<std::string, bool> reachable;
+    std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
+    std::unordered_set<std::string_view> seen;
+    for (const storage::EntityState& s : states) {
+      if (job.limit.has_value() && !InRanges(*job.limit, s.token)) continue;
+      if (InRanges(pending_in, s.token)) continue;
+      const ring::RingMember* owner = job.after->Owner(s.token);
+      if (owner == nullptr || owner->id != self) continue;
+      if (current != nullptr && current != job.after) {
+        const ring::RingMember* now_owner = current->Owner(s.token);
+        if (now_owner == nullptr || now_owner->id != self) continue;
+      }
+      if (!seen.insert(s.entity).second) continue;
+      const auto before_list = job.before->PreferenceList(s.token, options.replicas);
+      std::vector<std::string_view> targets;
+      for (const ring::RingMember* m : job.after->PreferenceList(s.token, options.replicas)) {
+        if (m->id == self) continue;
+        if (std::any_of(before_list.begin(), before_list.end(),
+                        [&](const ring::RingMember* b) { return b->id == m->id; })) {
+          continue;
+        }
+        auto [it, inserted] = reachable.try_emplace(m->id, false);
+        if (inserted) it->second = link.Reachable(m->id);
+        if (it->second) targets.push_back(m->id);
+      }
+      if (targets.empty()) continue;
+      peer::StateUpdate update = MakeStateUpdate(store, s.entity);
+      if (update.states_size() == 0) continue;
+      for (size_t i = 0; i < targets.size(); ++i) {
+        auto& list = per_target[std::string(targets[i])];
+        if (i + 1 == targets.size()) {
+          list.push_back(std::move(update));
+        } else {
+          list.push_back(update);
+        }
+      }
+    }
+    if (per_target.empty()) return 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (ReplicationJob& j : jobs) {
+        if (j.id == job.id) j.outstanding += static_cast<uint32_t>(per_target.size());
+      }
+    }
+    std::weak_ptr<Core> weak = weak_from_this();
+    const uint32_t sends = static_cast<uint32_t>(per_target.size());
+    for (auto& [target, updates] : per_target) {
+      const uint64_t keys = updates.size();
+      replicator.SendUpdates(target, std::move(updates), [weak, id = job.id, keys](bool ok) {
+        Post(weak, [id, keys, ok](Core& core) { core.Replicated(id, keys, ok); });
+      });
+    }
+    return sends;
+  }
+
+  void Replicated(uint64_t job_id, uint64_t keys, bool ok) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ok) {
+      stats.rereplicated_keys += keys;
+    } else {
+      spdlog::warn("re-replication: a push of {} keys failed", keys);
+    }
+    for (ReplicationJob& j : jobs) {
+      if (j.id == job_id && j.outstanding > 0) --j.outstanding;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------- drop
+
+  // Worker: discards every state whose key's preference list on the current ring lacks this node.
+  void Drop() {
+    RingPtr current;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      current = latest;
+      drop_pending = false;
+    }
+    if (current == nullptr || current->Find(self) == nullptr) return;
+    const auto t0 = Clock::now();
+    uint64_t dropped = 0;
+    for (uint32_t i = 0; i < options.scan_slices; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        // A ring change or a handoff started meanwhile: the next drop pass will run on that ring.
+        if (stopping || latest != current || !outgoing.empty() || !incoming.empty()) break;
+      }
+      const TokenRange slice = Slice(i, options.scan_slices);
+      std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
+      std::unordered_set<std::string_view> seen;
+      for (const storage::EntityState& s : states) {
+        if (!seen.insert(s.entity).second) continue;
+        const auto list = current->PreferenceList(s.token, options.replicas);
+        if (std::any_of(list.begin(), list.end(), [&](const ring::RingMember* m) { return m->id == self; })) {
+          continue;
+        }
+        dropped += store.Discard(s.entity);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats.dropped_states += dropped;
+    if (dropped > 0) {
+      spdlog::info("handoff drop: discarded {} states no longer owned or replicated here in {:.3f} s",
+                   dropped, Seconds(Clock::now() - t0));
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------ leave
+
+  void StartLeave(std::function<void(bool)> done) {
+    RingPtr current = link.ring();
+    std::vector<uint64_t> ids;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (leaving) {
+        lock.unlock();
+        done(false);
+        return;
+      }
+      leaving = true;
+      RingPtr without = Without(current, self);
+      if (current == nullptr || current->Find(self) == nullptr || without->empty()) {
+        left = true;
+        left_ring = without->empty() ? nullptr : without;
+        PublishLocked();
+        lock.unlock();
+        spdlog::info("leave: nothing to hand off");
+        done(true);
+        return;
+      }
+      left_ring_pending = without;
+      std::map<std::string, std::vector<TokenRange>> moves;
+      for (const ring::RangeMove& m : RingView::Diff(*current, *without)) {
+        if (m.from == self && !m.to.empty()) moves[m.to].push_back(m.range);
+      }
+      const auto now = Clock::now();
+      for (auto& [to, ranges] : moves) {
+        ids.push_back(AddOutgoingLocked(to, std::move(ranges), without->fingerprint(), true, now));
+      }
+      leave_done = std::move(done);
+      leave_ok = true;
+      PublishLocked();
+      spdlog::info("leave: handing {} ranges to {} members", current->Arcs(self).size(), moves.size());
+    }
+    for (uint64_t id : ids) StartPush(id);
+  }
+
+  RingPtr left_ring_pending;  // protected by mu: the ring without this node, installed when leave ends
+};
+
+HandoffManager::HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator,
+                               HandoffOptions options)
+    : core_(std::make_shared<Core>(store, link, replicator, options)) {}
+
+HandoffManager::~HandoffManager() { Stop(); }
+
+void HandoffManager::Start() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  if (core_->started || core_->stopping) return;
+  core_->started = true;
+  core_->worker = std::thread([core = core_.get()] { core->Run(); });
+}
+
+void HandoffManager::Stop() {
+  std::function<void(bool)> leave_done;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    if (core_->stopping) return;
+    core_->stopping = true;
+    core_->tasks.clear();
+    leave_done = std::move(core_->leave_done);
+    core_->leave_done = nullptr;
+    core_->cv.notify_all();
+  }
+  if (core_->worker.joinable()) core_->worker.join();
+  if (leave_done != nullptr) leave_done(false);
+}
+
+void HandoffManager::OnRingChanged(std::shared_ptr<const ring::RingView> before,
+                                   std::shared_ptr<const ring::RingView> after) {
+  core_->RingChanged(std::move(before), std::move(after));
+}
+
+std::optional<std::string> HandoffManager::RouteOverride(ring::Token token) const {
+  return core_->Route(token);
+}
+
+std::optional<std::string> HandoffManager::HandleHandoffDone(std::string_view payload) {
+  return core_->HandleDone(payload);
+}
+
+void HandoffManager::Leave(std::function<void(bool ok)> done) {
+  Core::Post(core_, [done = std::move(done)](Core& core) mutable { core.StartLeave(std::move(done)); });
+}
+
+std::vector<HandoffView> HandoffManager::InProgress() const {
+  const auto now = Clock::now();
+  std::vector<HandoffView> views;
+  std::lock_guard<std::mutex> lock(core_->mu);
+  for (const auto& [id, out] : core_->outgoing) {
+    HandoffView v;
+    v.direction = "out";
+    v.peer = out.to;
+    v.ranges = out.ranges.size();
+    v.share = Share(out.ranges);
+    v.keys = out.keys;
+    v.phase = out.phase == Core::Phase::kPushing    ? "pushing"
+              : out.phase == Core::Phase::kFlushing ? "flushing"
+                                                    : "done-sent";
+    v.seconds = Seconds(now - out.started);
+    views.push_back(std::move(v));
+  }
+  std::map<std::string, HandoffView> in;
+  for (const Core::Incoming& i : core_->incoming) {
+    HandoffView& v = in[i.from];
+    v.direction = "in";
+    v.peer = i.from;
+    ++v.ranges;
+    v.share += i.range.Fraction();
+    v.phase = "waiting";
+    v.seconds = std::max(v.seconds, Seconds(now - i.started));
+  }
+  for (auto& [peer, v] : in) views.push_back(std::move(v));
+  return views;
+}
+
+HandoffStats HandoffManager::stats() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  HandoffStats s = core_->stats;
+  std::set<std::string_view> peers;
+  for (const Core::Incoming& i : core_->incoming) peers.insert(i.from);
+  s.in_progress = core_->outgoing.size() + peers.size();
+  return s;
+}
+
+}  // namespace ringlimit::replication

@@ -1,0 +1,448 @@
+#include "replication/handoff.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "limiter/limiter.h"
+#include "replication/replicator.h"
+#include "replication/testing/loopback_link.h"
+#include "storage/memory_store.h"
+
+namespace ringlimit::replication {
+namespace {
+
+using RingPtr = std::shared_ptr<const ring::RingView>;
+using testing::LoopbackMember;
+using testing::LoopbackNetwork;
+
+constexpr std::chrono::seconds kWait{30};
+
+// Polls `condition` until it holds or `timeout` passes; returns its last value.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout = kWait) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return condition();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+limiter::TimeNs WallNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A limit whose states stay non-idle for an hour, so no idle sweep drops them during a test.
+limiter::LimitSpec HourSpec() {
+  limiter::LimitSpec spec;
+  spec.algorithm = limiter::Algorithm::kFixedWindow;
+  spec.limit = 1'000'000;
+  spec.window = 3600 * limiter::kSecond;
+  return spec;
+}
+
+// Charges `cost` units of the limit "rps" of `key` in `store`.
+void Charge(storage::Store& store, const std::string& key, uint64_t cost = 1) {
+  static const limiter::LimitSpec spec = HourSpec();
+  storage::Slot slot{"rps", &spec};
+  const limiter::TimeNs now = WallNow();
+  store.Update(key, std::span<const storage::Slot>(&slot, 1), now,
+               [&](std::span<limiter::State* const> states) {
+                 limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.});
+               });
+}
+
+std::string Key(int i) { return "user:" + std::to_string(i); }
+
+// Version of `key`'s "rps" state in `store`; 0 when absent.
+uint64_t VersionOf(storage::Store& store, const std::string& key) {
+  auto states = store.Get(key);
+  return states.empty() ? 0 : states[0].version;
+}
+
+size_t CountStates(storage::Store& store) { return store.ScanTokenRange(0, UINT64_MAX).size(); }
+
+class HandoffTest : public ::testing::Test {
+ protected:
+  struct Member {
+    LoopbackMember* link = nullptr;
+    std::unique_ptr<Replicator> replicator;
+    std::unique_ptr<HandoffManager> handoff;
+    RingPtr ring;  // the last ring this member was told about
+  };
+
+  void TearDown() override {
+    net_.Shutdown();
+    for (auto& [id, m] : members_) {
+      m.handoff->Stop();
+      m.replicator->Stop();
+    }
+  }
+
+  // Adds a member with a MemoryStore, a Replicator and a HandoffManager wired to the network.
+  Member& Add(const std::string& id) {
+    Member& m = members_[id];
+    m.link = &net_.Add(id);
+    ReplicatorOptions ropts;
+    ropts.replicas = replicas_;
+    m.replicator = std::make_unique<Replicator>(m.link->store(), *m.link, ropts);
+    HandoffOptions hopts = handoff_options_;
+    hopts.replicas = replicas_;
+    m.handoff = std::make_unique<HandoffManager>(m.link->store(), *m.link, *m.replicator, hopts);
+    m.link->store().SetObserver(m.replicator.get());
+    Replicator* r = m.replicator.get();
+    HandoffManager* h = m.handoff.get();
+    m.link->Handle(peer::METHOD_STATE_UPDATE, [r](std::string_view p) { return r->HandleStateUpdate(p); });
+    m.link->Handle(peer::METHOD_HANDOFF_DONE, [h](std::string_view p) { return h->HandleHandoffDone(p); });
+    m.replicator->Start();
+    m.handoff->Start();
+    return m;
+  }
+
+  storage::Store& StoreOf(const std::string& id) { return members_.at(id).link->store(); }
+  HandoffManager& HandoffOf(const std::string& id) { return *members_.at(id).handoff; }
+
+  // Publishes a ring of `ids` to every member of the network, then tells the managers of `notify`
+  // (default: every member) about the change from the ring they saw last.
+  RingPtr SetRing(const std::vector<std::string>& ids, std::vector<std::string> notify = {}) {
+    RingPtr view = net_.SetRing(ids);
+    if (notify.empty()) {
+      for (auto& [id, m] : members_) notify.push_back(id);
+    }
+    for (const std::string& id : notify) {
+      Member& m = members_.at(id);
+      m.handoff->OnRingChanged(m.ring, view);
+      m.ring = view;
+    }
+    return view;
+  }
+
+  // A cluster of `ids` starting together: every member is new, so each waits for the others' HandoffDone
+  // (they have nothing to push) -- which must come at once, not after done_timeout.
+  RingPtr Bootstrap(const std::vector<std::string>& ids) {
+    RingPtr view = SetRing(ids);
+    EXPECT_TRUE(WaitFor([&] { return AllIdle(); }, std::chrono::seconds(5)));
+    for (const std::string& id : ids) EXPECT_EQ(HandoffOf(id).stats().incoming_abandoned, 0u) << id;
+    return view;
+  }
+
+  // Writes `n` keys, each on its owner in `ring`.
+  void WriteOnOwners(const RingPtr& ring, int n) {
+    for (int i = 0; i < n; ++i) Charge(StoreOf(ring->Owner(ring::RingToken(Key(i)))->id), Key(i));
+  }
+
+  bool Idle(const std::string& id) { return HandoffOf(id).InProgress().empty(); }
+  bool AllIdle() {
+    for (auto& [id, m] : members_) {
+      if (!m.handoff->InProgress().empty()) return false;
+    }
+    return true;
+  }
+
+  LoopbackNetwork net_;
+  uint32_t replicas_ = 1;
+  HandoffOptions handoff_options_;
+  std::map<std::string, Member> members_;
+};
+
+TEST(HandoffOptionsTest, Validate) {
+  EXPECT_EQ(ValidateHandoffOptions({}), std::nullopt);
+  HandoffOptions o;
+  o.replicas = 0;
+  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  o = {};
+  o.scan_slices = 0;
+  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  o = {};
+  o.done_timeout = std::chrono::milliseconds(0);
+  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+}
+
+TEST_F(HandoffTest, JoinMovesExactlyTheNewOwnersRanges) {
+  constexpr int kKeys = 10'000;
+  Add("a");
+  Add("b");
+  RingPtr two = Bootstrap({"a", "b"});
+  WriteOnOwners(two, kKeys);
+  std::map<std::string, uint64_t> versions;
+  for (int i = 0; i < kKeys; ++i)
+    versions[Key(i)] = VersionOf(StoreOf(two->Owner(ring::RingToken(Key(i)))->id), Key(i));
+
+  Add("c");
+  net_.SetPaused("c", true);  // the pushes to c stall: the handoff stays in progress
+  RingPtr three = SetRing({"a", "b", "c"});
+
+  // During the push: the old owner decides, the new one passes the checks to it.
+  int moved = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    const std::string old_owner = two->Owner(t)->id;
+    const std::string new_owner = three->Owner(t)->id;
+    if (new_owner == "c") {
+      ++moved;
+      ASSERT_EQ(HandoffOf(old_owner).RouteOverride(t), old_owner) << Key(i);
+      ASSERT_EQ(HandoffOf("c").RouteOverride(t), old_owner) << Key(i);
+    } else {
+      ASSERT_EQ(new_owner, old_owner);
+      ASSERT_EQ(HandoffOf("a").RouteOverride(t), std::nullopt);
+      ASSERT_EQ(HandoffOf("b").RouteOverride(t), std::nullopt);
+      ASSERT_EQ(HandoffOf("c").RouteOverride(t), std::nullopt);
+    }
+  }
+  ASSERT_GT(moved, kKeys / 6);
+  auto in = HandoffOf("c").InProgress();
+  ASSERT_EQ(in.size(), 2u);  // waiting for a and b
+  EXPECT_EQ(in[0].direction, "in");
+  EXPECT_EQ(in[0].phase, "waiting");
+  auto out = HandoffOf("a").InProgress();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].direction, "out");
+  EXPECT_EQ(out[0].peer, "c");
+  EXPECT_GT(out[0].share, 0.0);
+  EXPECT_EQ(HandoffOf("a").stats().in_progress, 1u);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  net_.SetPaused("c", false);
+  ASSERT_TRUE(WaitFor([&] { return AllIdle(); }));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("join: %d keys handed to the new member in %.3f s\n", moved, seconds);
+
+  EXPECT_EQ(HandoffOf("a").stats().handoffs_completed + HandoffOf("b").stats().handoffs_completed, 2u);
+  EXPECT_EQ(HandoffOf("a").stats().handed_off_keys + HandoffOf("b").stats().handed_off_keys,
+            static_cast<uint64_t>(moved));
+  EXPECT_EQ(HandoffOf("c").stats().incoming_abandoned, 0u);
+  EXPECT_GT(HandoffOf("c").stats().incoming_completed, 0u);
+  // c holds exactly the keys it now owns, at the old owner's versions; the overrides are gone.
+  EXPECT_EQ(CountStates(StoreOf("c")), static_cast<size_t>(moved));
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    if (three->Owner(t)->id == "c") {
+      ASSERT_EQ(VersionOf(StoreOf("c"), Key(i)), versions[Key(i)]) << Key(i);
+    }
+    for (const char* id : {"a", "b", "c"}) ASSERT_EQ(HandoffOf(id).RouteOverride(t), std::nullopt);
+  }
+}
+
+TEST_F(HandoffTest, LeaveHandsEverythingToTheRemainingOwners) {
+  constexpr int kKeys = 5'000;
+  Add("a");
+  Add("b");
+  Add("c");
+  RingPtr three = Bootstrap({"a", "b", "c"});
+  WriteOnOwners(three, kKeys);
+  const size_t c_keys = CountStates(StoreOf("c"));
+  ASSERT_GT(c_keys, 0u);
+
+  std::atomic<int> calls{0};
+  std::atomic<bool> result{false};
+  HandoffOf("c").Leave([&](bool ok) {
+    result = ok;
+    ++calls;
+  });
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(result.load());
+  EXPECT_EQ(HandoffOf("c").stats().handed_off_keys, c_keys);
+
+  // A second Leave is refused.
+  std::atomic<int> second{-1};
+  HandoffOf("c").Leave([&](bool ok) { second = ok ? 1 : 0; });
+  ASSERT_TRUE(WaitFor([&] { return second.load() != -1; }));
+  EXPECT_EQ(second.load(), 0);
+
+  RingPtr two = ring::RingView::Build(99, {{"a", 64}, {"b", 64}}).view;
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    const std::string next = two->Owner(t)->id;
+    ASSERT_EQ(HandoffOf("c").RouteOverride(t), next) << Key(i);
+    if (three->Owner(t)->id == "c") {
+      ASSERT_EQ(VersionOf(StoreOf(next), Key(i)), VersionOf(StoreOf("c"), Key(i))) << Key(i);
+    }
+  }
+  // The membership then drops c: a and b find its HandoffDone already there and wait for nothing.
+  SetRing({"a", "b"}, {"a", "b"});
+  EXPECT_TRUE(Idle("a"));
+  EXPECT_TRUE(Idle("b"));
+  EXPECT_EQ(HandoffOf("a").stats().incoming_abandoned + HandoffOf("b").stats().incoming_abandoned, 0u);
+  EXPECT_GT(HandoffOf("a").stats().incoming_completed + HandoffOf("b").stats().incoming_completed, 0u);
+}
+
+TEST_F(HandoffTest, RejoiningMemberCatchesUpBeforeDeciding) {
+  constexpr int kKeys = 3'000;
+  Add("a");
+  Add("b");
+  RingPtr one = SetRing({"a"}, {"a"});
+  WriteOnOwners(one, kKeys);
+  // b was part of the cluster once: it still holds copies of every key, now stale.
+  for (int i = 0; i < kKeys; ++i) {
+    for (const storage::StoredState& s : StoreOf("a").Get(Key(i)))
+      ASSERT_TRUE(StoreOf("b").ApplyIfNewer(Key(i), s));
+  }
+  for (int i = 0; i < kKeys; ++i) Charge(StoreOf("a"), Key(i), 5);
+
+  // b restarts: its first ring has no `before`; every range it gains is incoming from a.
+  net_.SetPaused("b", true);  // holds a's push until b's overrides are checked
+  RingPtr two = SetRing({"a", "b"});
+  int gained = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    if (two->Owner(t)->id == "b") {
+      ++gained;
+      ASSERT_EQ(HandoffOf("b").RouteOverride(t), "a");
+      ASSERT_EQ(HandoffOf("a").RouteOverride(t), "a");
+    }
+  }
+  ASSERT_GT(gained, 0);
+  net_.SetPaused("b", false);
+  ASSERT_TRUE(WaitFor([&] { return AllIdle(); }));
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    if (two->Owner(t)->id != "b") continue;
+    ASSERT_EQ(VersionOf(StoreOf("b"), Key(i)), VersionOf(StoreOf("a"), Key(i))) << Key(i);
+    ASSERT_EQ(HandoffOf("b").RouteOverride(t), std::nullopt);
+  }
+  EXPECT_EQ(HandoffOf("b").stats().incoming_abandoned, 0u);
+}
+
+TEST_F(HandoffTest, UnreachablePreviousOwnerReleasesIncoming) {
+  Add("a");
+  Add("b");
+  RingPtr two = Bootstrap({"a", "b"});
+  WriteOnOwners(two, 2'000);
+  Add("c");
+  net_.SetReachable("a", false);  // a died; the membership has not removed it yet
+  RingPtr three = SetRing({"a", "b", "c"}, {"b", "c"});
+  ASSERT_TRUE(WaitFor([&] { return Idle("c"); }));
+  EXPECT_GE(HandoffOf("c").stats().incoming_abandoned, 1u);  // a's ranges
+  EXPECT_GE(HandoffOf("c").stats().incoming_completed, 1u);  // b's ranges
+  for (int i = 0; i < 2'000; ++i) {
+    ASSERT_EQ(HandoffOf("c").RouteOverride(ring::RingToken(Key(i))), std::nullopt);
+  }
+}
+
+TEST_F(HandoffTest, SilentPreviousOwnerIsReleasedAfterDoneTimeout) {
+  handoff_options_.done_timeout = std::chrono::milliseconds(300);
+  Add("a");
+  Add("b");
+  SetRing({"a"}, {"a"});
+  // a never hears of b (reachable but not told): b waits for a HandoffDone that never comes.
+  SetRing({"a", "b"}, {"b"});
+  EXPECT_FALSE(Idle("b"));
+  ASSERT_TRUE(WaitFor([&] { return Idle("b"); }));
+  EXPECT_GE(HandoffOf("b").stats().incoming_abandoned, 1u);
+  EXPECT_EQ(HandoffOf("b").stats().incoming_completed, 0u);
+}
+
+TEST_F(HandoffTest, RemovedMemberKeysGetBackToRCopies) {
+  replicas_ = 3;
+  constexpr int kKeys = 4'000;
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e"};
+  for (const auto& id : ids) Add(id);
+  RingPtr five = Bootstrap(ids);
+  WriteOnOwners(five, kKeys);  // live replication copies each key to its 2 successors
+  auto copies_ok = [&](const RingPtr& ring) {
+    for (int i = 0; i < kKeys; ++i) {
+      const ring::Token t = ring::RingToken(Key(i));
+      const auto list = ring->PreferenceList(t, 3);
+      const uint64_t v = VersionOf(StoreOf(list[0]->id), Key(i));
+      if (v == 0) return false;
+      for (const ring::RingMember* m : list) {
+        if (VersionOf(StoreOf(m->id), Key(i)) != v) return false;
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitFor([&] { return copies_ok(five); }));
+
+  net_.SetReachable("d", false);  // d crashed; the membership removes it
+  RingPtr four = SetRing({"a", "b", "c", "e"}, {"a", "b", "c", "e"});
+  ASSERT_TRUE(WaitFor([&] { return copies_ok(four); }));
+  ASSERT_TRUE(WaitFor([&] {
+    uint64_t n = 0;
+    for (const char* id : {"a", "b", "c", "e"}) n += HandoffOf(id).stats().rereplicated_keys;
+    return n > 0;
+  }));
+}
+
+TEST_F(HandoffTest, DropsStatesNoLongerOwnedOrReplicated) {
+  replicas_ = 2;
+  handoff_options_.drop_delay = std::chrono::milliseconds(100);
+  constexpr int kKeys = 4'000;
+  for (const char* id : {"a", "b", "c"}) Add(id);
+  RingPtr three = Bootstrap({"a", "b", "c"});
+  WriteOnOwners(three, kKeys);
+  auto holders_are = [&](const RingPtr& ring) {
+    for (int i = 0; i < kKeys; ++i) {
+      const auto list = ring->PreferenceList(ring::RingToken(Key(i)), 2);
+      std::set<std::string> expected;
+      for (const ring::RingMember* m : list) expected.insert(m->id);
+      std::set<std::string> actual;
+      for (const auto& [id, m] : members_) {
+        if (VersionOf(m.link->store(), Key(i)) != 0) actual.insert(id);
+      }
+      if (actual != expected) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitFor([&] { return holders_are(three); }));
+
+  Add("d");
+  RingPtr four = SetRing({"a", "b", "c", "d"});
+  ASSERT_TRUE(WaitFor([&] { return holders_are(four); }));
+  uint64_t dropped = 0;
+  for (const char* id : {"a", "b", "c"}) dropped += HandoffOf(id).stats().dropped_states;
+  EXPECT_GT(dropped, 0u);
+}
+
+TEST_F(HandoffTest, MalformedHandoffDoneIsRejected) {
+  Add("a");
+  EXPECT_EQ(HandoffOf("a").HandleHandoffDone("\xff\xff\xff\xff garbage"), std::nullopt);
+  peer::HandoffDone reversed;
+  reversed.set_from("b");
+  peer::TokenRange* r = reversed.add_ranges();
+  r->set_first(10);
+  r->set_last(5);
+  EXPECT_EQ(HandoffOf("a").HandleHandoffDone(reversed.SerializeAsString()), std::nullopt);
+  peer::HandoffDone anonymous;
+  EXPECT_EQ(HandoffOf("a").HandleHandoffDone(anonymous.SerializeAsString()), std::nullopt);
+  peer::HandoffDone fine;
+  fine.set_from("b");
+  EXPECT_NE(HandoffOf("a").HandleHandoffDone(fine.SerializeAsString()), std::nullopt);
+}
+
+TEST_F(HandoffTest, RouteOverrideWithoutHandoffIsNullopt) {
+  Add("a");
+  SetRing({"a"});
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(HandoffOf("a").RouteOverride(ring::RingToken(Key(i))), std::nullopt);
+  EXPECT_TRUE(HandoffOf("a").InProgress().empty());
+}
+
+// Not a timing assertion: prints the push time of a large handoff over the loopback network.
+TEST_F(HandoffTest, MeasurePushOf200kKeys) {
+  constexpr int kKeys = 200'000;
+  Add("a");
+  Add("b");
+  SetRing({"a"}, {"a"});
+  for (int i = 0; i < kKeys; ++i) Charge(StoreOf("a"), Key(i));
+  const auto t0 = std::chrono::steady_clock::now();
+  SetRing({"b"}, {"a", "b"});  // a is replaced by b: every key moves
+  ASSERT_TRUE(WaitFor([&] { return AllIdle(); }, std::chrono::seconds(120)));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(HandoffOf("a").stats().handed_off_keys, static_cast<uint64_t>(kKeys));
+  EXPECT_EQ(CountStates(StoreOf("b")), static_cast<size_t>(kKeys));
+  std::printf("handoff push: %d keys in %.3f s (%.0f keys/s)\n", kKeys, seconds, kKeys / seconds);
+}
+
+}  // namespace
+}  // namespace ringlimit::replication
