@@ -55,15 +55,16 @@ struct ReplicatorOptions {
   // member count by the ring. 1 = no replication. REQUIRES: >= 1. Default: 3.
   uint32_t replicas = 3;
   // Sync mode: how long Decided waits for a replica's acknowledgement before answering anyway.
-  // Default: 250 ms.
+  // REQUIRES: >= 0. Default: 250 ms.
   std::chrono::milliseconds sync_timeout{250};
-  // Timeout of one StateUpdateBatch send. Default: 2000 ms.
+  // Timeout of one StateUpdateBatch send. REQUIRES: >= 1 ms. Default: 2000 ms.
   std::chrono::milliseconds send_timeout{2000};
 
   // --- Affects performance ---
-  // Async mode: how often the flusher ships the dirty keys (--replication-interval-ms). Default: 2 ms.
+  // Async mode: how often the flusher ships the dirty keys (--replication-interval-ms).
+  // REQUIRES: >= 1 ms. Default: 2 ms.
   std::chrono::milliseconds interval{2};
-  // Most StateUpdates per StateUpdateBatch. Default: 512.
+  // Most StateUpdates per StateUpdateBatch. REQUIRES: >= 1. Default: 512.
   size_t max_batch = 512;
 };
 
@@ -91,6 +92,14 @@ struct ReplicatorStats {
 // The StateUpdate of `entity` as `store` holds it now: every state (name, spec, words, version), the
 // ring token, `erased` false. `states` is empty when the store holds none.
 [[nodiscard]] peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity);
+
+// One stored state as it travels: name, spec (with its fingerprint), words, tail, version and expiry
+// (limiter::IdleAt). For pushes built from Store::ScanTokenRange.
+void ToNamedState(const storage::StoredState& state, peer::NamedState* out);
+
+// The stored state a NamedState carries, or nullopt when it is not a usable state (unknown algorithm or
+// mode, not 3 words, a spec that fails limiter::Validate).
+[[nodiscard]] std::optional<storage::StoredState> FromNamedState(const peer::NamedState& named);
 
 class Replicator final : public storage::StateObserver {
  public:

@@ -1,0 +1,582 @@
+#include "replication/replicator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "replication/testing/loopback_link.h"
+#include "ring/token.h"
+#include "storage/memory_store.h"
+
+namespace ringlimit::replication {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::LoopbackMember;
+using testing::LoopbackNetwork;
+
+limiter::TimeNs Now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+limiter::LimitSpec HourSpec(uint64_t limit = 1'000'000) {
+  limiter::LimitSpec spec;
+  spec.algorithm = limiter::Algorithm::kFixedWindow;
+  spec.limit = limit;
+  spec.window = 3600 * limiter::kSecond;
+  return spec;
+}
+
+// Charges `cost` units of limit `name` of `entity`.
+void Charge(storage::Store& store, std::string_view entity, std::string_view name = "rps",
+            uint64_t cost = 1) {
+  static const limiter::LimitSpec spec = HourSpec();
+  const limiter::TimeNs now = Now();
+  storage::Slot slot{name, &spec};
+  store.Update(entity, std::span<const storage::Slot>(&slot, 1), now,
+               [&](std::span<limiter::State* const> states) {
+                 static_cast<void>(limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.}));
+               });
+}
+
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Same states (names, versions, words) in both stores for `entity`.
+bool SameStates(storage::Store& a, storage::Store& b, std::string_view entity) {
+  const auto x = a.Get(entity);
+  const auto y = b.Get(entity);
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].name != y[i].name || x[i].version != y[i].version || !(x[i].state == y[i].state)) return false;
+  }
+  return true;
+}
+
+// Members a, b, c (or as given), each with a MemoryStore and a started Replicator as its store's observer
+// and its METHOD_STATE_UPDATE handler.
+class Cluster {
+ public:
+  explicit Cluster(ReplicatorOptions options, std::vector<std::string> ids = {"a", "b", "c"}) : ids_(ids) {
+    for (const std::string& id : ids) net_.Add(id);
+    ring_ = net_.SetRing(ids);
+    for (const std::string& id : ids) {
+      LoopbackMember& m = net_.member(id);
+      auto r = std::make_unique<Replicator>(m.store(), m, options);
+      Replicator* raw = r.get();
+      m.store().SetObserver(raw);
+      m.Handle(peer::METHOD_STATE_UPDATE, [raw](std::string_view p) { return raw->HandleStateUpdate(p); });
+      r->Start();
+      replicators_.emplace(id, std::move(r));
+    }
+  }
+  ~Cluster() {
+    for (auto& [id, r] : replicators_) r->Stop();
+    net_.Shutdown();
+  }
+
+  LoopbackNetwork& net() { return net_; }
+  storage::Store& store(const std::string& id) { return net_.member(id).store(); }
+  Replicator& replicator(const std::string& id) { return *replicators_.at(id); }
+
+  // A key whose preference list (R = 3) starts with `owner`.
+  std::string KeyOwnedBy(const std::string& owner, int n = 0) const {
+    for (int i = 0;; ++i) {
+      std::string key = "user:" + std::to_string(i);
+      if (ring_->Owner(ring::RingToken(key))->id == owner && n-- == 0) return key;
+    }
+  }
+
+ private:
+  LoopbackNetwork net_;
+  std::vector<std::string> ids_;
+  std::shared_ptr<const ring::RingView> ring_;
+  std::map<std::string, std::unique_ptr<Replicator>> replicators_;
+};
+
+ReplicatorOptions Options(uint32_t replicas = 3) {
+  ReplicatorOptions options;
+  options.replicas = replicas;
+  options.interval = 2ms;
+  return options;
+}
+
+std::string Serialize(const peer::StateUpdateBatch& batch) { return batch.SerializeAsString(); }
+
+TEST(ReplicatorOptionsTest, ParseAndValidate) {
+  EXPECT_EQ(ParseReplicationMode("async"), ReplicationMode::kAsync);
+  EXPECT_EQ(ParseReplicationMode("sync"), ReplicationMode::kSync);
+  EXPECT_FALSE(ParseReplicationMode("Sync").has_value());
+  EXPECT_FALSE(ParseReplicationMode("").has_value());
+  EXPECT_EQ(ToString(ReplicationMode::kSync), "sync");
+  EXPECT_EQ(ToString(ReplicationMode::kAsync), "async");
+  EXPECT_FALSE(ValidateReplicatorOptions({}).has_value());
+  ReplicatorOptions bad;
+  bad.replicas = 0;
+  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  bad = {};
+  bad.interval = 0ms;
+  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  bad = {};
+  bad.max_batch = 0;
+  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  bad = {};
+  bad.send_timeout = 0ms;
+  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+}
+
+TEST(ReplicatorTest, NamedStateRoundTrip) {
+  storage::StoredState s;
+  s.name = "rps";
+  s.spec = HourSpec(7);
+  s.state.algorithm = limiter::Algorithm::kFixedWindow;
+  s.state.word[0] = 11;
+  s.state.word[1] = -3;
+  s.state.word[2] = 1'700'000'000'000'000'000;
+  s.state.tail = {1, 2, 3};
+  s.version = 12345;
+  peer::NamedState named;
+  ToNamedState(s, &named);
+  auto back = FromNamedState(named);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->name, "rps");
+  EXPECT_EQ(back->spec.limit, 7u);
+  EXPECT_EQ(back->spec.window, s.spec.window);
+  EXPECT_EQ(back->state, s.state);
+  EXPECT_EQ(back->version, 12345u);
+  // Not usable: an invalid spec, a missing word.
+  named.mutable_state()->mutable_spec()->set_limit(0);
+  EXPECT_FALSE(FromNamedState(named).has_value());
+  ToNamedState(s, &named);
+  named.mutable_state()->mutable_word()->RemoveLast();
+  EXPECT_FALSE(FromNamedState(named).has_value());
+}
+
+TEST(ReplicatorTest, OwnerChangeReachesBothSuccessors) {
+  Cluster cluster(Options());
+  const std::string key = cluster.KeyOwnedBy("a");
+  for (int i = 0; i < 5; ++i) Charge(cluster.store("a"), key);
+  Charge(cluster.store("a"), key, "daily");
+  ASSERT_EQ(cluster.store("a").Get(key).size(), 2u);
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("b"), key); }));
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("c"), key); }));
+  EXPECT_EQ(cluster.store("b").Get(key)[1].state.word[1], 5);  // "rps" after "daily": 5 units counted
+  // Later changes follow.
+  Charge(cluster.store("a"), key, "rps", 10);
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("b"), key); }));
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("c"), key); }));
+  EXPECT_TRUE(WaitFor([&] { return cluster.replicator("a").stats().updates_acked >= 4; }));
+  const ReplicatorStats stats = cluster.replicator("a").stats();
+  EXPECT_GE(stats.updates_sent, 4u);
+  EXPECT_EQ(stats.send_failures, 0u);
+  EXPECT_GT(stats.max_lag_seconds, 0.0);
+  EXPECT_GE(cluster.replicator("b").stats().applied_states, 2u);
+}
+
+TEST(ReplicatorTest, ReplicasOneSendsNothing) {
+  Cluster cluster(Options(1));
+  const std::string key = cluster.KeyOwnedBy("a");
+  for (int i = 0; i < 10; ++i) Charge(cluster.store("a"), key);
+  EXPECT_TRUE(cluster.replicator("a").Flush(1s));
+  EXPECT_EQ(cluster.net().TotalSent(), 0u);
+  EXPECT_EQ(cluster.replicator("a").stats().updates_sent, 0u);
+  EXPECT_EQ(cluster.replicator("a").stats().pending_keys, 0u);
+  EXPECT_TRUE(cluster.store("b").Get(key).empty());
+}
+
+TEST(ReplicatorTest, TwoMembersWithThreeReplicasSendToTheOther) {
+  Cluster cluster(Options(3), {"a", "b"});
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
+  EXPECT_EQ(cluster.replicator("a").stats().updates_sent, 1u);
+}
+
+TEST(ReplicatorTest, RepeatsAndReorderingAreHarmless) {
+  LoopbackNetwork net;
+  LoopbackMember& source = net.Add("a");
+  LoopbackMember& replica = net.Add("b");
+  net.SetRing({"a", "b"});
+  Replicator receiver(replica.store(), replica, Options());
+
+  Charge(source.store(), "k");
+  peer::StateUpdateBatch v1;
+  *v1.add_updates() = MakeStateUpdate(source.store(), "k");
+  Charge(source.store(), "k", "rps", 4);
+  peer::StateUpdateBatch v2;
+  *v2.add_updates() = MakeStateUpdate(source.store(), "k");
+  ASSERT_EQ(v2.updates(0).states_size(), 1);
+  EXPECT_EQ(v2.updates(0).token(), ring::RingToken("k"));
+  EXPECT_FALSE(v2.updates(0).erased());
+
+  auto apply = [&](const peer::StateUpdateBatch& batch) {
+    auto answer = receiver.HandleStateUpdate(Serialize(batch));
+    EXPECT_TRUE(answer.has_value());
+    peer::StateUpdateAck ack;
+    EXPECT_TRUE(ack.ParseFromString(answer.value_or("")));
+    return ack;
+  };
+  EXPECT_EQ(apply(v2).applied(), 1u);
+  EXPECT_EQ(apply(v1).ignored(), 1u);  // older, after newer
+  EXPECT_EQ(apply(v2).ignored(), 1u);  // repeat
+  EXPECT_TRUE(SameStates(source.store(), replica.store(), "k"));
+  EXPECT_EQ(replica.store().Get("k")[0].state.word[1], 5);
+  const ReplicatorStats stats = receiver.stats();
+  EXPECT_EQ(stats.received_updates, 3u);
+  EXPECT_EQ(stats.applied_states, 1u);
+  EXPECT_EQ(stats.ignored_states, 2u);
+  net.Shutdown();
+}
+
+TEST(ReplicatorTest, MalformedAndInvalidPayloads) {
+  LoopbackNetwork net;
+  LoopbackMember& m = net.Add("a");
+  Replicator receiver(m.store(), m, Options());
+  EXPECT_FALSE(receiver.HandleStateUpdate("\xff\xff\xff\xff garbage").has_value());
+  EXPECT_EQ(receiver.stats().bad_batches, 1u);
+
+  // A state whose spec fails limiter::Validate is ignored, the valid one next to it applied.
+  storage::StoredState good;
+  good.name = "ok";
+  good.spec = HourSpec(5);
+  good.state.algorithm = limiter::Algorithm::kFixedWindow;
+  good.version = 100;
+  storage::StoredState bad = good;
+  bad.name = "bad";
+  bad.spec.window = 0;
+  peer::StateUpdateBatch batch;
+  peer::StateUpdate* update = batch.add_updates();
+  update->set_key("k");
+  ToNamedState(good, update->add_states());
+  ToNamedState(bad, update->add_states());
+  auto answer = receiver.HandleStateUpdate(Serialize(batch));
+  ASSERT_TRUE(answer.has_value());
+  peer::StateUpdateAck ack;
+  ASSERT_TRUE(ack.ParseFromString(*answer));
+  EXPECT_EQ(ack.applied(), 1u);
+  EXPECT_EQ(ack.ignored(), 1u);
+  ASSERT_EQ(m.store().Get("k").size(), 1u);
+  EXPECT_EQ(m.store().Get("k")[0].name, "ok");
+  net.Shutdown();
+}
+
+TEST(ReplicatorTest, UnreachableMemberGetsNothingThenCatchesUp) {
+  Cluster cluster(Options());
+  cluster.net().SetReachable("c", false);
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
+  EXPECT_EQ(cluster.net().Sent("c", peer::METHOD_STATE_UPDATE), 0u);
+  EXPECT_TRUE(cluster.store("c").Get(key).empty());
+
+  cluster.net().SetReachable("c", true);
+  Charge(cluster.store("a"), key);
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("c"), key); }));
+  EXPECT_EQ(cluster.store("c").Get(key)[0].state.word[1], 2);
+}
+
+TEST(ReplicatorTest, FailedSendsAreRetriedWhileTheMemberIsReachable) {
+  Cluster cluster(Options());
+  cluster.net().SetFailing("b", true);
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key);
+  EXPECT_TRUE(WaitFor([&] { return cluster.replicator("a").stats().send_failures >= 2; }));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("c"), key));  // the other one is served
+  EXPECT_TRUE(cluster.store("b").Get(key).empty());
+  EXPECT_GE(cluster.replicator("a").stats().pending_keys, 1u);
+  cluster.net().SetFailing("b", false);
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("b"), key); }));
+  EXPECT_TRUE(WaitFor([&] { return cluster.replicator("a").stats().pending_keys == 0; }));
+}
+
+TEST(ReplicatorTest, EraseReachesTheReplicas) {
+  Cluster cluster(Options());
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key, "rps");
+  Charge(cluster.store("a"), key, "daily");
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  ASSERT_EQ(cluster.store("b").Get(key).size(), 2u);
+
+  // One state erased: the replicas drop it and keep the other.
+  EXPECT_EQ(cluster.store("a").Erase(key, "daily"), 1u);
+  EXPECT_TRUE(WaitFor(
+      [&] { return cluster.store("b").Get(key).size() == 1 && cluster.store("c").Get(key).size() == 1; }));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
+  EXPECT_EQ(cluster.store("c").Get(key)[0].name, "rps");
+
+  // All of them.
+  EXPECT_EQ(cluster.store("a").Erase(key, std::nullopt), 1u);
+  EXPECT_TRUE(
+      WaitFor([&] { return cluster.store("b").Get(key).empty() && cluster.store("c").Get(key).empty(); }));
+}
+
+TEST(ReplicatorTest, FlushWaitsForTheAcknowledgements) {
+  ReplicatorOptions options = Options();
+  options.interval = 60s;  // only Flush ships
+  Cluster cluster(options);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50; ++i) keys.push_back(cluster.KeyOwnedBy("a", i));
+  for (const std::string& key : keys) Charge(cluster.store("a"), key);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  for (const std::string& key : keys) {
+    EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
+    EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("c"), key));
+  }
+  EXPECT_EQ(cluster.replicator("a").stats().updates_acked, 100u);
+
+  // A stalled replica: Flush gives up at its timeout, and succeeds once the replica answers.
+  cluster.net().SetPaused("b", true);
+  Charge(cluster.store("a"), keys[0]);
+  EXPECT_FALSE(cluster.replicator("a").Flush(100ms));
+  cluster.net().SetPaused("b", false);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), keys[0]));
+}
+
+TEST(ReplicatorTest, BatchesHoldAtMostMaxBatchUpdates) {
+  ReplicatorOptions options = Options();
+  options.interval = 60s;
+  options.max_batch = 16;
+  Cluster cluster(options);
+  std::atomic<int> largest{0};
+  std::atomic<int> updates{0};
+  Replicator& b = cluster.replicator("b");
+  cluster.net().member("b").Handle(peer::METHOD_STATE_UPDATE, [&](std::string_view p) {
+    peer::StateUpdateBatch batch;
+    EXPECT_TRUE(batch.ParseFromArray(p.data(), static_cast<int>(p.size())));
+    EXPECT_EQ(batch.from(), "a");
+    EXPECT_FALSE(batch.handoff());
+    EXPECT_NE(batch.ring_fingerprint(), 0u);
+    largest = std::max(largest.load(), batch.updates_size());
+    updates += batch.updates_size();
+    return b.HandleStateUpdate(p);
+  });
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back(cluster.KeyOwnedBy("a", i));
+  for (const std::string& key : keys) Charge(cluster.store("a"), key);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_EQ(updates.load(), 100);
+  EXPECT_EQ(largest.load(), 16);
+  EXPECT_EQ(cluster.net().Handled("b", peer::METHOD_STATE_UPDATE), 7u);  // ceil(100 / 16)
+}
+
+TEST(ReplicatorTest, SyncDecidedWaitsForAnAcknowledgement) {
+  ReplicatorOptions options = Options();
+  options.mode = ReplicationMode::kSync;
+  options.sync_timeout = 30s;
+  Cluster cluster(options);
+  cluster.net().SetPaused("b", true);
+  cluster.net().SetPaused("c", true);
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key);
+  std::atomic<int> done{0};
+  const std::string_view keys[] = {key};
+  cluster.replicator("a").Decided(keys, [&] { ++done; });
+  std::this_thread::sleep_for(100ms);  // no replica answered: still waiting
+  EXPECT_EQ(done.load(), 0);
+  cluster.net().SetPaused("b", false);
+  EXPECT_TRUE(WaitFor([&] { return done.load() == 1; }));
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));  // acknowledged = applied
+  cluster.net().SetPaused("c", false);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_EQ(done.load(), 1);  // exactly once
+  EXPECT_EQ(cluster.replicator("a").stats().sync_waits, 1u);
+  EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
+}
+
+TEST(ReplicatorTest, SyncDecidedAnswersAfterTheTimeoutWithoutReplicas) {
+  ReplicatorOptions options = Options();
+  options.mode = ReplicationMode::kSync;
+  options.sync_timeout = 100ms;
+  Cluster cluster(options);
+  cluster.net().SetPaused("b", true);
+  cluster.net().SetPaused("c", true);
+  const std::string key = cluster.KeyOwnedBy("a");
+  const std::string other = cluster.KeyOwnedBy("a", 1);
+  Charge(cluster.store("a"), key);
+  Charge(cluster.store("a"), other);
+  std::atomic<int> done{0};
+  const auto start = std::chrono::steady_clock::now();
+  const std::string_view keys[] = {key, other};
+  cluster.replicator("a").Decided(keys, [&] { ++done; });
+  EXPECT_TRUE(WaitFor([&] { return done.load() == 1; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
+  EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 1u);
+  cluster.net().SetPaused("b", false);
+  cluster.net().SetPaused("c", false);
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_EQ(done.load(), 1);
+}
+
+TEST(ReplicatorTest, SyncDecidedAnswersAtOnceWhenNothingIsToWaitFor) {
+  ReplicatorOptions options = Options();
+  options.mode = ReplicationMode::kSync;
+  options.sync_timeout = 30s;
+  {
+    Cluster cluster(options);
+    cluster.net().SetReachable("b", false);
+    cluster.net().SetReachable("c", false);
+    const std::string key = cluster.KeyOwnedBy("a");
+    Charge(cluster.store("a"), key);
+    std::atomic<int> done{0};
+    const std::string_view keys[] = {key};
+    cluster.replicator("a").Decided(keys, [&] { ++done; });
+    EXPECT_TRUE(WaitFor([&] { return done.load() == 1; }, 5s));
+    EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
+  }
+  {
+    options.replicas = 1;
+    Cluster cluster(options);
+    int done = 0;
+    const std::string_view keys[] = {"k"};
+    cluster.replicator("a").Decided(keys, [&] { ++done; });
+    EXPECT_EQ(done, 1);  // at once, inline
+  }
+  {
+    options.replicas = 3;
+    options.mode = ReplicationMode::kAsync;
+    Cluster cluster(options);
+    int done = 0;
+    const std::string_view keys[] = {"k"};
+    cluster.replicator("a").Decided(keys, [&] { ++done; });
+    EXPECT_EQ(done, 1);
+  }
+}
+
+TEST(ReplicatorTest, StopAnswersPendingSyncWaiters) {
+  ReplicatorOptions options = Options();
+  options.mode = ReplicationMode::kSync;
+  options.sync_timeout = 30s;
+  options.send_timeout = 100ms;
+  Cluster cluster(options);
+  cluster.net().SetPaused("b", true);
+  cluster.net().SetPaused("c", true);
+  const std::string key = cluster.KeyOwnedBy("a");
+  Charge(cluster.store("a"), key);
+  std::atomic<int> done{0};
+  const std::string_view keys[] = {key};
+  cluster.replicator("a").Decided(keys, [&] { ++done; });
+  cluster.replicator("a").Stop();
+  EXPECT_EQ(done.load(), 1);
+  cluster.replicator("a").Stop();  // idempotent
+  cluster.net().SetPaused("b", false);
+  cluster.net().SetPaused("c", false);
+}
+
+TEST(ReplicatorTest, SendUpdatesPushesInBatches) {
+  ReplicatorOptions options = Options();
+  options.max_batch = 100;
+  Cluster cluster(options);
+  std::vector<peer::StateUpdate> updates;
+  for (int i = 0; i < 1050; ++i) {
+    const std::string key = "push:" + std::to_string(i);
+    Charge(cluster.store("a"), key);
+    updates.push_back(MakeStateUpdate(cluster.store("a"), key));
+  }
+  // Only SendUpdates ships to d, a member outside the ring.
+  std::atomic<int> handoff_batches{0};
+  LoopbackMember& d = cluster.net().Add("d");
+  Replicator receiver(d.store(), d, options);
+  d.Handle(peer::METHOD_STATE_UPDATE, [&](std::string_view p) {
+    peer::StateUpdateBatch batch;
+    if (batch.ParseFromArray(p.data(), static_cast<int>(p.size())) && batch.handoff()) ++handoff_batches;
+    return receiver.HandleStateUpdate(p);
+  });
+  std::atomic<int> calls{0};
+  std::atomic<bool> ok{false};
+  cluster.replicator("a").SendUpdates("d", updates, [&](bool result) {
+    ok = result;
+    ++calls;
+  });
+  EXPECT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(ok.load());
+  EXPECT_EQ(handoff_batches.load(), 11);
+  EXPECT_EQ(receiver.stats().applied_states, 1050u);
+  EXPECT_TRUE(SameStates(cluster.store("a"), d.store(), "push:1049"));
+
+  // Nothing to send: done(true). An unreachable member: done(false), once.
+  calls = 0;
+  cluster.replicator("a").SendUpdates("d", {}, [&](bool result) {
+    ok = result;
+    ++calls;
+  });
+  EXPECT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(ok.load());
+  calls = 0;
+  cluster.net().SetReachable("d", false);
+  cluster.replicator("a").SendUpdates("d", updates, [&](bool result) {
+    ok = result;
+    ++calls;
+  });
+  EXPECT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  EXPECT_FALSE(ok.load());
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(calls.load(), 1);
+  cluster.net().Shutdown();
+}
+
+TEST(ReplicatorTest, ConcurrentChangesWhileTheFlusherRuns) {
+  Cluster cluster(Options());
+  constexpr int kThreads = 8;
+  constexpr int kKeys = 500;
+  constexpr int kPerThread = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i)
+        Charge(cluster.store("a"), "key:" + std::to_string((i * 7 + t) % kKeys));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(cluster.replicator("a").Flush(10s));
+  int64_t total = 0;
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = "key:" + std::to_string(k);
+    // Every key reached the other members of its preference list (a may be one of them or the owner).
+    for (const char* id : {"b", "c"}) {
+      EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(id), key)) << key << " on " << id;
+    }
+    total += cluster.store("a").Get(key)[0].state.word[1];
+  }
+  EXPECT_EQ(total, kThreads * kPerThread);
+  EXPECT_EQ(cluster.replicator("a").stats().pending_keys, 0u);
+  EXPECT_EQ(cluster.replicator("a").stats().send_failures, 0u);
+}
+
+// Not a timing assertion: prints what OnChanged costs on the request path.
+TEST(ReplicatorTest, OnChangedCost) {
+  ReplicatorOptions options = Options();
+  options.interval = 1ms;
+  Cluster cluster(options);
+  Replicator& r = cluster.replicator("a");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10'000; ++i) keys.push_back("user:" + std::to_string(i));
+  storage::StoredState state;
+  constexpr int kCalls = 2'000'000;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) r.OnChanged(keys[i % keys.size()], state);
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / kCalls;
+  std::printf("OnChanged: %.1f ns per call (10k keys, flusher every 1 ms)\n", ns);
+  EXPECT_TRUE(r.Flush(10s));
+}
+
+}  // namespace
+}  // namespace ringlimit::replication
