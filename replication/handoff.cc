@@ -35,6 +35,8 @@ constexpr std::chrono::milliseconds kRetryDelay{200};
 constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
 // Timeout of one HandoffDone send.
 constexpr std::chrono::milliseconds kDoneSendTimeout{2'000};
+// An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
+constexpr Token kPushWindows = 16;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -155,6 +157,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::optional<Clock::time_point> retry_at;
     uint64_t keys = 0;
     Clock::time_point started;
+    uint32_t attempt = 0;             // StartPush calls: answers of an earlier attempt are ignored
+    std::vector<TokenRange> windows;  // scan windows of the current attempt
+    size_t next_window = 0;
   };
 
   struct Incoming {
@@ -234,6 +239,15 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::unique_lock<std::mutex> lock(mu);
     Clock::time_point next_tick = Clock::now();
     while (!stopping) {
+      // The tick first when due, so a steady stream of completions cannot starve it.
+      if (Clock::now() >= next_tick) {
+        lock.unlock();
+        Tick();
+        PumpReplication();
+        lock.lock();
+        next_tick = Clock::now() + kTick;
+        continue;
+      }
       if (!tasks.empty()) {
         auto task = std::move(tasks.front());
         tasks.pop_front();
@@ -241,14 +255,6 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         task(*this);
         PumpReplication();
         lock.lock();
-        continue;
-      }
-      if (Clock::now() >= next_tick) {
-        lock.unlock();
-        Tick();
-        PumpReplication();
-        lock.lock();
-        next_tick = Clock::now() + kTick;
         continue;
       }
       cv.wait_until(lock, next_tick);
@@ -314,10 +320,18 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       before = RingView::Build(0, {}).view;
     }
     // Superseded entries: outgoing ranges their target no longer owns, incoming ranges this node no
-    // longer owns.
+    // longer owns. A range that moves back before its handoff finished never changed hands: its
+    // previous owner still has the newest states, so neither end waits for or pushes it (below).
+    std::map<std::string, std::vector<TokenRange>> kept_out;  // by the target that does not get them
+    std::map<std::string, std::vector<TokenRange>> never_in;  // by the previous owner that kept them
     for (auto it = outgoing.begin(); it != outgoing.end();) {
       Outgoing& out = it->second;
-      if (!out.leave) out.ranges = Intersect(out.ranges, after->Arcs(out.to));
+      if (!out.leave) {
+        std::vector<TokenRange> still = Intersect(out.ranges, after->Arcs(out.to));
+        auto& back = kept_out[out.to];
+        for (const TokenRange& r : Subtract(out.ranges, still)) back.push_back(r);
+        out.ranges = std::move(still);
+      }
       if (out.ranges.empty()) {
         spdlog::info("handoff out to {}: superseded by a ring change", out.to);
         ++stats.handoffs_failed;
@@ -330,13 +344,19 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     const std::vector<TokenRange> mine = after->Arcs(self);
     std::vector<Incoming> kept;
     for (Incoming& in : incoming) {
-      for (const TokenRange& r : Intersect({in.range}, mine)) {
+      const std::vector<TokenRange> still = Intersect({in.range}, mine);
+      auto& back = never_in[in.from];
+      for (const TokenRange& r : Subtract({in.range}, still)) back.push_back(r);
+      for (const TokenRange& r : still) {
         Incoming part = in;
         part.range = r;
         kept.push_back(std::move(part));
       }
     }
     incoming = std::move(kept);
+    for (auto* by_peer : {&kept_out, &never_in}) {
+      for (auto& [peer, ranges] : *by_peer) SortRanges(ranges);
+    }
 
     std::map<std::string, std::vector<TokenRange>> out_moves;
     std::map<std::string, std::vector<TokenRange>> in_moves;
@@ -346,12 +366,13 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       if (m.to == self && !m.from.empty() && m.from != self) in_moves[m.from].push_back(m.range);
     }
     std::vector<uint64_t> started_ids;
-    for (auto& [to, ranges] : out_moves) {
+    for (auto& [to, moved] : out_moves) {
+      std::vector<TokenRange> ranges = Subtract(moved, never_in[to]);
+      if (ranges.empty()) continue;
       started_ids.push_back(AddOutgoingLocked(to, std::move(ranges), after->fingerprint(), false, now));
     }
-    std::vector<TokenRange> all_new;
     for (auto& [from, ranges] : in_moves) {
-      std::vector<TokenRange> wait = ranges;
+      std::vector<TokenRange> wait = Subtract(ranges, kept_out[from]);
       for (auto it = early_dones.begin(); it != early_dones.end();) {
         if (it->from == from && it->fingerprint == after->fingerprint()) {
           const std::vector<TokenRange> done_here = Intersect(wait, it->ranges);
@@ -363,7 +384,6 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         }
         it = it->ranges.empty() ? early_dones.erase(it) : std::next(it);
       }
-      all_new.insert(all_new.end(), wait.begin(), wait.end());
       for (const TokenRange& r : wait) incoming.push_back({r, from, now, before, after});
       if (!wait.empty()) {
         spdlog::info("handoff in from {}: {} ranges ({:.2f}% of the ring) waiting", from, wait.size(),
@@ -430,45 +450,101 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     return id;
   }
 
-  // Worker: scans the ranges of outgoing `id` and pushes their states to the target.
+  // Worker: (re)starts the push of outgoing `id`: its ranges are scanned and pushed one window at a
+  // time (PushWindow), so memory holds one window's states, not the whole handoff's.
   void StartPush(uint64_t id) {
     std::string to;
-    std::vector<TokenRange> ranges;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = outgoing.find(id);
       if (it == outgoing.end() || it->second.running) return;
-      it->second.running = true;
-      it->second.retry_at.reset();
-      it->second.phase = Phase::kPushing;
-      to = it->second.to;
-      ranges = it->second.ranges;
+      Outgoing& out = it->second;
+      out.running = true;
+      out.retry_at.reset();
+      out.phase = Phase::kPushing;
+      out.keys = 0;
+      out.next_window = 0;
+      out.windows = ScanWindows(out.ranges);
+      ++out.attempt;
+      to = out.to;
     }
     if (!link.Reachable(to)) {
       Finish(id, false, "target not reachable");
       return;
     }
-    std::vector<peer::StateUpdate> updates;
+    PushWindow(id);
+  }
+
+  // Groups sorted `ranges` into scan windows spanning at most 1/kPushWindows of the ring each: a scan
+  // of the memory tier costs a pass over memory whatever its width, so one scan per small arc would
+  // cost a pass per vnode.
+  static std::vector<TokenRange> ScanWindows(const std::vector<TokenRange>& ranges) {
+    constexpr Token kSpan = std::numeric_limits<Token>::max() / kPushWindows;
+    std::vector<TokenRange> windows;
     for (const TokenRange& r : ranges) {
-      std::vector<storage::EntityState> states = store.ScanTokenRange(r.first, r.last);
+      if (!windows.empty() && r.last - windows.back().first <= kSpan) {
+        windows.back().last = r.last;
+      } else {
+        windows.push_back(r);
+      }
+    }
+    return windows;
+  }
+
+  // Worker: pushes the next window of outgoing `id` (skipping empty ones); once every window is
+  // acknowledged, moves on to the switch (PushDone).
+  void PushWindow(uint64_t id) {
+    for (;;) {
+      std::string to;
+      std::vector<TokenRange> ranges;
+      TokenRange window;
+      uint32_t attempt = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = outgoing.find(id);
+        if (it == outgoing.end() || stopping) return;
+        Outgoing& out = it->second;
+        if (out.next_window >= out.windows.size()) break;
+        window = out.windows[out.next_window++];
+        to = out.to;
+        ranges = out.ranges;  // may have shrunk since the windows were made (a later ring change)
+        attempt = out.attempt;
+      }
+      std::vector<peer::StateUpdate> updates;
+      std::vector<storage::EntityState> states = store.ScanTokenRange(window.first, window.last);
       std::unordered_set<std::string_view> seen;
       for (const storage::EntityState& s : states) {
-        if (!seen.insert(s.entity).second) continue;
+        if (!InRanges(ranges, s.token) || !seen.insert(s.entity).second) continue;
         peer::StateUpdate update = MakeStateUpdate(store, s.entity);
         if (update.states_size() > 0) updates.push_back(std::move(update));
       }
+      if (updates.empty()) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = outgoing.find(id);
+        if (it == outgoing.end()) return;
+        it->second.keys += updates.size();
+      }
+      std::weak_ptr<Core> weak = weak_from_this();
+      replicator.SendUpdates(to, std::move(updates), [weak, id, attempt](bool ok) {
+        Post(weak, [id, attempt, ok](Core& core) { core.WindowDone(id, attempt, ok); });
+      });
+      return;
     }
-    const uint64_t keys = updates.size();
+    PushDone(id, true);
+  }
+
+  void WindowDone(uint64_t id, uint32_t attempt, bool ok) {
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = outgoing.find(id);
-      if (it == outgoing.end()) return;
-      it->second.keys = keys;
+      if (it == outgoing.end() || it->second.attempt != attempt) return;
     }
-    std::weak_ptr<Core> weak = weak_from_this();
-    replicator.SendUpdates(to, std::move(updates), [weak, id](bool ok) {
-      Post(weak, [id, ok](Core& core) { core.PushDone(id, ok); });
-    });
+    if (ok) {
+      PushWindow(id);
+    } else {
+      PushDone(id, false);
+    }
   }
 
   // Worker: the push of outgoing `id` finished; ship the last changes and send HandoffDone.

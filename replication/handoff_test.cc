@@ -404,6 +404,67 @@ TEST_F(HandoffTest, DropsStatesNoLongerOwnedOrReplicated) {
   EXPECT_GT(dropped, 0u);
 }
 
+TEST_F(HandoffTest, HandoffDoneBeforeTheRingChangeIsKept) {
+  constexpr int kKeys = 3'000;
+  Add("a");
+  Add("b");
+  RingPtr two = Bootstrap({"a", "b"});
+  WriteOnOwners(two, kKeys);
+  Add("c");
+  // a and b learn of c first: they push and send HandoffDone before c has the ring.
+  RingPtr three = SetRing({"a", "b", "c"}, {"a", "b"});
+  ASSERT_TRUE(WaitFor([&] { return Idle("a") && Idle("b"); }));
+  EXPECT_EQ(HandoffOf("a").stats().handoffs_completed + HandoffOf("b").stats().handoffs_completed, 2u);
+  // When c gets the ring, nothing is left to wait for.
+  SetRing({"a", "b", "c"}, {"c"});
+  EXPECT_TRUE(Idle("c"));
+  EXPECT_GT(HandoffOf("c").stats().incoming_completed, 0u);
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    ASSERT_EQ(HandoffOf("c").RouteOverride(t), std::nullopt);
+    if (three->Owner(t)->id == "c") {
+      ASSERT_NE(VersionOf(StoreOf("c"), Key(i)), 0u) << Key(i);
+    }
+  }
+}
+
+TEST_F(HandoffTest, LaterRingChangeSupersedesHandoffs) {
+  Add("a");
+  Add("b");
+  RingPtr two = Bootstrap({"a", "b"});
+  WriteOnOwners(two, 2'000);
+  Add("c");
+  net_.SetPaused("c", true);
+  SetRing({"a", "b", "c"});
+  ASSERT_FALSE(Idle("a"));
+  ASSERT_FALSE(Idle("c"));
+  // c is removed again before the handoffs finish: a and b keep their ranges, c owns nothing.
+  SetRing({"a", "b"});
+  EXPECT_TRUE(Idle("a"));
+  EXPECT_TRUE(Idle("b"));
+  EXPECT_TRUE(Idle("c"));
+  EXPECT_EQ(HandoffOf("a").stats().handoffs_failed + HandoffOf("b").stats().handoffs_failed, 2u);
+  for (int i = 0; i < 2'000; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    for (const char* id : {"a", "b", "c"}) ASSERT_EQ(HandoffOf(id).RouteOverride(t), std::nullopt);
+  }
+  net_.SetPaused("c", false);
+}
+
+TEST_F(HandoffTest, UnreachableTargetFailsTheHandoff) {
+  Add("a");
+  Add("b");
+  Bootstrap({"a"});
+  for (int i = 0; i < 500; ++i) Charge(StoreOf("a"), Key(i));
+  net_.SetReachable("b", false);
+  RingPtr two = SetRing({"a", "b"}, {"a"});
+  ASSERT_TRUE(WaitFor([&] { return Idle("a"); }));
+  EXPECT_EQ(HandoffOf("a").stats().handoffs_failed, 1u);
+  EXPECT_EQ(HandoffOf("a").stats().handoffs_completed, 0u);
+  for (int i = 0; i < 500; ++i)
+    ASSERT_EQ(HandoffOf("a").RouteOverride(ring::RingToken(Key(i))), std::nullopt);
+}
+
 TEST_F(HandoffTest, MalformedHandoffDoneIsRejected) {
   Add("a");
   EXPECT_EQ(HandoffOf("a").HandleHandoffDone("\xff\xff\xff\xff garbage"), std::nullopt);
