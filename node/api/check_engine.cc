@@ -188,14 +188,29 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
           now);
     }
   }
-  pending_.fetch_add(forwards.size(), std::memory_order_relaxed);
+  const bool any_local = forwards.size() < groups_.size();
+  pending_.fetch_add(forwards.size() + (any_local ? 1 : 0), std::memory_order_relaxed);
+  if (any_local) {
+    std::vector<std::string_view> local_keys;
+    local_keys.reserve(groups_.size() - forwards.size());
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (remote[g] == 0) local_keys.push_back(keys[g]);
+    router.Decided(local_keys, [this] { FinishOne(); });
+  }
   for (size_t i = 0; i < forwards.size(); ++i) {
     const size_t g = forwarded_groups[i];
     router.Forward(std::move(forwards[i]),
                    [this, g, now, &router](std::optional<peer::ForwardedResult> result) {
+                     bool local = false;
                      {
                        std::lock_guard lock(mutex_);
-                       OnForwarded(g, now, std::move(result), router.self_id());
+                       local = OnForwarded(g, now, std::move(result), router.self_id());
+                     }
+                     if (local) {
+                       // Decided here after all: the answer waits for replication like any local one.
+                       pending_.fetch_add(1, std::memory_order_relaxed);
+                       const std::string_view key = checks_[order_[groups_[g].first]].key;
+                       router.Decided(std::span<const std::string_view>(&key, 1), [this] { FinishOne(); });
                      }
                      FinishOne();
                    });
@@ -236,7 +251,7 @@ peer::ForwardedCheck CheckBatch::MakeForwarded(size_t g, limiter::TimeNs now) co
   return out;
 }
 
-void CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
+bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
                              std::string_view self_id) {
   const auto [begin, end] = groups_[g];
   const std::span<const size_t> group(order_.data() + begin, end - begin);
@@ -244,7 +259,7 @@ void CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
       static_cast<size_t>(result->decisions_size()) != group.size()) {
     RunGroup(group, now);  // nobody else could decide: this node does (owners_ already say so)
     for (size_t i : group) owners_[i] = self_id;
-    return;
+    return true;
   }
   const std::string& owner = owner_names_.emplace_back(result->owner());
   for (size_t j = 0; j < group.size(); ++j) {
@@ -253,6 +268,7 @@ void CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
     owners_[group[j]] = owner;
     CountDecision(checks_[group[j]], d);
   }
+  return false;
 }
 
 void CheckBatch::CountDecision(const PendingCheck& c, const limiter::Decision& d) {

@@ -91,8 +91,9 @@ class CheckBatch {
   void RunGroup(std::span<const size_t> group, limiter::TimeNs now);
   // Builds the message for the checks of groups_[g].
   peer::ForwardedCheck MakeForwarded(size_t g, limiter::TimeNs now) const;
-  // A forwarded group's outcome (under mutex_): the owner's decisions, or a local decision.
-  void OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
+  // A forwarded group's outcome (under mutex_): the owner's decisions, or a local decision (returns
+  // true then).
+  bool OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
                    std::string_view self_id);
   void CountDecision(const PendingCheck& c, const limiter::Decision& d);
   void FinishOne();

@@ -105,6 +105,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void Process(ring::MembershipOutput out);
   void Publish();
   void DoLeave(std::function<void()> on_left);
+  void FinishLeave();
   void LeaveDone();
 
   // Constant after construction.
@@ -121,6 +122,11 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   bool leaving = false;
   size_t leave_pending = 0;
   std::function<void()> on_left;
+  std::shared_ptr<const ring::RingView> published;  // the last view handed to ring_listener
+
+  // Set before Start, then read on the strand only.
+  RingListener ring_listener;
+  LeavePreparer leave_preparer;
 
   // Thread-safe on their own.
   peer::PeerServer server;
@@ -191,6 +197,8 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
     auto built = ring::RingView::Build(++ring_version, membership->RingMembers());
     if (built.ok()) {
       ring.Publish(built.view);
+      if (ring_listener) ring_listener(published, built.view);
+      published = built.view;
       spdlog::info("cluster: ring version {} with {} members", ring_version, built.view->members().size());
     } else {
       spdlog::error("cluster: cannot build the ring: {}", built.error->message);
@@ -214,11 +222,23 @@ void Cluster::Core::DoLeave(std::function<void()> callback) {
   if (stopped || leaving || !membership) return;
   leaving = true;
   on_left = std::move(callback);
-  const MonoTime now = Now();
-  Process(membership->Leave(now));
-  // No state to hand over yet (replication issue): announce `left` at once. Those announcements are
-  // requests, so each one's answer says it arrived.
-  ring::MembershipOutput out = membership->FinishLeave(now);
+  Process(membership->Leave(Now()));
+  if (!leave_preparer) {
+    FinishLeave();
+    return;
+  }
+  spdlog::info("cluster: leaving; handing this node's ranges over first");
+  // The preparer may call back on any thread: come back to the strand.
+  leave_preparer([weak = weak_from_this()] {
+    if (auto self = weak.lock()) net::post(self->strand, [self] { self->FinishLeave(); });
+  });
+}
+
+// Announces `left` to every member. Those announcements are requests, so each one's answer says it
+// arrived.
+void Cluster::Core::FinishLeave() {
+  if (stopped || !membership) return;
+  ring::MembershipOutput out = membership->FinishLeave(Now());
   std::vector<ring::Outgoing> finals = std::move(out.messages);
   out.messages.clear();
   Process(std::move(out));
@@ -314,6 +334,10 @@ void Cluster::Stop() {
   core_->server.Stop();
   core_->client.Stop();
 }
+
+void Cluster::SetRingListener(RingListener listener) { core_->ring_listener = std::move(listener); }
+
+void Cluster::SetLeavePreparer(LeavePreparer preparer) { core_->leave_preparer = std::move(preparer); }
 
 void Cluster::Leave(std::function<void()> on_left) {
   net::post(core_->strand,

@@ -111,10 +111,22 @@ class Cluster {
   // unless Leave completed first). Blocks until the strand has stopped. Idempotent.
   void Stop();
 
-  // Graceful leave: announces `leaving`, then `left` to every member directly, and calls `on_left` once
-  // every announcement is acknowledged or leave_timeout has passed (on an io_context thread, once). A
-  // second call while leaving is ignored (its callback is dropped).
+  // Graceful leave: announces `leaving`, runs the leave preparer (the handoff of this node's ranges) if
+  // one is set, then announces `left` to every member directly, and calls `on_left` once every
+  // announcement is acknowledged or leave_timeout has passed (on an io_context thread, once). A second
+  // call while leaving is ignored (its callback is dropped).
   void Leave(std::function<void()> on_left);
+
+  // Told about every ring this node publishes, with the one it replaces (null for the first), in ring
+  // version order, on the cluster's strand: it must not block. Set before Start.
+  using RingListener = std::function<void(std::shared_ptr<const ring::RingView> before,
+                                          std::shared_ptr<const ring::RingView> after)>;
+  void SetRingListener(RingListener listener);
+
+  // Runs between `leaving` and `left`: hands this node's state over, then calls `ready` (once, from any
+  // thread). While it runs the node is still in everyone's ring and keeps serving. Set before Start.
+  using LeavePreparer = std::function<void(std::function<void()> ready)>;
+  void SetLeavePreparer(LeavePreparer preparer);
 
   // Constant after Start.
   [[nodiscard]] const std::string& self_id() const { return options_.node_id; }

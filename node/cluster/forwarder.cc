@@ -7,7 +7,8 @@
 #include "node/cluster/cluster.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
-#include "ring/token.h"
+#include "replication/handoff.h"
+#include "replication/replicator.h"
 
 namespace ringlimit::cluster {
 
@@ -19,24 +20,80 @@ struct Forwarder::Attempt {
   ForwardDone done;
 };
 
-Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider)
-    : cluster_(cluster), options_(options), decider_(std::move(decider)) {}
+Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
+                     replication::Replicator* replicator, const replication::HandoffManager* handoff)
+    : cluster_(cluster),
+      options_(options),
+      decider_(std::move(decider)),
+      replicator_(replicator),
+      handoff_(handoff) {}
 
 void Forwarder::RegisterHandlers() {
   cluster_.server().Register(peer::METHOD_FORWARD_CHECK,
                              [this](std::string payload, peer::PeerResponder responder) {
-                               std::optional<std::string> answer = decider_(payload);
-                               if (!answer) {
-                                 served_bad_.fetch_add(1, std::memory_order_relaxed);
-                                 responder.Fail("malformed ForwardCheckRequest");
-                                 return;
-                               }
-                               served_.fetch_add(1, std::memory_order_relaxed);
-                               responder.Reply(std::move(*answer));
+                               Serve(std::move(payload), responder);
                              });
 }
 
+namespace {
+
+// Decides `request` here and replies once the decisions may be answered (after replication in sync mode).
+void DecideAndReply(const LocalDecider& decider, node::CheckRouter& router,
+                    const peer::ForwardCheckRequest& request, const peer::PeerResponder& responder) {
+  auto response = std::make_shared<peer::ForwardCheckResponse>(decider(request));
+  std::vector<std::string_view> keys;
+  keys.reserve(static_cast<size_t>(request.checks_size()));
+  for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
+    if (response->results(i).status() == peer::CHECK_OK) keys.push_back(request.checks(i).key());
+  }
+  router.Decided(keys, [response, responder] { responder.Reply(response->SerializeAsString()); });
+}
+
+}  // namespace
+
+void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder) {
+  auto request = std::make_shared<peer::ForwardCheckRequest>();
+  if (!request->ParseFromString(payload)) {
+    served_bad_.fetch_add(1, std::memory_order_relaxed);
+    responder.Fail("malformed ForwardCheckRequest");
+    return;
+  }
+  served_.fetch_add(static_cast<uint64_t>(request->checks_size()), std::memory_order_relaxed);
+  // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
+  // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
+  if (request->checks_size() == 1 && request->checks(0).hops() < kMaxHops) {
+    const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
+    if (!decider.empty() && decider != self_id() && decider != request->from()) {
+      passed_on_.fetch_add(1, std::memory_order_relaxed);
+      peer::ForwardedCheck check = request->checks(0);
+      check.set_hops(check.hops() + 1);
+      Forward(std::move(check), [this, request, responder](std::optional<peer::ForwardedResult> result) {
+        if (!result) {
+          DecideAndReply(decider_, *this, *request, responder);
+          return;
+        }
+        peer::ForwardCheckResponse response;
+        response.set_from(self_id());
+        result->set_check_id(request->checks(0).check_id());
+        *response.add_results() = std::move(*result);
+        responder.Reply(response.SerializeAsString());
+      });
+      return;
+    }
+  }
+  DecideAndReply(decider_, *this, *request, responder);
+}
+
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
+
+std::string Forwarder::DeciderOf(ring::Token token) const {
+  if (handoff_ != nullptr) {
+    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) return std::move(*decider);
+  }
+  const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
+  if (view == nullptr || view->empty()) return {};
+  return view->Owner(token)->id;
+}
 
 void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const {
   remote->assign(keys.size(), 0);
@@ -44,43 +101,65 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
   if (view == nullptr || view->empty()) return;
   const std::string& self = cluster_.self_id();
   for (size_t i = 0; i < keys.size(); ++i) {
-    const ring::RingMember* owner = view->Owner(ring::RingToken(keys[i]));
+    const ring::Token token = ring::RingToken(keys[i]);
+    if (handoff_ != nullptr) {
+      if (std::optional<std::string> decider = handoff_->RouteOverride(token)) {
+        (*remote)[i] = *decider != self ? 1 : 0;
+        continue;
+      }
+    }
+    const ring::RingMember* owner = view->Owner(token);
     (*remote)[i] = owner != nullptr && owner->id != self ? 1 : 0;
   }
 }
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
+  const ring::Token token = ring::RingToken(check.key());
   const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
   const std::shared_ptr<const ClusterSnapshot> snapshot = cluster_.Snapshot();
+  const std::string& self = cluster_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
+  auto add = [&](const std::string& id, bool first) {
+    if (attempt->targets.size() >= options_.max_attempts) return;
+    if (std::find(attempt->targets.begin(), attempt->targets.end(), id) != attempt->targets.end()) return;
+    const ring::MemberInfo* info = snapshot->Find(id);
+    // The decider is always tried (a false suspicion must not split its keys); fallbacks only if alive.
+    if (id != self && (info == nullptr || info->peer_address.empty() ||
+                       (!first && info->state != ring::MemberState::kAlive))) {
+      return;
+    }
+    attempt->targets.push_back(id);
+    attempt->addresses.push_back(info != nullptr ? info->peer_address : std::string());
+  };
+  if (handoff_ != nullptr) {
+    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) add(*decider, true);
+  }
   if (view != nullptr) {
     const size_t r = std::max<size_t>(cluster_.options().replicas, options_.max_attempts);
-    for (const ring::RingMember* member : view->PreferenceList(ring::RingToken(check.key()), r)) {
-      if (attempt->targets.size() >= options_.max_attempts) break;
-      const ring::MemberInfo* info = snapshot->Find(member->id);
-      const bool owner = attempt->targets.empty();
-      // The owner is always tried (a false suspicion must not split its keys); fallbacks only if alive.
-      if (member->id != cluster_.self_id() && (info == nullptr || info->peer_address.empty() ||
-                                               (!owner && info->state != ring::MemberState::kAlive))) {
-        continue;
-      }
-      attempt->targets.push_back(member->id);
-      attempt->addresses.push_back(info != nullptr ? info->peer_address : std::string());
-    }
+    for (const ring::RingMember* member : view->PreferenceList(token, r))
+      add(member->id, attempt->targets.empty());
   }
-  if (attempt->targets.empty() || attempt->targets[0] == cluster_.self_id()) {
-    attempt->done(std::nullopt);  // the ring moved: this node owns it now
+  if (attempt->targets.empty() || attempt->targets[0] == self) {
+    attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
   }
   peer::ForwardCheckRequest request;
-  request.set_from(cluster_.self_id());
+  request.set_from(self);
   request.set_owner(attempt->targets[0]);
-  request.set_ring_fingerprint(view->fingerprint());
+  request.set_ring_fingerprint(view != nullptr ? view->fingerprint() : 0);
   *request.add_checks() = std::move(check);
   attempt->payload = request.SerializeAsString();
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   Try(std::move(attempt));
+}
+
+void Forwarder::Decided(std::span<const std::string_view> keys, std::function<void()> done) {
+  if (replicator_ == nullptr || keys.empty()) {
+    done();
+    return;
+  }
+  replicator_->Decided(keys, std::move(done));
 }
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
@@ -120,6 +199,7 @@ ForwarderStats Forwarder::stats() const {
   s.fallback_local = fallback_local_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
+  s.passed_on = passed_on_.load(std::memory_order_relaxed);
   return s;
 }
 

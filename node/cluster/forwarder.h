@@ -1,17 +1,26 @@
 // Forwarder: the cluster's CheckRouter (node/api/cluster_hooks.h). It tells the API which keys this
-// node owns on the current ring, sends the checks of the others to their owner over the peer transport
+// node decides, sends the checks of the others to the node that decides them over the peer transport
 // (METHOD_FORWARD_CHECK, one ForwardCheckRequest per key; the transport coalesces the messages bound
 // for one owner into shared frames), and serves the checks other nodes forward to this one.
 //
-// Routing of one key: the owner on this node's ring first; if it does not answer (connection refused,
-// timeout, overloaded, error), the next alive member of the key's preference list; if that is this
-// node, or nobody answers within max_attempts, this node decides itself (availability over exactness,
-// counted as a local fallback). A node that receives a forwarded check always decides it itself, even if
-// its ring disagrees: a check travels at most one hop past its entry node, never in a loop.
+// Who decides a key: the owner on this node's ring, unless the HandoffManager overrides it while the
+// key's range moves (replication/handoff.h): the previous owner until it has handed the range over, this
+// node while it hands a range over, the new owners once this node has left.
+//
+// Routing of one key: the decider first; if it does not answer (connection refused, timeout, overloaded,
+// error), the next alive member of the key's preference list; if that is this node, or nobody answers
+// within max_attempts, this node decides itself (availability over exactness, counted as a local
+// fallback). A node receiving a forwarded check decides it itself, unless its own routing names another
+// node and the check has made fewer than kMaxHops hops: then it passes it on once (a range being handed
+// over, or a sender with a stale ring). A check never makes more than kMaxHops hops: the last receiver
+// answers from its own view, so there is no forwarding loop.
+//
+// Replication: every decision made here goes through Replicator::Decided before it is answered (sync
+// mode waits there for a replica's acknowledgement).
 //
 // Thread safety: every method is safe for concurrent use. Completions run on peer transport threads.
-// Lifetime: the Cluster and the decider must outlive the Forwarder and every pending completion, i.e.
-// stop the io_context (or the Cluster) before destroying them.
+// Lifetime: the Cluster, the decider, the replicator and the handoff manager must outlive the Forwarder
+// and every pending completion, i.e. stop the io_context (or the Cluster) before destroying them.
 #ifndef RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
 #define RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
 
@@ -24,10 +33,23 @@
 #include <string_view>
 
 #include "node/api/cluster_hooks.h"
+#include "ring/token.h"
+
+namespace ringlimit::peer {
+class PeerResponder;
+}  // namespace ringlimit::peer
+
+namespace ringlimit::replication {
+class HandoffManager;
+class Replicator;
+}  // namespace ringlimit::replication
 
 namespace ringlimit::cluster {
 
 class Cluster;
+
+// Hops a forwarded check may make: the entry node's forward, then one more pass-on.
+inline constexpr uint32_t kMaxHops = 2;
 
 struct ForwarderOptions {
   // --- Affects behaviour ---
@@ -45,15 +67,19 @@ struct ForwarderStats {
   uint64_t fallback_local = 0;  // keys decided here because no other node answered
   uint64_t served = 0;          // checks other nodes forwarded to this one
   uint64_t served_bad = 0;      // forwarded batches that did not parse
+  uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
 };
 
-// Decides a serialized peer.ForwardCheckRequest here and returns the serialized response, or nullopt
-// when the payload does not parse. Must be thread-safe and must not block on I/O.
-using LocalDecider = std::function<std::optional<std::string>(std::string_view payload)>;
+// Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
+using LocalDecider = std::function<peer::ForwardCheckResponse(const peer::ForwardCheckRequest& request)>;
 
 class Forwarder final : public node::CheckRouter {
  public:
-  Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider);
+  // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
+  // alone routes).
+  Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
+            replication::Replicator* replicator = nullptr,
+            const replication::HandoffManager* handoff = nullptr);
 
   Forwarder(const Forwarder&) = delete;
   Forwarder& operator=(const Forwarder&) = delete;
@@ -65,19 +91,27 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] const std::string& self_id() const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
+  void Decided(std::span<const std::string_view> keys, std::function<void()> done) override;
+
+  // The node that decides the key with ring token `token` now: this node's id, another member's id, or
+  // empty when this node holds no ring.
+  [[nodiscard]] std::string DeciderOf(ring::Token token) const;
 
   [[nodiscard]] ForwarderStats stats() const;
 
  private:
   struct Attempt;
   void Try(std::shared_ptr<Attempt> attempt);
+  void Serve(std::string payload, const peer::PeerResponder& responder);
 
   Cluster& cluster_;
   const ForwarderOptions options_;
   const LocalDecider decider_;
+  replication::Replicator* const replicator_;
+  const replication::HandoffManager* const handoff_;
 
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
-      served_bad_{0};
+      served_bad_{0}, passed_on_{0};
 };
 
 }  // namespace ringlimit::cluster

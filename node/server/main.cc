@@ -79,6 +79,8 @@ Parsed ParseFlags(int argc, char** argv) {
   const ringlimit::ring::MembershipOptions swim;
   std::string peer_listen;
   int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
+  std::string replication_mode;
+  int64_t replication_interval_ms = 0;
   po::options_description cluster("Cluster");
   cluster.add_options()("peer-listen", po::value(&peer_listen)->default_value("127.0.0.1:7101"),
                         "HOST:PORT of the peer protocol (membership, forwarding); port 0 picks a free port")(
@@ -87,7 +89,14 @@ Parsed ParseFlags(int argc, char** argv) {
       "vnodes", po::value(&n.cluster.vnodes)->default_value(n.cluster.vnodes),
       "virtual nodes of this member on the ring (1-4096)")(
       "replicas", po::value(&n.cluster.replicas)->default_value(n.cluster.replicas),
-      "preference-list length: the owner of a key and its fallbacks")(
+      "copies of each key's counters: its owner and the next replicas-1 members clockwise (capped at the "
+      "member count; 1 = no replication)")(
+      "replication", po::value(&replication_mode)->default_value("async"),
+      "async: ship changes to the replicas within --replication-interval-ms, off the request path; sync: "
+      "answer a check only after a replica has acknowledged its new state")(
+      "replication-interval-ms",
+      po::value(&replication_interval_ms)->default_value(defaults.replication.interval.count()),
+      "async replication: how often changed counters are shipped to the replicas")(
       "cluster-secret", po::value(&n.cluster.cluster_secret),
       "shared secret: peers must prove it (HMAC handshake) before any message is accepted")(
       "probe-interval-ms", po::value(&probe_interval_ms)->default_value(swim.probe_interval.count()),
@@ -200,6 +209,14 @@ Parsed ParseFlags(int argc, char** argv) {
   n.cluster.membership.probe_timeout = std::chrono::milliseconds(probe_timeout_ms);
   n.cluster.membership.suspicion_timeout = std::chrono::milliseconds(suspicion_timeout_ms);
   n.forward.timeout = std::chrono::milliseconds(forward_timeout_ms);
+  if (auto mode = ringlimit::replication::ParseReplicationMode(replication_mode)) {
+    n.replication.mode = *mode;
+  } else {
+    return bad("--replication: expected async or sync, got " + replication_mode);
+  }
+  if (replication_interval_ms <= 0 || replication_interval_ms > 60'000)
+    return bad("--replication-interval-ms: expected 1..60000");
+  n.replication.interval = std::chrono::milliseconds(replication_interval_ms);
   {
     ringlimit::cluster::ClusterOptions check = n.cluster;
     check.node_id = "n";  // the default id is valid; the given one was checked above

@@ -11,6 +11,7 @@
 #include "node/api/metrics.h"
 #include "node/api/policies.h"
 #include "node/cluster/cluster_endpoints.h"
+#include "node/cluster/replication_link.h"
 #include "node/server/http_server.h"
 #include "storage/open.h"
 
@@ -53,6 +54,9 @@ struct Node::Parts {
   HttpServer server;
   // The cluster, built once the HTTP port is known (the default node id names it).
   std::unique_ptr<cluster::Cluster> cluster;
+  std::unique_ptr<cluster::ReplicationLink> link;
+  std::unique_ptr<replication::Replicator> replicator;
+  std::unique_ptr<replication::HandoffManager> handoff;
   std::unique_ptr<cluster::Forwarder> forwarder;
   std::unique_ptr<cluster::ClusterEndpoints> endpoints;
   std::vector<std::thread> threads;
@@ -106,13 +110,17 @@ void Node::Stop() {
     spdlog::warn("stop: {} connections still open after {} ms; closing them", left,
                  options_.drain_timeout.count());
   }
-  // Forwarded checks of the drained requests are answered by now; the cluster stops without a goodbye
-  // (a graceful leave is POST /v1/cluster/leave).
+  // Forwarded checks of the drained requests are answered by now. Ship the last changes to the replicas
+  // while the transport still runs; then the cluster stops without a goodbye (a graceful leave is
+  // POST /v1/cluster/leave).
+  parts_->handoff->Stop();
+  parts_->replicator->Stop();
   parts_->cluster->Stop();
   parts_->work.reset();
   parts_->io.stop();
   for (auto& thread : parts_->threads) thread.join();
   parts_->threads.clear();
+  parts_->store->SetObserver(nullptr);
   parts_->store->Close();  // nothing calls into it any more: write what is dirty
   spdlog::info("node stopped");
 }
@@ -132,12 +140,44 @@ std::optional<std::string> Node::StartCluster() {
   cluster::ClusterOptions options = options_.cluster;
   options.node_id = node_id_;
   options.http_address = options_.http.address + ":" + std::to_string(http_port());
+  const uint32_t replicas = options.replicas;
   p.cluster = std::make_unique<cluster::Cluster>(p.io, std::move(options));
+
+  // Replication: the store reports every change to the replicator, which ships it to the key's
+  // successors; the handoff manager follows the ring.
+  replication::ReplicatorOptions replication = options_.replication;
+  replication.replicas = replicas;
+  if (auto error = replication::ValidateReplicatorOptions(replication)) return "replication: " + *error;
+  replication::HandoffOptions handoff = options_.handoff;
+  handoff.replicas = replicas;
+  if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
+  p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
+  p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, replication);
+  p.handoff = std::make_unique<replication::HandoffManager>(*p.store, *p.link, *p.replicator, handoff);
+  p.store->SetObserver(p.replicator.get());
+  p.replicator->Start();
+  p.handoff->Start();
+  cluster::RegisterReplicationHandlers(*p.cluster, *p.replicator, *p.handoff);
+  replication::HandoffManager& manager = *p.handoff;
+  p.cluster->SetRingListener(
+      [&manager](std::shared_ptr<const ring::RingView> before, std::shared_ptr<const ring::RingView> after) {
+        manager.OnRingChanged(std::move(before), std::move(after));
+      });
+  p.cluster->SetLeavePreparer([&manager](std::function<void()> ready) {
+    manager.Leave([ready = std::move(ready)](bool ok) {
+      if (!ok) spdlog::warn("leave: not every range was handed over; leaving anyway");
+      ready();
+    });
+  });
+
   ApiHandler& handler = p.handler;
   const std::string& self = node_id_;
   p.forwarder = std::make_unique<cluster::Forwarder>(
       *p.cluster, options_.forward,
-      [&handler, &self](std::string_view payload) { return handler.DecideForwarded(payload, self); });
+      [&handler, &self](const peer::ForwardCheckRequest& request) {
+        return handler.DecideForwarded(request, self);
+      },
+      p.replicator.get(), p.handoff.get());
   p.forwarder->RegisterHandlers();
   std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
   p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, std::move(on_left));

@@ -27,6 +27,8 @@
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
 #include "node/server/http_server.h"
+#include "replication/handoff.h"
+#include "replication/replicator.h"
 #include "storage/open.h"
 
 namespace ringlimit::node {
@@ -45,6 +47,15 @@ struct NodeOptions {
 
   // Forwarding of checks to their owner (timeout per attempt, attempts). Defaults: see ForwarderOptions.
   cluster::ForwarderOptions forward;
+
+  // Replication of every decided state to the key's successors: mode (--replication), interval
+  // (--replication-interval-ms), timeouts. `replicas` is ignored: cluster.replicas (--replicas) is used.
+  // Defaults: see replication::ReplicatorOptions (async, every 2 ms).
+  replication::ReplicatorOptions replication;
+
+  // Handoff of ranges on ring changes, re-replication, dropping states no longer owned or replicated.
+  // `replicas` is ignored: cluster.replicas is used. Defaults: see replication::HandoffOptions.
+  replication::HandoffOptions handoff;
 
   // Called once, on an io_context thread, when a graceful leave (POST /v1/cluster/leave) is complete:
   // the process should then Stop the node and exit. It must not call Stop itself (that would join the

@@ -1,0 +1,98 @@
+#include "node/cluster/replication_status.h"
+
+#include <cstdint>
+#include <string_view>
+
+#include "replication/handoff.h"
+#include "replication/replicator.h"
+
+namespace ringlimit::cluster {
+
+namespace {
+
+void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
+  out->append(name).append(" ").append(type).append("\n");
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view labels, std::string_view value) {
+  out->append(name);
+  if (!labels.empty()) out->append("{").append(labels).append("}");
+  out->append(" ").append(value).append("\n");
+}
+
+void Counter(std::string* out, std::string_view name, std::string_view help, uint64_t value) {
+  Family(out, name, "counter", help);
+  Sample(out, name, "", std::to_string(value));
+}
+
+void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
+  Family(out, name, "gauge", help);
+  Sample(out, name, "", std::to_string(value));
+}
+
+}  // namespace
+
+void AppendReplicationMetrics(const replication::Replicator& replicator,
+                              const replication::HandoffManager& handoff, std::string* out) {
+  const replication::ReplicatorStats r = replicator.stats();
+  Counter(out, "ringlimit_replication_updates_sent_total",
+          "Key states shipped to replicas (one per key and replica).", r.updates_sent);
+  Counter(out, "ringlimit_replication_updates_acked_total",
+          "Shipped key states acknowledged by their replica.", r.updates_acked);
+  Counter(out, "ringlimit_replication_send_failures_total",
+          "Replication batches that got no answer (their keys are shipped again).", r.send_failures);
+  Gauge(out, "ringlimit_replication_pending_keys", "Changed keys not shipped to their replicas yet.",
+        static_cast<double>(r.pending_keys));
+  Gauge(out, "ringlimit_replication_lag_seconds",
+        "Last replication batch: time from its oldest change to its acknowledgement.", r.lag_seconds);
+  Gauge(out, "ringlimit_replication_max_lag_seconds", "Largest replication lag since start.",
+        r.max_lag_seconds);
+  Family(out, "ringlimit_replication_received_states_total", "counter",
+         "States received from other nodes (replication, handoff), by whether they were newer than ours.");
+  Sample(out, "ringlimit_replication_received_states_total", "result=\"applied\"",
+         std::to_string(r.applied_states));
+  Sample(out, "ringlimit_replication_received_states_total", "result=\"ignored\"",
+         std::to_string(r.ignored_states));
+  Counter(out, "ringlimit_replication_sync_waits_total",
+          "Decisions answered only after a replica acknowledged them (sync mode).", r.sync_waits);
+  Counter(out, "ringlimit_replication_sync_timeouts_total",
+          "Sync-mode decisions answered without an acknowledgement (timeout or no replica).",
+          r.sync_timeouts);
+
+  const replication::HandoffStats h = handoff.stats();
+  Counter(out, "ringlimit_handoff_keys_total", "Keys pushed to their new owner by outgoing handoffs.",
+          h.handed_off_keys);
+  Family(out, "ringlimit_handoffs_total", "counter", "Outgoing handoffs, by outcome.");
+  Sample(out, "ringlimit_handoffs_total", "result=\"completed\"", std::to_string(h.handoffs_completed));
+  Sample(out, "ringlimit_handoffs_total", "result=\"failed\"", std::to_string(h.handoffs_failed));
+  Family(
+      out, "ringlimit_handoff_incoming_total", "counter",
+      "Incoming ranges released: by the previous owner's HandoffDone, or abandoned (owner gone, timeout).");
+  Sample(out, "ringlimit_handoff_incoming_total", "result=\"completed\"",
+         std::to_string(h.incoming_completed));
+  Sample(out, "ringlimit_handoff_incoming_total", "result=\"abandoned\"",
+         std::to_string(h.incoming_abandoned));
+  Gauge(out, "ringlimit_handoffs_in_progress", "Handoffs in progress, both directions.",
+        static_cast<double>(h.in_progress));
+  Counter(out, "ringlimit_rereplicated_keys_total",
+          "Keys pushed to members that joined their preference list.", h.rereplicated_keys);
+  Counter(out, "ringlimit_dropped_states_total",
+          "States dropped because this node neither owns nor replicates them.", h.dropped_states);
+}
+
+std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::HandoffManager& handoff) {
+  std::vector<node::ClusterHandoffView> out;
+  for (replication::HandoffView& h : handoff.InProgress()) {
+    out.push_back(node::ClusterHandoffView{.direction = std::move(h.direction),
+                                           .peer = std::move(h.peer),
+                                           .ranges = h.ranges,
+                                           .share = h.share,
+                                           .keys = h.keys,
+                                           .phase = std::move(h.phase),
+                                           .seconds = h.seconds});
+  }
+  return out;
+}
+
+}  // namespace ringlimit::cluster
