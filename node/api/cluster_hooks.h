@@ -39,6 +39,14 @@ class CheckRouter {
   // Sends every limit of one key (`check`, hops already set) to its owner; if the owner does not
   // answer, to the next alive node of the key's preference list.
   virtual void Forward(peer::ForwardedCheck check, ForwardDone done) = 0;
+
+  // This node has just decided (charged) the checks of `keys` itself. Calls `done` exactly once, when the
+  // answer may be sent: at once, or -- synchronous replication -- once a replica has acknowledged the new
+  // states (possibly on another thread). `keys` are valid only during the call.
+  virtual void Decided(std::span<const std::string_view> keys, std::function<void()> done) {
+    (void)keys;
+    done();
+  }
 };
 
 // One member as GET /v1/cluster shows it.
@@ -52,9 +60,26 @@ struct ClusterMemberView {
   double share = 0;  // fraction of the token space owned; 0 when not in the ring
 };
 
+// A handoff of token ranges in progress (replication/handoff.h).
+struct ClusterHandoffView {
+  std::string direction;  // "out": this node pushes; "in": it waits for the previous owner
+  std::string peer;
+  size_t ranges = 0;
+  double share = 0;  // fraction of the token space
+  uint64_t keys = 0;
+  std::string phase;
+  double seconds = 0;
+};
+
 struct ClusterView {
   std::string node_id;
   uint64_t ring_version = 0;
+  std::string replication_mode;              // "async" / "sync"; empty: no replication
+  uint32_t replicas = 0;                     // --replicas
+  std::vector<ClusterHandoffView> handoffs;  // in progress
+  // ring::RingView::fingerprint() of the current ring: equal on every node whose ring has the same
+  // members (unlike ring_version, a per-node count). 0 without a ring.
+  uint64_t ring_fingerprint = 0;
   std::vector<ClusterMemberView> members;  // sorted by id
 };
 
