@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of scripts/cluster: up 3, status, add, kill n2, start n2, remove n4, down --wipe, with
-# checks through every running node in between. Uses the ringlimitd in $RINGLIMITD, a temporary
+# checks through every running node in between, and counters charged before `add` that must read the
+# same through every node after each step (replication, failover and handoff keep them). Uses the ringlimitd in $RINGLIMITD, a temporary
 # cluster directory and a free port range picked at run time, so it can run next to a real cluster
 # or other tests.
 #
@@ -108,6 +109,43 @@ sees_alive() {
   done
 }
 
+# Counters that must survive every reshaping: key surv:K is charged CHARGE[K] units of a token bucket of
+# 10 per day (no refill worth a unit during the test) before `add`; after add, kill, start and remove a
+# peek (cost 0) through every running node must still read 10 - CHARGE[K] remaining. The keys spread
+# over the ring, so some live on the nodes that are killed and removed.
+SURVIVE_KEYS=(surv:1 surv:2 surv:3 surv:4 surv:5 surv:6 surv:7 surv:8)
+SURVIVE_CHARGE=(1 3 4 6 7 9 10 10)
+survive_check() {  # survive_check NODE KEY COST: prints the check's JSON answer
+  curl -fsS --max-time 5 -X POST "$(http "$1")/v1/check" -H 'Content-Type: application/json' \
+    -d "{\"checks\":[{\"key\":\"$2\",\"name\":\"survive\",\"algorithm\":\"token_bucket\",\"limit\":10,\"window_ms\":86400000,\"cost\":$3}]}"
+}
+charge_survivors() {
+  local k body
+  for k in "${!SURVIVE_KEYS[@]}"; do
+    body=$(survive_check 1 "${SURVIVE_KEYS[$k]}" "${SURVIVE_CHARGE[$k]}") || fail "charging ${SURVIVE_KEYS[$k]} failed"
+    [[ "$(jq -r '.results[0].remaining' <<<"$body")" == $((10 - SURVIVE_CHARGE[k])) ]] ||
+      fail "charging ${SURVIVE_KEYS[$k]} by ${SURVIVE_CHARGE[$k]}: $body"
+  done
+  echo "    charged ${#SURVIVE_KEYS[@]} keys (surv:*) by ${SURVIVE_CHARGE[*]} of 10"
+}
+# counters_survive NODES...: every surv:K reads 10 - CHARGE[K] remaining through every node listed (and an
+# exhausted one is denied a unit).
+counters_survive() {
+  local k i body
+  for k in "${!SURVIVE_KEYS[@]}"; do
+    for i in "$@"; do
+      body=$(survive_check "$i" "${SURVIVE_KEYS[$k]}" 0) || fail "peek of ${SURVIVE_KEYS[$k]} through n$i failed"
+      [[ "$(jq -r '.results[0].remaining' <<<"$body")" == $((10 - SURVIVE_CHARGE[k])) ]] ||
+        fail "${SURVIVE_KEYS[$k]} through n$i: expected remaining $((10 - SURVIVE_CHARGE[k])) (charged ${SURVIVE_CHARGE[$k]} before), got $body"
+    done
+  done
+  for i in "$@"; do
+    body=$(survive_check "$i" surv:8 1) || fail "check of surv:8 through n$i failed"
+    [[ "$(jq -r '.results[0].allowed' <<<"$body")" == false ]] || fail "exhausted surv:8 admitted through n$i: $body"
+  done
+  echo "    counters intact through n$(echo "$@" | sed 's/ /, n/g')"
+}
+
 echo "cluster dir $RINGLIMIT_CLUSTER_DIR, base port $RINGLIMIT_BASE_PORT"
 
 run 0 up 3
@@ -122,19 +160,25 @@ for i in 1 2 3; do sees_alive "$i" "n1,n2,n3" || fail "rerun of up changed the c
 run 0 status
 for i in 1 2 3; do out | grep -Eq "^n$i +alive" || fail "status does not show n$i alive"; done
 
+charge_survivors
+counters_survive 1 2 3
+
 run 0 add
 out | grep -q "n4 joined" || fail "add did not report n4"
 for i in 1 2 3 4; do sees_alive "$i" "n1,n2,n3,n4" || fail "n$i does not see n4 alive"; done
 checks_work_on 1 2 3 4
+counters_survive 1 2 3 4
 
 run 0 kill n2
 kill -0 "$(cat "$RINGLIMIT_CLUSTER_DIR/n2/pid")" 2>/dev/null && fail "n2 still running after kill"
 checks_work_on 1 3 4
+counters_survive 1 3 4
 run 0 kill n2  # rerun: already dead, still succeeds
 
 run 0 start n2
 for i in 1 2 3 4; do sees_alive "$i" "n1,n2,n3,n4" || fail "n$i does not see n2 back"; done
 checks_work_on 1 2 3 4
+counters_survive 1 2 3 4
 
 run 0 remove n4
 out | grep -q "n4 left" || fail "remove did not report n4 leaving"
@@ -143,6 +187,7 @@ for i in 1 2 3; do
   sees_alive "$i" "n1,n2,n3" || fail "n$i still sees n4 alive after remove"
 done
 checks_work_on 1 2 3
+counters_survive 1 2 3
 run 0 remove n4  # rerun: already gone, still succeeds
 
 # Wrong usage fails with a message and changes nothing.
