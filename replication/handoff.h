@@ -49,18 +49,18 @@ struct HandoffOptions {
   // Preference-list length R (--replicas), as in ReplicatorOptions. REQUIRES: >= 1. Default: 3.
   uint32_t replicas = 3;
   // Incoming: how long to pass a range's checks to its previous owner while waiting for its
-  // HandoffDone before deciding from what this node has. Default: 30 s.
+  // HandoffDone before deciding from what this node has. REQUIRES: > 0. Default: 30 s.
   std::chrono::milliseconds done_timeout{30'000};
   // Outgoing: how long a push to one member may take in all before it is abandoned (logged, counted).
-  // Default: 60 s.
+  // REQUIRES: > 0. Default: 60 s.
   std::chrono::milliseconds push_timeout{60'000};
   // Drop states this node no longer owns or replicates this long after the last ring change (and only
-  // when no handoff is in progress). Default: 5 s.
+  // when no handoff is in progress). REQUIRES: >= 0. Default: 5 s.
   std::chrono::milliseconds drop_delay{5'000};
 
   // --- Affects performance ---
   // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
-  // Default: 64.
+  // REQUIRES: >= 1. Default: 64.
   uint32_t scan_slices = 64;
 };
 
@@ -107,7 +107,10 @@ class HandoffManager {
   // The ring changed from `before` (null: none) to `after`. Called in ring-version order by the
   // cluster, from any thread; queues the work and returns at once. If `before` is null or lacks this
   // node while `after` has it, `before` is taken as `after` without this node: every range this node
-  // gains is then incoming from its previous owner.
+  // gains is then incoming from its previous owner (and, since such a node owned nothing before, it
+  // tells every other member at once that it has nothing to hand off to it: members starting
+  // together do not wait done_timeout for each other). The route overrides of the change are in
+  // place when this returns (Diff of the two views, no I/O); scans and pushes run on the worker.
   void OnRingChanged(std::shared_ptr<const ring::RingView> before,
                      std::shared_ptr<const ring::RingView> after);
 
