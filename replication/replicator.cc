@@ -56,6 +56,23 @@ void MarkDirty(DirtyMap& map, std::string_view key, bool erased) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Appends one serialized StateUpdate to a serialized StateUpdateBatch: a repeated message field is its
+// elements one after the other, each as tag + length + bytes, exactly what protobuf writes itself. So each
+// key's update is serialized once, not once per target member.
+void AppendUpdate(std::string& batch, std::string_view update) {
+  constexpr uint32_t kLengthDelimited = 2;
+  static_assert(peer::StateUpdateBatch::kUpdatesFieldNumber < 16);  // a one-byte tag
+  batch.push_back(static_cast<char>((peer::StateUpdateBatch::kUpdatesFieldNumber << 3) | kLengthDelimited));
+  for (uint64_t n = update.size(); true; n >>= 7) {
+    if (n < 0x80) {
+      batch.push_back(static_cast<char>(n));
+      break;
+    }
+    batch.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  batch.append(update);
+}
+
 }  // namespace
 
 std::optional<ReplicationMode> ParseReplicationMode(std::string_view text) {
@@ -234,7 +251,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     std::string key;
     bool erased = false;
     std::vector<WaiterSlot> waiters;
-    peer::StateUpdate update;
+    std::string bytes;  // the serialized StateUpdate
     bool sendable = false;
   };
 
@@ -345,9 +362,10 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     for (size_t j = 0; j < jobs.size(); ++j) {
       Job& job = jobs[j];
       if (targeted[j]) {
-        job.update = MakeStateUpdate(store, job.key);
-        job.update.set_erased(job.erased);
-        job.sendable = job.erased || job.update.states_size() > 0;
+        peer::StateUpdate update = MakeStateUpdate(store, job.key);
+        update.set_erased(job.erased);
+        job.sendable = job.erased || update.states_size() > 0;
+        if (job.sendable) job.bytes = update.SerializeAsString();  // once, whatever the number of targets
       }
       if (!job.sendable) {
         for (const WaiterSlot& ws : job.waiters) AckSlot(ws);
@@ -367,14 +385,15 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         batch->target = id;
         batch->oldest = oldest;
         batch->tracker = tracker;
-        peer::StateUpdateBatch msg;
-        msg.set_from(self);
-        msg.set_ring_fingerprint(fingerprint);
+        peer::StateUpdateBatch header;
+        header.set_from(self);
+        header.set_ring_fingerprint(fingerprint);
+        std::string payload = header.SerializeAsString();
         for (size_t k = start; k < end; ++k) {
           Job& job = jobs[sendable[k]];
           batch->keys.emplace_back(job.key, job.erased);
           batch->waiters.insert(batch->waiters.end(), job.waiters.begin(), job.waiters.end());
-          *msg.add_updates() = job.update;
+          AppendUpdate(payload, job.bytes);
         }
         bool capped = false;
         {
@@ -395,7 +414,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         }
         updates_sent.fetch_add(batch->keys.size(), std::memory_order_relaxed);
         batches_sent.fetch_add(1, std::memory_order_relaxed);
-        link.Send(id, peer::METHOD_STATE_UPDATE, msg.SerializeAsString(), options.send_timeout,
+        link.Send(id, peer::METHOD_STATE_UPDATE, std::move(payload), options.send_timeout,
                   [core = shared_from_this(), batch](std::optional<std::string> payload) {
                     core->OnBatchReply(*batch, payload);
                   });

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -368,6 +369,32 @@ TEST(ReplicatorTest, FlushWaitsForTheAcknowledgements) {
   cluster.net().SetPaused("b", false);
   EXPECT_TRUE(cluster.replicator("a").Flush(5s));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), keys[0]));
+}
+
+// Not a timing assertion: prints what shipping a key costs end to end (read, encode, send, apply on two
+// replicas; all in this process).
+TEST(ReplicatorTest, FlushCost) {
+  ReplicatorOptions options = Options();
+  options.interval = 60s;  // only Flush ships
+  Cluster cluster(options);
+  constexpr int kKeys = 20'000;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string key = "user:" + std::to_string(i);
+    Charge(cluster.store("a"), key, "rps");
+    Charge(cluster.store("a"), key, "daily");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();  // CPU of every thread: the machine may be shared
+  EXPECT_TRUE(cluster.replicator("a").Flush(60s));
+  const double cpu_us = 1e6 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "Flush: %d keys (2 states each) to 2 replicas in %.1f ms wall; CPU (sender + both receivers) "
+      "%.2f us per key\n",
+      kKeys, us / 1000, cpu_us / kKeys);
+  EXPECT_EQ(cluster.replicator("a").stats().updates_acked, 2u * kKeys);
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("c"), "user:777"));
 }
 
 TEST(ReplicatorTest, BatchesHoldAtMostMaxBatchUpdates) {
