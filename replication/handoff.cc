@@ -243,7 +243,6 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       if (Clock::now() >= next_tick) {
         lock.unlock();
         Tick();
-        PumpReplication();
         lock.lock();
         next_tick = Clock::now() + kTick;
         continue;
@@ -253,10 +252,13 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         tasks.pop_front();
         lock.unlock();
         task(*this);
-        PumpReplication();
         lock.lock();
         continue;
       }
+      lock.unlock();
+      const bool more = PumpReplication();
+      lock.lock();
+      if (more) continue;
       cv.wait_until(lock, next_tick);
     }
   }
@@ -782,17 +784,20 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // ------------------------------------------------------------------------------- re-replication
 
-  // Worker: advances the first re-replication job by slices until one has pushes in flight.
-  void PumpReplication() {
+  // Worker: advances the first re-replication job by one slice.
+  // Returns whether it scanned a slice (more may follow at once); false when there is nothing to do
+  // now (no job, or the current one waits for its pushes). One slice per call, so tasks and ticks are
+  // served between slices.
+  bool PumpReplication() {
     for (;;) {
       ReplicationJob job;
       std::vector<TokenRange> pending_in;
       RingPtr current;
       {
         std::lock_guard<std::mutex> lock(mu);
-        if (stopping || jobs.empty()) return;
+        if (stopping || jobs.empty()) return false;
         ReplicationJob& front = jobs.front();
-        if (front.outstanding > 0) return;
+        if (front.outstanding > 0) return false;
         if (front.next_slice >= options.scan_slices) {
           jobs.pop_front();
           continue;
@@ -804,15 +809,15 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       }
       const TokenRange slice = Slice(job.next_slice, options.scan_slices);
       if (job.limit.has_value() && !Overlaps(*job.limit, slice.first, slice.last)) continue;
-      const uint32_t sends = ReplicateSlice(job, slice, pending_in, current);
-      if (sends > 0) return;
+      ReplicateSlice(job, slice, pending_in, current);
+      return true;
     }
   }
 
   // Scans one slice and pushes the keys this node owns to the members new in their preference list.
-  // Returns the number of SendUpdates started (the job's outstanding count is set before they start).
-  uint32_t ReplicateSlice(const ReplicationJob& job, TokenRange slice,
-                          const std::vector<TokenRange>& pending_in, const RingPtr& current) {
+  // The job's outstanding count is raised before the pushes start (their answers lower it).
+  void ReplicateSlice(const ReplicationJob& job, TokenRange slice, const std::vector<TokenRange>& pending_in,
+                      const RingPtr& current) {
     std::unordered_map<std::string, std::vector<peer::StateUpdate>> per_target;
     std::unordered_map<std::string, bool> reachable;
     std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
@@ -851,7 +856,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         }
       }
     }
-    if (per_target.empty()) return 0;
+    if (per_target.empty()) return;
     {
       std::lock_guard<std::mutex> lock(mu);
       for (ReplicationJob& j : jobs) {
@@ -859,14 +864,12 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       }
     }
     std::weak_ptr<Core> weak = weak_from_this();
-    const uint32_t sends = static_cast<uint32_t>(per_target.size());
     for (auto& [target, updates] : per_target) {
       const uint64_t keys = updates.size();
       replicator.SendUpdates(target, std::move(updates), [weak, id = job.id, keys](bool ok) {
         Post(weak, [id, keys, ok](Core& core) { core.Replicated(id, keys, ok); });
       });
     }
-    return sends;
   }
 
   void Replicated(uint64_t job_id, uint64_t keys, bool ok) {
