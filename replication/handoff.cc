@@ -515,6 +515,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       std::vector<peer::StateUpdate> updates;
       std::vector<storage::EntityState> states = store.ScanTokenRange(window.first, window.last);
       std::unordered_set<std::string_view> seen;
+      seen.reserve(states.size());
       for (const storage::EntityState& s : states) {
         if (!InRanges(ranges, s.token) || !seen.insert(s.entity).second) continue;
         peer::StateUpdate update = MakeStateUpdate(store, s.entity);
@@ -822,6 +823,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::unordered_map<std::string, bool> reachable;
     std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
     std::unordered_set<std::string_view> seen;
+    seen.reserve(states.size());
     for (const storage::EntityState& s : states) {
       if (job.limit.has_value() && !InRanges(*job.limit, s.token)) continue;
       if (InRanges(pending_in, s.token)) continue;
@@ -906,6 +908,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       const TokenRange slice = Slice(i, options.scan_slices);
       std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
       std::unordered_set<std::string_view> seen;
+      seen.reserve(states.size());
       for (const storage::EntityState& s : states) {
         if (!seen.insert(s.entity).second) continue;
         const auto list = current->PreferenceList(s.token, options.replicas);
