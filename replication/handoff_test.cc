@@ -465,6 +465,21 @@ TEST_F(HandoffTest, UnreachableTargetFailsTheHandoff) {
     ASSERT_EQ(HandoffOf("a").RouteOverride(ring::RingToken(Key(i))), std::nullopt);
 }
 
+TEST_F(HandoffTest, StopDuringLeaveAnswersFalse) {
+  Add("a");
+  Add("b");
+  RingPtr two = Bootstrap({"a", "b"});
+  WriteOnOwners(two, 1'000);
+  net_.SetPaused("a", true);  // b's pushes to a stall
+  std::atomic<int> result{-1};
+  HandoffOf("b").Leave([&](bool ok) { result = ok ? 1 : 0; });
+  ASSERT_TRUE(WaitFor([&] { return !Idle("b"); }));
+  EXPECT_EQ(HandoffOf("b").InProgress()[0].direction, "out");
+  HandoffOf("b").Stop();
+  EXPECT_EQ(result.load(), 0);
+  net_.SetPaused("a", false);
+}
+
 TEST_F(HandoffTest, MalformedHandoffDoneIsRejected) {
   Add("a");
   EXPECT_EQ(HandoffOf("a").HandleHandoffDone("\xff\xff\xff\xff garbage"), std::nullopt);
