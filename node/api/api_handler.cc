@@ -191,7 +191,9 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
-  if (router == nullptr || path != "/v1/check" || (method != http::verb::get && method != http::verb::post) ||
+  const bool check = path == "/v1/check" && (method == http::verb::get || method == http::verb::post);
+  const bool gubernator = path == "/v1/GetRateLimits" && method == http::verb::post;
+  if (router == nullptr || !(check || gubernator) ||
       (method == http::verb::post && !IsJsonContentType(request))) {
     respond(HandleNow(request));
     return;
@@ -201,7 +203,9 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
   const bool is_get = method == http::verb::get;
-  const Endpoint endpoint = is_get ? Endpoint::kCheckGet : Endpoint::kCheckPost;
+  const Endpoint endpoint = gubernator ? Endpoint::kGetRateLimits
+                            : is_get   ? Endpoint::kCheckGet
+                                       : Endpoint::kCheckPost;
   Metrics& metrics = context_->metrics;
   // Shared so that an exception thrown before anything was forwarded can still answer, once.
   struct Once {
@@ -216,7 +220,11 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
     once->respond(std::move(response));
   };
   try {
-    HandleCheckRouted(*context_, *router, request, query, is_get, counted);
+    if (gubernator) {
+      HandleGetRateLimitsRouted(*context_, *router, request, counted);
+    } else {
+      HandleCheckRouted(*context_, *router, request, query, is_get, counted);
+    }
   } catch (const std::exception& e) {
     spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()), target.substr(0, 256),
                   e.what());

@@ -21,6 +21,14 @@ HttpResponse Json(http::status status, std::string body) {
   return response;
 }
 
+// 16 lowercase hex digits.
+std::string Hex16(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
+  return out;
+}
+
 HttpResponse NoCluster() { return ToResponse({ErrorKind::kNotFound, "this node does not run a cluster"}); }
 
 }  // namespace
@@ -34,6 +42,7 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
   w.BeginObject();
   w.Field("node_id", view.node_id);
   w.FieldUint("ring_version", view.ring_version);
+  w.Field("ring_fingerprint", Hex16(view.ring_fingerprint));
   w.Key("members");
   w.BeginArray();
   for (const ClusterMemberView& m : view.members) {

@@ -4,10 +4,15 @@
 
 #include <boost/json.hpp>
 #include <charconv>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <variant>
 
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
 #include "node/api/check_engine.h"
+#include "node/api/cluster_hooks.h"
 #include "node/api/json_writer.h"
 
 namespace ringlimit::node {
@@ -135,8 +140,10 @@ void AppendQuoted(JsonWriter* w, std::string_view key, int64_t v) {
 }
 
 // One RateLimitResp as Protobuf's JSON mapping writes it (proto names, int64 as strings, every field).
+// `owner` (the node that decided it, "" when not in a cluster) goes into metadata, where Gubernator
+// reports its own owner.
 void WriteResp(JsonWriter* w, bool over, int64_t limit, int64_t remaining, int64_t reset_time,
-               std::string_view error) {
+               std::string_view error, std::string_view owner = {}) {
   w->BeginObject();
   w->Field("status", over ? "OVER_LIMIT" : "UNDER_LIMIT");
   AppendQuoted(w, "limit", limit);
@@ -144,14 +151,51 @@ void WriteResp(JsonWriter* w, bool over, int64_t limit, int64_t remaining, int64
   AppendQuoted(w, "reset_time", reset_time);
   w->Field("error", error);
   w->Key("metadata");
-  w->BeginObject();  // Gubernator puts e.g. its owner here; nothing yet
+  w->BeginObject();
+  if (!owner.empty()) w->Field("owner", owner);
   w->EndObject();
   w->EndObject();
 }
 
-}  // namespace
+// A parsed GetRateLimits request, kept alive (with the arena its strings live in) until every decision
+// is in. Items are independent (not all-or-nothing, unlike /v1/check), so a routed request runs in
+// rounds: round r holds the r-th item of every key, one check per key, and rounds run one after the
+// other, so the items of one key are charged in request order wherever their owner is.
+struct GubernatorJob {
+  explicit GubernatorJob(const ApiContext& context_in) : context(context_in) {}
 
-HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& request) {
+  // Round `r` of the batch, created on first use.
+  CheckBatch& Round(size_t r) {
+    while (rounds.size() <= r) rounds.push_back(std::make_unique<CheckBatch>(context));
+    return *rounds[r];
+  }
+
+  // Runs rounds[r] and the ones after it through `router`, then calls `done` (exactly once; with an
+  // error response if a round could not run).
+  void RunRoundsFrom(size_t r, CheckRouter& router, std::shared_ptr<GubernatorJob> self,
+                     std::function<void(std::optional<ApiError>)> done) {
+    if (r >= rounds.size()) return done(std::nullopt);
+    CheckBatch& batch = *rounds[r];
+    auto error = batch.RunRouted(now, router, [this, r, &router, self, done]() mutable {
+      RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
+    });
+    if (error) done(std::move(error));
+  }
+
+  const ApiContext& context;
+  google::protobuf::Arena arena;
+  api::GetRateLimitsReq* parsed = nullptr;
+  std::vector<std::string> errors;                    // per item; "" when valid
+  std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
+  std::vector<std::unique_ptr<CheckBatch>> rounds;
+  limiter::TimeNs now = 0;
+};
+
+using Prepared = std::variant<HttpResponse, std::shared_ptr<GubernatorJob>>;
+
+// Parses the request into a job: every valid item with a positive limit becomes one check, in round 0
+// unless `in_rounds` (routed) puts repeated keys into later rounds.
+Prepared Prepare(const ApiContext& context, const HttpRequest& request, bool in_rounds) {
   json::value root;
   if (auto error = ParseJsonBody(request.body(), &root)) return ToResponse(*error);
   if (!root.is_object()) return ToResponse({ErrorKind::kInvalidField, "body: must be a JSON object"});
@@ -168,48 +212,60 @@ HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& r
                                                       std::to_string(context.options.max_checks) + "'"});
   }
 
-  google::protobuf::Arena arena;
-  auto* parsed = google::protobuf::Arena::CreateMessage<api::GetRateLimitsReq>(&arena);
-  std::vector<std::string> errors(requests->size());
-  std::vector<int64_t> check_of(requests->size(), -1);  // item -> index in the batch
-  CheckBatch batch(context);
-  batch.Reserve(requests->size());
+  auto job = std::make_shared<GubernatorJob>(context);
+  job->parsed = google::protobuf::Arena::CreateMessage<api::GetRateLimitsReq>(&job->arena);
+  job->errors.resize(requests->size());
+  job->check_of.assign(requests->size(), {-1, -1});
+  std::unordered_map<std::string_view, int32_t> rounds_of_key;  // key -> items seen so far
   for (size_t i = 0; i < requests->size(); ++i) {
     if (!(*requests)[i].is_object()) {
       return ToResponse({ErrorKind::kInvalidField, "requests[" + std::to_string(i) + "]: must be an object"});
     }
-    api::RateLimitReq* req = parsed->add_requests();
+    api::RateLimitReq* req = job->parsed->add_requests();
     if (auto error = ReadRateLimitReq((*requests)[i].get_object(), req)) {
       return ToResponse(Prefixed("requests[" + std::to_string(i) + "].", std::move(*error)));
     }
-    limiter::LimitSpec spec;
-    errors[i] = ItemError(*req, &spec);
-    if (!errors[i].empty() || spec.limit == 0) continue;
-    check_of[i] = static_cast<int64_t>(batch.checks().size());
-    batch.AddInline(req->unique_key(), req->name(), spec, static_cast<uint64_t>(req->hits()),
-                    (req->behavior() & kResetRemaining) != 0, i);
   }
-  const limiter::TimeNs now = context.clock();
-  if (auto error = batch.Run(now, /*group_by_key=*/false)) return ToResponse(*error);
+  for (size_t i = 0; i < requests->size(); ++i) {
+    const api::RateLimitReq& req = job->parsed->requests(static_cast<int>(i));
+    limiter::LimitSpec spec;
+    job->errors[i] = ItemError(req, &spec);
+    if (!job->errors[i].empty() || spec.limit == 0) continue;
+    const int32_t round = in_rounds ? rounds_of_key[req.unique_key()]++ : 0;
+    CheckBatch& batch = job->Round(static_cast<size_t>(round));
+    job->check_of[i] = {round, static_cast<int32_t>(batch.checks().size())};
+    batch.AddInline(req.unique_key(), req.name(), spec, static_cast<uint64_t>(req.hits()),
+                    (req.behavior() & kResetRemaining) != 0, i);
+  }
+  job->now = context.clock();
+  return job;
+}
 
-  const int64_t now_ms = now / limiter::kMillisecond;
+// The response once every round of `job` has run.
+HttpResponse Finish(const GubernatorJob& job) {
+  const int64_t now_ms = job.now / limiter::kMillisecond;
+  const int n = job.parsed->requests_size();
   std::string body;
-  body.reserve(64 + requests->size() * 128);
+  body.reserve(64 + static_cast<size_t>(n) * 144);
   JsonWriter w(&body);
   w.BeginObject();
   w.Key("responses");
   w.BeginArray();
-  for (size_t i = 0; i < requests->size(); ++i) {
-    const api::RateLimitReq& req = parsed->requests(static_cast<int>(i));
-    if (!errors[i].empty()) {
-      WriteResp(&w, false, 0, 0, 0, errors[i]);
-    } else if (check_of[i] < 0) {  // limit 0: nothing is ever admitted
+  for (int i = 0; i < n; ++i) {
+    const api::RateLimitReq& req = job.parsed->requests(i);
+    const auto [round, index] = job.check_of[static_cast<size_t>(i)];
+    if (!job.errors[static_cast<size_t>(i)].empty()) {
+      WriteResp(&w, false, 0, 0, 0, job.errors[static_cast<size_t>(i)]);
+    } else if (round < 0) {  // limit 0: nothing is ever admitted
       WriteResp(&w, req.hits() > 0, 0, 0, now_ms + req.duration(), "");
     } else {
-      const limiter::Decision& d = batch.decisions()[static_cast<size_t>(check_of[i])];
+      const CheckBatch& batch = *job.rounds[static_cast<size_t>(round)];
+      const limiter::Decision& d = batch.decisions()[static_cast<size_t>(index)];
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
+      const std::string_view owner =
+          batch.owners().empty() ? std::string_view() : batch.owners()[static_cast<size_t>(index)];
       WriteResp(&w, !d.allowed, static_cast<int64_t>(d.limit), static_cast<int64_t>(d.remaining),
-                now_ms + reset_ms, "");
+                now_ms + reset_ms, "", owner);
     }
   }
   w.EndArray();
@@ -219,6 +275,32 @@ HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& r
   response.body() = std::move(body);
   response.prepare_payload();
   return response;
+}
+
+}  // namespace
+
+HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& request) {
+  Prepared prepared = Prepare(context, request, /*in_rounds=*/false);
+  if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
+  GubernatorJob& job = *std::get<std::shared_ptr<GubernatorJob>>(prepared);
+  if (!job.rounds.empty()) {
+    if (auto error = job.rounds[0]->Run(job.now, /*group_by_key=*/false)) return ToResponse(*error);
+  }
+  return Finish(job);
+}
+
+void HandleGetRateLimitsRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
+                               std::function<void(HttpResponse&&)> respond) {
+  Prepared prepared = Prepare(context, request, /*in_rounds=*/true);
+  if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
+  std::shared_ptr<GubernatorJob> job = std::get<std::shared_ptr<GubernatorJob>>(std::move(prepared));
+  GubernatorJob* raw = job.get();
+  raw->RunRoundsFrom(0, router, job, [job, respond](std::optional<ApiError> error) mutable {
+    HttpResponse response = error ? ToResponse(*error) : Finish(*job);
+    // The job (and its batches) dies here, after its last use.
+    job.reset();
+    respond(std::move(response));
+  });
 }
 
 }  // namespace ringlimit::node

@@ -70,6 +70,7 @@ node::ClusterView ClusterEndpoints::Describe() const {
   node::ClusterView out;
   out.node_id = cluster_.self_id();
   out.ring_version = snapshot->ring != nullptr ? snapshot->ring->version() : 0;
+  out.ring_fingerprint = snapshot->ring != nullptr ? snapshot->ring->fingerprint() : 0;
   out.members.reserve(snapshot->members.size());
   for (const ring::MemberInfo& m : snapshot->members) out.members.push_back(ToView(m, snapshot->ring.get()));
   return out;

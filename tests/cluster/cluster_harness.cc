@@ -116,6 +116,7 @@ Result<ClusterView> FetchClusterView(uint16_t http_port) {
     ClusterView view;
     view.node_id = std::string(body.at("node_id").as_string());
     view.ring_version = body.at("ring_version").to_number<uint64_t>();
+    view.ring_fingerprint = std::string(body.at("ring_fingerprint").as_string());
     for (const auto& m : body.at("members").as_array()) {
       MemberView member;
       member.id = std::string(m.at("id").as_string());

@@ -60,6 +60,7 @@ struct MemberView {
 struct ClusterView {
   std::string node_id;
   uint64_t ring_version = 0;
+  std::string ring_fingerprint;     // 16 lowercase hex digits, equal on nodes holding the same ring
   std::vector<MemberView> members;  // as the node sent them (sorted by id)
 
   // The member with this id, or nullptr.

@@ -31,6 +31,9 @@ TEST_P(ClusterRoutingTest, EveryNodeAnswersEveryKeyWithTheRingOwner) {
     ASSERT_TRUE(view) << view.error();
     EXPECT_EQ(view->node_id, cluster.id(i));
     EXPECT_GT(view->ring_version, 0u);
+    // The fingerprint is the ring's content: the same on every node, and the one of the ring the test
+    // builds from the same members.
+    EXPECT_EQ(view->ring_fingerprint, FingerprintHex(*ring)) << cluster.id(i);
     ASSERT_EQ(view->members.size(), static_cast<size_t>(n)) << cluster.id(i);
     double total_share = 0;
     for (int j = 0; j < n; ++j) {

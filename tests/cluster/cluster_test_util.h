@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,13 @@ inline std::shared_ptr<const ring::RingView> RingOfAlive(const ClusterView& view
   }
   auto built = ring::RingView::Build(1, std::move(members));
   return built.view;
+}
+
+// `ring`'s fingerprint as GET /v1/cluster writes it: 16 lowercase hex digits.
+inline std::string FingerprintHex(const ring::RingView& ring) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(ring.fingerprint()));
+  return buf;
 }
 
 // Owner id of `key` in `ring`, "" for an empty ring.
