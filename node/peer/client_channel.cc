@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
+#include <optional>
+#include <vector>
 
 #include "node/peer/auth.h"
 
@@ -232,8 +234,7 @@ void PeerChannel::StartCall(uint32_t method, std::string payload, PeerCallback d
   }
   const uint64_t id = ++next_id_;
   calls_.emplace(id, Pending{std::move(done), deadline});
-  deadlines_.emplace(deadline, id);
-  ArmDeadlineTimer();
+  ArmDeadlineTimer(deadline);
   transport::Envelope envelope;
   envelope.set_request_id(id);
   envelope.set_kind(transport::KIND_REQUEST);
@@ -350,7 +351,6 @@ void PeerChannel::OnOneWayWritten(ClientConnection* connection, size_t count) {
 void PeerChannel::Complete(uint64_t id, PeerResult result) {
   const auto it = calls_.find(id);
   if (it == calls_.end()) return;  // already timed out
-  deadlines_.erase({it->second.deadline, id});
   PeerCallback done = std::move(it->second.done);
   calls_.erase(it);
   outstanding_.fetch_sub(1);
@@ -360,21 +360,18 @@ void PeerChannel::Complete(uint64_t id, PeerResult result) {
 void PeerChannel::FailAll(const PeerStatus& why) {
   std::unordered_map<uint64_t, Pending> calls;
   calls.swap(calls_);
-  deadlines_.clear();
   waiting_.clear();
   outstanding_.fetch_sub(calls.size() + unwritten_one_way_);
   unwritten_one_way_ = 0;
   for (auto& [id, pending] : calls) pending.done(PeerResult::Error(why.kind(), why.message()));
 }
 
-void PeerChannel::ArmDeadlineTimer() {
-  if (deadlines_.empty()) return;
-  const Clock::time_point earliest = deadlines_.begin()->first;
-  if (deadline_timer_armed_ && deadline_timer_at_ <= earliest) return;
+void PeerChannel::ArmDeadlineTimer(Clock::time_point at) {
+  if (deadline_timer_armed_ && deadline_timer_at_ <= at) return;
   deadline_timer_armed_ = true;
-  deadline_timer_at_ = earliest;
+  deadline_timer_at_ = at;
   const uint64_t generation = ++deadline_timer_generation_;
-  deadline_timer_.expires_at(earliest);
+  deadline_timer_.expires_at(at);
   deadline_timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code) {
     if (generation != self->deadline_timer_generation_) return;  // superseded by an earlier deadline
     self->deadline_timer_armed_ = false;
@@ -384,12 +381,22 @@ void PeerChannel::ArmDeadlineTimer() {
 
 void PeerChannel::ExpireDeadlines() {
   const Clock::time_point now = Clock::now();
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-    StatsCounters::Add(shared_->stats.timeouts);
-    Complete(deadlines_.begin()->second,
-             PeerResult::Error(PeerErrorKind::kTimeout, "no answer from " + name_));
+  std::vector<uint64_t> expired;
+  std::optional<Clock::time_point> earliest;
+  for (const auto& [id, pending] : calls_) {
+    if (pending.deadline <= now) {
+      expired.push_back(id);
+    } else if (!earliest || pending.deadline < *earliest) {
+      earliest = pending.deadline;
+    }
   }
-  ArmDeadlineTimer();
+  // Oldest first (ids grow with time), as the callers would expect.
+  std::sort(expired.begin(), expired.end());
+  for (uint64_t id : expired) {
+    StatsCounters::Add(shared_->stats.timeouts);
+    Complete(id, PeerResult::Error(PeerErrorKind::kTimeout, "no answer from " + name_));
+  }
+  if (earliest) ArmDeadlineTimer(*earliest);
 }
 
 }  // namespace ringlimit::peer::internal

@@ -17,10 +17,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "node/peer/framed_connection.h"
 #include "node/peer/peer_client.h"
@@ -120,7 +120,9 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
   void Connect();
   void Complete(uint64_t id, PeerResult result);
   void FailAll(const PeerStatus& why);
-  void ArmDeadlineTimer();
+  // Makes the deadline timer expire no later than `at`.
+  void ArmDeadlineTimer(Clock::time_point at);
+  // Fails the calls whose deadline has passed and re-arms the timer for the earliest remaining one.
   void ExpireDeadlines();
 
   // Constant after construction.
@@ -140,8 +142,9 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
   std::shared_ptr<ClientConnection> connection_;
   bool ever_opened_ = false;
   uint64_t next_id_ = 0;
+  // The calls awaiting their answer. Deadlines are swept by one timer (no per-call timer or index):
+  // it is armed for the earliest deadline when it is not armed, and re-armed after each sweep.
   std::unordered_map<uint64_t, Pending> calls_;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines_;
   std::deque<transport::Envelope> waiting_;  // queued while not connected
   size_t unwritten_one_way_ = 0;             // one-way messages in waiting_ or in the connection's queue
   boost::asio::steady_timer deadline_timer_;

@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
 #include <utility>
 
 namespace ringlimit::peer::internal {
@@ -13,6 +15,8 @@ namespace asio = boost::asio;
 namespace {
 // A read or write buffer grown beyond this by a large frame is released after it.
 constexpr size_t kKeepBufferBytes = 1 << 20;
+// What one read asks the socket for: many frames (a burst of coalesced checks) in one system call.
+constexpr size_t kReadChunkBytes = 64 << 10;
 }  // namespace
 
 void AppendFrame(const transport::Frame& frame, std::string& out) {
@@ -48,60 +52,94 @@ void FramedConnection::Close() {
   OnClosed();
 }
 
-void FramedConnection::StartReading() { ReadHeader(); }
+void FramedConnection::StartReading() { ReadMore(); }
 
-void FramedConnection::ReadHeader() {
+void FramedConnection::ReadMore() {
   if (closed_) return;
-  asio::async_read(
-      socket_, asio::buffer(header_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-        if (ec) {
-          self->Close();  // EOF, reset or our own Close(): nothing to count
-          return;
-        }
-        const uint32_t length = (uint32_t{self->header_[0]} << 24) | (uint32_t{self->header_[1]} << 16) |
-                                (uint32_t{self->header_[2]} << 8) | uint32_t{self->header_[3]};
-        self->ReadBody(length);
-      });
+  // Move a partial frame to the front, so that the free space is at the end.
+  if (read_begin_ > 0) {
+    std::memmove(read_buffer_.data(), read_buffer_.data() + read_begin_, read_end_ - read_begin_);
+    read_end_ -= read_begin_;
+    read_begin_ = 0;
+  }
+  // A frame larger than the buffer: grow it to hold the whole frame (its length is within the limit,
+  // DeliverFrames checked it); back to the usual size once it is delivered.
+  // Until the handshake is done, frames are small: so is the buffer of an unauthenticated peer.
+  const size_t chunk =
+      frame_limit_ > kHandshakeFrameLimit ? kReadChunkBytes : kFrameHeaderBytes + kHandshakeFrameLimit;
+  size_t want = chunk;
+  if (read_end_ >= kFrameHeaderBytes) {
+    const auto* p = reinterpret_cast<const unsigned char*>(read_buffer_.data());
+    const size_t length = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | size_t{p[3]};
+    want = std::max(want, kFrameHeaderBytes + length);
+  }
+  if (read_buffer_.size() < want) {
+    read_buffer_.resize(want);
+  } else if (read_buffer_.size() > kKeepBufferBytes && want <= chunk) {
+    read_buffer_.resize(chunk);
+    read_buffer_.shrink_to_fit();
+  }
+  socket_.async_read_some(
+      asio::buffer(read_buffer_.data() + read_end_, read_buffer_.size() - read_end_),
+      [self = shared_from_this()](boost::system::error_code ec, size_t bytes) { self->OnRead(ec, bytes); });
 }
 
-void FramedConnection::ReadBody(uint32_t length) {
-  if (length > frame_limit_) {
-    StatsCounters::Add(stats_.oversized_frames);
-    spdlog::warn("peer: frame of {} bytes exceeds the {}-byte limit; closing the connection", length,
-                 frame_limit_);
-    Close();
+void FramedConnection::OnRead(boost::system::error_code ec, size_t bytes) {
+  if (ec) {
+    Close();  // EOF, reset or our own Close(): nothing to count
     return;
   }
-  if (length == 0) {
-    StatsCounters::Add(stats_.malformed_frames);
-    spdlog::warn("peer: empty frame; closing the connection");
-    Close();
-    return;
+  read_end_ += bytes;
+  // Answers produced while delivering these frames are written together, once all are delivered.
+  hold_flush_ = true;
+  const bool open = DeliverFrames();
+  hold_flush_ = false;
+  if (!open) return;
+  // The answers to what was just read are complete: with coalesce_delay 0 they are due now.
+  if (options_.coalesce_delay.count() <= 0) {
+    FlushNow();
+  } else {
+    MaybeFlush();
   }
-  read_buffer_.resize(length);
-  asio::async_read(socket_, asio::buffer(read_buffer_),
-                   [self = shared_from_this()](boost::system::error_code ec, size_t bytes) {
-                     if (ec) {
-                       self->Close();
-                       return;
-                     }
-                     transport::Frame frame;
-                     if (!frame.ParseFromArray(self->read_buffer_.data(), static_cast<int>(bytes))) {
-                       StatsCounters::Add(self->stats_.malformed_frames);
-                       spdlog::warn("peer: unparseable frame of {} bytes; closing the connection", bytes);
-                       self->Close();
-                       return;
-                     }
-                     StatsCounters::Add(self->stats_.bytes_in, bytes + kFrameHeaderBytes);
-                     if (self->read_buffer_.capacity() > kKeepBufferBytes)
-                       std::string().swap(self->read_buffer_);
-                     if (frame.envelopes_size() > 0) {
-                       StatsCounters::Add(self->stats_.frames_in);
-                       StatsCounters::Add(self->stats_.messages_in, frame.envelopes_size());
-                     }
-                     self->OnFrame(std::move(frame));
-                     self->ReadHeader();
-                   });
+  ReadMore();
+}
+
+bool FramedConnection::DeliverFrames() {
+  while (!closed_ && read_end_ - read_begin_ >= kFrameHeaderBytes) {
+    const auto* p = reinterpret_cast<const unsigned char*>(read_buffer_.data() + read_begin_);
+    const uint32_t length =
+        (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+    if (length > frame_limit_) {
+      StatsCounters::Add(stats_.oversized_frames);
+      spdlog::warn("peer: frame of {} bytes exceeds the {}-byte limit; closing the connection", length,
+                   frame_limit_);
+      Close();
+      return false;
+    }
+    if (length == 0) {
+      StatsCounters::Add(stats_.malformed_frames);
+      spdlog::warn("peer: empty frame; closing the connection");
+      Close();
+      return false;
+    }
+    if (read_end_ - read_begin_ < kFrameHeaderBytes + length) break;  // the rest is still to come
+    transport::Frame frame;
+    if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(length))) {
+      StatsCounters::Add(stats_.malformed_frames);
+      spdlog::warn("peer: unparseable frame of {} bytes; closing the connection", length);
+      Close();
+      return false;
+    }
+    read_begin_ += kFrameHeaderBytes + length;
+    StatsCounters::Add(stats_.bytes_in, kFrameHeaderBytes + length);
+    if (frame.envelopes_size() > 0) {
+      StatsCounters::Add(stats_.frames_in);
+      StatsCounters::Add(stats_.messages_in, frame.envelopes_size());
+    }
+    OnFrame(std::move(frame));
+  }
+  if (read_begin_ == read_end_) read_begin_ = read_end_ = 0;
+  return !closed_;
 }
 
 void FramedConnection::QueueEnvelope(transport::Envelope&& envelope, bool urgent) {
@@ -121,15 +159,29 @@ void FramedConnection::SendControlFrame(const transport::Frame& frame, bool clos
 }
 
 void FramedConnection::MaybeFlush() {
-  if (closed_ || writing_) return;
+  if (closed_ || writing_ || hold_flush_) return;
   if (!control_.empty()) {
     StartWrite();
     return;
   }
   if (pending_.empty()) return;
+  if (pending_bytes_ >= options_.coalesce_max_bytes || pending_.size() >= options_.coalesce_max_messages) {
+    StartWrite();
+    return;
+  }
+  if (options_.coalesce_delay.count() <= 0) {
+    // Written once the handlers that are ready now have run (the end of this turn of the event loop):
+    // whatever they queue shares the frame, with no timer and no added wait.
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(strand_, [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->FlushNow();
+    });
+    return;
+  }
   const auto deadline = oldest_pending_ + options_.coalesce_delay;
-  if (urgent_ || options_.coalesce_delay.count() <= 0 || pending_bytes_ >= options_.coalesce_max_bytes ||
-      pending_.size() >= options_.coalesce_max_messages || std::chrono::steady_clock::now() >= deadline) {
+  if (urgent_ || std::chrono::steady_clock::now() >= deadline) {
     StartWrite();
     return;
   }
@@ -140,6 +192,11 @@ void FramedConnection::MaybeFlush() {
     self->flush_timer_armed_ = false;
     self->MaybeFlush();  // re-evaluates: the oldest pending envelope may be a newer one by now
   });
+}
+
+void FramedConnection::FlushNow() {
+  if (closed_ || writing_ || hold_flush_) return;
+  if (!control_.empty() || !pending_.empty()) StartWrite();
 }
 
 void FramedConnection::StartWrite() {
@@ -194,7 +251,12 @@ void FramedConnection::OnWrite(boost::system::error_code ec, size_t bytes, size_
     Close();
     return;
   }
-  MaybeFlush();
+  // What was queued during the write already waited for it: with coalesce_delay 0 it is due now.
+  if (options_.coalesce_delay.count() <= 0) {
+    FlushNow();
+  } else {
+    MaybeFlush();
+  }
 }
 
 }  // namespace ringlimit::peer::internal

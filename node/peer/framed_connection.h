@@ -9,7 +9,6 @@
 #ifndef RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
 #define RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
 
-#include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -80,9 +79,16 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   virtual void OnWriteDone(size_t one_way) { (void)one_way; }
 
  private:
-  void ReadHeader();
-  void ReadBody(uint32_t length);
+  // Reads whatever the socket has (up to the free space of read_buffer_), then hands every complete
+  // frame in the buffer to OnFrame: one read system call for all the frames that arrived together.
+  void ReadMore();
+  void OnRead(boost::system::error_code ec, size_t bytes);
+  // Parses the complete frames in read_buffer_[read_begin_, read_end_); false if the connection closed.
+  bool DeliverFrames();
+  // Writes, or schedules the write of, what is queued according to the coalescing options.
   void MaybeFlush();
+  // Writes whatever is queued, unless a write is in progress (its completion flushes the rest).
+  void FlushNow();
   void StartWrite();
   void OnWrite(boost::system::error_code ec, size_t bytes, size_t messages, size_t one_way);
 
@@ -99,9 +105,14 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool flush_timer_armed_ = false;
-  bool urgent_ = false;  // an urgent envelope is pending
-  std::array<unsigned char, kFrameHeaderBytes> header_{};
+  bool urgent_ = false;        // an urgent envelope is pending
+  bool flush_posted_ = false;  // coalesce_delay 0: a FlushNow is posted for the end of this turn
+  bool hold_flush_ = false;    // delivering the frames of one read: their answers are written together
+  // Bytes read and not yet delivered are read_buffer_[read_begin_, read_end_); the buffer grows to hold
+  // one large frame and shrinks back afterwards.
   std::string read_buffer_;
+  size_t read_begin_ = 0;
+  size_t read_end_ = 0;
   std::string control_;                      // encoded handshake frames, written first
   std::deque<transport::Envelope> pending_;  // envelopes not yet in a write
   size_t pending_bytes_ = 0;                 // payload + overhead of pending_

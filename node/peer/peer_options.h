@@ -30,10 +30,12 @@ struct FramingOptions {
   // ... or this many messages are pending (1 disables coalescing: one message per frame and per
   // write) ... Default: 1024. REQUIRES: >= 1.
   size_t coalesce_max_messages = 1024;
-  // ... or at the latest this long after the first pending message was queued. 0 flushes as soon as
-  // the connection is not already writing (messages queued during a write still share the next one).
-  // Default: 200 us (client), 0 (server responses; see PeerServerOptions).
-  std::chrono::microseconds coalesce_delay{200};
+  // ... or at the latest this long after the first pending message was queued. 0: flushed at the end
+  // of the current turn of the event loop, once the handlers that are ready have run (everything they
+  // queue shares one frame and one write, with no timer and no added wait); messages queued during a
+  // write share the next one. A positive window batches more at low concurrency but costs a timer
+  // and an event-loop wake-up per frame, and adds that much latency. Default: 0.
+  std::chrono::microseconds coalesce_delay{0};
 };
 
 struct PeerServerOptions {
@@ -59,7 +61,7 @@ struct PeerServerOptions {
   // Open connections beyond this are closed at once. Default: 1024.
   size_t max_connections = 1024;
 
-  // Frame limits; responses are written whenever the connection is idle (coalesce_delay 0).
+  // Frame limits; responses are written at the end of the turn that produced them (coalesce_delay 0).
   FramingOptions framing = ServerFraming();
 
   static FramingOptions ServerFraming() {
@@ -96,10 +98,10 @@ struct PeerClientOptions {
 
   // --- Affects performance ---
 
-  // When true, a request sent while no other request to that peer awaits its answer is written at
-  // once (like Nagle's algorithm: the coalescing window applies only while answers are outstanding,
-  // so a lightly loaded link adds no latency). When false, every message waits for the window.
-  // Default: true.
+  // With a positive framing.coalesce_delay: when true, a request sent while no other request to that
+  // peer awaits its answer is written at once (like Nagle's algorithm: the coalescing window applies
+  // only while answers are outstanding, so a lightly loaded link adds no latency); when false, every
+  // message waits for the window. No effect with coalesce_delay 0. Default: true.
   bool flush_when_idle = true;
 
   FramingOptions framing;
