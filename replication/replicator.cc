@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/unordered/unordered_flat_map.hpp>
+#include <boost/unordered/unordered_flat_set.hpp>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -318,8 +319,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       pref.clear();
       if (view != nullptr) pref = view->PreferenceList(ring::RingToken(key), options.replicas);
     };
-    const size_t live_jobs = jobs.size();
-    for (size_t j = 0; j < live_jobs; ++j) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
       replicas_of(jobs[j].key);
       for (const ring::RingMember* m : pref) {
         if (m->id != self && reachable(m->id)) per_target[m->id].push_back(j);
@@ -339,18 +339,14 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     for (auto& [id, keys] : due) {
       if (!reachable(id)) continue;  // gone: re-replication restores the copies after the ring changes
       std::vector<size_t>& list = per_target[id];
-      const size_t live_count = list.size();
+      const boost::unordered_flat_set<size_t> live(list.begin(), list.end());
       for (const auto& [key, erased] : keys) {
         replicas_of(key);
         if (std::none_of(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == id; })) {
           continue;
         }
         const size_t j = job_for(key, erased);
-        if (j < live_jobs &&
-            std::find(list.begin(), list.begin() + live_count, j) != list.begin() + live_count) {
-          continue;  // already going to this member as a live change
-        }
-        list.push_back(j);
+        if (!live.contains(j)) list.push_back(j);  // else already going to this member as a live change
       }
     }
 
@@ -399,7 +395,8 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         {
           std::lock_guard lock(targets_mu);
           Target& t = targets[id];
-          if (!force && t.in_flight >= kMaxInFlightPerTarget) {
+          // Batches that carry Decided keys are never held back: their callers wait.
+          if (!force && batch->waiters.empty() && t.in_flight >= kMaxInFlightPerTarget) {
             capped = true;
             for (const auto& [key, erased] : batch->keys) MarkDirty(t.retry, key, erased);
           } else {
