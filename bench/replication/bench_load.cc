@@ -38,7 +38,8 @@ struct Load::Worker {
   LoadTotals totals;
 };
 
-Load::Load(LoadSpec spec) : spec_(std::move(spec)) {
+Load::Load(LoadSpec spec) : spec_(std::move(spec)), key_denied_(new std::atomic<bool>[spec_.keys]) {
+  for (size_t k = 0; k < spec_.keys; ++k) key_denied_[k].store(false);
   for (int c = 0; c < spec_.connections; ++c) {
     workers_.push_back(std::make_unique<Worker>());
     workers_.back()->totals.admitted_per_key.resize(spec_.keys);
@@ -106,7 +107,10 @@ void Load::Run(Worker& worker, size_t index) {
       }
     } else if (status == 429) {
       ++t.denied;
-      if (key < t.denied_per_key.size()) ++t.denied_per_key[key];
+      if (key < t.denied_per_key.size()) {
+        ++t.denied_per_key[key];
+        if (!key_denied_[key].exchange(true, std::memory_order_relaxed)) keys_denied_.fetch_add(1);
+      }
     } else {
       ++t.failed;
     }

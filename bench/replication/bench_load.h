@@ -77,6 +77,8 @@ class Load {
   [[nodiscard]] LoadTotals Stop();
   // 200s counted so far (while measuring).
   [[nodiscard]] uint64_t allowed() const { return allowed_.load(std::memory_order_relaxed); }
+  // Keys (of LoadSpec::keys) that got at least one 429 so far (while measuring).
+  [[nodiscard]] size_t keys_denied() const { return keys_denied_.load(std::memory_order_relaxed); }
 
  private:
   struct Worker;
@@ -87,6 +89,8 @@ class Load {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> marked_{false};
   std::atomic<uint64_t> allowed_{0};
+  std::atomic<size_t> keys_denied_{0};
+  std::unique_ptr<std::atomic<bool>[]> key_denied_;  // LoadSpec::keys flags
   std::chrono::steady_clock::time_point start_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;

@@ -310,6 +310,24 @@ HandoffPoll PollHandoff(Cluster& cluster, size_t new_index) {
   return p;
 }
 
+// The first handoff warnings of the nodes' logs (--log-level warn), if any.
+void PrintHandoffLogs(Cluster& cluster) {
+  int shown = 0;
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    const std::string log = cluster.node(i).Log();
+    for (size_t pos = 0; pos < log.size() && shown < 12;) {
+      size_t end = log.find('\n', pos);
+      if (end == std::string::npos) end = log.size();
+      const std::string_view line = std::string_view(log).substr(pos, end - pos);
+      if (line.find("handoff") != std::string_view::npos) {
+        std::printf("  %s: %.*s\n", cluster.id(i).c_str(), static_cast<int>(line.size()), line.data());
+        ++shown;
+      }
+      pos = end + 1;
+    }
+  }
+}
+
 int Handoff(const Options& o) {
   const int r = o.handoff_replicas;
   std::printf("== (b) handoff on join: 2 nodes, --replicas %d (async), %d keys, then a 3rd node ==\n", r,
@@ -391,11 +409,13 @@ int Handoff(const Options& o) {
               static_cast<unsigned long long>(held_expected), ms(copies_ms).c_str());
   std::printf(
       "new node ringlimit_keys %llu; peak handoffs shown %zu; ringlimit_handoff_keys_total %s, "
-      "handoffs failed %s, rereplicated %s\n\n",
+      "handoffs failed %s, rereplicated %s\n",
       static_cast<unsigned long long>(last.new_keys), peak_handoffs,
       Figure(SumMetric(all, "ringlimit_handoff_keys_total"), 1, "%.0f").c_str(),
       Figure(SumMetric(all, "ringlimit_handoffs_total{result=\"failed\"}"), 1, "%.0f").c_str(),
       Figure(SumMetric(all, "ringlimit_rereplicated_keys_total"), 1, "%.0f").c_str());
+  PrintHandoffLogs(cluster);
+  std::printf("\n");
   return 0;
 }
 
@@ -464,7 +484,13 @@ void Crash(const Options& o, const std::string& mode) {
   auto killed = cluster.Kill(kVictim);
   auto dead = cluster.WaitSeenAs(kVictim, {"dead", "left"}, true, std::chrono::seconds(60));
   const double failover_ms = Ms(Clock::now() - crash);
-  Sleep(std::chrono::milliseconds(o.crash_tail_ms));
+  // Go on until every key was refused at least once (its limit used up, as the nodes count it), and for
+  // crash-tail-ms at least; 120 s at most.
+  const auto failover = Clock::now();
+  while (Clock::now() - failover < std::chrono::milliseconds(o.crash_tail_ms) ||
+         (load.keys_denied() < keys.size() && Clock::now() - failover < std::chrono::seconds(120))) {
+    Sleep(std::chrono::milliseconds(10));
+  }
   const LoadTotals t = load.Stop();
   uint64_t over = 0, under = 0, max_over = 0;
   const bool exhausted =
