@@ -77,7 +77,7 @@ struct ReplicatorStats {
   uint64_t updates_acked = 0;  // of those, acknowledged
   uint64_t batches_sent = 0;
   uint64_t send_failures = 0;  // batches that got no answer (their keys are retried)
-  uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet
+  uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet, and failed ones awaiting a retry
   uint64_t sync_waits = 0;     // Decided calls that waited for an acknowledgement (sync mode)
   uint64_t sync_timeouts = 0;  // of those, answered after sync_timeout without one
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement

@@ -503,6 +503,30 @@ TEST(ReplicatorTest, SyncDecidedAnswersAtOnceWhenNothingIsToWaitFor) {
   }
 }
 
+TEST(ReplicatorTest, ConcurrentDecidedCallsAreEachAnsweredOnce) {
+  Cluster cluster(SyncOptions(30s));
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 300;
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string key = "sync:" + std::to_string(t) + ":" + std::to_string(i % 50);
+        Charge(cluster.store("a"), key);
+        const std::string_view keys[] = {key};
+        cluster.replicator("a").Decided(keys, [&] { ++done; });
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(WaitFor([&] { return done.load() == kThreads * kPerThread; }));
+  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_EQ(done.load(), kThreads * kPerThread);
+  EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), "sync:3:49"));
+}
+
 TEST(ReplicatorTest, StopAnswersPendingSyncWaiters) {
   ReplicatorOptions options = SyncOptions(30s);
   options.send_timeout = 100ms;
