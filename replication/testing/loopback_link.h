@@ -214,7 +214,7 @@ class LoopbackNetwork {
       for (auto& [deadline, call] : timeouts_) left.push_back(std::move(call));
       timeouts_.clear();
     }
-    for (auto& call : left) Finish(*call, std::nullopt);
+    for (auto& call : left) Fail(*call);
   }
 
  private:
@@ -242,10 +242,17 @@ class LoopbackNetwork {
     bool stop = false;
   };
 
-  static void Finish(Call& call, std::optional<std::string> answer) {
+  // Answers `call` unless it is answered already.
+  static void Finish(Call& call, std::optional<std::string>&& answer) {
     if (!call.finished.exchange(true)) {
       ClusterLink::Reply reply = std::move(call.reply);
       reply(std::move(answer));
+    }
+  }
+  static void Fail(Call& call) {
+    if (!call.finished.exchange(true)) {
+      ClusterLink::Reply reply = std::move(call.reply);
+      reply(std::nullopt);
     }
   }
 
@@ -288,7 +295,7 @@ class LoopbackNetwork {
       if (!shut) timeouts_.emplace(ok ? call->deadline : Clock::time_point::min(), call);
     }
     if (shut) {
-      Finish(*call, std::nullopt);
+      Fail(*call);
       return;
     }
     timer_cv_.notify_all();
@@ -336,7 +343,7 @@ class LoopbackNetwork {
       std::shared_ptr<Call> call = std::move(first->second);
       timeouts_.erase(first);
       lock.unlock();
-      Finish(*call, std::nullopt);
+      Fail(*call);
       lock.lock();
     }
   }
