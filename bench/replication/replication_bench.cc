@@ -69,6 +69,7 @@ struct Options {
   int crash_keys = 20;
   int crash_limit = 5000;
   int crash_tail_ms = 2000;
+  int crash_runs = 1;  // runs per mode (each on a fresh cluster)
   std::string parts = "throughput,handoff,crash";
   std::string crash_modes = "async,sync";
 };
@@ -536,7 +537,7 @@ int CrashAll(const Options& o) {
   std::printf("%-6s %10s %10s %10s %10s %9s %9s %8s %7s %7s %9s\n", "mode", "admitted", "limit", "over %",
               "worst key", "adm/s", "bound*", "fail ms", "failed", "no-ans", "seconds");
   for (const std::string mode : {"async", "sync"}) {
-    if (Has(o.crash_modes, mode)) Crash(o, mode);
+    for (int run = 0; run < o.crash_runs && Has(o.crash_modes, mode); ++run) Crash(o, mode);
   }
   std::printf(
       "over %%: sum over keys of max(0, admitted - limit) / sum of limits; worst key: as %% of its limit\n"
@@ -567,7 +568,8 @@ std::vector<IntFlag> IntFlags(Options& o) {
           {"handoff-timeout-s", &o.handoff_timeout_s, 1},
           {"crash-keys", &o.crash_keys, 1},
           {"crash-limit", &o.crash_limit, 2},
-          {"crash-tail-ms", &o.crash_tail_ms, 0}};
+          {"crash-tail-ms", &o.crash_tail_ms, 0},
+          {"crash-runs", &o.crash_runs, 1}};
 }
 
 std::string EnvName(std::string_view flag) {
