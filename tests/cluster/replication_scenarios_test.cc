@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -252,44 +253,53 @@ double ClusterMetric(Cluster& cluster, const std::string& name) {
   return sum;
 }
 
-// Number of handoffs GET /v1/cluster lists in progress.
-Result<size_t> HandoffCount(uint16_t port) {
+// The handoffs GET /v1/cluster lists in progress (a JSON array).
+Result<json::array> Handoffs(uint16_t port) {
   HttpClient client(port, milliseconds(2000));
   auto response = client.Get("/v1/cluster");
   if (!response) return "GET /v1/cluster: " + response.error().message();
   const json::value parsed = JsonBody(*response);
   try {
-    return parsed.at("handoffs").as_array().size();
+    return parsed.at("handoffs").as_array();
   } catch (const std::exception& e) {
     return "GET /v1/cluster: no handoffs array (" + std::string(e.what()) + "): " + response->body();
   }
 }
 
-// Waits until no running node has a handoff in progress (GET /v1/cluster "handoffs" empty and the
-// gauge ringlimit_handoffs_in_progress 0) and, with `drained`, no replication pending either
-// (ringlimit_replication_pending_keys 0; only meaningful without load). Must hold on two polls in a row.
+// Whether node `i` is quiet: no handoff listed by GET /v1/cluster, the gauge
+// ringlimit_handoffs_in_progress 0 and, with `drained`, ringlimit_replication_pending_keys 0. If not,
+// says why in `why`.
+bool NodeQuiet(Cluster& cluster, size_t i, bool drained, std::string* why) {
+  const uint16_t port = cluster.http_port(i);
+  auto handoffs = Handoffs(port);
+  if (!handoffs) {
+    *why = cluster.id(i) + ": " + handoffs.error();
+    return false;
+  }
+  const auto in_progress = Metric(port, "ringlimit_handoffs_in_progress");
+  const auto pending = Metric(port, "ringlimit_replication_pending_keys");
+  if (handoffs->empty() && in_progress.value_or(1) == 0 && (!drained || pending.value_or(1) == 0))
+    return true;
+  *why = cluster.id(i) + ": handoffs " + json::serialize(*handoffs) + ", " +
+         (in_progress ? std::to_string(static_cast<int64_t>(*in_progress)) : "no") + " in progress, " +
+         (pending ? std::to_string(static_cast<int64_t>(*pending)) : "no") + " pending keys";
+  return false;
+}
+
+// Waits until every running node is quiet (NodeQuiet) on two polls in a row. `drained` is only
+// meaningful without load.
 Result<milliseconds> WaitQuiet(Cluster& cluster, bool drained, milliseconds timeout = kQuietBound) {
   int quiet_polls = 0;
-  auto waited = WaitFor(
-      drained ? "handoffs done and replication drained" : "handoffs done", timeout, [&](std::string* last) {
-        for (size_t i : cluster.Running()) {
-          const uint16_t port = cluster.http_port(i);
-          auto handoffs = HandoffCount(port);
-          if (!handoffs) {
-            *last = cluster.id(i) + ": " + handoffs.error();
-            return quiet_polls = 0, false;
-          }
-          const auto in_progress = Metric(port, "ringlimit_handoffs_in_progress");
-          const auto pending = Metric(port, "ringlimit_replication_pending_keys");
-          if (*handoffs != 0 || in_progress.value_or(1) != 0 || (drained && pending.value_or(1) != 0)) {
-            *last = cluster.id(i) + ": " + std::to_string(*handoffs) + " handoffs listed, " +
-                    (in_progress ? std::to_string(*in_progress) : "no") + " in progress, " +
-                    (pending ? std::to_string(*pending) : "no") + " pending keys";
-            return quiet_polls = 0, false;
-          }
-        }
-        return ++quiet_polls >= 2;
-      });
+  auto waited = WaitFor(drained ? "handoffs done and replication drained" : "handoffs done", timeout,
+                        [&](std::string* last) {
+                          for (size_t i : cluster.Running()) {
+                            if (!NodeQuiet(cluster, i, drained, last)) {
+                              quiet_polls = 0;
+                              return false;
+                            }
+                          }
+                          return ++quiet_polls >= 2;
+                        });
   if (!waited) return waited.error() + "\n" + cluster.Logs();
   return waited;
 }
@@ -326,6 +336,8 @@ Result<std::unique_ptr<Cluster>> StartCluster(int nodes, const std::string& repl
     if (!added) return added.error();
   }
   if (auto converged = (*cluster)->WaitConverged(); !converged) return converged.error();
+  // The nodes joined one after the other: the scenarios start once the handoffs of those joins are over.
+  if (auto quiet = WaitQuiet(**cluster, /*drained=*/true); !quiet) return quiet.error();
   return std::move(*cluster);
 }
 
