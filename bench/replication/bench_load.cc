@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "tests/support/http_client.h"
@@ -31,6 +32,7 @@ void LoadTotals::Merge(const LoadTotals& other) {
   add(admitted_per_key, other.admitted_per_key);
   add(denied_per_key, other.denied_per_key);
   for (const auto& [owner, counts] : other.admitted_after_mark) add(admitted_after_mark[owner], counts);
+  regressions.insert(regressions.end(), other.regressions.begin(), other.regressions.end());
 }
 
 // What one worker thread counted; read by Stop after the thread was joined.
@@ -39,7 +41,11 @@ struct Load::Worker {
 };
 
 Load::Load(LoadSpec spec) : spec_(std::move(spec)), key_denied_(new std::atomic<bool>[spec_.keys]) {
-  for (size_t k = 0; k < spec_.keys; ++k) key_denied_[k].store(false);
+  min_remaining_.reset(new std::atomic<int64_t>[spec_.keys]);
+  for (size_t k = 0; k < spec_.keys; ++k) {
+    key_denied_[k].store(false);
+    min_remaining_[k].store(std::numeric_limits<int64_t>::max());
+  }
   for (int c = 0; c < spec_.connections; ++c) {
     workers_.push_back(std::make_unique<Worker>());
     workers_.back()->totals.admitted_per_key.resize(spec_.keys);
@@ -96,6 +102,7 @@ void Load::Run(Worker& worker, size_t index) {
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count();
       t.latencies_us.push_back(static_cast<uint32_t>(us));
     }
+    if ((status == 200 || status == 429) && key < spec_.keys) TrackRemaining(t, key, *response);
     if (status == 200) {
       ++t.allowed;
       allowed_.fetch_add(1, std::memory_order_relaxed);
@@ -114,6 +121,23 @@ void Load::Run(Worker& worker, size_t index) {
     } else {
       ++t.failed;
     }
+  }
+}
+
+void Load::TrackRemaining(LoadTotals& t, size_t key, const testing::ClientResponse& response) {
+  const auto header = response.base()["X-RateLimit-Remaining"];
+  if (header.empty()) return;
+  const int64_t remaining = std::strtoll(std::string(header).c_str(), nullptr, 10);
+  std::atomic<int64_t>& low = min_remaining_[key];
+  int64_t seen = low.load(std::memory_order_relaxed);
+  if (marked_.load(std::memory_order_relaxed) && seen != std::numeric_limits<int64_t>::max() &&
+      remaining > seen + spec_.connections) {
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - mark_time_).count();
+    t.regressions.push_back({ms, key, seen, remaining, std::string(response.base()["RateLimit-Owner"])});
+    low.store(remaining, std::memory_order_relaxed);  // report each jump once
+    return;
+  }
+  while (remaining < seen && !low.compare_exchange_weak(seen, remaining, std::memory_order_relaxed)) {
   }
 }
 

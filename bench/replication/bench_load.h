@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/http_client.h"
+
 namespace ringlimit::bench {
 
 struct LoadSpec {
@@ -43,6 +45,16 @@ struct LoadSpec {
   std::chrono::milliseconds timeout{10'000};
 };
 
+// A key's X-RateLimit-Remaining rising above the lowest value seen for it by more than the connections
+// (answers may arrive out of order by that much): a counter went back, e.g. a node decided from a stale copy.
+struct Regression {
+  double ms_after_mark = 0;  // when (Load::Mark is 0)
+  size_t key = 0;
+  int64_t from = 0;  // lowest remaining seen before
+  int64_t to = 0;    // the remaining answered
+  std::string node;  // RateLimit-Owner of that answer
+};
+
 struct LoadTotals {
   double seconds = 0;                      // measured interval
   uint64_t allowed = 0;                    // 200
@@ -54,6 +66,8 @@ struct LoadTotals {
   std::vector<uint64_t> denied_per_key;    // 429s per key
   // After Load::Mark: 200s per deciding node (the RateLimit-Owner header), per key.
   std::map<std::string, std::vector<uint64_t>> admitted_after_mark;
+  // After Load::Mark, in the order found per connection (per-key tracking only).
+  std::vector<Regression> regressions;
 
   [[nodiscard]] uint64_t answered() const { return allowed + denied; }
   [[nodiscard]] double Rate() const { return seconds > 0 ? answered() / seconds : 0; }
@@ -72,7 +86,10 @@ class Load {
 
   void StartMeasuring();
   // From now on, 200s are also counted per deciding node and key (LoadTotals::admitted_after_mark).
-  void Mark() { marked_.store(true); }
+  void Mark() {
+    mark_time_ = std::chrono::steady_clock::now();
+    marked_.store(true);
+  }
   // Stops the workers (each finishes its request in flight) and returns what was measured.
   [[nodiscard]] LoadTotals Stop();
   // 200s counted so far (while measuring).
@@ -83,6 +100,7 @@ class Load {
  private:
   struct Worker;
   void Run(Worker& worker, size_t index);
+  void TrackRemaining(LoadTotals& t, size_t key, const testing::ClientResponse& response);
 
   LoadSpec spec_;
   std::atomic<bool> measuring_{false};
@@ -90,7 +108,9 @@ class Load {
   std::atomic<bool> marked_{false};
   std::atomic<uint64_t> allowed_{0};
   std::atomic<size_t> keys_denied_{0};
-  std::unique_ptr<std::atomic<bool>[]> key_denied_;  // LoadSpec::keys flags
+  std::unique_ptr<std::atomic<bool>[]> key_denied_;        // LoadSpec::keys flags
+  std::unique_ptr<std::atomic<int64_t>[]> min_remaining_;  // per key, lowest X-RateLimit-Remaining seen
+  std::chrono::steady_clock::time_point mark_time_;
   std::chrono::steady_clock::time_point start_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;

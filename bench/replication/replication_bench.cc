@@ -481,10 +481,19 @@ void Crash(const Options& o, const std::string& mode) {
       break;
     }
   }
+  // The owner's own view of its replication just before it dies: what a crash can lose.
+  const auto victim_metrics = FetchBody(cluster.http_port(kVictim), "/metrics", std::chrono::seconds(1));
+  auto victim = [&](std::string_view name) {
+    return victim_metrics ? MetricSum(*victim_metrics, name).value_or(-1) : -1;
+  };
+  const double lag_s = victim("ringlimit_replication_lag_seconds");
+  const double max_lag_s = victim("ringlimit_replication_max_lag_seconds");
+  const double pending = victim("ringlimit_replication_pending_keys");
   load.Mark();
   auto killed = cluster.Kill(kVictim);
   auto dead = cluster.WaitSeenAs(kVictim, {"dead", "left"}, true, std::chrono::seconds(60));
   const double failover_ms = Ms(Clock::now() - crash);
+  const uint64_t at_dead = load.allowed();
   // Go on until every key was refused at least once (its limit used up, as the nodes count it), and for
   // crash-tail-ms at least; 120 s at most.
   const auto failover = Clock::now();
@@ -492,7 +501,9 @@ void Crash(const Options& o, const std::string& mode) {
          (load.keys_denied() < keys.size() && Clock::now() - failover < std::chrono::seconds(120))) {
     Sleep(std::chrono::milliseconds(10));
   }
-  const LoadTotals t = load.Stop();
+  LoadTotals t = load.Stop();
+  std::sort(t.regressions.begin(), t.regressions.end(),
+            [](const Regression& a, const Regression& b) { return a.ms_after_mark < b.ms_after_mark; });
   uint64_t over = 0, under = 0, max_over = 0;
   const bool exhausted =
       std::all_of(t.denied_per_key.begin(), t.denied_per_key.end(), [](uint64_t d) { return d > 0; });
@@ -521,6 +532,24 @@ void Crash(const Options& o, const std::string& mode) {
     deciders += " " + (owner.empty() ? std::string("?") : owner) + " " + std::to_string(sum) + " (" +
                 std::to_string(with) + " keys)";
   }
+  std::printf(
+      "       n2 just before the SIGKILL: replication lag of the last batch %s ms (max %s ms), pending keys "
+      "%s"
+      " -> adm/s x lag = %s checks\n",
+      Figure(lag_s, 1e3, "%.1f").c_str(), Figure(max_lag_s, 1e3, "%.1f").c_str(),
+      Figure(pending, 1, "%.0f").c_str(), Figure(lag_s < 0 ? -1 : rate * lag_s, 1, "%.0f").c_str());
+  std::printf("       counter went back (X-RateLimit-Remaining rose by > %d for a key): %zu times",
+              o.connections, t.regressions.size());
+  for (size_t i = 0; i < t.regressions.size() && i < 3; ++i) {
+    const Regression& g = t.regressions[i];
+    std::printf("%s %s %lld -> %lld at +%.0f ms (%s)", i == 0 ? ":" : ";", keys[g.key].c_str(),
+                static_cast<long long>(g.from), static_cast<long long>(g.to), g.ms_after_mark,
+                g.node.c_str());
+  }
+  std::printf("\n");
+  std::printf("       admitted: %llu before the SIGKILL, %llu until every node saw n2 dead, %llu after\n",
+              static_cast<unsigned long long>(at_crash), static_cast<unsigned long long>(at_dead - at_crash),
+              static_cast<unsigned long long>(t.allowed - at_dead));
   std::printf(
       "       admitted from the SIGKILL on, by deciding node:%s; keys admitted by 2+ surviving nodes: %lld\n",
       deciders.c_str(),
