@@ -186,6 +186,11 @@ std::optional<std::string> ApiHandler::DecideForwarded(std::string_view payload,
   return node::DecideForwarded(*context_, request, self_id).SerializeAsString();
 }
 
+peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request,
+                                                       std::string_view self_id) {
+  return node::DecideForwarded(*context_, request, self_id);
+}
+
 void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   CheckRouter* router = context_->router;
   const std::string_view target = request.target();

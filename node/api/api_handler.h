@@ -20,6 +20,7 @@
 
 #include "limiter/limiter.h"
 #include "node/api/handler.h"
+#include "peer.pb.h"
 
 namespace ringlimit::storage {
 class StateStore;
@@ -89,6 +90,9 @@ class ApiHandler final : public RequestHandler {
   // The owner's side of a forwarded batch (peer.ForwardCheckRequest, serialized): decides every check
   // here and returns the serialized peer.ForwardCheckResponse, or nullopt when `payload` does not parse.
   [[nodiscard]] std::optional<std::string> DecideForwarded(std::string_view payload,
+                                                           std::string_view self_id);
+  // The same, already parsed.
+  [[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request,
                                                            std::string_view self_id);
 
  private:

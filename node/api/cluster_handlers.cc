@@ -57,6 +57,27 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
     w.EndObject();
   }
   w.EndArray();
+  if (!view.replication_mode.empty()) {
+    w.Key("replication");
+    w.BeginObject();
+    w.Field("mode", view.replication_mode);
+    w.FieldUint("replicas", view.replicas);
+    w.EndObject();
+  }
+  w.Key("handoffs");
+  w.BeginArray();
+  for (const ClusterHandoffView& h : view.handoffs) {
+    w.BeginObject();
+    w.Field("direction", h.direction);
+    w.Field("peer", h.peer);
+    w.FieldUint("ranges", h.ranges);
+    w.FieldDouble("share", h.share);
+    w.FieldUint("keys", h.keys);
+    w.Field("phase", h.phase);
+    w.FieldDouble("seconds", h.seconds);
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
   return Json(http::status::ok, std::move(body));
 }

@@ -9,6 +9,7 @@
 #include <boost/asio/strand.hpp>
 #include <future>
 #include <mutex>
+#include <utility>
 
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
@@ -193,18 +194,20 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
       client.Disconnect(m.peer_address);
     }
   }
+  std::shared_ptr<const ring::RingView> new_ring;
   if (out.ring_changed) {
     auto built = ring::RingView::Build(++ring_version, membership->RingMembers());
     if (built.ok()) {
       ring.Publish(built.view);
-      if (ring_listener) ring_listener(published, built.view);
-      published = built.view;
+      new_ring = built.view;
       spdlog::info("cluster: ring version {} with {} members", ring_version, built.view->members().size());
     } else {
       spdlog::error("cluster: cannot build the ring: {}", built.error->message);
     }
   }
   if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
+  // After the snapshot: the listener's work (handoffs) looks members up in it.
+  if (new_ring != nullptr && ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
 }
 
 void Cluster::Core::Publish() {

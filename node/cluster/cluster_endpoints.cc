@@ -4,7 +4,10 @@
 
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/replication_status.h"
 #include "node/peer/peer_stats.h"
+#include "replication/handoff.h"
+#include "replication/replicator.h"
 #include "ring/token.h"
 
 namespace ringlimit::cluster {
@@ -73,6 +76,11 @@ node::ClusterView ClusterEndpoints::Describe() const {
   out.ring_fingerprint = snapshot->ring != nullptr ? snapshot->ring->fingerprint() : 0;
   out.members.reserve(snapshot->members.size());
   for (const ring::MemberInfo& m : snapshot->members) out.members.push_back(ToView(m, snapshot->ring.get()));
+  if (replicator_ != nullptr && handoff_ != nullptr) {
+    out.replication_mode = replication::ToString(replicator_->options().mode);
+    out.replicas = replicator_->options().replicas;
+    out.handoffs = DescribeHandoffs(*handoff_);
+  }
   return out;
 }
 
@@ -95,6 +103,7 @@ node::KeyPlacementView ClusterEndpoints::Place(std::string_view key) const {
 void ClusterEndpoints::Leave() { cluster_.Leave(on_left_); }
 
 void ClusterEndpoints::AppendMetrics(std::string* out) const {
+  if (replicator_ != nullptr && handoff_ != nullptr) AppendReplicationMetrics(*replicator_, *handoff_, out);
   const auto snapshot = cluster_.Snapshot();
   Metric(out, "ringlimit_cluster_members", "gauge", "Members this node knows, by state (self included).");
   const std::vector<size_t> counts = snapshot->CountByState();
@@ -120,6 +129,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"fallback_local\"", f.fallback_local);
   Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
   Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
+  Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);
 
   const ring::MembershipStats& m = snapshot->stats;
   Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");

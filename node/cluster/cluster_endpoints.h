@@ -12,6 +12,11 @@
 
 #include "node/api/cluster_hooks.h"
 
+namespace ringlimit::replication {
+class HandoffManager;
+class Replicator;
+}  // namespace ringlimit::replication
+
 namespace ringlimit::cluster {
 
 class Cluster;
@@ -31,10 +36,18 @@ class ClusterEndpoints final : public node::ClusterInfo {
   void Leave() override;
   void AppendMetrics(std::string* out) const override;
 
+  // Adds replication's figures to /v1/cluster and /metrics. Call before serving; both must outlive this.
+  void SetReplication(const replication::Replicator* replicator, const replication::HandoffManager* handoff) {
+    replicator_ = replicator;
+    handoff_ = handoff;
+  }
+
  private:
   Cluster& cluster_;
   const Forwarder& forwarder_;
   const std::function<void()> on_left_;
+  const replication::Replicator* replicator_ = nullptr;
+  const replication::HandoffManager* handoff_ = nullptr;
 };
 
 }  // namespace ringlimit::cluster

@@ -57,9 +57,7 @@ std::optional<ring::MemberState> StateOf(const Cluster& c, const std::string& id
 // A decider that charges nothing and answers "allowed" with owner = `id` (what the API does is tested
 // in node/api and tests/cluster; here only the routing).
 LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
-  return [id, calls](std::string_view payload) -> std::optional<std::string> {
-    peer::ForwardCheckRequest request;
-    if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return std::nullopt;
+  return [id, calls](const peer::ForwardCheckRequest& request) {
     calls->fetch_add(1);
     peer::ForwardCheckResponse response;
     response.set_from(id);
@@ -70,7 +68,7 @@ LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
       result->set_allowed(true);
       for (int i = 0; i < check.limits_size(); ++i) result->add_decisions()->set_allowed(true);
     }
-    return response.SerializeAsString();
+    return response;
   };
 }
 

@@ -29,10 +29,9 @@ Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider de
       handoff_(handoff) {}
 
 void Forwarder::RegisterHandlers() {
-  cluster_.server().Register(peer::METHOD_FORWARD_CHECK,
-                             [this](std::string payload, peer::PeerResponder responder) {
-                               Serve(std::move(payload), responder);
-                             });
+  cluster_.server().Register(
+      peer::METHOD_FORWARD_CHECK,
+      [this](std::string payload, peer::PeerResponder responder) { Serve(std::move(payload), responder); });
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "node/cluster/replication_status.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
 
 #include "replication/handoff.h"
@@ -28,7 +29,9 @@ void Counter(std::string* out, std::string_view name, std::string_view help, uin
 
 void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
   Family(out, name, "gauge", help);
-  Sample(out, name, "", std::to_string(value));
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", value);
+  Sample(out, name, "", text);
 }
 
 }  // namespace

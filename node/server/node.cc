@@ -181,6 +181,7 @@ std::optional<std::string> Node::StartCluster() {
   p.forwarder->RegisterHandlers();
   std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
   p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, std::move(on_left));
+  p.endpoints->SetReplication(p.replicator.get(), p.handoff.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
   if (auto started = p.cluster->Start(); !started) return started.error();
