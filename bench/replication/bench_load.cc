@@ -33,6 +33,8 @@ void LoadTotals::Merge(const LoadTotals& other) {
   add(denied_per_key, other.denied_per_key);
   for (const auto& [owner, counts] : other.admitted_after_mark) add(admitted_after_mark[owner], counts);
   regressions.insert(regressions.end(), other.regressions.begin(), other.regressions.end());
+  admissions_after_mark.insert(admissions_after_mark.end(), other.admissions_after_mark.begin(),
+                               other.admissions_after_mark.end());
 }
 
 // What one worker thread counted; read by Stop after the thread was joined.
@@ -130,6 +132,9 @@ void Load::TrackRemaining(LoadTotals& t, size_t key, const testing::ClientRespon
   const int64_t remaining = std::strtoll(std::string(header).c_str(), nullptr, 10);
   std::atomic<int64_t>& low = min_remaining_[key];
   int64_t seen = low.load(std::memory_order_relaxed);
+  if (marked_.load(std::memory_order_relaxed) && response.result_int() == 200) {
+    t.admissions_after_mark.push_back({key, remaining, std::string(response.base()["RateLimit-Owner"])});
+  }
   if (marked_.load(std::memory_order_relaxed) && seen != std::numeric_limits<int64_t>::max() &&
       remaining > seen + spec_.connections) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - mark_time_).count();

@@ -68,6 +68,17 @@ struct LoadTotals {
   std::map<std::string, std::vector<uint64_t>> admitted_after_mark;
   // After Load::Mark, in the order found per connection (per-key tracking only).
   std::vector<Regression> regressions;
+  // After Load::Mark: every 200 as (key, X-RateLimit-Remaining, RateLimit-Owner). A correct single decider
+  // never answers two admissions of a key with the same remaining.
+  struct Admission {
+    size_t key;
+    int64_t remaining;
+    std::string node;
+    bool operator<(const Admission& o) const {
+      return key != o.key ? key < o.key : remaining != o.remaining ? remaining < o.remaining : node < o.node;
+    }
+  };
+  std::vector<Admission> admissions_after_mark;
 
   [[nodiscard]] uint64_t answered() const { return allowed + denied; }
   [[nodiscard]] double Rate() const { return seconds > 0 ? answered() / seconds : 0; }

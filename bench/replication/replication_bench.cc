@@ -146,6 +146,33 @@ double SumMetric(const std::vector<uint16_t>& ports, std::string_view name, bool
   return total.value_or(-1);
 }
 
+// Waits until, for 500 ms in a row, no node's /v1/cluster lists a handoff in progress and no node has
+// replication pending (the joins of a fresh cluster hand ranges over, and a handoff may be listed only a
+// moment after the ring changed). Returns the time waited, or nullopt after `timeout`.
+std::optional<double> WaitSettled(Cluster& cluster, std::chrono::seconds timeout) {
+  const auto start = Clock::now();
+  const auto ports = PortsOf(cluster);
+  std::optional<Clock::time_point> quiet_since;
+  while (Clock::now() - start < timeout) {
+    size_t handoffs = 0;
+    for (uint16_t port : ports) {
+      const json::value v = ClusterJson(port);
+      const auto* obj = v.if_object();
+      const json::value* h = obj ? obj->if_contains("handoffs") : nullptr;
+      handoffs += h && h->is_array() ? h->as_array().size() : 0;
+    }
+    if (handoffs != 0 || SumMetric(ports, "ringlimit_replication_pending_keys") > 0) {
+      quiet_since.reset();
+    } else if (!quiet_since) {
+      quiet_since = Clock::now();
+    } else if (Clock::now() - *quiet_since >= std::chrono::milliseconds(500)) {
+      return Ms(*quiet_since - start);
+    }
+    Sleep(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
 // `value` x `scale` in `format`, or "-" for a metric no node exports (SumMetric's -1).
 std::string Figure(double value, double scale, const char* format) {
   if (value < 0) return "-";
@@ -183,7 +210,8 @@ int Throughput(const Options& o) {
       continue;
     }
     c.cluster = std::move(*started);
-    c.note = ReplicationOf(c.cluster->http_port(0)).value_or("no \"replication\" in /v1/cluster");
+    if (!WaitSettled(*c.cluster, std::chrono::seconds(60))) c.note = "(handoffs not settled in 60 s) ";
+    c.note += ReplicationOf(c.cluster->http_port(0)).value_or("no \"replication\" in /v1/cluster");
   }
   std::vector<std::string> keys;
   for (int k = 0; k < o.keys; ++k) keys.push_back("u:" + std::to_string(k));
@@ -341,6 +369,7 @@ int Handoff(const Options& o) {
     return 1;
   }
   Cluster& cluster = **started;
+  (void)WaitSettled(cluster, std::chrono::seconds(60));
   std::printf("nodes report: %s\n",
               ReplicationOf(cluster.http_port(0)).value_or("no \"replication\" in /v1/cluster").c_str());
   const auto ports = PortsOf(cluster);
@@ -446,6 +475,8 @@ void Crash(const Options& o, const std::string& mode) {
   }
   Cluster& cluster = **started;
   constexpr size_t kVictim = 1;
+  // The joins of the fresh cluster hand ranges over: start once that is done, so the figure is the crash's.
+  const std::optional<double> settled = WaitSettled(cluster, std::chrono::seconds(60));
   auto ring = RingOf(MembersOf(cluster.http_port(0)));
   if (!ring || ring->Find(cluster.id(kVictim)) == nullptr) {
     std::printf("%-6s not run: no ring with n2 from n1's /v1/cluster\n", mode.c_str());
@@ -547,6 +578,25 @@ void Crash(const Options& o, const std::string& mode) {
                 g.node.c_str());
   }
   std::printf("\n");
+  // Admissions answered with a remaining already answered for that key: by the same node (its charge was not
+  // kept) or by another one (two deciders from the same count).
+  auto adm = t.admissions_after_mark;
+  std::sort(adm.begin(), adm.end());
+  std::map<std::string, uint64_t> same_node, other_node;
+  for (size_t i = 1; i < adm.size(); ++i) {
+    const auto& prev = adm[i - 1];
+    if (prev.key != adm[i].key || prev.remaining != adm[i].remaining) continue;
+    (prev.node == adm[i].node ? same_node : other_node)[adm[i].node]++;
+  }
+  std::string repeats;
+  for (const auto& [node, n] : same_node) repeats += " " + node + " " + std::to_string(n) + " (same node)";
+  for (const auto& [node, n] : other_node)
+    repeats += " " + node + " " + std::to_string(n) + " (after another node)";
+  std::printf(
+      "       admissions repeating a remaining already answered for the key:%s (of %zu with the header)\n",
+      repeats.empty() ? " none" : repeats.c_str(), adm.size());
+  std::printf("       cluster settled (no handoff, nothing pending) %s before the load\n",
+              settled ? (std::to_string(static_cast<int64_t>(*settled)) + " ms").c_str() : "NOT within 60 s");
   std::printf("       admitted: %llu before the SIGKILL, %llu until every node saw n2 dead, %llu after\n",
               static_cast<unsigned long long>(at_crash), static_cast<unsigned long long>(at_dead - at_crash),
               static_cast<unsigned long long>(t.allowed - at_dead));
