@@ -254,6 +254,10 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     std::vector<WaiterSlot> waiters;
     std::string bytes;  // the serialized StateUpdate
     bool sendable = false;
+    // Sync mode: the replica whose acknowledgement answers the waiters -- the first reachable member
+    // after this node in the key's preference list, i.e. the node that takes the key over if this one
+    // dies (an acknowledgement from another replica would leave the successor with an older count).
+    std::string successor;
   };
 
   struct PassResult {
@@ -277,7 +281,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         jobs[it->second].erased |= erased;
         return it->second;
       }
-      jobs.push_back(Job{std::move(key), erased, {}, {}, false});
+      jobs.push_back(Job{std::move(key), erased, {}, {}, false, {}});
       index.emplace(jobs.back().key, jobs.size() - 1);
       return jobs.size() - 1;
     };
@@ -323,6 +327,15 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       replicas_of(jobs[j].key);
       for (const ring::RingMember* m : pref) {
         if (m->id != self && reachable(m->id)) per_target[m->id].push_back(j);
+      }
+      if (!jobs[j].waiters.empty()) {
+        const auto me =
+            std::find_if(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == self; });
+        const size_t start = me == pref.end() ? 0 : static_cast<size_t>(me - pref.begin()) + 1;
+        for (size_t k = 0; k < pref.size() && jobs[j].successor.empty(); ++k) {
+          const ring::RingMember* m = pref[(start + k) % pref.size()];
+          if (m->id != self && reachable(m->id)) jobs[j].successor = m->id;
+        }
       }
     }
 
@@ -388,7 +401,8 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         for (size_t k = start; k < end; ++k) {
           Job& job = jobs[sendable[k]];
           batch->keys.emplace_back(job.key, job.erased);
-          batch->waiters.insert(batch->waiters.end(), job.waiters.begin(), job.waiters.end());
+          if (job.successor == id)
+            batch->waiters.insert(batch->waiters.end(), job.waiters.begin(), job.waiters.end());
           AppendUpdate(payload, job.bytes);
         }
         bool capped = false;

@@ -9,7 +9,9 @@
 // members only. Failed sends put the keys back in the dirty set while the target is still reachable.
 //
 // Sending (sync mode): Decided(keys, done) ships the keys' states at once and calls `done` only when, for
-// every key, at least one replica acknowledged (or no replica is reachable, or sync_timeout passed --
+// every key, its successor acknowledged -- the first reachable replica after this node in the key's
+// preference list, the node that takes the key over if this one dies (or no replica is reachable, or
+// sync_timeout passed --
 // counted, and the answer goes out anyway: availability over durability). The request path calls it
 // after a local decision and answers the client from `done`.
 //
@@ -121,7 +123,7 @@ class Replicator final : public storage::StateObserver {
 
   // This node just decided (charged) checks of `keys`. Calls `done` exactly once, possibly on another
   // thread, possibly before returning: at once in async mode, with R == 1 or when no replica is
-  // reachable; in sync mode once every key has at least one acknowledgement or sync_timeout passed.
+  // reachable; in sync mode once every key's successor (see top) acknowledged or sync_timeout passed.
   void Decided(std::span<const std::string_view> keys, std::function<void()> done);
 
   // Ships every pending change now and waits for the acknowledgements, at most `timeout`. Returns

@@ -453,13 +453,19 @@ TEST(ReplicatorTest, SyncDecidedWaitsForAnAcknowledgement) {
   cluster.PauseReplicas(true);
   const std::string key = cluster.KeyOwnedBy("a");
   Charge(cluster.store("a"), key);
+  // The acknowledgement that counts is the successor's: the replica that takes the key over if "a" dies.
+  const auto pref = cluster.net().member("a").ring()->PreferenceList(ring::RingToken(key), 3);
+  ASSERT_EQ(pref.size(), 3u);
+  const std::string successor = pref[1]->id;
+  const std::string third = pref[2]->id;
   auto done = Decide(cluster.replicator("a"), {key});
-  std::this_thread::sleep_for(100ms);  // no replica answered: still waiting
+  cluster.net().SetPaused(third, false);  // the other replica's acknowledgement is not enough
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store(third), key); }));
+  std::this_thread::sleep_for(100ms);  // the successor did not answer: still waiting
   EXPECT_EQ(done->load(), 0);
-  cluster.net().SetPaused("b", false);
+  cluster.net().SetPaused(successor, false);
   EXPECT_TRUE(WaitFor([&] { return done->load() == 1; }));
-  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));  // acknowledged = applied
-  cluster.net().SetPaused("c", false);
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(successor), key));  // acknowledged = applied
   EXPECT_TRUE(cluster.replicator("a").Flush(5s));
   EXPECT_EQ(done->load(), 1);  // exactly once
   EXPECT_EQ(cluster.replicator("a").stats().sync_waits, 1u);

@@ -62,6 +62,7 @@ struct ClusterView {
   uint64_t ring_version = 0;
   std::string ring_fingerprint;     // 16 lowercase hex digits, equal on nodes holding the same ring
   std::vector<MemberView> members;  // as the node sent them (sorted by id)
+  size_t handoffs = 0;              // handoffs in progress (the "handoffs" array's length)
 
   // The member with this id, or nullptr.
   [[nodiscard]] const MemberView* Find(std::string_view id) const;
@@ -134,6 +135,8 @@ class Cluster {
 
   // Waits until every running node sees exactly the running nodes as alive (and nothing else alive).
   [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged();
+  // Waits until no running node lists a handoff in progress (GET /v1/cluster "handoffs" empty).
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitHandoffsDone(std::chrono::milliseconds timeout);
   [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged(std::chrono::milliseconds timeout);
 
   // Waits until every running node other than `i` sees node i in one of `states` (or, if
