@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <future>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -105,6 +106,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void Receive(ring::Message message);
   void Process(ring::MembershipOutput out);
   void Publish();
+  void NoticeRestarts();
   void DoLeave(std::function<void()> on_left);
   void FinishLeave();
   void LeaveDone();
@@ -124,6 +126,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   size_t leave_pending = 0;
   std::function<void()> on_left;
   std::shared_ptr<const ring::RingView> published;  // the last view handed to ring_listener
+  std::map<std::string, uint64_t> incarnations;     // of the ring members, as last seen
 
   // Set before Start, then read on the strand only.
   RingListener ring_listener;
@@ -208,6 +211,38 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
   // After the snapshot: the listener's work (handoffs) looks members up in it.
   if (new_ring != nullptr && ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
+  if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
+}
+
+// A member that restarted before anyone declared it dead comes back with a much higher incarnation (its
+// start time in ms; a refutation adds 1) without ever leaving the ring: the ring does not change, yet it
+// lost its memory tier and must be handed its ranges back like a joining node (which is how it sees
+// itself: every range it owns is incoming). Tell the listener as if it had left and joined again.
+void Cluster::Core::NoticeRestarts() {
+  constexpr uint64_t kRestartJump = 1000;  // far more refutations than a live member ever makes
+  const std::shared_ptr<const ring::RingView> current = ring.Current();
+  std::vector<std::string> restarted;
+  std::map<std::string, uint64_t> seen;
+  for (const ring::MemberInfo& m : membership->Members()) {
+    if (m.id == options.node_id || !ring::IsInRing(m.state)) continue;
+    seen.emplace(m.id, m.incarnation);
+    auto it = incarnations.find(m.id);
+    if (it != incarnations.end() && m.incarnation > it->second + kRestartJump && current != nullptr &&
+        current->Find(m.id) != nullptr) {
+      restarted.push_back(m.id);
+    }
+  }
+  incarnations = std::move(seen);
+  if (!ring_listener || current == nullptr) return;
+  for (const std::string& id : restarted) {
+    std::vector<ring::RingMember> others;
+    for (const ring::RingMember& member : current->members())
+      if (member.id != id) others.push_back(member);
+    auto without = ring::RingView::Build(0, std::move(others));
+    if (!without.ok()) continue;
+    spdlog::info("cluster: {} restarted without leaving the ring: handing its ranges back", id);
+    ring_listener(without.view, current);
+  }
 }
 
 void Cluster::Core::Publish() {
