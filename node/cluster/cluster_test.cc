@@ -207,6 +207,63 @@ TEST(ClusterTest, ForwardsToTheOwnerAndFallsBack) {
   EXPECT_EQ(a->forwarder->stats().fallback_local, 1u);
 }
 
+// Sends one ForwardedCheck for `key` with `hops` to `to`'s peer port as if from member `from`, and
+// returns the id of the node that decided it.
+std::string ServeForwarded(Member& sender, const Member& to, const std::string& from, const std::string& key,
+                           uint32_t hops) {
+  peer::ForwardCheckRequest request;
+  request.set_from(from);
+  peer::ForwardedCheck* check = request.add_checks();
+  check->set_key(key);
+  check->set_cost(1);
+  check->set_hops(hops);
+  check->add_limits()->set_name("default");
+  auto promise = std::make_shared<std::promise<std::string>>();
+  auto future = promise->get_future();
+  sender.cluster->client().Call(
+      to.cluster->peer_address(), peer::METHOD_FORWARD_CHECK, request.SerializeAsString(),
+      [promise](peer::PeerResult result) {
+        peer::ForwardCheckResponse response;
+        if (!result.ok() || !response.ParseFromString(result.payload()) || response.results_size() != 1) {
+          promise->set_value("(failed)");
+          return;
+        }
+        promise->set_value(response.results(0).owner());
+      });
+  EXPECT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  return future.get();
+}
+
+// The hop limit: a receiver whose ring gives the key to another node passes a first-hop check on once
+// (never back to its sender); a check at the hop limit is answered from the receiver's own view.
+TEST(ClusterTest, ForwardedChecksMakeAtMostTwoHops) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  auto b = StartMember(io, "b", {a->cluster->peer_address()});
+  auto c = StartMember(io, "c", {a->cluster->peer_address()});
+  ASSERT_TRUE(WaitFor([&] {
+    return SeesAlive(*a->cluster, {"a", "b", "c"}) && SeesAlive(*b->cluster, {"a", "b", "c"}) &&
+           SeesAlive(*c->cluster, {"a", "b", "c"});
+  }));
+  const std::string key = KeyOwnedBy(*b->cluster, "c");
+
+  // At the hop limit b disagrees about ownership but answers from its own view.
+  EXPECT_EQ(ServeForwarded(*a, *b, "a", key, kMaxHops), "b");
+  EXPECT_EQ(b->served.load(), 1);
+  EXPECT_EQ(c->served.load(), 0);
+  EXPECT_EQ(b->forwarder->stats().passed_on, 0u);
+
+  // A first hop from a sender with another ring: b passes it on to the owner on its ring.
+  EXPECT_EQ(ServeForwarded(*a, *b, "a", key, 1), "c");
+  EXPECT_EQ(c->served.load(), 1);
+  EXPECT_EQ(b->forwarder->stats().passed_on, 1u);
+
+  // Never back to the sender: c sent it, so b decides whatever its ring says.
+  EXPECT_EQ(ServeForwarded(*c, *b, "c", key, 1), "b");
+  EXPECT_EQ(b->served.load(), 2);
+  EXPECT_EQ(c->served.load(), 1);
+}
+
 TEST(ClusterTest, DescribesMembersAndPlacement) {
   IoThreads io(2);
   auto a = StartMember(io, "a");
