@@ -1,7 +1,8 @@
 // peer_bench: request/response throughput of the peer transport over loopback with coalescing off
 // (one message per frame and per write) versus on: natural batching only (messages queued during a
-// write share the next one), the default (200 us window, but a request is written at once when no
-// other answer is outstanding), and the 200 us window applied to every message -- all in one run. One server
+// write share the next one, written at the end of the event-loop turn: the default since the transport
+// batches per turn), a 200 us window (a request written at once when no other answer is outstanding),
+// and the 200 us window applied to every message -- all in one run. One server
 // thread, one client thread, a closed loop keeping `--window` requests in flight. Prints messages/s, process
 // CPU per message, messages per frame and latency percentiles, plus ratios against the "off" baseline.
 //
@@ -181,8 +182,8 @@ int Main(int argc, char** argv) {
   const size_t latency_messages = Flag(argc, argv, "latency-messages", 5'000);
   const std::vector<Mode> modes = {
       {"off (1 msg/frame)", 1, std::chrono::microseconds(0), false},
-      {"on, no window", 1024, std::chrono::microseconds(0), false},
-      {"on, 200us (default)", 1024, std::chrono::microseconds(200), true},
+      {"on, end of turn (default)", 1024, std::chrono::microseconds(0), false},
+      {"on, 200us", 1024, std::chrono::microseconds(200), true},
       {"on, 200us, always wait", 1024, std::chrono::microseconds(200), false},
   };
   std::printf("peer_bench: loopback, 1 server thread + 1 client thread, %zu-byte payload, echo handler\n",
