@@ -716,27 +716,6 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     return peer::HandoffDoneAck().SerializeAsString();
   }
 
-  // The previous owner `from` passed a check for `token` here: it no longer decides that range itself,
-  // which it does only once its push is over. Same as its HandoffDone for the awaited range.
-  bool ReleaseFrom(std::string_view from, Token token) {
-    peer::HandoffDone msg;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      for (const Incoming& in : incoming) {
-        if (in.from != from || !in.range.Contains(token)) continue;
-        msg.set_from(in.from);
-        msg.set_ring_fingerprint(in.after != nullptr ? in.after->fingerprint() : 0);
-        peer::TokenRange* r = msg.add_ranges();
-        r->set_first(in.range.first);
-        r->set_last(in.range.last);
-        break;
-      }
-    }
-    if (msg.ranges_size() == 0) return false;
-    spdlog::info("handoff in from {}: it passes checks of an awaited range here: taken as handed over", from);
-    return HandleDone(msg.SerializeAsString()).has_value();
-  }
-
   // REQUIRES: mu held. Once `in`'s range `r` is released, its keys are this node's: re-replicate them.
   void QueueReplicationLocked(const Incoming& in, TokenRange r) {
     if (!jobs.empty() && jobs.back().limit.has_value() && jobs.back().next_slice == 0 &&
@@ -1029,10 +1008,6 @@ std::optional<std::string> HandoffManager::RouteOverride(ring::Token token) cons
 
 std::optional<std::string> HandoffManager::HandleHandoffDone(std::string_view payload) {
   return core_->HandleDone(payload);
-}
-
-bool HandoffManager::ReleaseIncoming(std::string_view from, ring::Token token) {
-  return core_->ReleaseFrom(from, token);
 }
 
 void HandoffManager::Leave(std::function<void(bool ok)> done) {

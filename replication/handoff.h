@@ -122,13 +122,6 @@ class HandoffManager {
   // HandoffDoneAck, or nullopt when the payload does not parse.
   [[nodiscard]] std::optional<std::string> HandleHandoffDone(std::string_view payload);
 
-  // The member `from` passed this node a check for a key with ring token `token` although this node waits
-  // for `from` to hand that key's range over: `from` no longer decides the range, which it does only once
-  // its push is over (or when its ring never gave it the range). Releases that awaited range as its
-  // HandoffDone would (rings seen in a different order can leave the two ends expecting different
-  // HandoffDones). Returns whether a range was released.
-  bool ReleaseIncoming(std::string_view from, ring::Token token);
-
   // Graceful leave: hands every range this node owns on the current ring to its owner on the ring
   // without this node, then routes every check to those owners. Calls done(ok) once (on the worker
   // thread): ok when every push was acknowledged. A second call while leaving gets done(false).

@@ -343,26 +343,6 @@ TEST_F(HandoffTest, SilentPreviousOwnerIsReleasedAfterDoneTimeout) {
   EXPECT_EQ(HandoffOf("b").stats().incoming_completed, 0u);
 }
 
-TEST_F(HandoffTest, ChecksPassedOnByThePreviousOwnerReleaseItsRange) {
-  Add("a");
-  Add("b");
-  SetRing({"a"}, {"a"});
-  // a never hears of b: b waits for it, passing a's former keys to a...
-  RingPtr two = SetRing({"a", "b"}, {"b"});
-  ring::Token token = 0;
-  for (int i = 0;; ++i) {
-    token = ring::RingToken(Key(i));
-    if (two->Owner(token)->id == "b") break;
-  }
-  EXPECT_EQ(HandoffOf("b").RouteOverride(token), std::optional<std::string>("a"));
-  EXPECT_FALSE(HandoffOf("b").ReleaseIncoming("c", token));  // not the awaited member: nothing
-  // ...until a passes one of them to b: a no longer decides that range, so b does.
-  EXPECT_TRUE(HandoffOf("b").ReleaseIncoming("a", token));
-  EXPECT_EQ(HandoffOf("b").RouteOverride(token), std::nullopt);
-  EXPECT_FALSE(HandoffOf("b").ReleaseIncoming("a", token));
-  EXPECT_GE(HandoffOf("b").stats().incoming_completed, 1u);
-}
-
 TEST_F(HandoffTest, RemovedMemberKeysGetBackToRCopies) {
   replicas_ = 3;
   constexpr int kKeys = 4'000;

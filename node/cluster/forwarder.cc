@@ -21,7 +21,7 @@ struct Forwarder::Attempt {
 };
 
 Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
-                     replication::Replicator* replicator, replication::HandoffManager* handoff)
+                     replication::Replicator* replicator, const replication::HandoffManager* handoff)
     : cluster_(cluster),
       options_(options),
       decider_(std::move(decider)),
@@ -61,11 +61,7 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
   // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
   if (request->checks_size() == 1 && request->checks(0).hops() < kMaxHops) {
-    const ring::Token token = ring::RingToken(request->checks(0).key());
-    const std::string decider = DeciderOf(token);
-    // The sender is the node this one waits for (an incoming handoff) yet passes the check here: it has
-    // handed the range over. Decide here from now on instead of sending its checks back.
-    if (decider == request->from() && handoff_ != nullptr) handoff_->ReleaseIncoming(decider, token);
+    const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
     if (!decider.empty() && decider != self_id() && decider != request->from()) {
       passed_on_.fetch_add(1, std::memory_order_relaxed);
       peer::ForwardedCheck check = request->checks(0);

@@ -78,7 +78,8 @@ class Forwarder final : public node::CheckRouter {
   // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
   // alone routes).
   Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
-            replication::Replicator* replicator = nullptr, replication::HandoffManager* handoff = nullptr);
+            replication::Replicator* replicator = nullptr,
+            const replication::HandoffManager* handoff = nullptr);
 
   Forwarder(const Forwarder&) = delete;
   Forwarder& operator=(const Forwarder&) = delete;
@@ -107,7 +108,7 @@ class Forwarder final : public node::CheckRouter {
   const ForwarderOptions options_;
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
-  replication::HandoffManager* const handoff_;
+  const replication::HandoffManager* const handoff_;
 
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
       served_bad_{0}, passed_on_{0};
