@@ -123,9 +123,12 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     if (attempt->targets.size() >= options_.max_attempts) return;
     if (std::find(attempt->targets.begin(), attempt->targets.end(), id) != attempt->targets.end()) return;
     const ring::MemberInfo* info = snapshot->Find(id);
-    // The decider is always tried (a false suspicion must not split its keys); fallbacks only if alive.
+    // The decider is always tried (a false suspicion must not split its keys); so are suspect fallbacks:
+    // every node must pick the same successor, or two nodes decide a dead owner's key from their own
+    // copies (a node that suspects the successor would otherwise skip to itself).
     if (id != self && (info == nullptr || info->peer_address.empty() ||
-                       (!first && info->state != ring::MemberState::kAlive))) {
+                       (!first && info->state != ring::MemberState::kAlive &&
+                        info->state != ring::MemberState::kSuspect))) {
       return;
     }
     attempt->targets.push_back(id);
