@@ -101,26 +101,9 @@ std::vector<std::string> Keys(const std::string& prefix, int n) {
 
 // One check of `key` against the test's limit with `cost` (0 = peek: read without charging).
 Result<CheckOutcome> Check(HttpClient& client, const std::string& key, uint64_t cost) {
-  const std::string body = R"({"checks":[{"key":")" + key +
-                           R"(","name":"t","algorithm":"token_bucket","limit":)" + std::to_string(kLimit) +
-                           R"(,"window_ms":)" + std::to_string(kWindowMs) + R"(,"cost":)" +
-                           std::to_string(cost) + "}]}";
-  auto response = client.Post("/v1/check", body);
-  if (!response) return "POST /v1/check " + key + ": " + response.error().message();
-  CheckOutcome out;
-  out.status = response->result_int();
-  out.body = response->body();
-  if (out.status != 200) return out;
-  const json::value parsed = JsonBody(*response);
-  try {
-    const auto& result = parsed.at("results").at(0);
-    out.allowed = result.at("allowed").as_bool();
-    out.remaining = result.at("remaining").to_number<uint64_t>();
-    out.owner = StringField(result, "owner");
-  } catch (const std::exception& e) {
-    return "POST /v1/check " + key + ": unexpected body (" + e.what() + "): " + out.body;
-  }
-  return out;
+  return PostCheck(
+      client, key,
+      CheckSpec{.algorithm = "token_bucket", .limit = kLimit, .window_ms = kWindowMs, .cost = cost});
 }
 
 // Client threads checking a fixed set of keys (cost 1) through chosen nodes until stopped, counting
