@@ -33,6 +33,10 @@ constexpr std::chrono::milliseconds kTick{100};
 constexpr std::chrono::milliseconds kRetryDelay{200};
 // Longest wait for Replicator::Flush at a handoff switch.
 constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
+// At the switch, how long to let decisions routed here just before the hold finish charging the store
+// before the last changes are collected (Flush): a check classified as local a moment before the hold
+// is published is decided a few microseconds later.
+constexpr std::chrono::milliseconds kSwitchGrace{1};
 // Timeout of one HandoffDone send.
 constexpr std::chrono::milliseconds kDoneSendTimeout{2'000};
 // An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
@@ -127,6 +131,7 @@ struct OverrideTable {
   struct Entry {
     TokenRange range;
     std::string target;
+    bool hold = false;  // an outgoing range being switched: checks wait (HoldWhileSwitching)
   };
   std::vector<Entry> entries;  // sorted by range.first, non-overlapping
   RingPtr left_ring;           // set after Leave: every token goes to its owner on this ring
@@ -160,6 +165,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     uint32_t attempt = 0;             // StartPush calls: answers of an earlier attempt are ignored
     std::vector<TokenRange> windows;  // scan windows of the current attempt
     size_t next_window = 0;
+    // Checks of the ranges held while switching (phase kFlushing or kDoneSent), resumed when it ends.
+    std::vector<std::function<void()>> held;
   };
 
   struct Incoming {
@@ -267,7 +274,11 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   void PublishLocked() {
     auto next = std::make_shared<OverrideTable>();
     for (const auto& [id, out] : outgoing) {
-      for (const TokenRange& r : out.ranges) next->entries.push_back({r, self});
+      // While pushing this node decides the ranges; once switching, neither end does until the switch
+      // is over (the new owner waits for HandoffDone, this node for its acknowledgement).
+      const bool switching = out.phase != Phase::kPushing;
+      for (const TokenRange& r : out.ranges)
+        next->entries.push_back({r, switching ? out.to : self, switching});
     }
     for (const Incoming& in : incoming) next->entries.push_back({in.range, in.from});
     std::sort(next->entries.begin(), next->entries.end(),
@@ -279,6 +290,37 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       table = std::move(next);
     }
     no_overrides.store(none, std::memory_order_release);
+  }
+
+  // Whether the override table holds `token` (a range being switched by this node).
+  bool Switching(Token token) const {
+    if (no_overrides.load(std::memory_order_acquire)) return false;
+    std::shared_ptr<const OverrideTable> t;
+    {
+      std::lock_guard<std::mutex> lock(table_mu);
+      t = table;
+    }
+    const auto& e = t->entries;
+    auto it = std::upper_bound(e.begin(), e.end(), token,
+                               [](Token v, const OverrideTable::Entry& x) { return v < x.range.first; });
+    return it != e.begin() && std::prev(it)->range.Contains(token) && std::prev(it)->hold;
+  }
+
+  bool Hold(Token token, std::function<void()>& resume) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
+    for (auto& [id, out] : outgoing) {
+      if (out.phase != Phase::kPushing && InRanges(out.ranges, token)) {
+        out.held.push_back(std::move(resume));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Runs held checks again on the worker (after the lock is released).
+  static void Resume(std::vector<std::function<void()>> held) {
+    for (auto& resume : held) resume();
   }
 
   std::optional<std::string> Route(Token token) const {
@@ -326,12 +368,18 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     // previous owner still has the newest states, so neither end waits for or pushes it (below).
     std::map<std::string, std::vector<TokenRange>> kept_out;  // by the target that does not get them
     std::map<std::string, std::vector<TokenRange>> never_in;  // by the previous owner that kept them
+    std::vector<std::function<void()>> held;  // checks held by switches the change affects: route again
     for (auto it = outgoing.begin(); it != outgoing.end();) {
       Outgoing& out = it->second;
       if (!out.leave) {
         std::vector<TokenRange> still = Intersect(out.ranges, after->Arcs(out.to));
         auto& back = kept_out[out.to];
         for (const TokenRange& r : Subtract(out.ranges, still)) back.push_back(r);
+        if (still.size() != out.ranges.size() ||
+            !std::equal(still.begin(), still.end(), out.ranges.begin())) {
+          for (auto& h : out.held) held.push_back(std::move(h));
+          out.held.clear();
+        }
         out.ranges = std::move(still);
       }
       if (out.ranges.empty()) {
@@ -401,12 +449,17 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     // Unreachable previous owners are released by the worker's first check (Tick), and the pushes start
     // there: neither Reachable nor the store is called on the caller's thread.
     if (!stopping) {
+      if (!held.empty())
+        tasks.push_back([held = std::move(held)](Core&) mutable { Resume(std::move(held)); });
       tasks.push_back([ids = std::move(started_ids), fresh, after](Core& core) {
         core.Tick();
         for (uint64_t id : ids) core.StartPush(id);
         if (fresh) core.SendNothingToHandOff(after);
       });
       cv.notify_one();
+    } else if (!held.empty()) {
+      lock.unlock();
+      Resume(std::move(held));
     }
   }
 
@@ -568,7 +621,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       out.running = true;
       to = out.to;
       started = out.started;
+      PublishLocked();  // the switch: from now on this node holds the ranges' checks
     }
+    std::this_thread::sleep_for(kSwitchGrace);
     const auto left_time =
         options.push_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
     const auto wait = std::clamp(left_time, std::chrono::milliseconds(1), kMaxFlushWait);
@@ -632,6 +687,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   void Finish(uint64_t id, bool ok, std::string_view why) {
     std::function<void(bool)> done;
     bool done_ok = false;
+    std::vector<std::function<void()>> held;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = outgoing.find(id);
@@ -649,6 +705,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       }
       const bool was_leave = out.leave;
       if (was_leave && !ok) leave_ok = false;
+      held = std::move(it->second.held);
       outgoing.erase(it);
       if (was_leave && leave_done != nullptr &&
           std::none_of(outgoing.begin(), outgoing.end(), [](const auto& e) { return e.second.leave; })) {
@@ -662,6 +719,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       }
       PublishLocked();
     }
+    Resume(std::move(held));  // routed by the ring now
     if (done != nullptr) done(done_ok);
   }
 
@@ -994,6 +1052,16 @@ void HandoffManager::Stop() {
     core_->cv.notify_all();
   }
   if (core_->worker.joinable()) core_->worker.join();
+  // Checks held by a switch in progress are routed again (Hold refuses from now on), not left hanging.
+  std::vector<std::function<void()>> held;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    for (auto& [id, out] : core_->outgoing) {
+      for (auto& h : out.held) held.push_back(std::move(h));
+      out.held.clear();
+    }
+  }
+  Core::Resume(std::move(held));
   if (leave_done != nullptr) leave_done(false);
 }
 
@@ -1004,6 +1072,12 @@ void HandoffManager::OnRingChanged(std::shared_ptr<const ring::RingView> before,
 
 std::optional<std::string> HandoffManager::RouteOverride(ring::Token token) const {
   return core_->Route(token);
+}
+
+bool HandoffManager::Switching(ring::Token token) const { return core_->Switching(token); }
+
+bool HandoffManager::HoldWhileSwitching(ring::Token token, std::function<void()>& resume) {
+  return core_->Hold(token, resume);
 }
 
 std::optional<std::string> HandoffManager::HandleHandoffDone(std::string_view payload) {

@@ -7,6 +7,8 @@
 //    every state in the range to B (a ScanTokenRange: RocksDB range + dirty memory states, sent with
 //    Replicator::SendUpdates), ships its last changes (Replicator::Flush), sends HandoffDone, and only
 //    then lets the ring route the range to B.
+//    The switch itself (once the push is over, until HandoffDone is acknowledged) holds the range's
+//    checks at A (HoldWhileSwitching), so neither A nor B decides a key whose last change is in flight.
 //  - B (incoming): until A's HandoffDone arrives, passes the range's checks to A (RouteOverride says
 //    "A"), so exactly one node decides each key at any moment, apart from requests in flight. If A
 //    becomes unreachable (dead, left) or done_timeout passes, B decides from what it has (its replica).
@@ -117,6 +119,17 @@ class HandoffManager {
   // Where the checks of a key with ring token `token` go, overriding the ring: nullopt = follow the
   // ring; self_id() = decide here; another id = send them there. Request path: cheap.
   [[nodiscard]] std::optional<std::string> RouteOverride(ring::Token token) const;
+
+  // The switch of a range (outgoing, at the end of its push): this node stops deciding the range, ships
+  // its last changes and sends HandoffDone; the new owner decides once it has HandoffDone. In between
+  // neither may decide (the new owner would miss the changes this node makes after collecting them), so
+  // RouteOverride names the new owner and the range's checks are held here until the switch is over.
+  // Switching: whether `token` is in such a range (request path: cheap).
+  [[nodiscard]] bool Switching(ring::Token token) const;
+  // If `token` is in a range being switched, takes `resume` and returns true: it is called once, on
+  // the manager's worker thread, when the switch is over, abandoned or superseded, or at Stop, and should
+  // route the check again (to the new owner, usually). Otherwise returns false and leaves `resume`.
+  bool HoldWhileSwitching(ring::Token token, std::function<void()>& resume);
 
   // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. Returns the serialized
   // HandoffDoneAck, or nullopt when the payload does not parse.

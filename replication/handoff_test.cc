@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -232,6 +233,60 @@ TEST_F(HandoffTest, JoinMovesExactlyTheNewOwnersRanges) {
     }
     for (const char* id : {"a", "b", "c"}) ASSERT_EQ(HandoffOf(id).RouteOverride(t), std::nullopt);
   }
+}
+
+// The switch: once its push is over, the old owner stops deciding (RouteOverride names the new owner)
+// and holds the range's checks until its HandoffDone is acknowledged, while the new owner still passes
+// them to the old one: neither decides a key whose last change is in flight. Held checks are resumed once.
+TEST_F(HandoffTest, SwitchHoldsTheRangesChecksUntilHandoffDoneIsAcknowledged) {
+  constexpr int kKeys = 2'000;
+  Add("a");
+  RingPtr one = Bootstrap({"a"});
+  WriteOnOwners(one, kKeys);
+  Add("c");
+  // c's HandoffDone handler waits at a gate: a's handoff stays in its switch.
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  HandoffManager* c_handoff = &HandoffOf("c");
+  members_.at("c").link->Handle(peer::METHOD_HANDOFF_DONE, [c_handoff, opened](std::string_view p) {
+    opened.wait();
+    return c_handoff->HandleHandoffDone(p);
+  });
+  RingPtr two = SetRing({"a", "c"});
+  std::string moved_key;
+  std::string kept_key;
+  for (int i = 0; i < kKeys && (moved_key.empty() || kept_key.empty()); ++i) {
+    (two->Owner(ring::RingToken(Key(i)))->id == "c" ? moved_key : kept_key) = Key(i);
+  }
+  const ring::Token moved = ring::RingToken(moved_key);
+  const ring::Token kept = ring::RingToken(kept_key);
+  ASSERT_TRUE(WaitFor([&] {
+    auto out = HandoffOf("a").InProgress();
+    return out.size() == 1 && out[0].phase == "done-sent";
+  }));
+  EXPECT_TRUE(HandoffOf("a").Switching(moved));
+  EXPECT_EQ(HandoffOf("a").RouteOverride(moved), "c");  // a no longer decides it...
+  EXPECT_EQ(HandoffOf("c").RouteOverride(moved), "a");  // ...nor c, which waits for HandoffDone
+  EXPECT_FALSE(HandoffOf("a").Switching(kept));
+  EXPECT_FALSE(HandoffOf("c").Switching(moved));
+
+  std::atomic<int> resumed{0};
+  std::function<void()> resume = [&resumed] { resumed.fetch_add(1); };
+  ASSERT_TRUE(HandoffOf("a").HoldWhileSwitching(moved, resume));
+  std::function<void()> not_held = [&resumed] { resumed.fetch_add(100); };
+  EXPECT_FALSE(HandoffOf("a").HoldWhileSwitching(kept, not_held));
+  EXPECT_TRUE(not_held != nullptr);                            // left to the caller
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // (asserting that nothing happens)
+  EXPECT_EQ(resumed.load(), 0);
+
+  gate.set_value();
+  ASSERT_TRUE(WaitFor([&] { return resumed.load() == 1; }));
+  EXPECT_EQ(HandoffOf("a").RouteOverride(moved), std::nullopt);
+  EXPECT_EQ(HandoffOf("c").RouteOverride(moved), std::nullopt);
+  EXPECT_FALSE(HandoffOf("a").Switching(moved));
+  EXPECT_GT(VersionOf(StoreOf("c"), moved_key), 0u);
+  ASSERT_TRUE(WaitFor([&] { return AllIdle(); }));
+  EXPECT_EQ(resumed.load(), 1);
 }
 
 TEST_F(HandoffTest, LeaveHandsEverythingToTheRemainingOwners) {

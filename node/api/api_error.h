@@ -22,7 +22,7 @@ enum class ErrorKind : uint8_t {
   kUnknownPolicy,         // 404 unknown_policy: a check names a policy that is not configured
   kMethodNotAllowed,      // 405 method_not_allowed (the response carries Allow)
   kUnsupportedMediaType,  // 415 unsupported_media_type: POST/PUT body not declared as JSON
-  kNotReady,              // 503 not_ready: /readyz before the node is ready
+  kNotReady,              // 503 not_ready: /readyz before the node is ready, a check before it joined
   kInternal,              // 500 internal: a bug; logged
 };
 

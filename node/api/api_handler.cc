@@ -203,15 +203,23 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
     respond(HandleNow(request));
     return;
   }
-  // A check that may be forwarded: answered when every owner has.
-  const size_t question = target.find('?');
-  const std::string_view query =
-      question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
   const bool is_get = method == http::verb::get;
   const Endpoint endpoint = gubernator ? Endpoint::kGetRateLimits
                             : is_get   ? Endpoint::kCheckGet
                                        : Endpoint::kCheckPost;
   Metrics& metrics = context_->metrics;
+  if (!router->Routing()) {
+    HttpResponse response =
+        ToResponse({ErrorKind::kNotReady,
+                    "the node has not joined the cluster yet: retry, or send the check to another node"});
+    metrics.CountRequest(endpoint, response.result_int());
+    respond(std::move(response));
+    return;
+  }
+  // A check that may be forwarded: answered when every owner has.
+  const size_t question = target.find('?');
+  const std::string_view query =
+      question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
   // Shared so that an exception thrown before anything was forwarded can still answer, once.
   struct Once {
     std::atomic<bool> answered{false};

@@ -27,6 +27,11 @@ class CheckRouter {
   // This node's id: the "owner" of what it decides itself. Constant.
   [[nodiscard]] virtual const std::string& self_id() const = 0;
 
+  // Whether this node routes checks: false until it holds a ring (a node still joining the cluster).
+  // Such a node answers checks 503: it does not know the owners yet, and deciding a key itself would
+  // start from what it has -- nothing, or a stale copy after a restart.
+  [[nodiscard]] virtual bool Routing() const { return true; }
+
   // For each key, whether another node owns it (1) or this node decides it (0). `remote` is resized
   // to keys.size(). One ring snapshot for the whole call.
   virtual void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const = 0;

@@ -201,16 +201,23 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   if (out.ring_changed) {
     auto built = ring::RingView::Build(++ring_version, membership->RingMembers());
     if (built.ok()) {
-      ring.Publish(built.view);
       new_ring = built.view;
       spdlog::info("cluster: ring version {} with {} members", ring_version, built.view->members().size());
     } else {
       spdlog::error("cluster: cannot build the ring: {}", built.error->message);
     }
   }
+  // The members first: the listener's work (handoffs) looks them up in the snapshot.
   if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
-  // After the snapshot: the listener's work (handoffs) looks members up in it.
-  if (new_ring != nullptr && ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
+  if (new_ring != nullptr) {
+    // The listener installs the handoff route overrides of the change before the ring that needs them is
+    // published: a check routed in between follows the old ring, which the overrides agree with (ranges
+    // moving away stay here, ranges moving here still go to their previous owner). The other order left a
+    // moment in which a node decided a range it gains from what it had, before its previous owner's push.
+    if (ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
+    ring.Publish(new_ring);
+    Publish();
+  }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
 }
 

@@ -122,7 +122,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   const ForwarderStats f = forwarder_.stats();
   Metric(out, "ringlimit_forward_total", "counter",
          "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
-         "this node, and checks decided here for other nodes.");
+         "this node, checks decided here for other nodes, and forwarded checks refused while joining.");
   Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
   Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
   Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
@@ -130,6 +130,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
   Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
   Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);
+  Sample(out, "ringlimit_forward_total", "what=\"refused_joining\"", f.refused);
 
   const ring::MembershipStats& m = snapshot->stats;
   Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");

@@ -264,6 +264,21 @@ TEST(ClusterTest, ForwardedChecksMakeAtMostTwoHops) {
   EXPECT_EQ(c->served.load(), 1);
 }
 
+// A node still joining holds no ring: it neither routes HTTP checks (Routing) nor decides forwarded ones
+// -- after a restart its counters are nothing or a stale copy until the owners' handoffs arrive -- so a
+// sender that already lists it in its ring fails over to the key's next node.
+TEST(ClusterTest, ANodeStillJoiningRefusesForwardedChecks) {
+  IoThreads io(2);
+  auto a = StartMember(io, "a");
+  // b's only seed is a port nobody listens on: it keeps joining.
+  auto b = StartMember(io, "b", {"127.0.0.1:1"});
+  ASSERT_TRUE(WaitFor([&] { return a->forwarder->Routing(); }));  // a's ring of itself is built
+  EXPECT_FALSE(b->forwarder->Routing());
+  EXPECT_EQ(ServeForwarded(*a, *b, "a", "user:1", 1), "(failed)");
+  EXPECT_EQ(b->served.load(), 0);
+  EXPECT_EQ(b->forwarder->stats().refused, 1u);
+}
+
 TEST(ClusterTest, DescribesMembersAndPlacement) {
   IoThreads io(2);
   auto a = StartMember(io, "a");

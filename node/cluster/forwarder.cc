@@ -21,7 +21,7 @@ struct Forwarder::Attempt {
 };
 
 Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
-                     replication::Replicator* replicator, const replication::HandoffManager* handoff)
+                     replication::Replicator* replicator, replication::HandoffManager* handoff)
     : cluster_(cluster),
       options_(options),
       decider_(std::move(decider)),
@@ -58,32 +58,64 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
     return;
   }
   served_.fetch_add(static_cast<uint64_t>(request->checks_size()), std::memory_order_relaxed);
+  // A node still joining (a sender saw it in the ring first, e.g. restarted under the same id) does not
+  // decide: its counters are nothing or a stale copy until the current owners' handoffs arrive. The
+  // failure sends the sender on to the key's next node, which has them.
+  if (!Routing()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    responder.Fail("not joined yet");
+    return;
+  }
+  if (request->checks_size() == 1 && handoff_ != nullptr) {
+    // A key whose range this node is switching to its new owner waits for the switch, then goes to the
+    // owner -- even if that is the sender (which passed it here while it waited for the switch) and
+    // beyond the hop limit: the owner has the range by then and decides it.
+    const ring::Token token = ring::RingToken(request->checks(0).key());
+    if (handoff_->Switching(token)) {
+      std::function<void()> resume = [this, request, responder] {
+        const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
+        if (decider.empty() || decider == self_id()) {
+          DecideAndReply(decider_, *this, *request, responder);
+        } else {
+          PassOn(request, responder);
+        }
+      };
+      if (handoff_->HoldWhileSwitching(token, resume)) return;
+    }
+  }
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
   // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
   if (request->checks_size() == 1 && request->checks(0).hops() < kMaxHops) {
     const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
     if (!decider.empty() && decider != self_id() && decider != request->from()) {
-      passed_on_.fetch_add(1, std::memory_order_relaxed);
-      peer::ForwardedCheck check = request->checks(0);
-      check.set_hops(check.hops() + 1);
-      Forward(std::move(check), [this, request, responder](std::optional<peer::ForwardedResult> result) {
-        if (!result) {
-          DecideAndReply(decider_, *this, *request, responder);
-          return;
-        }
-        peer::ForwardCheckResponse response;
-        response.set_from(self_id());
-        result->set_check_id(request->checks(0).check_id());
-        *response.add_results() = std::move(*result);
-        responder.Reply(response.SerializeAsString());
-      });
+      PassOn(request, responder);
       return;
     }
   }
   DecideAndReply(decider_, *this, *request, responder);
 }
 
+void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request,
+                       const peer::PeerResponder& responder) {
+  passed_on_.fetch_add(1, std::memory_order_relaxed);
+  peer::ForwardedCheck check = request->checks(0);
+  check.set_hops(check.hops() + 1);
+  Forward(std::move(check), [this, request, responder](std::optional<peer::ForwardedResult> result) {
+    if (!result) {
+      DecideAndReply(decider_, *this, *request, responder);
+      return;
+    }
+    peer::ForwardCheckResponse response;
+    response.set_from(self_id());
+    result->set_check_id(request->checks(0).check_id());
+    *response.add_results() = std::move(*result);
+    responder.Reply(response.SerializeAsString());
+  });
+}
+
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
+
+bool Forwarder::Routing() const { return cluster_.ring().Current() != nullptr; }
 
 std::string Forwarder::DeciderOf(ring::Token token) const {
   if (handoff_ != nullptr) {
@@ -114,6 +146,17 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   const ring::Token token = ring::RingToken(check.key());
+  if (handoff_ != nullptr && handoff_->Switching(token)) {
+    // This node is switching the key's range to its new owner: route it once that is over.
+    auto parked =
+        std::make_shared<std::pair<peer::ForwardedCheck, ForwardDone>>(std::move(check), std::move(done));
+    std::function<void()> resume = [this, parked] {
+      Forward(std::move(parked->first), std::move(parked->second));
+    };
+    if (handoff_->HoldWhileSwitching(token, resume)) return;
+    check = std::move(parked->first);
+    done = std::move(parked->second);
+  }
   const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
   const std::shared_ptr<const ClusterSnapshot> snapshot = cluster_.Snapshot();
   const std::string& self = cluster_.self_id();
@@ -202,6 +245,7 @@ ForwarderStats Forwarder::stats() const {
   s.served = served_.load(std::memory_order_relaxed);
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
   s.passed_on = passed_on_.load(std::memory_order_relaxed);
+  s.refused = refused_.load(std::memory_order_relaxed);
   return s;
 }
 

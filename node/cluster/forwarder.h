@@ -68,6 +68,7 @@ struct ForwarderStats {
   uint64_t served = 0;          // checks other nodes forwarded to this one
   uint64_t served_bad = 0;      // forwarded batches that did not parse
   uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
+  uint64_t refused = 0;         // forwarded batches refused because this node was still joining
 };
 
 // Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
@@ -78,8 +79,7 @@ class Forwarder final : public node::CheckRouter {
   // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
   // alone routes).
   Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
-            replication::Replicator* replicator = nullptr,
-            const replication::HandoffManager* handoff = nullptr);
+            replication::Replicator* replicator = nullptr, replication::HandoffManager* handoff = nullptr);
 
   Forwarder(const Forwarder&) = delete;
   Forwarder& operator=(const Forwarder&) = delete;
@@ -89,6 +89,7 @@ class Forwarder final : public node::CheckRouter {
   void RegisterHandlers();
 
   [[nodiscard]] const std::string& self_id() const override;
+  [[nodiscard]] bool Routing() const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void()> done) override;
@@ -103,15 +104,19 @@ class Forwarder final : public node::CheckRouter {
   struct Attempt;
   void Try(std::shared_ptr<Attempt> attempt);
   void Serve(std::string payload, const peer::PeerResponder& responder);
+  // Sends the single check of `request` on to the node that decides it and replies with its answer
+  // (or decides it here when no other node answers).
+  void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request,
+              const peer::PeerResponder& responder);
 
   Cluster& cluster_;
   const ForwarderOptions options_;
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
-  const replication::HandoffManager* const handoff_;
+  replication::HandoffManager* const handoff_;
 
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
-      served_bad_{0}, passed_on_{0};
+      served_bad_{0}, passed_on_{0}, refused_{0};
 };
 
 }  // namespace ringlimit::cluster

@@ -86,6 +86,41 @@ TEST_F(ClusterBadInputTest, WrongMethodsOnClusterEndpointsAreRefused) {
 
 // Flags the cluster added: invalid values make ringlimitd refuse to start (and say why) instead of
 // running with a half-valid configuration.
+// A node that has not joined its cluster (its seed never answers) does not know the keys' owners: it
+// answers every kind of check 503 not_ready with a JSON body (clients retry elsewhere), instead of
+// deciding keys from what it has; the rest of its API works.
+TEST(ClusterJoiningTest, ANodeThatHasNotJoinedAnswersChecks503) {
+  NodeProcessOptions options;
+  options.args = {"--threads", "1", "--peer-listen", "127.0.0.1:0", "--join", "127.0.0.1:1"};
+  options.ready_path = "/healthz";
+  auto node = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(node) << node.error();
+  HttpClient client((*node)->http_port());
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready) << ready.error().message();
+  EXPECT_EQ(ready->result_int(), 503);
+  const std::vector<std::pair<std::string, std::string>> posts = {
+      {"/v1/check",
+       R"({"checks":[{"key":"k","limits":[{"algorithm":"fixed_window","limit":5,"window_ms":1000}]}]})"},
+      {"/v1/GetRateLimits",
+       R"({"requests":[{"name":"n","unique_key":"k","hits":1,"limit":5,"duration":1000}]})"},
+  };
+  for (const auto& [path, body] : posts) {
+    auto response = client.Post(path, body);
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->result_int(), 503) << path << ": " << response->body();
+    EXPECT_EQ(ErrorCode(*response), "not_ready") << path << ": " << response->body();
+  }
+  auto get = client.Get("/v1/check?key=k&algorithm=fixed_window&limit=5&window_ms=1000");
+  ASSERT_TRUE(get) << get.error().message();
+  EXPECT_EQ(get->result_int(), 503) << get->body();
+  EXPECT_EQ(ErrorCode(*get), "not_ready") << get->body();
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health) << health.error().message();
+  EXPECT_EQ(health->result_int(), 200);
+  EXPECT_TRUE((*node)->running());
+}
+
 TEST(ClusterFlagsTest, InvalidClusterFlagsAreRefusedAtStart) {
   const std::vector<std::vector<std::string>> bad = {
       {"--node-id", "has space"},    {"--node-id", std::string(65, 'x')},

@@ -19,6 +19,9 @@
 //   6. Two successive failures with R = 3 (the second after re-replication): no counter lost.
 //
 // Conditions are polled with deadlines; SWIM runs with short timings so failures are detected fast.
+// A failure shows the history of the worst over-admitted keys (who decided each admitted check). With
+// RINGLIMIT_SCENARIO_LOGS=<dir> every over-admitted key's history is printed, and a failing kill-and-
+// restart scenario writes the nodes' whole logs to <dir>/restart.log.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -28,6 +31,7 @@
 #include <boost/json/serialize.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -65,6 +69,10 @@ constexpr int kThreadsPerNode = 2;
 // range of a dead owner's keys would over-admit hundreds).
 constexpr double kAsyncOverBoundPct = 5.0;
 constexpr int64_t kAsyncOverBound = static_cast<int64_t>(kHotBudget * kAsyncOverBoundPct / 100);
+// And per key: the unshipped checks of one key are a few at most (measured: 1-2), while a key whose
+// counter was reset or decided from a stale copy admits again most of its limit (18-30 were seen when a
+// restarted node decided from its old copy) -- which the total alone would not catch on a few keys.
+constexpr int64_t kAsyncOverPerKeyBound = kLimit / 3;
 
 // Time bounds (scaled for sanitizer builds).
 const milliseconds kRequestTimeout{10'000 * kSlowdown};
@@ -112,7 +120,11 @@ Result<CheckOutcome> Check(HttpClient& client, const std::string& key, uint64_t 
 class Load {
  public:
   explicit Load(std::vector<std::string> keys)
-      : keys_(std::move(keys)), admitted_(keys_.size()), denied_(keys_.size()) {}
+      : keys_(std::move(keys)),
+        admitted_(keys_.size()),
+        denied_(keys_.size()),
+        history_(keys_.size()),
+        start_(Clock::now()) {}
   ~Load() { StopAll(); }
   Load(const Load&) = delete;
   Load& operator=(const Load&) = delete;
@@ -158,6 +170,18 @@ class Load {
     return sum;
   }
 
+  // Milliseconds since the load was created (the time base of History).
+  [[nodiscard]] int64_t Now() const {
+    return std::chrono::duration_cast<milliseconds>(Clock::now() - start_).count();
+  }
+
+  // Every admitted check of key k, one per line: ms since the load was created, the node it was sent
+  // to (HTTP port), the owner that decided it and the remaining it answered. For failure reports.
+  [[nodiscard]] std::string History(size_t k) const {
+    std::lock_guard lock(mutex_);
+    return history_[k];
+  }
+
   [[nodiscard]] std::vector<int64_t> Denied() const {
     std::vector<int64_t> out;
     for (const auto& d : denied_) out.push_back(d.load());
@@ -189,6 +213,7 @@ class Load {
       checks_.fetch_add(1);
       if (outcome && outcome->status == 200) {
         (outcome->allowed ? admitted_ : denied_)[k].fetch_add(1);
+        if (outcome->allowed) Record(k, port, *outcome);
         continue;
       }
       failures_.fetch_add(1);
@@ -200,13 +225,22 @@ class Load {
     }
   }
 
+  void Record(size_t k, uint16_t port, const CheckOutcome& outcome) {
+    const auto ms = Now();
+    std::lock_guard lock(mutex_);
+    history_[k] += "  " + std::to_string(ms) + " ms via :" + std::to_string(port) + " owner " +
+                   outcome.owner + " remaining " + std::to_string(outcome.remaining) + "\n";
+  }
+
   const std::vector<std::string> keys_;
   std::vector<std::atomic<int64_t>> admitted_;
   std::vector<std::atomic<int64_t>> denied_;
+  std::vector<std::string> history_;  // guarded by mutex_
   std::atomic<int64_t> checks_{0};
   std::atomic<int64_t> failures_{0};
   mutable std::mutex mutex_;
   std::string first_failure_;  // guarded by mutex_
+  const Clock::time_point start_;
   std::map<size_t, std::unique_ptr<Group>> groups_;
 };
 
@@ -432,7 +466,8 @@ void PrintOver(const std::string& what, const OverAdmission& over) {
 }
 
 // The assertions every scenario ends with: no request failed; cold keys never admitted again; hot keys
-// within their limit (`over_bound` 0) or within `over_bound` over-admitted checks in all.
+// within their limit (`over_bound` 0) or within `over_bound` over-admitted checks in all and
+// kAsyncOverPerKeyBound on any one key.
 void ExpectCounted(const Load& load, const std::string& what, int64_t over_bound) {
   EXPECT_EQ(load.failures(), 0) << "of " << load.checks() << " checks; first: " << load.first_failure();
   for (size_t k = kHotKeys; k < load.size(); ++k) {
@@ -440,16 +475,33 @@ void ExpectCounted(const Load& load, const std::string& what, int64_t over_bound
   }
   const OverAdmission over = Over(load);
   PrintOver(what, over);
+  if (std::getenv("RINGLIMIT_SCENARIO_LOGS") != nullptr) {  // diagnostics: every over-admitted key
+    for (size_t k = 0; k < kHotKeys; ++k) {
+      if (load.admitted(k) > static_cast<int64_t>(kLimit))
+        std::cout << load.key(k) << ":\n" << load.History(k);
+    }
+  }
   if (over_bound == 0) {
     int reported = 0;
     for (size_t k = 0; k < kHotKeys; ++k) {
       if (load.admitted(k) > static_cast<int64_t>(kLimit) && ++reported <= 8) {
-        ADD_FAILURE() << load.key(k) << ": " << load.admitted(k) << " admitted, limit " << kLimit;
+        ADD_FAILURE() << load.key(k) << ": " << load.admitted(k) << " admitted, limit " << kLimit
+                      << (reported <= 2 ? ":\n" + load.History(k) : "");
       }
     }
     EXPECT_EQ(over.total, 0) << what << ": checks admitted beyond the limit";
   } else {
     EXPECT_LE(over.total, over_bound) << what << ": over-admission beyond the documented bound";
+    EXPECT_LE(over.max_key, kAsyncOverPerKeyBound) << what << ": a key admitted again beyond the bound";
+    if (over.total > over_bound || over.max_key > kAsyncOverPerKeyBound) {
+      int reported = 0;
+      for (size_t k = 0; k < kHotKeys && reported < 2; ++k) {
+        if (load.admitted(k) - static_cast<int64_t>(kLimit) < over.max_key) continue;
+        ++reported;
+        std::cout << load.key(k) << ": " << load.admitted(k) << " admitted, limit " << kLimit << ":\n"
+                  << load.History(k);
+      }
+    }
   }
   std::cout << "[ metric ] " << what << ": " << load.checks() << " checks, " << load.failures()
             << " failed\n";
@@ -581,12 +633,11 @@ TEST(ReplicationScenariosTest, NodeLeavesGracefullyUnderLoadWithoutResettingAnyC
 // ---------------------------------------------------------------------------------------------------
 // 4. Kill one of three, keep the load, start it again on its data.
 //
-// DISABLED: fails in about half the runs on the 2-core development machine -- the restarted node's ~40 keys
-// end up admitted about once more in full (over-admission 20-35% of the budget, up to the limit on one key),
-// in other runs 0-11 checks. Not understood yet (the handoffs are done within ~60 ms of the restart; see
-// the session note on issue 6). Run it with --gtest_also_run_disabled_tests.
+// The restarted node is in the others' rings (as suspect, then alive) before it has joined and holds a ring
+// itself; checks they forward to it then must not be decided from its old copy (a node without a ring
+// refuses them, and the sender fails over to the key's next node).
 
-TEST(ReplicationScenariosTest, DISABLED_KilledNodeRestartedOnItsDataCatchesUpBeforeDeciding) {
+TEST(ReplicationScenariosTest, KilledNodeRestartedOnItsDataCatchesUpBeforeDeciding) {
   DataRoot data;
   auto started = StartCluster(3, "async", &data);
   ASSERT_TRUE(started) << started.error();
@@ -600,6 +651,7 @@ TEST(ReplicationScenariosTest, DISABLED_KilledNodeRestartedOnItsDataCatchesUpBef
   ASSERT_NO_FATAL_FAILURE(WaitHotAdmitted(load, 30));
 
   const size_t victim = 2;  // n3
+  std::cout << "[ metric ] n3 killed at " << load.Now() << " ms\n";
   ASSERT_NO_FATAL_FAILURE(KillAndWaitDead(cluster, load, victim));
 
   // While n3 is down, keys that n3 owns (in the full ring) are charged through the survivors: when it
@@ -620,6 +672,7 @@ TEST(ReplicationScenariosTest, DISABLED_KilledNodeRestartedOnItsDataCatchesUpBef
   }
   ASSERT_NO_FATAL_FAILURE(WaitAllExhaustedAgain(load, "while n3 is down"));
 
+  std::cout << "[ metric ] n3 restarted at " << load.Now() << " ms\n";
   ASSERT_TRUE(cluster.Restart(victim));
   auto rejoined = cluster.WaitConverged(kJoinBound);
   ASSERT_TRUE(rejoined) << rejoined.error();
@@ -640,6 +693,11 @@ TEST(ReplicationScenariosTest, DISABLED_KilledNodeRestartedOnItsDataCatchesUpBef
       cluster, outage, [&](size_t k) { return kLimit - charged[k]; },
       "keys charged while n3 was down, at the end");
   ExpectCounted(load, "kill and restart of n3 (async)", kAsyncOverBound);
+  if (const char* dir = std::getenv("RINGLIMIT_SCENARIO_LOGS"); dir != nullptr && HasFailure()) {
+    std::ofstream out(fs::path(dir) / "restart.log");
+    for (size_t i = 0; i < cluster.size(); ++i)
+      out << "--- " << cluster.id(i) << "\n" << cluster.node(i).Log();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

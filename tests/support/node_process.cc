@@ -166,7 +166,7 @@ Result<void> NodeProcess::WaitReady() {
     if (port) {
       http_port_ = *port;
       HttpClient client(*port, std::chrono::milliseconds(500));
-      auto response = client.Get("/readyz");
+      auto response = client.Get(options_.ready_path);
       if (response && response->result_int() == 200) return {};
     }
     int status = 0;

@@ -63,6 +63,10 @@ struct NodeProcessOptions {
 
   // How long Start/Restart wait for /readyz. Default: 15000 ms (generous for sanitizer builds).
   std::chrono::milliseconds start_timeout{15'000};
+
+  // The path whose 200 answer means started. "/healthz" for a node that is not meant to become ready
+  // (e.g. one that cannot join its cluster). Default: "/readyz".
+  std::string ready_path = "/readyz";
 };
 
 class NodeProcess {
