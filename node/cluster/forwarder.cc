@@ -115,7 +115,7 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
 
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
 
-bool Forwarder::Routing() const { return cluster_.ring().Current() != nullptr; }
+bool Forwarder::Routing() const { return cluster_.ring().version() != 0; }  // one atomic load
 
 std::string Forwarder::DeciderOf(ring::Token token) const {
   if (handoff_ != nullptr) {
