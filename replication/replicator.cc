@@ -561,6 +561,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       peer::StateUpdateBatch msg;
       bool finish = false;
       bool ok = false;
+      std::vector<peer::StateUpdate> sent;  // freed outside the lock
       {
         std::lock_guard lock(push->mu);
         if (push->failed || push->next >= push->updates.size()) {
@@ -568,6 +569,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
             push->finished = true;
             finish = true;
             ok = !push->failed;
+            // Under the lock: a concurrent PushMore (a late reply, the caller's loop) reads updates.size().
+            sent.swap(push->updates);
+            push->next = 0;
           }
         } else if (push->in_flight < kMaxPushInFlight) {
           const size_t end = std::min(push->updates.size(), push->next + options.max_batch);
@@ -577,7 +581,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       }
       if (finish) {
         std::function<void(bool)> done = std::move(push->done);
-        push->updates.clear();
         done(ok);
         return;
       }
