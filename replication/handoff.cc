@@ -283,7 +283,10 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     for (const Incoming& in : incoming) next->entries.push_back({in.range, in.from});
     std::sort(next->entries.begin(), next->entries.end(),
               [](const auto& x, const auto& y) { return x.range.first < y.range.first; });
-    next->left_ring = left_ring;
+    // While leaving, a range whose handoff is over goes to its owner on the ring without this node at
+    // once, not back to this node (still an owner on the ring until it has left) while other ranges of
+    // the leave are still being handed over.
+    next->left_ring = left_ring != nullptr ? left_ring : leaving && !left ? left_ring_pending : nullptr;
     const bool none = next->entries.empty() && next->left_ring == nullptr;
     {
       std::lock_guard<std::mutex> lock(table_mu);

@@ -332,6 +332,36 @@ TEST_F(HandoffTest, LeaveHandsEverythingToTheRemainingOwners) {
   EXPECT_GT(HandoffOf("a").stats().incoming_completed + HandoffOf("b").stats().incoming_completed, 0u);
 }
 
+// While one range of a leave is still being handed over, the ranges already handed over go to their new
+// owner, not back to the leaving node (which is still an owner on everyone's ring until it has left).
+TEST_F(HandoffTest, LeavingNodeRoutesHandedOverRangesToTheirNewOwnerAtOnce) {
+  constexpr int kKeys = 3'000;
+  Add("a");
+  Add("b");
+  Add("c");
+  RingPtr three = Bootstrap({"a", "b", "c"});
+  WriteOnOwners(three, kKeys);
+  net_.SetPaused("b", true);  // c's handoff to b stalls; the one to a completes
+  std::atomic<int> calls{0};
+  HandoffOf("c").Leave([&](bool) { ++calls; });
+  ASSERT_TRUE(WaitFor([&] {
+    auto out = HandoffOf("c").InProgress();
+    return out.size() == 1 && out[0].peer == "b";
+  }));
+  RingPtr two = ring::RingView::Build(99, {{"a", 64}, {"b", 64}}).view;
+  int to_a = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const ring::Token t = ring::RingToken(Key(i));
+    if (three->Owner(t)->id != "c" || two->Owner(t)->id != "a") continue;
+    ++to_a;
+    ASSERT_EQ(HandoffOf("c").RouteOverride(t), "a") << Key(i);
+  }
+  EXPECT_GT(to_a, 0);
+  EXPECT_EQ(calls.load(), 0);
+  net_.SetPaused("b", false);
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+}
+
 TEST_F(HandoffTest, RejoiningMemberCatchesUpBeforeDeciding) {
   constexpr int kKeys = 3'000;
   Add("a");
