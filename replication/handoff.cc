@@ -295,18 +295,25 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     no_overrides.store(none, std::memory_order_release);
   }
 
-  // Whether the override table holds `token` (a range being switched by this node).
-  bool Switching(Token token) const {
-    if (no_overrides.load(std::memory_order_acquire)) return false;
-    std::shared_ptr<const OverrideTable> t;
-    {
-      std::lock_guard<std::mutex> lock(table_mu);
-      t = table;
-    }
-    const auto& e = t->entries;
+  // The published override table (null when there is none), and its entry for `token` (null if none).
+  std::shared_ptr<const OverrideTable> CurrentTable() const {
+    if (no_overrides.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard<std::mutex> lock(table_mu);
+    return table;
+  }
+  static const OverrideTable::Entry* FindEntry(const OverrideTable& t, Token token) {
+    const auto& e = t.entries;
     auto it = std::upper_bound(e.begin(), e.end(), token,
                                [](Token v, const OverrideTable::Entry& x) { return v < x.range.first; });
-    return it != e.begin() && std::prev(it)->range.Contains(token) && std::prev(it)->hold;
+    return it != e.begin() && std::prev(it)->range.Contains(token) ? &*std::prev(it) : nullptr;
+  }
+
+  // Whether the override table holds `token` (a range being switched by this node).
+  bool Switching(Token token) const {
+    const std::shared_ptr<const OverrideTable> t = CurrentTable();
+    if (t == nullptr) return false;
+    const OverrideTable::Entry* entry = FindEntry(*t, token);
+    return entry != nullptr && entry->hold;
   }
 
   bool Hold(Token token, std::function<void()>& resume) {
@@ -327,16 +334,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   }
 
   std::optional<std::string> Route(Token token) const {
-    if (no_overrides.load(std::memory_order_acquire)) return std::nullopt;
-    std::shared_ptr<const OverrideTable> t;
-    {
-      std::lock_guard<std::mutex> lock(table_mu);
-      t = table;
-    }
-    const auto& e = t->entries;
-    auto it = std::upper_bound(e.begin(), e.end(), token,
-                               [](Token v, const OverrideTable::Entry& x) { return v < x.range.first; });
-    if (it != e.begin() && std::prev(it)->range.Contains(token)) return std::prev(it)->target;
+    const std::shared_ptr<const OverrideTable> t = CurrentTable();
+    if (t == nullptr) return std::nullopt;
+    if (const OverrideTable::Entry* entry = FindEntry(*t, token)) return entry->target;
     if (t->left_ring != nullptr) {
       const ring::RingMember* owner = t->left_ring->Owner(token);
       if (owner != nullptr) return owner->id;
