@@ -13,7 +13,9 @@
 // fallback). A node receiving a forwarded check decides it itself, unless its own routing names another
 // node and the check has made fewer than kMaxHops hops: then it passes it on once (a range being handed
 // over, or a sender with a stale ring). A check never makes more than kMaxHops hops: the last receiver
-// answers from its own view, so there is no forwarding loop.
+// answers from its own view, so there is no forwarding loop. Exception: a check of a range this node is
+// switching to its new owner (HandoffManager::HoldWhileSwitching) is held until the switch is over and then
+// sent to the new owner, whatever its hops and even if that is its sender; the new owner then decides it.
 //
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
