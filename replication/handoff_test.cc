@@ -138,6 +138,14 @@ class HandoffTest : public ::testing::Test {
     return view;
   }
 
+  // Adds the members `ids`, starts them together (Bootstrap) and writes `keys` keys on their owners.
+  RingPtr StartWithKeys(const std::vector<std::string>& ids, int keys) {
+    for (const std::string& id : ids) Add(id);
+    RingPtr ring = Bootstrap(ids);
+    WriteOnOwners(ring, keys);
+    return ring;
+  }
+
   // Writes `n` keys, each on its owner in `ring`.
   void WriteOnOwners(const RingPtr& ring, int n) {
     for (int i = 0; i < n; ++i) Charge(StoreOf(ring->Owner(ring::RingToken(Key(i)))->id), Key(i));
@@ -291,11 +299,7 @@ TEST_F(HandoffTest, SwitchHoldsTheRangesChecksUntilHandoffDoneIsAcknowledged) {
 
 TEST_F(HandoffTest, LeaveHandsEverythingToTheRemainingOwners) {
   constexpr int kKeys = 5'000;
-  Add("a");
-  Add("b");
-  Add("c");
-  RingPtr three = Bootstrap({"a", "b", "c"});
-  WriteOnOwners(three, kKeys);
+  RingPtr three = StartWithKeys({"a", "b", "c"}, kKeys);
   const size_t c_keys = CountStates(StoreOf("c"));
   ASSERT_GT(c_keys, 0u);
 
@@ -336,11 +340,7 @@ TEST_F(HandoffTest, LeaveHandsEverythingToTheRemainingOwners) {
 // owner, not back to the leaving node (which is still an owner on everyone's ring until it has left).
 TEST_F(HandoffTest, LeavingNodeRoutesHandedOverRangesToTheirNewOwnerAtOnce) {
   constexpr int kKeys = 3'000;
-  Add("a");
-  Add("b");
-  Add("c");
-  RingPtr three = Bootstrap({"a", "b", "c"});
-  WriteOnOwners(three, kKeys);
+  RingPtr three = StartWithKeys({"a", "b", "c"}, kKeys);
   net_.SetPaused("b", true);  // c's handoff to b stalls; the one to a completes
   std::atomic<int> calls{0};
   HandoffOf("c").Leave([&](bool) { ++calls; });
@@ -463,9 +463,7 @@ TEST_F(HandoffTest, DropsStatesNoLongerOwnedOrReplicated) {
   replicas_ = 2;
   handoff_options_.drop_delay = std::chrono::milliseconds(100);
   constexpr int kKeys = 4'000;
-  for (const char* id : {"a", "b", "c"}) Add(id);
-  RingPtr three = Bootstrap({"a", "b", "c"});
-  WriteOnOwners(three, kKeys);
+  RingPtr three = StartWithKeys({"a", "b", "c"}, kKeys);
   auto holders_are = [&](const RingPtr& ring) {
     for (int i = 0; i < kKeys; ++i) {
       const auto list = ring->PreferenceList(ring::RingToken(Key(i)), 2);
