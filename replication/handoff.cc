@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -21,28 +20,27 @@
 namespace ringlimit::replication {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using ring::RingView;
 using ring::Token;
 using ring::TokenRange;
 using RingPtr = std::shared_ptr<const RingView>;
 
-// How often the worker re-checks incoming ranges, push deadlines, retries and the drop.
-constexpr std::chrono::milliseconds kTick{100};
 // Delay before retrying a failed push or HandoffDone while the target is still reachable.
 constexpr std::chrono::milliseconds kRetryDelay{200};
 // Longest wait for Replicator::Flush at a handoff switch.
 constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
 // At the switch, how long to let decisions routed here just before the hold finish charging the store
 // before the last changes are collected (Flush): a check classified as local a moment before the hold
-// is published is decided a few microseconds later.
+// is published is decided a few microseconds later. A timer on the executor, not a sleep.
 constexpr std::chrono::milliseconds kSwitchGrace{1};
+// Stop: longest wait for the work running on the executor.
+constexpr std::chrono::seconds kStopWait{5};
 // Timeout of one HandoffDone send.
 constexpr std::chrono::milliseconds kDoneSendTimeout{2'000};
 // An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
 constexpr Token kPushWindows = 16;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
 // `a` and `b` sorted and non-overlapping; returns the tokens in both, sorted.
 std::vector<TokenRange> Intersect(const std::vector<TokenRange>& a, const std::vector<TokenRange>& b) {
@@ -159,9 +157,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     bool leave = false;
     Phase phase = Phase::kPushing;
     bool running = false;  // a push, flush or HandoffDone is under way
-    std::optional<Clock::time_point> retry_at;
+    std::optional<MonoTime> retry_at;
     uint64_t keys = 0;
-    Clock::time_point started;
+    MonoTime started;
     uint32_t attempt = 0;             // StartPush calls: answers of an earlier attempt are ignored
     std::vector<TokenRange> windows;  // scan windows of the current attempt
     size_t next_window = 0;
@@ -172,7 +170,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   struct Incoming {
     TokenRange range;
     std::string from;
-    Clock::time_point started;
+    MonoTime started;
     RingPtr before;  // the ring change that made it, for re-replication once released
     RingPtr after;
   };
@@ -181,7 +179,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::string from;
     std::vector<TokenRange> ranges;
     uint64_t fingerprint = 0;  // of the ring the ranges move in: only a ring change to it consumes them
-    Clock::time_point at;
+    MonoTime at;
   };
 
   struct ReplicationJob {
@@ -193,8 +191,14 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     uint32_t outstanding = 0;  // SendUpdates not answered yet
   };
 
-  Core(storage::Store& s, ClusterLink& l, Replicator& r, HandoffOptions o)
-      : store(s), link(l), replicator(r), options(o), self(l.self_id()) {
+  Core(storage::Store& s, ClusterLink& l, Replicator& r, Executor& e, HandoffOptions o)
+      : store(s),
+        link(l),
+        replicator(r),
+        executor(e),
+        options(o),
+        self(l.self_id()),
+        tick_timer(e.NewTimer()) {
     table = std::make_shared<const OverrideTable>();
   }
 
@@ -202,8 +206,15 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   storage::Store& store;
   ClusterLink& link;
   Replicator& replicator;
+  Executor& executor;
   const HandoffOptions options;
   const std::string self;
+
+  // --- On the executor only ---
+  std::unique_ptr<Executor::Timer> tick_timer;                  // armed at the next deadline (ArmTick)
+  std::map<uint64_t, std::unique_ptr<Executor::Timer>> delays;  // After(): one-shot delays by id
+  uint64_t next_delay = 0;
+  bool pump_posted = false;  // a PumpOnce is queued
 
   // --- Route overrides: written under mu (then table_mu), read under table_mu only ---
   std::atomic<bool> no_overrides{true};
@@ -212,18 +223,15 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // --- State below is protected by mu ---
   mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void(Core&)>> tasks;
   bool started = false;
   bool stopping = false;
-  std::thread worker;
   uint64_t next_id = 1;
   std::map<uint64_t, Outgoing> outgoing;
   std::vector<Incoming> incoming;  // sorted by range.first
   std::vector<EarlyDone> early_dones;
   std::deque<ReplicationJob> jobs;
   RingPtr latest;  // `after` of the last ring change
-  Clock::time_point last_change;
+  MonoTime last_change;
   bool drop_pending = false;
   bool leaving = false;
   bool left = false;
@@ -232,42 +240,84 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   RingPtr left_ring;
   HandoffStats stats;
 
-  // Queues `fn` for the worker. Safe from any thread, with or without a live manager.
+  // Queues `fn` for the executor. Safe from any thread, with or without a live manager. After `fn`, the
+  // tick timer is re-armed for the next deadline and re-replication goes on if it can.
   static void Post(const std::weak_ptr<Core>& weak, std::function<void(Core&)> fn) {
     std::shared_ptr<Core> core = weak.lock();
     if (core == nullptr) return;
-    std::lock_guard<std::mutex> lock(core->mu);
-    if (core->stopping) return;
-    core->tasks.push_back(std::move(fn));
-    core->cv.notify_one();
+    core->executor.Post([weak, fn = std::move(fn)] {
+      std::shared_ptr<Core> core = weak.lock();
+      if (core == nullptr || core->Stopping()) return;
+      fn(*core);
+      core->AfterEvent();
+    });
   }
 
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu);
-    Clock::time_point next_tick = Clock::now();
-    while (!stopping) {
-      // The tick first when due, so a steady stream of completions cannot starve it.
-      if (Clock::now() >= next_tick) {
-        lock.unlock();
-        Tick();
-        lock.lock();
-        next_tick = Clock::now() + kTick;
-        continue;
-      }
-      if (!tasks.empty()) {
-        auto task = std::move(tasks.front());
-        tasks.pop_front();
-        lock.unlock();
-        task(*this);
-        lock.lock();
-        continue;
-      }
-      lock.unlock();
-      const bool more = PumpReplication();
-      lock.lock();
-      if (more) continue;
-      cv.wait_until(lock, next_tick);
+  bool Stopping() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping;
+  }
+
+  // On the executor, after every event: the timer for the next deadline, and the next slice of
+  // re-replication (one slice per posted task, so other events are served between slices).
+  void AfterEvent() {
+    ArmTick();
+    bool runnable = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      runnable = !stopping && !jobs.empty() && jobs.front().outstanding == 0;
     }
+    if (runnable && !pump_posted) {
+      pump_posted = true;
+      Post(weak_from_this(), [](Core& core) {
+        core.pump_posted = false;
+        static_cast<void>(core.PumpReplication());
+      });
+    }
+  }
+
+  // Arms the tick timer at the earliest instant something is due: an incoming range's done_timeout, an
+  // outgoing push's push_timeout or retry, an early HandoffDone's expiry, the drop. Nothing due: disarmed.
+  void ArmTick() {
+    std::optional<MonoTime> at;
+    auto earliest = [&](MonoTime t) { at = at.has_value() ? std::min(*at, t) : t; };
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) return;
+      for (const Incoming& in : incoming) earliest(in.started + options.done_timeout);
+      for (const auto& [id, out] : outgoing) {
+        earliest(out.started + options.push_timeout);
+        if (!out.running && out.retry_at.has_value()) earliest(*out.retry_at);
+      }
+      for (const EarlyDone& d : early_dones) earliest(d.at + options.done_timeout);
+      if (drop_pending && !left && !leaving) earliest(last_change + options.drop_delay);
+    }
+    if (!at.has_value()) {
+      tick_timer->Cancel();
+      return;
+    }
+    tick_timer->Arm(*at, [weak = weak_from_this()] {
+      if (std::shared_ptr<Core> core = weak.lock(); core != nullptr && !core->Stopping()) {
+        core->Tick();
+        core->AfterEvent();
+      }
+    });
+  }
+
+  // Runs `fn` on the executor `delay` from now (a timer, not a sleep).
+  void After(std::chrono::nanoseconds delay, std::function<void(Core&)> fn) {
+    const uint64_t id = ++next_delay;
+    auto timer = executor.NewTimer();
+    timer->Arm(executor.Now() + delay, [weak = weak_from_this(), id, fn = std::move(fn)] {
+      std::shared_ptr<Core> core = weak.lock();
+      if (core == nullptr) return;
+      std::unique_ptr<Executor::Timer> self = std::move(core->delays[id]);  // freed after fn
+      core->delays.erase(id);
+      if (core->Stopping()) return;
+      fn(*core);
+      core->AfterEvent();
+    });
+    delays.emplace(id, std::move(timer));
   }
 
   // Rebuilds and publishes the override table. REQUIRES: mu held.
@@ -328,7 +378,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     return false;
   }
 
-  // Runs held checks again on the worker (after the lock is released).
+  // Runs held checks again (after the lock is released).
   static void Resume(std::vector<std::function<void()>> held) {
     for (auto& resume : held) resume();
   }
@@ -347,10 +397,10 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   // ------------------------------------------------------------------------------------ ring changes
 
   // Runs on the caller's thread: updates the handoff state and the overrides at once (no I/O), so the
-  // routing is right as soon as the cluster publishes `after`; the pushes run on the worker.
+  // routing is right as soon as the cluster publishes `after`; the pushes run on the executor.
   void RingChanged(RingPtr before, RingPtr after) {
     if (after == nullptr) return;
-    const auto now = Clock::now();
+    const MonoTime now = executor.Now();
     std::unique_lock<std::mutex> lock(mu);
     latest = after;
     last_change = now;
@@ -449,24 +499,24 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     if (before->fingerprint() != after->fingerprint()) {
       jobs.push_back({next_id++, before, after, std::nullopt, 0, 0});
     }
-    // Unreachable previous owners are released by the worker's first check (Tick), and the pushes start
+    // Unreachable previous owners are released by the first Tick on the executor, and the pushes start
     // there: neither Reachable nor the store is called on the caller's thread.
     if (!stopping) {
-      if (!held.empty())
-        tasks.push_back([held = std::move(held)](Core&) mutable { Resume(std::move(held)); });
-      tasks.push_back([ids = std::move(started_ids), fresh, after](Core& core) {
+      lock.unlock();
+      std::weak_ptr<Core> weak = weak_from_this();
+      if (!held.empty()) Post(weak, [held = std::move(held)](Core&) mutable { Resume(std::move(held)); });
+      Post(weak, [ids = std::move(started_ids), fresh, after](Core& core) {
         core.Tick();
         for (uint64_t id : ids) core.StartPush(id);
         if (fresh) core.SendNothingToHandOff(after);
       });
-      cv.notify_one();
     } else if (!held.empty()) {
       lock.unlock();
       Resume(std::move(held));
     }
   }
 
-  // Worker. This node just (re)joined: every other member Y that is new too (its `before` also lacks
+  // Executor. This node just (re)joined: every other member Y that is new too (its `before` also lacks
   // itself, e.g. a cluster starting) waits for this node's HandoffDone for the ranges it would have
   // from this node on `after` without Y -- but this node owned nothing before, so it has nothing to
   // push. Says so at once; a Y that is not waiting keeps it as an early HandoffDone for `after` only.
@@ -493,7 +543,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   // REQUIRES: mu held. Registers an outgoing handoff (its ranges route to self from now on; the caller
   // publishes) and returns its id.
   uint64_t AddOutgoingLocked(const std::string& to, std::vector<TokenRange> ranges, uint64_t fingerprint,
-                             bool leave, Clock::time_point now) {
+                             bool leave, MonoTime now) {
     Outgoing out;
     out.id = next_id++;
     out.to = to;
@@ -508,7 +558,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     return id;
   }
 
-  // Worker: (re)starts the push of outgoing `id`: its ranges are scanned and pushed one window at a
+  // Executor: (re)starts the push of outgoing `id`: its ranges are scanned and pushed one window at a
   // time (PushWindow), so memory holds one window's states, not the whole handoff's.
   void StartPush(uint64_t id) {
     std::string to;
@@ -549,7 +599,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     return windows;
   }
 
-  // Worker: pushes the next window of outgoing `id` (skipping empty ones); once every window is
+  // Executor: pushes the next window of outgoing `id` (skipping empty ones); once every window is
   // acknowledged, moves on to the switch (PushDone).
   void PushWindow(uint64_t id) {
     for (;;) {
@@ -606,10 +656,10 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     }
   }
 
-  // Worker: the push of outgoing `id` finished; ship the last changes and send HandoffDone.
+  // Executor: the push of outgoing `id` finished; ship the last changes and send HandoffDone.
   void PushDone(uint64_t id, bool ok) {
     std::string to;
-    Clock::time_point started;
+    MonoTime started;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = outgoing.find(id);
@@ -626,14 +676,15 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       started = out.started;
       PublishLocked();  // the switch: from now on this node holds the ranges' checks
     }
-    std::this_thread::sleep_for(kSwitchGrace);
-    const auto left_time =
-        options.push_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-    const auto wait = std::clamp(left_time, std::chrono::milliseconds(1), kMaxFlushWait);
-    if (!replicator.Flush(wait)) {
-      spdlog::warn("handoff out to {}: the last changes were not all acknowledged", to);
-    }
-    SendDone(id);
+    After(kSwitchGrace, [id, to, started](Core& core) {
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(core.executor.Now() - started);
+      const auto wait =
+          std::clamp(core.options.push_timeout - spent, std::chrono::milliseconds(1), kMaxFlushWait);
+      core.replicator.Flush(wait, [weak = core.weak_from_this(), id, to](bool ok) {
+        if (!ok) spdlog::warn("handoff out to {}: the last changes were not all acknowledged", to);
+        Post(weak, [id](Core& core) { core.SendDone(id); });
+      });
+    });
   }
 
   void SendDone(uint64_t id) {
@@ -683,7 +734,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   // deadline has not passed.
   void ScheduleRetryLocked(Outgoing& out, const char* what) {
     spdlog::warn("handoff out to {}: {} failed, retrying", out.to, what);
-    out.retry_at = Clock::now() + kRetryDelay;
+    out.retry_at = executor.Now() + kRetryDelay;
   }
 
   // Ends outgoing `id`: completed (acknowledged) or failed. Either way the ring routes its ranges.
@@ -696,7 +747,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       auto it = outgoing.find(id);
       if (it == outgoing.end()) return;
       const Outgoing& out = it->second;
-      const double seconds = Seconds(Clock::now() - out.started);
+      const double seconds = Seconds(executor.Now() - out.started);
       if (ok) {
         ++stats.handoffs_completed;
         stats.handed_off_keys += out.keys;
@@ -742,7 +793,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     for (size_t i = 1; i < ranges.size(); ++i) {
       if (ranges[i].first <= ranges[i - 1].last) return std::nullopt;  // overlapping: malformed
     }
-    const auto now = Clock::now();
+    const MonoTime now = executor.Now();
     std::lock_guard<std::mutex> lock(mu);
     std::vector<TokenRange> matched;
     std::vector<Incoming> kept;
@@ -791,10 +842,10 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // ------------------------------------------------------------------------------------------ ticks
 
-  // Worker: releases incoming ranges whose previous owner is gone or late, enforces push deadlines and
+  // Executor: releases incoming ranges whose previous owner is gone or late, enforces push deadlines and
   // retries, expires early HandoffDones, and runs the drop when it is due.
   void Tick() {
-    const auto now = Clock::now();
+    const MonoTime now = executor.Now();
     std::set<std::string> peers;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -846,7 +897,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // ------------------------------------------------------------------------------- re-replication
 
-  // Worker: advances the first re-replication job by one slice.
+  // Executor: advances the first re-replication job by one slice.
   // Returns whether it scanned a slice (more may follow at once); false when there is nothing to do
   // now (no job, or the current one waits for its pushes). One slice per call, so tasks and ticks are
   // served between slices.
@@ -949,7 +1000,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // ------------------------------------------------------------------------------------------- drop
 
-  // Worker: discards every state whose key's preference list on the current ring lacks this node.
+  // Executor: discards every state whose key's preference list on the current ring lacks this node.
   void Drop() {
     RingPtr current;
     {
@@ -958,7 +1009,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       drop_pending = false;
     }
     if (current == nullptr || current->Find(self) == nullptr) return;
-    const auto t0 = Clock::now();
+    const auto t0 = executor.Now();
     uint64_t dropped = 0;
     for (uint32_t i = 0; i < options.scan_slices; ++i) {
       {
@@ -983,7 +1034,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     stats.dropped_states += dropped;
     if (dropped > 0) {
       spdlog::info("handoff drop: discarded {} states no longer owned or replicated here in {:.3f} s",
-                   dropped, Seconds(Clock::now() - t0));
+                   dropped, Seconds(executor.Now() - t0));
     }
   }
 
@@ -1015,7 +1066,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       for (const ring::RangeMove& m : RingView::Diff(*current, *without)) {
         if (m.from == self && !m.to.empty()) moves[m.to].push_back(m.range);
       }
-      const auto now = Clock::now();
+      const MonoTime now = executor.Now();
       for (auto& [to, ranges] : moves) {
         ids.push_back(AddOutgoingLocked(to, std::move(ranges), without->fingerprint(), true, now));
       }
@@ -1031,8 +1082,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 };
 
 HandoffManager::HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator,
-                               HandoffOptions options)
-    : core_(std::make_shared<Core>(store, link, replicator, options)) {}
+                               Executor& executor, HandoffOptions options)
+    : core_(std::make_shared<Core>(store, link, replicator, executor, options)) {}
 
 HandoffManager::~HandoffManager() { Stop(); }
 
@@ -1040,7 +1091,6 @@ void HandoffManager::Start() {
   std::lock_guard<std::mutex> lock(core_->mu);
   if (core_->started || core_->stopping) return;
   core_->started = true;
-  core_->worker = std::thread([core = core_.get()] { core->Run(); });
 }
 
 void HandoffManager::Stop() {
@@ -1049,12 +1099,20 @@ void HandoffManager::Stop() {
     std::lock_guard<std::mutex> lock(core_->mu);
     if (core_->stopping) return;
     core_->stopping = true;
-    core_->tasks.clear();
     leave_done = std::move(core_->leave_done);
     core_->leave_done = nullptr;
-    core_->cv.notify_all();
   }
-  if (core_->worker.joinable()) core_->worker.join();
+  // Work queued from now on does nothing; wait for what runs on the executor now, and disarm the timers.
+  auto barrier = std::make_shared<std::promise<void>>();
+  std::future<void> reached = barrier->get_future();
+  core_->executor.Post([core = core_, barrier] {
+    core->tick_timer->Cancel();
+    core->delays.clear();
+    barrier->set_value();
+  });
+  if (reached.wait_for(kStopWait) != std::future_status::ready) {
+    spdlog::warn("handoff: stop did not reach the executor in time");
+  }
   // Checks held by a switch in progress are routed again (Hold refuses from now on), not left hanging.
   std::vector<std::function<void()>> held;
   {
@@ -1066,6 +1124,17 @@ void HandoffManager::Stop() {
   }
   Core::Resume(std::move(held));
   if (leave_done != nullptr) leave_done(false);
+}
+
+void HandoffManager::Abandon() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->stopping = true;
+  core_->leave_done = nullptr;
+  for (auto& [id, out] : core_->outgoing) out.held.clear();
+}
+
+void HandoffManager::OnMembersChanged() {
+  Core::Post(core_, [](Core& core) { core.Tick(); });
 }
 
 void HandoffManager::OnRingChanged(std::shared_ptr<const ring::RingView> before,
@@ -1092,7 +1161,7 @@ void HandoffManager::Leave(std::function<void(bool ok)> done) {
 }
 
 std::vector<HandoffView> HandoffManager::InProgress() const {
-  const auto now = Clock::now();
+  const MonoTime now = core_->executor.Now();
   std::vector<HandoffView> views;
   std::lock_guard<std::mutex> lock(core_->mu);
   for (const auto& [id, out] : core_->outgoing) {

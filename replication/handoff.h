@@ -22,10 +22,13 @@
 // Drop: drop_delay after the last ring change, with no handoff in progress, states whose key's
 // preference list no longer contains this node are discarded (Store::Discard: not replicated as erases).
 //
-// Threading: ring changes, pushes and scans run on a worker thread of the manager's own; OnRingChanged
-// only queues. RouteOverride is on the request path: one atomic load when no handoff is in progress.
-// Thread safety: every public method is safe for concurrent use. Lifetime: the store, the link and the
-// replicator must outlive the manager; Stop (or the destructor) before destroying them.
+// Threading: pushes, scans, retries and deadlines run on the manager's Executor (a strand of the node's
+// io_context shared with the Replicator): one timer armed at the next deadline, one re-replication slice
+// per posted task, no thread of its own and no polling. OnRingChanged installs the route overrides of the
+// change on the caller's thread and queues the rest. RouteOverride is on the request path: one atomic
+// load when no handoff is in progress.
+// Thread safety: every public method is safe for concurrent use. Lifetime: the store, the link, the
+// replicator and the executor must outlive the manager; Stop (or the destructor) before destroying them.
 #ifndef RINGLIMIT_REPLICATION_HANDOFF_H_
 #define RINGLIMIT_REPLICATION_HANDOFF_H_
 
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "replication/cluster_link.h"
+#include "replication/executor.h"
 #include "replication/replicator.h"
 #include "ring/ring_view.h"
 #include "storage/store.h"
@@ -94,17 +98,27 @@ struct HandoffStats {
 
 class HandoffManager {
  public:
-  // REQUIRES: ValidateHandoffOptions(options) returned nullopt.
-  HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator, HandoffOptions options);
+  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's.
+  HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator, Executor& executor,
+                 HandoffOptions options);
   ~HandoffManager();
 
   HandoffManager(const HandoffManager&) = delete;
   HandoffManager& operator=(const HandoffManager&) = delete;
 
-  // Starts the worker thread. Call once, before the first OnRingChanged.
+  // Call once, before the first OnRingChanged.
   void Start();
-  // Abandons what is in progress and stops the worker. Idempotent.
+  // Abandons what is in progress: from now on nothing runs on the executor for the manager. Waits for
+  // what runs there now; must not be called on the executor. Idempotent.
   void Stop();
+
+  // A crash, for the simulator: from now on nothing runs for the manager, nothing is answered, and it
+  // never blocks. What is queued on the executor is the executor owner's to drop. Stop does nothing after.
+  void Abandon();
+
+  // The members' states changed (one may have become unreachable): incoming ranges whose previous
+  // owner is gone are released, outgoing handoffs to a gone member abandoned. From any thread.
+  void OnMembersChanged();
 
   // The ring changed from `before` (null: none) to `after`. Called in ring-version order by the
   // cluster, from any thread; queues the work and returns at once. If `before` is null or lacks this
@@ -112,7 +126,7 @@ class HandoffManager {
   // gains is then incoming from its previous owner (and, since such a node owned nothing before, it
   // tells every other member at once that it has nothing to hand off to it: members starting
   // together do not wait done_timeout for each other). The route overrides of the change are in
-  // place when this returns (Diff of the two views, no I/O); scans and pushes run on the worker.
+  // place when this returns (Diff of the two views, no I/O); scans and pushes run on the executor.
   void OnRingChanged(std::shared_ptr<const ring::RingView> before,
                      std::shared_ptr<const ring::RingView> after);
 
@@ -127,8 +141,9 @@ class HandoffManager {
   // Switching: whether `token` is in such a range (request path: cheap).
   [[nodiscard]] bool Switching(ring::Token token) const;
   // If `token` is in a range being switched, takes `resume` and returns true: it is called once, on
-  // the manager's worker thread, when the switch is over, abandoned or superseded, or at Stop, and should
+  // the manager's executor, when the switch is over, abandoned or superseded, or at Stop, and should
   // route the check again (to the new owner, usually). Otherwise returns false and leaves `resume`.
+  // `resume` runs on the executor, or at Stop on Stop's caller.
   bool HoldWhileSwitching(ring::Token token, std::function<void()>& resume);
 
   // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. Returns the serialized
@@ -136,8 +151,8 @@ class HandoffManager {
   [[nodiscard]] std::optional<std::string> HandleHandoffDone(std::string_view payload);
 
   // Graceful leave: hands every range this node owns on the current ring to its owner on the ring
-  // without this node, then routes every check to those owners. Calls done(ok) once (on the worker
-  // thread): ok when every push was acknowledged. A second call while leaving gets done(false).
+  // without this node, then routes every check to those owners. Calls done(ok) once (on the executor):
+  // ok when every push was acknowledged. A second call while leaving gets done(false).
   void Leave(std::function<void(bool ok)> done);
 
   [[nodiscard]] std::vector<HandoffView> InProgress() const;

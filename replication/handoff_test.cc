@@ -16,6 +16,7 @@
 
 #include "limiter/limiter.h"
 #include "replication/replicator.h"
+#include "replication/testing/executor_thread.h"
 #include "replication/testing/loopback_link.h"
 #include "storage/memory_store.h"
 
@@ -77,6 +78,7 @@ size_t CountStates(storage::Store& store) { return store.ScanTokenRange(0, UINT6
 class HandoffTest : public ::testing::Test {
  protected:
   struct Member {
+    std::unique_ptr<testing::ExecutorThread> exec;  // destroyed last
     LoopbackMember* link = nullptr;
     std::unique_ptr<Replicator> replicator;
     std::unique_ptr<HandoffManager> handoff;
@@ -95,12 +97,14 @@ class HandoffTest : public ::testing::Test {
   Member& Add(const std::string& id) {
     Member& m = members_[id];
     m.link = &net_.Add(id);
+    m.exec = std::make_unique<testing::ExecutorThread>();
     ReplicatorOptions ropts;
     ropts.replicas = replicas_;
-    m.replicator = std::make_unique<Replicator>(m.link->store(), *m.link, ropts);
+    m.replicator = std::make_unique<Replicator>(m.link->store(), *m.link, m.exec->executor(), ropts);
     HandoffOptions hopts = handoff_options_;
     hopts.replicas = replicas_;
-    m.handoff = std::make_unique<HandoffManager>(m.link->store(), *m.link, *m.replicator, hopts);
+    m.handoff =
+        std::make_unique<HandoffManager>(m.link->store(), *m.link, *m.replicator, m.exec->executor(), hopts);
     m.link->store().SetObserver(m.replicator.get());
     Replicator* r = m.replicator.get();
     HandoffManager* h = m.handoff.get();

@@ -1,25 +1,32 @@
 // Replicator: ships every change of the states this node decides to the other members of each key's
 // preference list (its R-1 successors on the ring), and applies what other nodes ship to it.
 //
+// It is the driver of a ReplicationPlanner (replication_planner.h), which makes every decision -- targets,
+// batches, retries, when a sync caller or a flush is answered -- as a pure state machine. The driver runs
+// the planner on its Executor (a strand of the node's io_context): it feeds it events, reads the shipped
+// keys' states from the store, sends the batches over the ClusterLink and arms one timer for the
+// planner's next instant. No thread of its own, no polling.
+//
 // Sending (async mode, the default): the store tells the Replicator about every change (it is the
-// store's StateObserver). The observer only marks the entity key dirty -- O(1), no I/O, on the request
-// path. A flusher thread wakes every `interval`, takes the dirty keys, reads each key's current states
-// from the store (so a key changed 1000 times in one interval is shipped once, at its newest version),
-// and sends one StateUpdateBatch per target member: PreferenceList(token, R) minus this node, reachable
-// members only. Failed sends put the keys back in the dirty set while the target is still reachable.
+// store's StateObserver). The observer only marks the entity key dirty in a sharded set -- O(1), one
+// shard mutex, no I/O, on the request path -- and the first mark after a pass posts one event to the
+// executor. `interval` later the driver drains the set into the planner and ships: each key once, at its
+// newest state, to every reachable member of its preference list other than this node. Failed sends are
+// retried while the target is still reachable.
 //
 // Sending (sync mode): Decided(keys, done) ships the keys' states at once and calls `done` only when, for
 // every key, its successor acknowledged -- the first reachable replica after this node in the key's
 // preference list, the node that takes the key over if this one dies (or no replica is reachable, or
-// sync_timeout passed --
-// counted, and the answer goes out anyway: availability over durability). The request path calls it
-// after a local decision and answers the client from `done`.
+// sync_timeout passed -- counted, and the answer goes out anyway: availability over durability). The
+// request path calls it after a local decision and answers the client from `done`.
 //
 // Receiving: HandleStateUpdate applies a StateUpdateBatch with Store::ApplyIfNewer (versions decide;
 // repeats and reordering are harmless) -- for live replication, handoff pushes and re-replication alike.
+// It runs on the caller's thread (the peer transport's).
 //
-// Thread safety: every public method is safe for concurrent use. Lifetime: the store and the link must
-// outlive the Replicator; Stop (or the destructor) before destroying them.
+// Thread safety: every public method is safe for concurrent use, except Stop (see there). Completions
+// (`done` of Decided, Flush and SendUpdates) run on the executor. Lifetime: the store, the link and the
+// executor must outlive the Replicator; Stop (or the destructor) before destroying them.
 #ifndef RINGLIMIT_REPLICATION_REPLICATOR_H_
 #define RINGLIMIT_REPLICATION_REPLICATOR_H_
 
@@ -36,6 +43,7 @@
 
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
+#include "replication/executor.h"
 #include "storage/store.h"
 
 namespace ringlimit::replication {
@@ -106,15 +114,17 @@ void ToNamedState(const storage::StoredState& state, peer::NamedState* out);
 class Replicator final : public storage::StateObserver {
  public:
   // REQUIRES: ValidateReplicatorOptions(options) returned nullopt.
-  Replicator(storage::Store& store, ClusterLink& link, ReplicatorOptions options);
+  Replicator(storage::Store& store, ClusterLink& link, Executor& executor, ReplicatorOptions options);
   ~Replicator() override;
 
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  // Starts the flusher thread. Call once, before the store is shared with request handling.
+  // Starts accepting changes. Call once, before the store is shared with request handling.
   void Start();
-  // Ships what is pending (waiting at most send_timeout), then stops the flusher. Idempotent.
+  // Ships what is pending (waiting at most send_timeout for the acknowledgements), then stops: waiting
+  // Decided calls are answered, nothing is retried any more. Blocks until the executor has done so (at
+  // most about send_timeout + 1 s). Must not be called on the executor. Idempotent.
   void Stop();
 
   // storage::StateObserver (request path: O(1), no I/O).
@@ -126,13 +136,18 @@ class Replicator final : public storage::StateObserver {
   // reachable; in sync mode once every key's successor (see top) acknowledged or sync_timeout passed.
   void Decided(std::span<const std::string_view> keys, std::function<void()> done);
 
-  // Ships every pending change now and waits for the acknowledgements, at most `timeout`. Returns
-  // whether everything pending at the call was acknowledged. Used at a handoff switch ("last changes").
-  bool Flush(std::chrono::milliseconds timeout);
+  // A crash, for the simulator: stops at once, ships nothing, answers nothing, never blocks. What is
+  // queued on the executor is the executor owner's to drop. Idempotent; Stop does nothing after it.
+  void Abandon();
+
+  // Ships every pending change now and calls done(ok) on the executor once the acknowledgements are in
+  // (ok: everything pending at the call was acknowledged) or `timeout` passed (not ok). Used at a handoff
+  // switch ("last changes") and by Stop.
+  void Flush(std::chrono::milliseconds timeout, std::function<void(bool ok)> done);
 
   // Sends `updates` to member `id` in batches of max_batch (flagged `handoff`), at most a few batches
-  // in flight, and calls done(ok) once: ok when every batch was acknowledged. For handoff pushes and
-  // re-replication.
+  // in flight, and calls done(ok) once, on the executor: ok when every batch was acknowledged. For
+  // handoff pushes and re-replication.
   void SendUpdates(std::string_view id, std::vector<peer::StateUpdate> updates,
                    std::function<void(bool ok)> done);
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "replication/testing/executor_thread.h"
 #include "replication/testing/loopback_link.h"
 #include "ring/token.h"
 #include "storage/memory_store.h"
@@ -20,6 +21,8 @@ namespace ringlimit::replication {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ExecutorThread;
+using testing::FlushAndWait;
 using testing::LoopbackMember;
 using testing::LoopbackNetwork;
 
@@ -78,7 +81,7 @@ class Cluster {
     ring_ = net_.SetRing(ids);
     for (const std::string& id : ids) {
       LoopbackMember& m = net_.member(id);
-      auto r = std::make_unique<Replicator>(m.store(), m, options);
+      auto r = std::make_unique<Replicator>(m.store(), m, exec_.executor(), options);
       Replicator* raw = r.get();
       m.store().SetObserver(raw);
       m.Handle(peer::METHOD_STATE_UPDATE, [raw](std::string_view p) { return raw->HandleStateUpdate(p); });
@@ -109,6 +112,7 @@ class Cluster {
   }
 
  private:
+  ExecutorThread exec_;  // shared by the members' replicators (destroyed after them)
   LoopbackNetwork net_;
   std::vector<std::string> ids_;
   std::shared_ptr<const ring::RingView> ring_;
@@ -212,7 +216,7 @@ TEST(ReplicatorTest, ReplicasOneSendsNothing) {
   Cluster cluster(Options(1));
   const std::string key = cluster.KeyOwnedBy("a");
   for (int i = 0; i < 10; ++i) Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(1s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 1s));
   EXPECT_EQ(cluster.net().TotalSent(), 0u);
   EXPECT_EQ(cluster.replicator("a").stats().updates_sent, 0u);
   EXPECT_EQ(cluster.replicator("a").stats().pending_keys, 0u);
@@ -223,7 +227,7 @@ TEST(ReplicatorTest, TwoMembersWithThreeReplicasSendToTheOther) {
   Cluster cluster(Options(3), {"a", "b"});
   const std::string key = cluster.KeyOwnedBy("a");
   Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
   EXPECT_EQ(cluster.replicator("a").stats().updates_sent, 1u);
 }
@@ -233,7 +237,7 @@ TEST(ReplicatorTest, ADecidingNonOwnerShipsToTheWholePreferenceList) {
   Cluster cluster(Options());
   const std::string key = cluster.KeyOwnedBy("b");
   Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("c"), key));
 }
@@ -242,11 +246,12 @@ TEST(ReplicatorTest, NoRingSendsNothing) {
   LoopbackNetwork net;
   LoopbackMember& a = net.Add("a");
   net.Add("b");
-  Replicator r(a.store(), a, Options());
+  ExecutorThread exec;
+  Replicator r(a.store(), a, exec.executor(), Options());
   a.store().SetObserver(&r);
   r.Start();
   Charge(a.store(), "k");
-  EXPECT_TRUE(r.Flush(1s));
+  EXPECT_TRUE(FlushAndWait(r, 1s));
   EXPECT_EQ(net.TotalSent(), 0u);
   r.Stop();
   net.Shutdown();
@@ -257,7 +262,8 @@ TEST(ReplicatorTest, RepeatsAndReorderingAreHarmless) {
   LoopbackMember& source = net.Add("a");
   LoopbackMember& replica = net.Add("b");
   net.SetRing({"a", "b"});
-  Replicator receiver(replica.store(), replica, Options());
+  ExecutorThread receiver_exec;
+  Replicator receiver(replica.store(), replica, receiver_exec.executor(), Options());
 
   Charge(source.store(), "k");
   peer::StateUpdateBatch v1;
@@ -291,7 +297,8 @@ TEST(ReplicatorTest, RepeatsAndReorderingAreHarmless) {
 TEST(ReplicatorTest, MalformedAndInvalidPayloads) {
   LoopbackNetwork net;
   LoopbackMember& m = net.Add("a");
-  Replicator receiver(m.store(), m, Options());
+  ExecutorThread receiver_exec;
+  Replicator receiver(m.store(), m, receiver_exec.executor(), Options());
   EXPECT_FALSE(receiver.HandleStateUpdate("\xff\xff\xff\xff garbage").has_value());
   EXPECT_EQ(receiver.stats().bad_batches, 1u);
 
@@ -325,7 +332,7 @@ TEST(ReplicatorTest, UnreachableMemberGetsNothingThenCatchesUp) {
   cluster.net().SetReachable("c", false);
   const std::string key = cluster.KeyOwnedBy("a");
   Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
   EXPECT_EQ(cluster.net().Sent("c", peer::METHOD_STATE_UPDATE), 0u);
   EXPECT_TRUE(cluster.store("c").Get(key).empty());
@@ -356,7 +363,7 @@ TEST(ReplicatorTest, EraseReachesTheReplicas) {
   const std::string key = cluster.KeyOwnedBy("a");
   Charge(cluster.store("a"), key, "rps");
   Charge(cluster.store("a"), key, "daily");
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   ASSERT_EQ(cluster.store("b").Get(key).size(), 2u);
 
   // One state erased: the replicas drop it and keep the other.
@@ -379,7 +386,7 @@ TEST(ReplicatorTest, FlushWaitsForTheAcknowledgements) {
   std::vector<std::string> keys;
   for (int i = 0; i < 50; ++i) keys.push_back(cluster.KeyOwnedBy("a", i));
   for (const std::string& key : keys) Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   for (const std::string& key : keys) {
     EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
     EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("c"), key));
@@ -389,9 +396,9 @@ TEST(ReplicatorTest, FlushWaitsForTheAcknowledgements) {
   // A stalled replica: Flush gives up at its timeout, and succeeds once the replica answers.
   cluster.net().SetPaused("b", true);
   Charge(cluster.store("a"), keys[0]);
-  EXPECT_FALSE(cluster.replicator("a").Flush(100ms));
+  EXPECT_FALSE(FlushAndWait(cluster.replicator("a"), 100ms));
   cluster.net().SetPaused("b", false);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), keys[0]));
 }
 
@@ -409,7 +416,7 @@ TEST(ReplicatorTest, FlushCost) {
   }
   const auto start = std::chrono::steady_clock::now();
   const std::clock_t cpu_start = std::clock();  // CPU of every thread: the machine may be shared
-  EXPECT_TRUE(cluster.replicator("a").Flush(60s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 60s));
   const double cpu_us = 1e6 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
@@ -442,7 +449,7 @@ TEST(ReplicatorTest, BatchesHoldAtMostMaxBatchUpdates) {
   std::vector<std::string> keys;
   for (int i = 0; i < 100; ++i) keys.push_back(cluster.KeyOwnedBy("a", i));
   for (const std::string& key : keys) Charge(cluster.store("a"), key);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_EQ(updates.load(), 100);
   EXPECT_EQ(largest.load(), 16);
   EXPECT_EQ(cluster.net().Handled("b", peer::METHOD_STATE_UPDATE), 7u);  // ceil(100 / 16)
@@ -466,7 +473,7 @@ TEST(ReplicatorTest, SyncDecidedWaitsForAnAcknowledgement) {
   cluster.net().SetPaused(successor, false);
   EXPECT_TRUE(WaitFor([&] { return done->load() == 1; }));
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(successor), key));  // acknowledged = applied
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_EQ(done->load(), 1);  // exactly once
   EXPECT_EQ(cluster.replicator("a").stats().sync_waits, 1u);
   EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
@@ -485,7 +492,7 @@ TEST(ReplicatorTest, SyncDecidedAnswersAfterTheTimeoutWithoutReplicas) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
   EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 1u);
   cluster.PauseReplicas(false);
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_EQ(done->load(), 1);
 }
 
@@ -527,7 +534,7 @@ TEST(ReplicatorTest, ConcurrentDecidedCallsAreEachAnsweredOnce) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_TRUE(WaitFor([&] { return done.load() == kThreads * kPerThread; }));
-  EXPECT_TRUE(cluster.replicator("a").Flush(5s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 5s));
   EXPECT_EQ(done.load(), kThreads * kPerThread);
   EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), "sync:3:49"));
@@ -560,7 +567,8 @@ TEST(ReplicatorTest, SendUpdatesPushesInBatches) {
   // Only SendUpdates ships to d, a member outside the ring.
   std::atomic<int> handoff_batches{0};
   LoopbackMember& d = cluster.net().Add("d");
-  Replicator receiver(d.store(), d, options);
+  ExecutorThread receiver_exec;
+  Replicator receiver(d.store(), d, receiver_exec.executor(), options);
   d.Handle(peer::METHOD_STATE_UPDATE, [&](std::string_view p) {
     peer::StateUpdateBatch batch;
     if (batch.ParseFromArray(p.data(), static_cast<int>(p.size())) && batch.handoff()) ++handoff_batches;
@@ -612,7 +620,7 @@ TEST(ReplicatorTest, ConcurrentChangesWhileTheFlusherRuns) {
     });
   }
   for (auto& thread : threads) thread.join();
-  EXPECT_TRUE(cluster.replicator("a").Flush(10s));
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 10s));
   int64_t total = 0;
   for (int k = 0; k < kKeys; ++k) {
     const std::string key = "key:" + std::to_string(k);
@@ -650,7 +658,8 @@ TEST(ReplicatorTest, OnChangedCost) {
   storage::StoredState state;
   {
     // Without a flusher: after the first pass over the keys every call finds its key already dirty.
-    Replicator idle(cluster.store("a"), cluster.net().member("a"), options);
+    ExecutorThread idle_exec;
+    Replicator idle(cluster.store("a"), cluster.net().member("a"), idle_exec.executor(), options);
     const double hot = ns_per_call(500'000, [&](int i) { idle.OnChanged(keys[i % keys.size()], state); });
     std::printf("OnChanged without a flusher: %.1f ns CPU per call\n", hot);
   }
@@ -663,7 +672,7 @@ TEST(ReplicatorTest, OnChangedCost) {
       "OnChanged: %.1f ns CPU per call; store Update %.1f ns without an observer, %.1f ns with the "
       "Replicator observing (10k keys, flusher every 1 ms)\n",
       on_changed, update, observed);
-  EXPECT_TRUE(r.Flush(10s));
+  EXPECT_TRUE(FlushAndWait(r, 10s));
   const ReplicatorStats stats = r.stats();
   ASSERT_GT(stats.batches_sent, 0u);
   std::printf("flushes: %lu updates in %lu batches (%.1f per batch)\n",

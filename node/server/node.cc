@@ -13,6 +13,7 @@
 #include "node/cluster/cluster_endpoints.h"
 #include "node/cluster/replication_link.h"
 #include "node/server/http_server.h"
+#include "replication/asio_executor.h"
 #include "storage/open.h"
 
 namespace ringlimit::node {
@@ -55,6 +56,8 @@ struct Node::Parts {
   // The cluster, built once the HTTP port is known (the default node id names it).
   std::unique_ptr<cluster::Cluster> cluster;
   std::unique_ptr<cluster::ReplicationLink> link;
+  // The strand replication and handoff run on (one for both: their events are ordered).
+  std::unique_ptr<replication::AsioExecutor> executor;
   std::unique_ptr<replication::Replicator> replicator;
   std::unique_ptr<replication::HandoffManager> handoff;
   std::unique_ptr<cluster::Forwarder> forwarder;
@@ -152,8 +155,10 @@ std::optional<std::string> Node::StartCluster() {
   handoff.replicas = replicas;
   if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
-  p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, replication);
-  p.handoff = std::make_unique<replication::HandoffManager>(*p.store, *p.link, *p.replicator, handoff);
+  p.executor = std::make_unique<replication::AsioExecutor>(p.io);
+  p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, *p.executor, replication);
+  p.handoff =
+      std::make_unique<replication::HandoffManager>(*p.store, *p.link, *p.replicator, *p.executor, handoff);
   p.store->SetObserver(p.replicator.get());
   p.replicator->Start();
   p.handoff->Start();

@@ -1,0 +1,177 @@
+// ReplicationPlanner: the decisions of live replication as a pure state machine -- which changed keys go
+// to which member, in which batches, what to retry and when, when a sync-mode caller may be answered and
+// when a flush is over.
+//
+// No I/O, no clock, no threads: every entry point takes the current time (and, where it plans targets,
+// a ClusterView: this node's id, its ring and which members can be reached) and returns the actions to
+// carry out. The driver (Replicator, replicator.h) reads each shipped key's states from the store,
+// sends the batches, and reports every batch's fate back with BatchReply.
+//
+//   Mark(keys)        keys this node changed (the driver drains the request path's dirty set into it)
+//   Changed(now)      something is dirty: a pass is due within `interval` (async mode batching)
+//   Decided(...)      sync mode: a caller waits for the keys' successors; shipped at once
+//   Flush(...)        ship everything pending now; answered once it is all acknowledged (or deadline)
+//   BatchReply(...)   a batch was acknowledged or failed (failed keys are retried while the member is
+//                     reachable and still a replica of the key, with exponential backoff)
+//   Timer(now)        the instant of the last `wake_at` came
+//
+// A pass: the dirty keys (all of them: the newest state of a key is read when its batch is built, so a key
+// changed many times in one interval is shipped once), the keys of waiting Decided calls and the due
+// retries go to every reachable member of the key's preference list other than this node, at most
+// max_batch keys per batch, at most kMaxInFlightPerTarget batches in flight per member (beyond it keys
+// wait for the member's next retry; batches that carry waiting Decided keys are never held back).
+//
+// Thread safety: none; the driver serialises every call on its executor.
+#ifndef RINGLIMIT_REPLICATION_REPLICATION_PLANNER_H_
+#define RINGLIMIT_REPLICATION_REPLICATION_PLANNER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "replication/executor.h"
+#include "ring/ring_view.h"
+
+namespace ringlimit::replication {
+
+// An entity key to ship, and whether one of its states was erased since it was last shipped (the
+// receiver then drops what it has before applying what comes).
+struct DirtyKey {
+  std::string key;
+  bool erased = false;
+};
+
+// What the planner is told of the cluster with an event.
+struct ClusterView {
+  std::string_view self;
+  const ring::RingView* ring = nullptr;  // null: no ring yet (nothing is shipped)
+  // Whether member `id` may be sent to. Called during the event only.
+  std::function<bool(std::string_view id)> reachable;
+};
+
+// Send `keys` (their current states) to `target` as one StateUpdateBatch; report with BatchReply(id).
+struct ShipBatch {
+  uint64_t id = 0;
+  std::string target;
+  std::vector<DirtyKey> keys;
+};
+
+struct ReplicationActions {
+  std::vector<ShipBatch> ship;
+  std::vector<uint64_t> waiters_done;                   // Decided calls that may be answered now
+  std::vector<std::pair<uint64_t, bool>> flushes_done;  // Flush calls that are over: id, everything acked
+  // When to call Timer next (replaces any earlier instant); nullopt: nothing is due.
+  std::optional<MonoTime> wake_at;
+};
+
+struct PlannerOptions {
+  uint32_t replicas = 3;                               // preference-list length R. REQUIRES: >= 1
+  std::chrono::nanoseconds interval{2'000'000};        // async batching window. REQUIRES: > 0
+  std::chrono::nanoseconds sync_timeout{250'000'000};  // longest wait of a Decided call
+  size_t max_batch = 512;                              // keys per batch. REQUIRES: >= 1
+};
+
+struct PlannerStats {
+  uint64_t updates_sent = 0;   // keys shipped (one per key and target)
+  uint64_t updates_acked = 0;  // of those, acknowledged
+  uint64_t batches_sent = 0;
+  uint64_t send_failures = 0;           // batches that failed
+  uint64_t pending_keys = 0;            // gauge: dirty keys here plus keys awaiting a retry
+  uint64_t sync_waits = 0;              // Decided calls that waited
+  uint64_t sync_timeouts = 0;           // of those, answered at sync_timeout without an acknowledgement
+  std::chrono::nanoseconds lag{0};      // last acknowledged batch: oldest change in it -> acknowledgement
+  std::chrono::nanoseconds max_lag{0};  // since start
+};
+
+class ReplicationPlanner {
+ public:
+  // Batches in flight to one member before further keys wait for a retry.
+  static constexpr size_t kMaxInFlightPerTarget = 32;
+  // Retry backoff of a member whose batches fail while it is still reachable.
+  static constexpr std::chrono::milliseconds kMaxBackoff{500};
+
+  explicit ReplicationPlanner(PlannerOptions options) : options_(options) {}
+
+  void Mark(MonoTime now, std::span<const DirtyKey> keys);
+  [[nodiscard]] ReplicationActions Changed(MonoTime now);
+  // Registers waiter `waiter` (an id of the driver's) for `keys` and ships them at once.
+  [[nodiscard]] ReplicationActions Decided(MonoTime now, const ClusterView& view, uint64_t waiter,
+                                           std::span<const std::string> keys);
+  // Ships everything pending now (retries ignore their backoff and the in-flight cap); flushes_done
+  // reports `flush` once every batch sent so far is over: ok when none failed and nothing awaits a retry,
+  // not ok when what failed went to members that are gone, or at `deadline`. While sends keep failing
+  // to a reachable member, the flush ships again every `interval`.
+  [[nodiscard]] ReplicationActions Flush(MonoTime now, const ClusterView& view, uint64_t flush,
+                                         MonoTime deadline);
+  [[nodiscard]] ReplicationActions BatchReply(MonoTime now, const ClusterView& view, uint64_t batch, bool ok);
+  [[nodiscard]] ReplicationActions Timer(MonoTime now, const ClusterView& view);
+  // Stops: every waiting Decided and Flush is answered (flushes not ok); later replies retry nothing.
+  [[nodiscard]] ReplicationActions Stop(MonoTime now);
+
+  [[nodiscard]] PlannerStats stats() const;
+
+ private:
+  struct Slot {  // one key of one Decided call
+    uint64_t waiter = 0;
+    uint32_t index = 0;
+  };
+  struct Waiter {
+    MonoTime deadline{};
+    std::vector<bool> acked;
+    size_t remaining = 0;
+  };
+  struct Batch {
+    std::string target;
+    std::vector<DirtyKey> keys;
+    std::vector<Slot> slots;  // Decided keys whose successor is this batch's target
+    MonoTime oldest{};
+  };
+  struct Target {
+    size_t in_flight = 0;
+    std::map<std::string, bool, std::less<>> retry;  // key -> erased: failed or held back, this member only
+    MonoTime retry_at{};
+    std::chrono::nanoseconds backoff{0};
+  };
+  struct FlushState {
+    MonoTime deadline{};
+    uint64_t first_batch = 0;          // batches of its last pass: [first_batch, last_batch]
+    uint64_t last_batch = 0;           // every batch up to here must be over
+    uint64_t failures = 0;             // of its last pass
+    std::optional<MonoTime> again_at;  // a failed pass ships again then
+  };
+
+  void Pass(MonoTime now, const ClusterView& view, bool force, ReplicationActions& out);
+  void AckSlot(const Slot& slot, ReplicationActions& out);
+  void FinishFlushes(MonoTime now, const ClusterView& view, ReplicationActions& out);
+  void ExpireWaiters(MonoTime now, ReplicationActions& out);
+  [[nodiscard]] bool RetryPending() const;
+  void SetWake(ReplicationActions& out) const;
+
+  const PlannerOptions options_;
+  bool stopped_ = false;
+
+  std::map<std::string, bool, std::less<>> dirty_;  // key -> erased
+  std::optional<MonoTime> dirty_since_;
+  std::optional<MonoTime> pass_at_;  // a regular pass is due then
+  std::vector<std::pair<std::string, Slot>> sync_keys_;
+
+  uint64_t last_batch_ = 0;
+  std::map<uint64_t, Batch> in_flight_;  // by id
+  std::map<std::string, Target, std::less<>> targets_;
+  std::map<uint64_t, Waiter> waiters_;  // by the driver's id
+  std::map<uint64_t, FlushState> flushes_;
+
+  PlannerStats stats_;
+};
+
+}  // namespace ringlimit::replication
+
+#endif  // RINGLIMIT_REPLICATION_REPLICATION_PLANNER_H_
