@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "peer.pb.h"
+#include "replication/decision_fence.h"
 
 namespace ringlimit::replication {
 namespace {
@@ -29,10 +30,6 @@ using RingPtr = std::shared_ptr<const RingView>;
 constexpr std::chrono::milliseconds kRetryDelay{200};
 // Longest wait for Replicator::Flush at a handoff switch.
 constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
-// At the switch, how long to let decisions routed here just before the hold finish charging the store
-// before the last changes are collected (Flush): a check classified as local a moment before the hold
-// is published is decided a few microseconds later. A timer on the executor, not a sleep.
-constexpr std::chrono::milliseconds kSwitchGrace{1};
 // Stop: longest wait for the work running on the executor.
 constexpr std::chrono::seconds kStopWait{5};
 // Timeout of one HandoffDone send.
@@ -124,17 +121,6 @@ TokenRange Slice(uint32_t i, uint32_t n) {
   return {first, last};
 }
 
-// The override table RouteOverride reads: immutable once published.
-struct OverrideTable {
-  struct Entry {
-    TokenRange range;
-    std::string target;
-    bool hold = false;  // an outgoing range being switched: checks wait (HoldWhileSwitching)
-  };
-  std::vector<Entry> entries;  // sorted by range.first, non-overlapping
-  RingPtr left_ring;           // set after Leave: every token goes to its owner on this ring
-};
-
 }  // namespace
 
 std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options) {
@@ -191,15 +177,20 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     uint32_t outstanding = 0;  // SendUpdates not answered yet
   };
 
-  Core(storage::Store& s, ClusterLink& l, Replicator& r, Executor& e, HandoffOptions o)
+  Core(storage::Store& s, ClusterLink& l, Replicator& r, Executor& e, HandoffOptions o, RoutingPublisher* rp)
       : store(s),
         link(l),
         replicator(r),
         executor(e),
         options(o),
         self(l.self_id()),
+        routing(rp),
+        fence(e),
         tick_timer(e.NewTimer()) {
-    table = std::make_shared<const OverrideTable>();
+    if (routing == nullptr) {
+      own_routing = std::make_unique<RoutingPublisher>();
+      routing = own_routing.get();
+    }
   }
 
   // --- Constant after construction ---
@@ -209,17 +200,13 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   Executor& executor;
   const HandoffOptions options;
   const std::string self;
+  std::unique_ptr<RoutingPublisher> own_routing;  // when the caller gave none
+  RoutingPublisher* routing;                      // where the overrides are published (thread-safe)
+  DecisionFence fence;                            // Enter/Exit from any thread, Wait on the executor
 
   // --- On the executor only ---
-  std::unique_ptr<Executor::Timer> tick_timer;                  // armed at the next deadline (ArmTick)
-  std::map<uint64_t, std::unique_ptr<Executor::Timer>> delays;  // After(): one-shot delays by id
-  uint64_t next_delay = 0;
-  bool pump_posted = false;  // a PumpOnce is queued
-
-  // --- Route overrides: written under mu (then table_mu), read under table_mu only ---
-  std::atomic<bool> no_overrides{true};
-  mutable std::mutex table_mu;
-  std::shared_ptr<const OverrideTable> table;  // protected by table_mu
+  std::unique_ptr<Executor::Timer> tick_timer;  // armed at the next deadline (ArmTick)
+  bool pump_posted = false;                     // a PumpOnce is queued
 
   // --- State below is protected by mu ---
   mutable std::mutex mu;
@@ -304,25 +291,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     });
   }
 
-  // Runs `fn` on the executor `delay` from now (a timer, not a sleep).
-  void After(std::chrono::nanoseconds delay, std::function<void(Core&)> fn) {
-    const uint64_t id = ++next_delay;
-    auto timer = executor.NewTimer();
-    timer->Arm(executor.Now() + delay, [weak = weak_from_this(), id, fn = std::move(fn)] {
-      std::shared_ptr<Core> core = weak.lock();
-      if (core == nullptr) return;
-      std::unique_ptr<Executor::Timer> self = std::move(core->delays[id]);  // freed after fn
-      core->delays.erase(id);
-      if (core->Stopping()) return;
-      fn(*core);
-      core->AfterEvent();
-    });
-    delays.emplace(id, std::move(timer));
-  }
-
-  // Rebuilds and publishes the override table. REQUIRES: mu held.
+  // Rebuilds and publishes the overrides. REQUIRES: mu held (so overrides are published in order).
   void PublishLocked() {
-    auto next = std::make_shared<OverrideTable>();
+    auto next = std::make_shared<RouteOverrides>();
     for (const auto& [id, out] : outgoing) {
       // While pushing this node decides the ranges; once switching, neither end does until the switch
       // is over (the new owner waits for HandoffDone, this node for its acknowledgement).
@@ -337,34 +308,11 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     // once, not back to this node (still an owner on the ring until it has left) while other ranges of
     // the leave are still being handed over.
     next->left_ring = left_ring != nullptr ? left_ring : leaving && !left ? left_ring_pending : nullptr;
-    const bool none = next->entries.empty() && next->left_ring == nullptr;
-    {
-      std::lock_guard<std::mutex> lock(table_mu);
-      table = std::move(next);
-    }
-    no_overrides.store(none, std::memory_order_release);
+    routing->SetOverrides(std::move(next));
   }
 
-  // The published override table (null when there is none), and its entry for `token` (null if none).
-  std::shared_ptr<const OverrideTable> CurrentTable() const {
-    if (no_overrides.load(std::memory_order_acquire)) return nullptr;
-    std::lock_guard<std::mutex> lock(table_mu);
-    return table;
-  }
-  static const OverrideTable::Entry* FindEntry(const OverrideTable& t, Token token) {
-    const auto& e = t.entries;
-    auto it = std::upper_bound(e.begin(), e.end(), token,
-                               [](Token v, const OverrideTable::Entry& x) { return v < x.range.first; });
-    return it != e.begin() && std::prev(it)->range.Contains(token) ? &*std::prev(it) : nullptr;
-  }
-
-  // Whether the override table holds `token` (a range being switched by this node).
-  bool Switching(Token token) const {
-    const std::shared_ptr<const OverrideTable> t = CurrentTable();
-    if (t == nullptr) return false;
-    const OverrideTable::Entry* entry = FindEntry(*t, token);
-    return entry != nullptr && entry->hold;
-  }
+  // Whether `token` is in a range this node is switching.
+  bool Switching(Token token) const { return routing->Current().Holds(token); }
 
   bool Hold(Token token, std::function<void()>& resume) {
     std::lock_guard<std::mutex> lock(mu);
@@ -384,13 +332,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   }
 
   std::optional<std::string> Route(Token token) const {
-    const std::shared_ptr<const OverrideTable> t = CurrentTable();
-    if (t == nullptr) return std::nullopt;
-    if (const OverrideTable::Entry* entry = FindEntry(*t, token)) return entry->target;
-    if (t->left_ring != nullptr) {
-      const ring::RingMember* owner = t->left_ring->Owner(token);
-      if (owner != nullptr) return owner->id;
-    }
+    if (std::optional<std::string_view> target = routing->Current().Override(token))
+      return std::string(*target);
     return std::nullopt;
   }
 
@@ -676,7 +619,12 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       started = out.started;
       PublishLocked();  // the switch: from now on this node holds the ranges' checks
     }
-    After(kSwitchGrace, [id, to, started](Core& core) {
+    // Decisions routed with the table before the hold may still be charging the store: once they are all
+    // done, the last changes are complete.
+    fence.Wait([weak = weak_from_this(), id, to, started] {
+      std::shared_ptr<Core> locked = weak.lock();
+      if (locked == nullptr || locked->Stopping()) return;
+      Core& core = *locked;
       const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(core.executor.Now() - started);
       const auto wait =
           std::clamp(core.options.push_timeout - spent, std::chrono::milliseconds(1), kMaxFlushWait);
@@ -1082,8 +1030,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 };
 
 HandoffManager::HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator,
-                               Executor& executor, HandoffOptions options)
-    : core_(std::make_shared<Core>(store, link, replicator, executor, options)) {}
+                               Executor& executor, HandoffOptions options, RoutingPublisher* routing)
+    : core_(std::make_shared<Core>(store, link, replicator, executor, options, routing)) {}
 
 HandoffManager::~HandoffManager() { Stop(); }
 
@@ -1107,7 +1055,7 @@ void HandoffManager::Stop() {
   std::future<void> reached = barrier->get_future();
   core_->executor.Post([core = core_, barrier] {
     core->tick_timer->Cancel();
-    core->delays.clear();
+    core->fence.Clear();
     barrier->set_value();
   });
   if (reached.wait_for(kStopWait) != std::future_status::ready) {
@@ -1147,6 +1095,12 @@ std::optional<std::string> HandoffManager::RouteOverride(ring::Token token) cons
 }
 
 bool HandoffManager::Switching(ring::Token token) const { return core_->Switching(token); }
+
+uint32_t HandoffManager::EnterDecision() const { return core_->fence.Enter(); }
+
+void HandoffManager::ExitDecision(uint32_t pin) const { core_->fence.Exit(pin); }
+
+RoutingPublisher& HandoffManager::routing() const { return *core_->routing; }
 
 bool HandoffManager::HoldWhileSwitching(ring::Token token, std::function<void()>& resume) {
   return core_->Hold(token, resume);

@@ -8,7 +8,8 @@
 //    Replicator::SendUpdates), ships its last changes (Replicator::Flush), sends HandoffDone, and only
 //    then lets the ring route the range to B.
 //    The switch itself (once the push is over, until HandoffDone is acknowledged) holds the range's
-//    checks at A (HoldWhileSwitching), so neither A nor B decides a key whose last change is in flight.
+//    checks at A (HoldWhileSwitching), so neither A nor B decides a key whose last change is in flight;
+//    the last changes are collected once the decisions routed before the hold are over (DecisionFence).
 //  - B (incoming): until A's HandoffDone arrives, passes the range's checks to A (RouteOverride says
 //    "A"), so exactly one node decides each key at any moment, apart from requests in flight. If A
 //    becomes unreachable (dead, left) or done_timeout passes, B decides from what it has (its replica).
@@ -45,6 +46,7 @@
 #include "replication/cluster_link.h"
 #include "replication/executor.h"
 #include "replication/replicator.h"
+#include "replication/routing_table.h"
 #include "ring/ring_view.h"
 #include "storage/store.h"
 
@@ -98,9 +100,12 @@ struct HandoffStats {
 
 class HandoffManager {
  public:
-  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's.
+  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's. The route
+  // overrides are published into `routing` (the node's routing table, which the cluster fills with the
+  // ring and the members); null: into a publisher of the manager's own (tests). `routing` must outlive
+  // the manager.
   HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator, Executor& executor,
-                 HandoffOptions options);
+                 HandoffOptions options, RoutingPublisher* routing = nullptr);
   ~HandoffManager();
 
   HandoffManager(const HandoffManager&) = delete;
@@ -145,6 +150,16 @@ class HandoffManager {
   // route the check again (to the new owner, usually). Otherwise returns false and leaves `resume`.
   // `resume` runs on the executor, or at Stop on Stop's caller.
   bool HoldWhileSwitching(ring::Token token, std::function<void()>& resume);
+
+  // The decision fence of the switch (decision_fence.h). A decision calls EnterDecision before it reads
+  // the routing table and ExitDecision(pin) once its store updates are done: the switch of a range
+  // collects its last changes only when no decision routed with the table before its hold is in flight.
+  // Request path: a few atomic operations, no lock.
+  [[nodiscard]] uint32_t EnterDecision() const;
+  void ExitDecision(uint32_t pin) const;
+
+  // Where the overrides are published (the constructor's `routing`, or the manager's own).
+  [[nodiscard]] RoutingPublisher& routing() const;
 
   // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. Returns the serialized
   // HandoffDoneAck, or nullopt when the payload does not parse.

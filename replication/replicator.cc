@@ -195,6 +195,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     while (!queue.empty()) {
       ReplicationActions a = std::move(queue.front());
       queue.pop_front();
+      PublishStats();  // before the callbacks below: what they were told is in the stats
       // Each key's update is read and serialized once, whatever the number of batches it is in.
       boost::unordered_flat_map<std::string, std::string> bytes;
       const std::shared_ptr<const ring::RingView> ring = link.ring();
@@ -251,7 +252,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         timer->Cancel();
       }
     }
-    PublishStats();
   }
 
   void PublishStats() {

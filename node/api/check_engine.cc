@@ -169,6 +169,7 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   keys.reserve(groups_.size());
   for (const auto& group : groups_) keys.push_back(checks_[order_[group.first]].key);
   std::vector<uint8_t> remote;
+  const uint32_t pin = router.EnterDecisions();
   router.Classify(keys, &remote);
 
   done_ = std::move(done);
@@ -188,6 +189,7 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
           now);
     }
   }
+  router.ExitDecisions(pin);
   const bool any_local = forwards.size() < groups_.size();
   pending_.fetch_add(forwards.size() + (any_local ? 1 : 0), std::memory_order_relaxed);
   if (any_local) {

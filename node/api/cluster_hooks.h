@@ -32,6 +32,12 @@ class CheckRouter {
   // start from what it has -- nothing, or a stale copy after a restart.
   [[nodiscard]] virtual bool Routing() const { return true; }
 
+  // Brackets one batch's routing and local decisions (DecisionFence, replication/decision_fence.h): call
+  // EnterDecisions before Classify and ExitDecisions(pin) once the local decisions have charged the
+  // store, so a handoff switch can wait for the decisions routed before it. Request path: lock-free.
+  [[nodiscard]] virtual uint32_t EnterDecisions() const { return 0; }
+  virtual void ExitDecisions(uint32_t pin) const { (void)pin; }
+
   // For each key, whether another node owns it (1) or this node decides it (0). `remote` is resized
   // to keys.size(). One ring snapshot for the whole call.
   virtual void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const = 0;

@@ -113,8 +113,10 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   // Constant after construction.
   net::io_context& io;
-  const ClusterOptions options;  // a copy: pending handlers may keep the Core alive past the Cluster
-  ring::RingHolder ring;         // thread-safe; published only from the strand
+  const ClusterOptions options;           // a copy: pending handlers may keep the Core alive past the Cluster
+  ring::RingHolder ring;                  // thread-safe; published only from the strand
+  replication::RoutingPublisher routing;  // thread-safe; ring and members published only from the strand
+  std::vector<ring::MemberInfo> routed_members;  // the members last published into `routing`
   net::strand<net::io_context::executor_type> strand;
 
   net::steady_timer timer;
@@ -216,6 +218,7 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
     // moment in which a node decided a range it gains from what it had, before its previous owner's push.
     if (ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
     ring.Publish(new_ring);
+    routing.SetRing(new_ring);
     Publish();
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
@@ -259,6 +262,10 @@ void Cluster::Core::Publish() {
   snap->ring = ring.Current();
   snap->joined = membership->joined();
   snap->stats = membership->stats();
+  if (snap->members != routed_members) {  // a new routing table only when a member changed
+    routed_members = snap->members;
+    routing.SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(snap->members));
+  }
   std::lock_guard lock(snapshot_mutex);
   snapshot = std::move(snap);
 }
@@ -390,6 +397,8 @@ void Cluster::Leave(std::function<void()> on_left) {
 }
 
 const ring::RingHolder& Cluster::ring() const { return core_->ring; }
+
+replication::RoutingPublisher& Cluster::routing() { return core_->routing; }
 
 uint16_t Cluster::peer_port() const { return core_->server.port(); }
 

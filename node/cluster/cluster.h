@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "node/peer/peer_stats.h"
+#include "replication/routing_table.h"
 #include "ring/membership.h"
 #include "ring/ring_view.h"
 
@@ -136,6 +137,11 @@ class Cluster {
 
   // The current ring (published on every ring change; its version() is the ring version).
   [[nodiscard]] const ring::RingHolder& ring() const;
+
+  // The routing table of the request path: the cluster publishes the ring (after the ring listener ran,
+  // so the handoff's overrides of a change are in before the ring that needs them) and the members into
+  // it; the handoff publishes its overrides. Thread-safe.
+  [[nodiscard]] replication::RoutingPublisher& routing();
 
   [[nodiscard]] std::shared_ptr<const ClusterSnapshot> Snapshot() const;
 

@@ -36,6 +36,19 @@ void Forwarder::RegisterHandlers() {
 
 namespace {
 
+// Holds a decision pin (DecisionFence) for its scope: from the routing read to the store's charge.
+class DecisionPin {
+ public:
+  explicit DecisionPin(const node::CheckRouter& router) : router_(router), pin_(router.EnterDecisions()) {}
+  ~DecisionPin() { router_.ExitDecisions(pin_); }
+  DecisionPin(const DecisionPin&) = delete;
+  DecisionPin& operator=(const DecisionPin&) = delete;
+
+ private:
+  const node::CheckRouter& router_;
+  const uint32_t pin_;
+};
+
 // Decides `request` here and replies once the decisions may be answered (after replication in sync mode).
 void DecideAndReply(const LocalDecider& decider, node::CheckRouter& router,
                     const peer::ForwardCheckRequest& request, const peer::PeerResponder& responder) {
@@ -66,6 +79,7 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
     responder.Fail("not joined yet");
     return;
   }
+  const DecisionPin pin(*this);
   if (request->checks_size() == 1 && handoff_ != nullptr) {
     // A key whose range this node is switching to its new owner waits for the switch, then goes to the
     // owner -- even if that is the sender (which passed it here while it waited for the switch) and
@@ -73,6 +87,7 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
     const ring::Token token = ring::RingToken(request->checks(0).key());
     if (handoff_->Switching(token)) {
       std::function<void()> resume = [this, request, responder] {
+        const DecisionPin pin(*this);
         const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
         if (decider.empty() || decider == self_id()) {
           DecideAndReply(decider_, *this, *request, responder);
@@ -115,33 +130,25 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
 
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
 
-bool Forwarder::Routing() const { return cluster_.ring().version() != 0; }  // one atomic load
+bool Forwarder::Routing() const { return cluster_.routing().Current().ring != nullptr; }
+
+uint32_t Forwarder::EnterDecisions() const { return handoff_ != nullptr ? handoff_->EnterDecision() : 0; }
+
+void Forwarder::ExitDecisions(uint32_t pin) const {
+  if (handoff_ != nullptr) handoff_->ExitDecision(pin);
+}
 
 std::string Forwarder::DeciderOf(ring::Token token) const {
-  if (handoff_ != nullptr) {
-    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) return std::move(*decider);
-  }
-  const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
-  if (view == nullptr || view->empty()) return {};
-  return view->Owner(token)->id;
+  return std::string(cluster_.routing().Current().Decider(token));
 }
 
 void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const {
   remote->assign(keys.size(), 0);
-  const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
-  if (view == nullptr || view->empty()) return;
+  const replication::RoutingTable& table = cluster_.routing().Current();
+  if (table.ring == nullptr || table.ring->empty()) return;
   const std::string& self = cluster_.self_id();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const ring::Token token = ring::RingToken(keys[i]);
-    if (handoff_ != nullptr) {
-      if (std::optional<std::string> decider = handoff_->RouteOverride(token)) {
-        (*remote)[i] = *decider != self ? 1 : 0;
-        continue;
-      }
-    }
-    const ring::RingMember* owner = view->Owner(token);
-    (*remote)[i] = owner != nullptr && owner->id != self ? 1 : 0;
-  }
+  for (size_t i = 0; i < keys.size(); ++i)
+    (*remote)[i] = table.Decider(ring::RingToken(keys[i])) != self ? 1 : 0;
 }
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
@@ -157,15 +164,15 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     check = std::move(parked->first);
     done = std::move(parked->second);
   }
-  const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
-  const std::shared_ptr<const ClusterSnapshot> snapshot = cluster_.Snapshot();
+  // Everything needed from the table is copied out before calling out (see RoutingPublisher::Current).
+  const replication::RoutingTable& table = cluster_.routing().Current();
   const std::string& self = cluster_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
-  auto add = [&](const std::string& id, bool first) {
+  auto add = [&](std::string_view id, bool first) {
     if (attempt->targets.size() >= options_.max_attempts) return;
     if (std::find(attempt->targets.begin(), attempt->targets.end(), id) != attempt->targets.end()) return;
-    const ring::MemberInfo* info = snapshot->Find(id);
+    const ring::MemberInfo* info = table.Member(id);
     // The decider is always tried (a false suspicion must not split its keys); so are suspect fallbacks:
     // every node must pick the same successor, or two nodes decide a dead owner's key from their own
     // copies (a node that suspects the successor would otherwise skip to itself).
@@ -174,17 +181,16 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
                         info->state != ring::MemberState::kSuspect))) {
       return;
     }
-    attempt->targets.push_back(id);
+    attempt->targets.emplace_back(id);
     attempt->addresses.push_back(info != nullptr ? info->peer_address : std::string());
   };
-  if (handoff_ != nullptr) {
-    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) add(*decider, true);
-  }
-  if (view != nullptr) {
+  if (std::optional<std::string_view> decider = table.Override(token)) add(*decider, true);
+  if (table.ring != nullptr) {
     const size_t r = std::max<size_t>(cluster_.options().replicas, options_.max_attempts);
-    for (const ring::RingMember* member : view->PreferenceList(token, r))
+    for (const ring::RingMember* member : table.ring->PreferenceList(token, r))
       add(member->id, attempt->targets.empty());
   }
+  const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
   if (attempt->targets.empty() || attempt->targets[0] == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
@@ -192,7 +198,7 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   peer::ForwardCheckRequest request;
   request.set_from(self);
   request.set_owner(attempt->targets[0]);
-  request.set_ring_fingerprint(view != nullptr ? view->fingerprint() : 0);
+  request.set_ring_fingerprint(fingerprint);
   *request.add_checks() = std::move(check);
   attempt->payload = request.SerializeAsString();
   forwarded_.fetch_add(1, std::memory_order_relaxed);

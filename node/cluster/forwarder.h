@@ -3,9 +3,11 @@
 // (METHOD_FORWARD_CHECK, one ForwardCheckRequest per key; the transport coalesces the messages bound
 // for one owner into shared frames), and serves the checks other nodes forward to this one.
 //
-// Who decides a key: the owner on this node's ring, unless the HandoffManager overrides it while the
-// key's range moves (replication/handoff.h): the previous owner until it has handed the range over, this
-// node while it hands a range over, the new owners once this node has left.
+// Who decides a key: the node's routing table (Cluster::routing(): ring, handoff overrides and member
+// addresses published together, read with one atomic load per check) -- the owner on the ring, unless the
+// HandoffManager overrides it while the key's range moves (replication/handoff.h): the previous owner until
+// it has handed the range over, this node while it hands a range over, the new owners once this node has
+// left.
 //
 // Routing of one key: the decider first; if it does not answer (connection refused, timeout, overloaded,
 // error), the next alive member of the key's preference list; if that is this node, or nobody answers
@@ -92,6 +94,8 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
+  [[nodiscard]] uint32_t EnterDecisions() const override;
+  void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void()> done) override;

@@ -157,8 +157,8 @@ std::optional<std::string> Node::StartCluster() {
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
   p.executor = std::make_unique<replication::AsioExecutor>(p.io);
   p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, *p.executor, replication);
-  p.handoff =
-      std::make_unique<replication::HandoffManager>(*p.store, *p.link, *p.replicator, *p.executor, handoff);
+  p.handoff = std::make_unique<replication::HandoffManager>(*p.store, *p.link, *p.replicator, *p.executor,
+                                                            handoff, &p.cluster->routing());
   p.store->SetObserver(p.replicator.get());
   p.replicator->Start();
   p.handoff->Start();
