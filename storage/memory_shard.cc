@@ -78,7 +78,8 @@ const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
 }  // namespace
 
 struct MemoryShard::Entry {
-  std::string entity;  // inline up to 15 bytes
+  std::string entity;     // inline up to 15 bytes
+  ring::Token token = 0;  // ring::RingToken(entity), as the caller computed it: never hashed again here
   uint32_t slot = kNil;
   uint32_t lru_prev = kNil;
   uint32_t lru_next = kNil;  // also the free-list link
@@ -93,12 +94,13 @@ struct MemoryShard::SlotInfo {
   uint32_t refs = 0;
 };
 
-// The set of entity heads hashes and compares entries by their entity key; lookups pass an EntityKey
-// whose precomputed ring token is the hash.
+// The set of entity heads hashes and compares entries by their entity key; the hash is the ring token,
+// stored in the entry (a rehash reads it, it does not hash the key again) and precomputed in an
+// EntityKey lookup.
 struct MemoryShard::EntityHash {
   using is_transparent = void;
   const MemoryShard* shard;
-  size_t operator()(uint32_t index) const { return ring::RingToken(shard->At(index).entity); }
+  size_t operator()(uint32_t index) const { return shard->At(index).token; }
   size_t operator()(const EntityKey& key) const { return key.token; }
 };
 
@@ -118,7 +120,7 @@ MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity)
       lru_tail_(kNil),
       heads_(std::make_unique<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>>(0, EntityHash{this},
                                                                                          EntityEq{this})) {
-  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 80, "keep the entry small");
+  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 88, "keep the entry small");
 }
 
 MemoryShard::~MemoryShard() = default;
@@ -212,6 +214,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   uint32_t index = Allocate();
   Entry& e = At(index);
   e.entity.assign(key.entity);
+  e.token = key.token;
   e.slot = Intern(state.name, state.spec);
   e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
   std::memcpy(e.word, state.state.word, sizeof(e.word));
@@ -230,7 +233,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
 
 void MemoryShard::Drop(uint32_t index, DropReason reason) {
   Entry& e = At(index);
-  ring::Token token = ring::RingToken(e.entity);
+  const ring::Token token = e.token;
   EntityKey key{e.entity, token};
   if (options_.write_back && reason != DropReason::kEvicted && (Flags(e.meta) & kOnDisk)) {
     const std::string& name = slots_[e.slot].name;
@@ -514,7 +517,7 @@ void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntitySt
     }
   }
   for (uint32_t head : *heads_) {
-    ring::Token token = ring::RingToken(At(head).entity);
+    const ring::Token token = At(head).token;
     if (token < first || token > last) continue;
     for (uint32_t i = head; i != kNil; i = At(i).entity_next) out.push_back({At(i).entity, token, Copy(i)});
   }
@@ -533,7 +536,7 @@ void MemoryShard::CollectDirty(std::vector<DirtyRecord>& out) {
   for (uint32_t index : dirty_) {
     DirtyRecord r;
     r.entity = At(index).entity;
-    r.token = ring::RingToken(r.entity);
+    r.token = At(index).token;
     r.state = Copy(index);
     r.expiry = limiter::IdleAt(r.state.spec, r.state.state);
     out.push_back(std::move(r));

@@ -2,8 +2,9 @@
 // token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
 // so the hot path takes no global lock.
 //
-// Memory: one state costs an 80-byte slab entry (entity key inline up to 15 bytes, 48-bit version,
-// 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes of hash table;
+// Memory: one state costs an 88-byte slab entry (entity key inline up to 15 bytes, its ring token,
+// 48-bit version, 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes
+// of hash table;
 // limit names and specs are interned per shard and shared by every state that uses them; only
 // sliding_log and sliding_window keep a tail vector (in a side table).
 //
