@@ -195,21 +195,26 @@ void ScanFigures(const std::vector<std::string>& entities, size_t shards) {
     (void)store.ScanTokenRange(0, std::numeric_limits<ring::Token>::max());
     scanning = false;
   });
-  double longest_us = 0;
-  uint64_t updates = 0;
-  for (uint64_t x = 0x9e3779b97f4a7c15ULL; scanning.load(std::memory_order_relaxed); ++updates) {
+  std::vector<double> latency_us;
+  latency_us.reserve(1 << 24);
+  for (uint64_t x = 0x9e3779b97f4a7c15ULL; scanning.load(std::memory_order_relaxed);) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     auto t = std::chrono::steady_clock::now();
     Charge(store, entities[x % entities.size()], spec, now);
-    longest_us = std::max(longest_us, MillisecondsSince(t) * 1e3);
+    latency_us.push_back(MillisecondsSince(t) * 1e3);
   }
   scanner.join();
+  std::sort(latency_us.begin(), latency_us.end());
+  auto quantile = [&](double q) {
+    return latency_us[std::min(latency_us.size() - 1, static_cast<size_t>(q * latency_us.size()))];
+  };
   std::printf(
       "range scan, %zu states, %zu shards: whole ring %.1f ms (%zu states), 1/64 of the ring %.2f ms "
-      "(mean of the 64 slices, %zu states in all), ratio 1/%.1f; longest Update during a whole-ring scan "
-      "%.0f us (%lu updates)\n",
+      "(mean of the 64 slices, %zu states in all, %.0f ms together), ratio 1/%.1f; Update latency during "
+      "a whole-ring scan: p99 %.1f us, p99.9 %.0f us, max %.0f us (%zu updates)\n",
       entities.size(), store.TEST_ShardCount(), whole_ms, whole_states, slice_ms, slice_states,
-      whole_ms / slice_ms, longest_us, static_cast<unsigned long>(updates));
+      slice_ms * kSlices, whole_ms / slice_ms, quantile(0.99), quantile(0.999), latency_us.back(),
+      latency_us.size());
 }
 
 }  // namespace
