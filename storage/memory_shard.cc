@@ -227,6 +227,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
     At(head).entity_next = index;
   }
   LruPushFront(index);
+  ++inserts_;
   keys_.fetch_add(1, std::memory_order_relaxed);
   return index;
 }
@@ -508,18 +509,33 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
   return dropped;
 }
 
-void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out,
-                       std::vector<std::string>* pending_deletes) {
+void MemoryShard::ScanChunk(ring::Token first, ring::Token last, ScanCursor& cursor,
+                            std::vector<EntityState>& out) {
   std::lock_guard lock(mutex_);
-  if (pending_deletes != nullptr) {
-    for (const auto& [row, tomb] : tombs_) {
-      if (tomb.token >= first && tomb.token <= last) pending_deletes->push_back(row);
-    }
+  if (!cursor.started) {
+    cursor.started = true;
+    cursor.inserts = inserts_;
   }
-  for (uint32_t head : *heads_) {
-    const ring::Token token = At(head).token;
-    if (token < first || token > last) continue;
-    for (uint32_t i = head; i != kNil; i = At(i).entity_next) out.push_back({At(i).entity, token, Copy(i)});
+  size_t copied = 0;
+  uint32_t index = cursor.next;
+  const uint32_t stop = index + std::min(kScanChunkVisits, fresh_ - std::min(index, fresh_));
+  for (; index < stop && copied < kScanChunkStates; ++index) {
+    const Entry& e = At(index);
+    if (e.slot == kNil || e.token < first || e.token > last) continue;  // free, or out of the range
+    out.push_back({e.entity, e.token, Copy(index)});
+    ++copied;
+  }
+  cursor.next = index;
+  if (index >= fresh_) {
+    cursor.done = true;
+    cursor.may_repeat = inserts_ != cursor.inserts;
+  }
+}
+
+void MemoryShard::PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [row, tomb] : tombs_) {
+    if (tomb.token >= first && tomb.token <= last) out.push_back(row);
   }
 }
 
