@@ -264,7 +264,10 @@ size_t DurableStore::Discard(std::string_view entity) { return memory_->Discard(
 std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::Token last) {
   // Memory first: what it holds (dirty or clean) is at least as new as the row. Then the rows of the
   // range that are neither in memory nor pending deletes (erased, discarded, idle: not to be read back).
-  // No flush needed, and no lock held across the read.
+  // No flush needed, and no lock held across the read. Memory is scanned in chunks while requests run;
+  // each shard's pending deletes are taken after its states, so a state that memory dropped before the
+  // scan reached it has its delete either listed or already applied to the rows read below (see
+  // MemoryStore::ScanTokenRangeWithDeletes).
   MemoryStore::RangeScan scan = memory_->ScanTokenRangeWithDeletes(first, last);
   std::vector<EntityState> out = std::move(scan.states);
   boost::unordered_flat_set<std::string, TransparentHash, std::equal_to<>> skip;

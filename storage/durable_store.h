@@ -58,6 +58,8 @@ class DurableStore final : public Store {
   void TEST_FailWrites(bool fail) { fail_writes_.store(fail); }
   // Test hook: flushes the memtable and compacts the whole key range (runs the expiry filter).
   void TEST_CompactAll();
+  // Test hook: the memory tier (to set its scan hook). Valid until Close.
+  MemoryStore& TEST_Memory() { return *memory_; }
 
  private:
   class Loader;

@@ -78,7 +78,8 @@ const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
 }  // namespace
 
 struct MemoryShard::Entry {
-  std::string entity;  // inline up to 15 bytes
+  std::string entity;     // inline up to 15 bytes
+  ring::Token token = 0;  // ring::RingToken(entity), as the caller computed it: never hashed again here
   uint32_t slot = kNil;
   uint32_t lru_prev = kNil;
   uint32_t lru_next = kNil;  // also the free-list link
@@ -93,12 +94,13 @@ struct MemoryShard::SlotInfo {
   uint32_t refs = 0;
 };
 
-// The set of entity heads hashes and compares entries by their entity key; lookups pass an EntityKey
-// whose precomputed ring token is the hash.
+// The set of entity heads hashes and compares entries by their entity key; the hash is the ring token,
+// stored in the entry (a rehash reads it, it does not hash the key again) and precomputed in an
+// EntityKey lookup.
 struct MemoryShard::EntityHash {
   using is_transparent = void;
   const MemoryShard* shard;
-  size_t operator()(uint32_t index) const { return ring::RingToken(shard->At(index).entity); }
+  size_t operator()(uint32_t index) const { return shard->At(index).token; }
   size_t operator()(const EntityKey& key) const { return key.token; }
 };
 
@@ -118,7 +120,7 @@ MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity)
       lru_tail_(kNil),
       heads_(std::make_unique<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>>(0, EntityHash{this},
                                                                                          EntityEq{this})) {
-  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 80, "keep the entry small");
+  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 88, "keep the entry small");
 }
 
 MemoryShard::~MemoryShard() = default;
@@ -212,6 +214,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   uint32_t index = Allocate();
   Entry& e = At(index);
   e.entity.assign(key.entity);
+  e.token = key.token;
   e.slot = Intern(state.name, state.spec);
   e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
   std::memcpy(e.word, state.state.word, sizeof(e.word));
@@ -224,13 +227,14 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
     At(head).entity_next = index;
   }
   LruPushFront(index);
+  ++inserts_;
   keys_.fetch_add(1, std::memory_order_relaxed);
   return index;
 }
 
 void MemoryShard::Drop(uint32_t index, DropReason reason) {
   Entry& e = At(index);
-  ring::Token token = ring::RingToken(e.entity);
+  const ring::Token token = e.token;
   EntityKey key{e.entity, token};
   if (options_.write_back && reason != DropReason::kEvicted && (Flags(e.meta) & kOnDisk)) {
     const std::string& name = slots_[e.slot].name;
@@ -505,18 +509,33 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
   return dropped;
 }
 
-void MemoryShard::Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out,
-                       std::vector<std::string>* pending_deletes) {
+void MemoryShard::ScanChunk(ring::Token first, ring::Token last, ScanCursor& cursor,
+                            std::vector<EntityState>& out) {
   std::lock_guard lock(mutex_);
-  if (pending_deletes != nullptr) {
-    for (const auto& [row, tomb] : tombs_) {
-      if (tomb.token >= first && tomb.token <= last) pending_deletes->push_back(row);
-    }
+  if (!cursor.started) {
+    cursor.started = true;
+    cursor.inserts = inserts_;
   }
-  for (uint32_t head : *heads_) {
-    ring::Token token = ring::RingToken(At(head).entity);
-    if (token < first || token > last) continue;
-    for (uint32_t i = head; i != kNil; i = At(i).entity_next) out.push_back({At(i).entity, token, Copy(i)});
+  size_t copied = 0;
+  uint32_t index = cursor.next;
+  const uint32_t stop = index + std::min(kScanChunkVisits, fresh_ - std::min(index, fresh_));
+  for (; index < stop && copied < kScanChunkStates; ++index) {
+    const Entry& e = At(index);
+    if (e.slot == kNil || e.token < first || e.token > last) continue;  // free, or out of the range
+    out.push_back({e.entity, e.token, Copy(index)});
+    ++copied;
+  }
+  cursor.next = index;
+  if (index >= fresh_) {
+    cursor.done = true;
+    cursor.may_repeat = inserts_ != cursor.inserts;
+  }
+}
+
+void MemoryShard::PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [row, tomb] : tombs_) {
+    if (tomb.token >= first && tomb.token <= last) out.push_back(row);
   }
 }
 
@@ -533,7 +552,7 @@ void MemoryShard::CollectDirty(std::vector<DirtyRecord>& out) {
   for (uint32_t index : dirty_) {
     DirtyRecord r;
     r.entity = At(index).entity;
-    r.token = ring::RingToken(r.entity);
+    r.token = At(index).token;
     r.state = Copy(index);
     r.expiry = limiter::IdleAt(r.state.spec, r.state.state);
     out.push_back(std::move(r));

@@ -1,8 +1,9 @@
 // MemoryShard: one independently locked part of the memory tier (internal to storage/).
 //
-// Layout (per state, see memory_store.h for the budget): an 80-byte Entry in a chunked slab addressed by
-// 32-bit indices; a flat hash set of the index of each entity's first entry (its other entries follow
-// through Entry::entity_next); a doubly-linked LRU list through the slab; interned (name, spec) slots.
+// Layout (per state, see memory_store.h for the budget): an 88-byte Entry in a chunked slab addressed by
+// 32-bit indices, holding the entity's ring token (computed once, by the caller); a flat hash set of the
+// index of each entity's first entry (its other entries follow through Entry::entity_next), hashed by
+// that stored token; a doubly-linked LRU list through the slab; interned (name, spec) slots.
 //
 // Thread safety: every public method takes mutex_ itself; safe for concurrent use. No method does I/O
 // or calls out while holding mutex_ (except the caller's `fn`, which must not block).
@@ -25,6 +26,14 @@
 #include "storage/memory_store.h"
 
 namespace ringlimit::storage {
+
+// The shard of `token` among `shard_count` shards: shard i holds the tokens t with
+// floor(t * shard_count / 2^64) == i, i.e. [ceil(i * 2^64 / n), ceil((i + 1) * 2^64 / n)). The index
+// never decreases as the token grows, so the shards that can hold a token of [first, last] are exactly
+// ShardIndex(first) ... ShardIndex(last). REQUIRES: shard_count > 0.
+inline size_t ShardIndex(ring::Token token, size_t shard_count) {
+  return static_cast<size_t>((static_cast<unsigned __int128>(token) * shard_count) >> 64);
+}
 
 struct EntityKey {
   std::string_view entity;
@@ -85,10 +94,37 @@ class MemoryShard {
   // Examines up to `max` least-recently-used states and drops those idle at `now`. Returns drops.
   size_t SweepIdle(limiter::TimeNs now, size_t max);
 
-  // Appends the states in [first, last] to `out` and, when `pending_deletes` is set, the row keys of the
-  // pending deletes in that range, both under one hold of the lock.
-  void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& out,
-            std::vector<std::string>* pending_deletes);
+  // A range scan walks the slab by index, one chunk per hold of the lock. An entry keeps its slab index
+  // for as long as it lives (the hash set and the LRU list only hold indices; a rehash moves indices,
+  // never entries), so a cursor "every index below `next` has been looked at" stays meaningful however
+  // the shard changes between chunks: an entry that lives through the whole scan is looked at exactly
+  // once. An entry inserted meanwhile may land at a freed index below the cursor (not seen) or at or
+  // above it (seen), so a state erased or evicted after it was copied and then inserted again can be
+  // copied twice: `may_repeat` says whether anything was inserted while the scan ran.
+  struct ScanCursor {
+    uint32_t next = 0;        // the slab index to look at next
+    uint64_t inserts = 0;     // inserts_ when the first chunk ran
+    bool started = false;     // the first chunk has run
+    bool done = false;        // every slab index has been looked at
+    bool may_repeat = false;  // (when done) entries were inserted during the scan
+  };
+
+  // At most this many states are copied per hold of the lock, and at most kScanChunkVisits slab entries
+  // are looked at (reading a token is a few ns; a copy is ~100 ns, more when the key or name is over 15
+  // bytes or the state has a tail, which allocate): a chunk holds the lock for some tens of microseconds,
+  // as long as a few dozen Updates, so requests queued on the lock wait for one chunk, not for a scan of
+  // the whole shard.
+  static constexpr size_t kScanChunkStates = 256;
+  static constexpr uint32_t kScanChunkVisits = 4096;
+
+  // Appends to `out` the states whose token is in [first, last] among the slab indices from
+  // cursor.next on, under one hold of the lock, stopping after kScanChunkStates copies or
+  // kScanChunkVisits entries; advances `cursor` (sets done at the end of the slab). Pass an `out` with
+  // room for kScanChunkStates more: growing a large vector under the lock would hold it for long.
+  void ScanChunk(ring::Token first, ring::Token last, ScanCursor& cursor, std::vector<EntityState>& out);
+
+  // Appends the RocksDB row keys of the pending deletes whose token is in [first, last].
+  void PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out);
   void CollectDirty(std::vector<DirtyRecord>& out);
   void AckFlushed(std::span<const DirtyRecord> records, bool ok);
 
@@ -139,7 +175,8 @@ class MemoryShard {
   // Everything below is protected by mutex_.
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Entry[]>> chunks_;  // the slab
-  uint32_t fresh_ = 0;                            // next never-used index
+  uint32_t fresh_ = 0;                            // next never-used index (never decreases)
+  uint64_t inserts_ = 0;                          // entries inserted so far (see ScanCursor)
   uint32_t free_head_;                            // free list through Entry::lru_next
   uint32_t lru_head_;                             // most recently used
   uint32_t lru_tail_;                             // least recently used

@@ -2,10 +2,22 @@
 // token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
 // so the hot path takes no global lock.
 //
-// Memory: one state costs an 80-byte slab entry (entity key inline up to 15 bytes, 48-bit version,
-// 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes of hash table;
+// Memory: one state costs an 88-byte slab entry (entity key inline up to 15 bytes, its ring token,
+// 48-bit version, 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes
+// of hash table;
 // limit names and specs are interned per shard and shared by every state that uses them; only
 // sliding_log and sliding_window keep a tail vector (in a side table).
+//
+// Range scans (ScanTokenRange, ScanTokenRangeWithDeletes) visit only the shards whose token interval
+// overlaps the range and read each state's stored token. A shard is read in chunks (at most
+// MemoryShard::kScanChunkStates states copied per hold of its lock, the lock released in between so that
+// Update and Get proceed), following the slab index, which an entry keeps for as long as it lives. The
+// guarantee under concurrent changes is the one of Store::ScanTokenRange: every state present for the
+// whole scan and not changed during it is returned exactly once; a state created, changed or removed
+// during the scan is returned at most once (or not at all), with a version it had during the scan. No
+// (entity, name) is returned twice: when entries were inserted into a shard during its scan (only then
+// can one state be copied from two slab indices: removed after its copy, inserted again further on), the
+// shard's part is deduplicated, keeping the newest version.
 //
 // Used alone it is the memory-only store. The durable tier (DurableStore) drives it in write-back mode:
 // see MemoryStoreOptions::write_back, MissLoader, CollectDirty and AckFlushed.
@@ -130,8 +142,14 @@ class MemoryStore final : public Store {
   // (evictable) and the pending deletes are forgotten. !ok: everything stays dirty for the next flush.
   void AckFlushed(const std::vector<DirtyRecord>& batch, bool ok);
 
-  // ScanTokenRange plus the RocksDB row keys (key_codec.h) of the pending deletes in the range, each
-  // shard's part taken under one hold of its lock: the rows the durable tier must not read back.
+  // ScanTokenRange plus the RocksDB row keys (key_codec.h) of the pending deletes in the range: the rows
+  // the durable tier must not read back. A shard's pending deletes are taken after the last chunk of its
+  // states (not under the same hold of the lock), which is what the durable tier needs: a state in the
+  // range that is not among `states` was absent from memory when the scan passed its slab index, so its
+  // row is either current (never loaded, or evicted clean), or deleted by then (a drop leaves a pending
+  // delete, forgotten only after the delete is written to RocksDB, so it is either listed here or
+  // already applied to the rows read afterwards), or it belongs to a state changed during the scan,
+  // which the guarantee leaves free.
   struct RangeScan {
     std::vector<EntityState> states;
     std::vector<std::string> pending_deletes;
@@ -143,14 +161,23 @@ class MemoryStore final : public Store {
 
   size_t TEST_ShardCount() const { return shard_count_; }
 
+  // Called by range scans, with no lock held, before each chunk with the index of the shard it reads
+  // (so a test sees which shards a scan visits, and may change the store between chunks). Set it before
+  // scanning, not concurrently with a scan. Default: none.
+  void TEST_SetScanHook(std::function<void(size_t shard)> hook) { scan_hook_ = std::move(hook); }
+
  private:
   MemoryShard& ShardFor(ring::Token token) const;
+  // Appends the states of [first, last] (and, when set, the pending deletes) shard by shard.
+  void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& states,
+            std::vector<std::string>* pending_deletes);
 
   // Constant after construction.
   const MemoryStoreOptions options_;
   size_t shard_count_;
   std::unique_ptr<std::unique_ptr<MemoryShard>[]> shards_;
-  StateObserver* observer_ = nullptr;  // set before serving
+  StateObserver* observer_ = nullptr;            // set before serving
+  std::function<void(size_t shard)> scan_hook_;  // tests only; set before scanning
 };
 
 }  // namespace ringlimit::storage

@@ -2,10 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "storage/memory_shard.h"
 
 namespace ringlimit::storage {
 namespace {
@@ -412,6 +420,220 @@ TEST(MemoryStoreTest, ScanTokenRangeSelectsByRingToken) {
     EXPECT_LE(s.token, mid);
   }
   for (const auto& s : high) EXPECT_GT(s.token, mid);
+}
+
+// --- Range scans ---
+
+using u128 = unsigned __int128;
+constexpr ring::Token kMaxToken = std::numeric_limits<ring::Token>::max();
+
+// The lowest token of shard i of n, from the definition "shard i holds [i * 2^64 / n, (i + 1) * 2^64 / n)"
+// (rounded up to whole tokens), independently of ShardIndex: a 65-bit value, 2^64 for i = n.
+u128 ShardLow(size_t i, size_t n) { return ((static_cast<u128>(i) << 64) + n - 1) / n; }
+
+bool ShardCanHold(size_t i, size_t n, ring::Token first, ring::Token last) {
+  return ShardLow(i, n) <= last && ShardLow(i + 1, n) > first;
+}
+
+constexpr size_t kShardCounts[] = {1, 2, 3, 5, 7, 16, 17, 48, 64, 100, 1000};
+
+// Ranges of every width from one token to the whole ring, random and on shard boundaries.
+std::vector<std::pair<ring::Token, ring::Token>> Ranges(std::mt19937_64& rng, size_t n, int count) {
+  std::vector<std::pair<ring::Token, ring::Token>> ranges = {{0, kMaxToken}, {0, 0}, {kMaxToken, kMaxToken}};
+  for (int k = 0; k < count; ++k) {
+    ring::Token first = rng();
+    int bits = static_cast<int>(rng() % 65);
+    ring::Token width = bits == 64 ? kMaxToken : (ring::Token{1} << bits) - 1 + (rng() & 1);
+    if (k % 4 == 1) {  // starting or ending exactly at a shard boundary (or one token off it)
+      u128 low = ShardLow(rng() % n, n);
+      first = static_cast<ring::Token>(low) - static_cast<ring::Token>(rng() % 2);
+    }
+    ring::Token last = first > kMaxToken - width ? kMaxToken : first + width;
+    if (k % 4 == 2) {
+      u128 low = ShardLow(1 + rng() % n, n);
+      last = static_cast<ring::Token>(low - 1 + rng() % 2);
+      if (last < first) std::swap(first, last);
+    }
+    ranges.emplace_back(first, last);
+  }
+  return ranges;
+}
+
+TEST(MemoryStoreScanTest, ShardIndexFollowsTheShardIntervals) {
+  std::mt19937_64 rng(7);
+  for (size_t n : kShardCounts) {
+    for (size_t i = 0; i < n; ++i) {
+      ring::Token low = static_cast<ring::Token>(ShardLow(i, n));
+      EXPECT_EQ(ShardIndex(low, n), i) << n;
+      if (i > 0) {
+        EXPECT_EQ(ShardIndex(low - 1, n), i - 1) << n;
+      }
+    }
+    EXPECT_EQ(ShardIndex(kMaxToken, n), n - 1);
+    for (int k = 0; k < 1000; ++k) {
+      ring::Token t = rng();
+      size_t i = ShardIndex(t, n);
+      ASSERT_LT(i, n);
+      EXPECT_TRUE(ShardLow(i, n) <= t && t < ShardLow(i + 1, n)) << n << " " << t;
+    }
+  }
+}
+
+TEST(MemoryStoreScanTest, VisitsExactlyTheShardsThatCanHoldTheRange) {
+  std::mt19937_64 rng(11);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  for (size_t n : kShardCounts) {
+    MemoryStoreOptions options;
+    options.shards = n;
+    MemoryStore store(options);
+    for (int i = 0; i < 50; ++i) Charge(store, "user:" + std::to_string(i), "n", spec, kT0);
+    std::set<size_t> visited;
+    store.TEST_SetScanHook([&](size_t shard) { visited.insert(shard); });
+    for (auto [first, last] : Ranges(rng, n, 300)) {
+      visited.clear();
+      (void)store.ScanTokenRange(first, last);
+      std::set<size_t> expected;
+      for (size_t i = 0; i < n; ++i) {
+        if (ShardCanHold(i, n, first, last)) expected.insert(i);
+      }
+      ASSERT_EQ(visited, expected) << n << " shards, [" << first << ", " << last << "]";
+    }
+    visited.clear();
+    EXPECT_TRUE(store.ScanTokenRange(5, 4).empty());  // first > last: nothing, no shard
+    EXPECT_TRUE(visited.empty());
+  }
+}
+
+using StateKey = std::pair<std::string, std::string>;  // (entity, name)
+
+TEST(MemoryStoreScanTest, ReturnsExactlyTheStatesInTheRange) {
+  std::mt19937_64 rng(13);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  LimitSpec window = Spec(Algorithm::kSlidingWindow, 5, kSecond);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{0}}) {
+    MemoryStoreOptions options;
+    options.shards = n;
+    MemoryStore store(options);
+    std::map<StateKey, ring::Token> inserted;
+    for (int i = 0; i < 6000; ++i) {
+      std::string entity = "user:" + std::to_string(i);
+      Charge(store, entity, "rps", spec, kT0);
+      inserted[{entity, "rps"}] = ring::RingToken(entity);
+      if (i % 3 == 0) {
+        Charge(store, entity, "rpm", window, kT0);
+        inserted[{entity, "rpm"}] = ring::RingToken(entity);
+      }
+    }
+    size_t chunks = 0;
+    store.TEST_SetScanHook([&](size_t) { ++chunks; });
+    auto ranges = Ranges(rng, store.TEST_ShardCount(), 200);
+    for (int k = 0; k < 20; ++k) {  // ranges bounded by stored tokens
+      ring::Token a = std::next(inserted.begin(), static_cast<long>(rng() % inserted.size()))->second;
+      ring::Token b = std::next(inserted.begin(), static_cast<long>(rng() % inserted.size()))->second;
+      ranges.emplace_back(std::min(a, b), std::max(a, b));
+      ranges.emplace_back(a, a);
+    }
+    for (auto [first, last] : ranges) {
+      std::vector<StateKey> expected;
+      for (const auto& [key, token] : inserted) {
+        if (token >= first && token <= last) expected.push_back(key);
+      }
+      std::vector<StateKey> got;
+      for (const EntityState& s : store.ScanTokenRange(first, last)) {
+        ASSERT_EQ(s.token, ring::RingToken(s.entity));
+        ASSERT_EQ(s.state.spec.algorithm, s.state.name == "rps" ? spec.algorithm : window.algorithm);
+        got.emplace_back(s.entity, s.state.name);
+      }
+      std::sort(got.begin(), got.end());
+      ASSERT_EQ(got, expected) << n << " shards, [" << first << ", " << last << "]";
+    }
+    // The whole ring of one shard of ~8000 states takes many chunks.
+    if (n == 1) {
+      EXPECT_GE(chunks, 8000 / MemoryShard::kScanChunkStates);
+    }
+  }
+}
+
+// A state removed after its chunk was copied and inserted again at a slab index the scan has not reached
+// yet is met twice in the slab; it is returned once, with its newest version.
+TEST(MemoryStoreScanTest, ReturnsAStateReinsertedDuringTheScanOnce) {
+  MemoryStoreOptions options;
+  options.shards = 1;
+  MemoryStore store(options);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 1000, 3600 * kSecond);  // nothing idle: no sweep drops
+  auto entity = [](int i) { return "user:" + std::to_string(i); };
+  for (int i = 0; i < 1000; ++i) Charge(store, entity(i), "n", spec, kT0);
+  int chunks = 0;
+  store.TEST_SetScanHook([&](size_t) {
+    if (++chunks != 2) return;
+    // The first chunk copied the first states inserted. Free their slab entries, fill those entries
+    // with other entities, then bring the states back: they land at the end of the slab.
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(store.Erase(entity(i), std::nullopt), 1u);
+    for (int i = 0; i < 10; ++i) Charge(store, "filler:" + std::to_string(i), "n", spec, kT0);
+    for (int i = 0; i < 10; ++i) Charge(store, entity(i), "n", spec, kT0 + kMillisecond);
+  });
+  auto all = store.ScanTokenRange(0, kMaxToken);
+  EXPECT_GT(chunks, 2);
+  std::map<std::string, uint64_t> versions;
+  for (const auto& s : all) EXPECT_TRUE(versions.emplace(s.entity, s.state.version).second) << s.entity;
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(versions.contains(entity(i))) << i;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(versions[entity(i)], ClockVersion(kT0 + kMillisecond)) << i;
+  for (int i = 10; i < 1000; ++i) EXPECT_EQ(versions[entity(i)], ClockVersion(kT0)) << i;
+}
+
+// Scans on one thread, creations, changes and erasures on another: every state nobody touches is
+// returned exactly once by every scan whose range holds it, and no state twice.
+TEST(MemoryStoreScanTest, ConcurrentUpdatesLeaveUntouchedStatesExactlyOnce) {
+  MemoryStoreOptions options;
+  options.shards = 3;
+  MemoryStore store(options);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 1000, 3600 * kSecond);
+  std::map<std::string, ring::Token> untouched;
+  for (int i = 0; i < 3000; ++i) {
+    std::string entity = "still:" + std::to_string(i);
+    Charge(store, entity, "n", spec, kT0);
+    untouched[entity] = ring::RingToken(entity);
+  }
+  for (int i = 0; i < 1000; ++i) Charge(store, "churn:" + std::to_string(i), "n", spec, kT0);
+
+  std::atomic<bool> scanning{true};
+  std::thread writer([&] {
+    std::mt19937_64 rng(17);
+    // The clock stands still: nothing goes idle, so the sweeps of the Updates drop nothing.
+    for (int k = 0; k < 2'000'000 && scanning.load(std::memory_order_relaxed); ++k) {
+      std::string entity = "churn:" + std::to_string(rng() % 2000);
+      if (rng() % 4 == 0)
+        store.Erase(entity, std::nullopt);
+      else
+        Charge(store, entity, rng() % 2 ? "n" : "m", spec, kT0);
+    }
+  });
+  struct JoinAtExit {  // also when an assertion returns early
+    std::atomic<bool>& scanning;
+    std::thread& writer;
+    ~JoinAtExit() {
+      scanning = false;
+      writer.join();
+    }
+  } join_at_exit{scanning, writer};
+  std::mt19937_64 rng(19);
+  auto ranges = Ranges(rng, 3, 40);
+  for (auto [first, last] : ranges) {
+    std::set<StateKey> seen;
+    std::set<std::string> seen_untouched;
+    for (const auto& s : store.ScanTokenRange(first, last)) {
+      ASSERT_TRUE(s.token >= first && s.token <= last);
+      ASSERT_EQ(s.token, ring::RingToken(s.entity));
+      ASSERT_TRUE(seen.emplace(s.entity, s.state.name).second)
+          << "twice: " << s.entity << " " << s.state.name;
+      if (untouched.contains(s.entity)) seen_untouched.insert(s.entity);
+    }
+    for (const auto& [entity, token] : untouched) {
+      if (token >= first && token <= last) {
+        ASSERT_TRUE(seen_untouched.contains(entity)) << entity;
+      }
+    }
+  }
 }
 
 TEST(MemoryStoreTest, ConcurrentUpdatesAdmitExactlyTheLimit) {

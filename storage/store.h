@@ -70,8 +70,24 @@ class Store : public StateStore {
   virtual size_t Discard(std::string_view entity) = 0;
 
   // Every state whose entity's ring token t satisfies first <= t <= last (inclusive, so the whole
-  // ring is [0, UINT64_MAX]), in no particular order. For handoff: O(states in memory) for the memory
-  // tier, plus a contiguous RocksDB range read for the durable tier.
+  // ring is [0, UINT64_MAX]; empty when first > last), in no particular order, each with its token. For
+  // handoff and re-replication. Cost: the memory tier looks only at the shards whose token interval
+  // overlaps the range (O(states in those shards), copying only the matches), plus a contiguous RocksDB
+  // range read for the durable tier.
+  //
+  // The scan does not stop the store: memory is read in bounded chunks, each shard's lock released in
+  // between, so Update, Get and the rest run concurrently with it. What it guarantees under concurrent
+  // calls:
+  //  - a state present for the whole scan and not changed during it is returned exactly once, as it is.
+  //    "Changed" means an Update that changed it, ApplyIfNewer, Erase, Discard or an idle drop; memory
+  //    eviction and reloading from disk (durable tier) are not changes, a memory-only eviction removes;
+  //  - a state created, changed or removed during the scan is returned at most once, with a version it
+  //    had at some moment during the scan, or not at all;
+  //  - a state removed before the scan started (durable tier: erased, discarded or idle, with its row
+  //    delete still pending) is not returned;
+  //  - no (entity, name) is returned twice.
+  // So a snapshot is not promised: a caller that must not miss changes made during the scan follows
+  // them otherwise (StateObserver).
   [[nodiscard]] virtual std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) = 0;
 
   // Sets the observer (nullptr: none). Call before serving; not safe concurrently with Update.

@@ -3,19 +3,24 @@
 //     ratio (target >= 0.9);
 //  2. resident heap bytes per active state in the memory tier for token_bucket (target <= 100 B) and
 //     sliding_window, measured as the mallinfo2() in-use delta over N distinct keys;
-//  3. on-disk bytes per key after a flush and a full compaction.
+//  3. on-disk bytes per key after a flush and a full compaction;
+//  4. the cost of a memory-tier range scan of 1/64 of the ring vs the whole ring, and the longest Update
+//     while a whole-ring scan runs on another thread.
 //
 // Usage: storage_bench [--keys=1000000] [--throughput-keys=100000] [--seconds=6] [--threads=2]
-// [--dir=/tmp/...]
+// [--dir=/tmp/...] [--only=scan]
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +39,7 @@ struct Args {
   double seconds = 3;                // per store, split in rounds alternating the two stores
   int threads = 2;
   std::string dir;
+  bool only_scan = false;  // --only=scan: just section 4 (no RocksDB)
 };
 
 Args Parse(int argc, char** argv) {
@@ -49,9 +55,12 @@ Args Parse(int argc, char** argv) {
       args.threads = std::stoi(value("--threads="));
     else if (a.starts_with("--dir="))
       args.dir = value("--dir=");
+    else if (a == "--only=scan")
+      args.only_scan = true;
     else {
       std::fprintf(stderr,
-                   "usage: %s [--keys=N] [--throughput-keys=N] [--seconds=S] [--threads=T] [--dir=D]\n",
+                   "usage: %s [--keys=N] [--throughput-keys=N] [--seconds=S] [--threads=T] [--dir=D] "
+                   "[--only=scan]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -150,11 +159,90 @@ uint64_t DirBytes(const std::string& dir, std::string_view extension) {
   return bytes;
 }
 
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// 4. A memory store of every entity (token_bucket) over `shards` shards (0 = the default count): a scan of
+// the whole ring (best of 3), each of the 64 slices of 1/64 of the ring once (mean), and the longest
+// Update on this thread while another thread scans the whole ring.
+void ScanFigures(const std::vector<std::string>& entities, size_t shards) {
+  storage::MemoryStoreOptions options;
+  options.shards = shards;
+  storage::MemoryStore store(options);
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kTokenBucket);
+  const limiter::TimeNs now = WallNow();
+  for (const auto& e : entities) Charge(store, e, spec, now);
+
+  double whole_ms = 1e300;
+  size_t whole_states = 0;
+  for (int round = 0; round < 3; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    whole_states = store.ScanTokenRange(0, std::numeric_limits<ring::Token>::max()).size();
+    whole_ms = std::min(whole_ms, MillisecondsSince(start));
+  }
+  constexpr int kSlices = 64;
+  constexpr ring::Token kWidth = ring::Token{1} << 58;  // 2^64 / kSlices
+  size_t slice_states = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSlices; ++i) {
+    ring::Token first = kWidth * static_cast<ring::Token>(i);
+    slice_states += store.ScanTokenRange(first, first + (kWidth - 1)).size();
+  }
+  double slice_ms = MillisecondsSince(start) / kSlices;
+
+  // Update latencies on this thread while `busy` holds, sorted.
+  auto latencies = [&](const std::function<bool()>& busy) {
+    std::vector<double> us;
+    us.reserve(1 << 24);
+    for (uint64_t x = 0x9e3779b97f4a7c15ULL; busy();) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      auto t = std::chrono::steady_clock::now();
+      Charge(store, entities[x % entities.size()], spec, now);
+      us.push_back(MillisecondsSince(t) * 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    return us;
+  };
+  auto quantile = [](const std::vector<double>& sorted, double q) {
+    return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+  };
+  std::atomic<bool> scanning{true};
+  double contended_ms = 0;
+  std::thread scanner([&] {
+    auto scan_start = std::chrono::steady_clock::now();
+    (void)store.ScanTokenRange(0, std::numeric_limits<ring::Token>::max());
+    contended_ms = MillisecondsSince(scan_start);
+    scanning = false;
+  });
+  auto during = latencies([&] { return scanning.load(std::memory_order_relaxed); });
+  scanner.join();
+  // The same time without a scan: what the machine's scheduling alone does to the tail.
+  auto quiet_start = std::chrono::steady_clock::now();
+  auto quiet = latencies([&] { return MillisecondsSince(quiet_start) < contended_ms; });
+  std::printf(
+      "range scan, %zu states, %zu shards: whole ring %.1f ms (%zu states), 1/64 of the ring %.2f ms "
+      "(mean of the 64 slices, %zu states in all, %.0f ms together), ratio 1/%.1f; Update latency during "
+      "a whole-ring scan (%.0f ms): p99 %.1f us, p99.9 %.0f us, max %.0f us (%zu updates); without a scan: "
+      "p99 %.1f "
+      "us, "
+      "p99.9 %.0f us, max %.0f us (%zu updates)\n",
+      entities.size(), store.TEST_ShardCount(), whole_ms, whole_states, slice_ms, slice_states,
+      slice_ms * kSlices, whole_ms / slice_ms, contended_ms, quantile(during, 0.99), quantile(during, 0.999),
+      during.back(), during.size(), quantile(quiet, 0.99), quantile(quiet, 0.999), quiet.back(),
+      quiet.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args = Parse(argc, argv);
   spdlog::set_level(spdlog::level::warn);
+  if (args.only_scan) {
+    std::vector<std::string> entities = Entities(args.keys);
+    for (size_t shards : {size_t{0}, size_t{64}}) ScanFigures(entities, shards);
+    return 0;
+  }
   std::string dir = args.dir;
   if (dir.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "ringlimit-bench-XXXXXX").string();
@@ -237,5 +325,8 @@ int main(int argc, char** argv) {
   std::printf("on disk, %zu token_bucket keys after flush + compaction: %.1f B/key (SST, LZ4)\n", args.keys,
               static_cast<double>(sst) / static_cast<double>(args.keys));
   if (args.dir.empty()) std::filesystem::remove_all(dir);
+
+  // 4. Range scans.
+  for (size_t shards : {size_t{0}, size_t{64}}) ScanFigures(entities, shards);
   return 0;
 }
