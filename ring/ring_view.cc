@@ -209,18 +209,4 @@ std::vector<RangeMove> RingView::Diff(const RingView& from, const RingView& to) 
   return out;
 }
 
-std::shared_ptr<const RingView> RingHolder::Current() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return current_;
-}
-
-bool RingHolder::Publish(std::shared_ptr<const RingView> view) {
-  std::shared_ptr<const RingView> old;  // released outside the lock
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (current_ != nullptr && view->version() <= current_->version()) return false;
-  old = std::exchange(current_, std::move(view));
-  version_.store(current_->version(), std::memory_order_release);
-  return true;
-}
-
 }  // namespace ringlimit::ring

@@ -16,16 +16,15 @@
 #ifndef RINGLIMIT_RING_RING_VIEW_H_
 #define RINGLIMIT_RING_RING_VIEW_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ring/published.h"
 #include "ring/token.h"
 
 namespace ringlimit::ring {
@@ -146,13 +145,15 @@ class RingView {
   std::vector<double> shares_;  // per member
 };
 
-// Publishes the current RingView to concurrent readers. Writers (membership changes) are rare; readers
-// (every check) copy the shared_ptr under a mutex held for a pointer copy only, never across a lookup,
-// so a swap never waits for a reader's work and vice versa. version() is a lock-free load readers can use
-// to keep a cached view until it is stale.
-// (std::atomic<std::shared_ptr> would do, but libstdc++ 12's implementation is reported racy by TSan.)
+// Publishes the current RingView to concurrent readers: a Published<RingView> (ring/published.h) whose
+// version is the view's. Writers (membership changes) are rare; readers (every check) pay one atomic load
+// while the view is unchanged: Current() reads through a per-thread cache and takes the writer mutex (for
+// a pointer copy) only on its first read after a Publish, so a swap never waits for a reader's work and
+// vice versa.
 //
 // Thread safety: all methods are safe for concurrent use without external synchronisation.
+// Lifetime: a thread that called Current() keeps the view it last read alive until it reads again or
+// exits (see Published); views are plain data.
 class RingHolder {
  public:
   RingHolder() = default;
@@ -160,41 +161,41 @@ class RingHolder {
   RingHolder& operator=(const RingHolder&) = delete;
 
   // The current view; null before the first Publish.
-  [[nodiscard]] std::shared_ptr<const RingView> Current() const;
+  [[nodiscard]] std::shared_ptr<const RingView> Current() const { return published_.Current(); }
 
-  // Version of the current view (0 before the first Publish).
-  [[nodiscard]] uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  // Version of the current view (0 before the first Publish). One atomic load.
+  [[nodiscard]] uint64_t version() const { return published_.version(); }
 
-  // Installs `view` if its version is greater than the current one; returns whether it did.
-  // REQUIRES: view != nullptr.
-  bool Publish(std::shared_ptr<const RingView> view);
+  // Installs `view` if its version is greater than the current one (or it is the first); returns whether
+  // it did. REQUIRES: view != nullptr.
+  bool Publish(std::shared_ptr<const RingView> view) {
+    const uint64_t version = view->version();
+    return published_.PublishVersion(std::move(view), version);
+  }
 
  private:
-  mutable std::mutex mutex_;
-  std::shared_ptr<const RingView> current_;  // protected by mutex_
-  std::atomic<uint64_t> version_{0};         // written under mutex_, read without it
+  friend class RingCache;
+
+  Published<RingView> published_;
 };
 
-// A reader's cached copy of a RingHolder's view: Get() takes the holder's mutex only when the holder's
-// version has moved since the last call, so a hot path pays one atomic load per lookup.
+// A reader's own cached copy of a RingHolder's view (a Published<RingView>::Reader): Get() takes the
+// holder's mutex only when the holder has published since the last call, so a hot path pays one atomic
+// load per lookup.
 //
 // Thread safety: one RingCache per thread (or strand); not safe for concurrent use. The holder must
 // outlive the cache.
 class RingCache {
  public:
-  explicit RingCache(const RingHolder& holder) : holder_(holder) {}
+  explicit RingCache(const RingHolder& holder) : reader_(holder.published_) {}
   RingCache(const RingCache&) = delete;
   RingCache& operator=(const RingCache&) = delete;
 
   // The holder's current view (null before its first Publish). Valid until the next Get().
-  [[nodiscard]] const std::shared_ptr<const RingView>& Get() {
-    if (view_ == nullptr || holder_.version() != view_->version()) view_ = holder_.Current();
-    return view_;
-  }
+  [[nodiscard]] const std::shared_ptr<const RingView>& Get() { return reader_.Get(); }
 
  private:
-  const RingHolder& holder_;
-  std::shared_ptr<const RingView> view_;
+  Published<RingView>::Reader reader_;
 };
 
 }  // namespace ringlimit::ring

@@ -93,14 +93,24 @@ void Metrics::ObserveLatency(std::chrono::nanoseconds latency) {
 
 DecisionCounters* Metrics::ForPolicy(std::string_view policy) {
   {
-    std::shared_lock lock(policies_mutex_);
-    auto it = policies_.find(policy);
-    if (it != policies_.end()) return it->second.get();
+    // The per-check path: no lock, no reference count (the map is not kept past the lookup).
+    const std::shared_ptr<const CounterMap>& map = policies_.Cached();
+    if (map != nullptr) {
+      auto it = map->find(policy);
+      if (it != map->end()) return it->second;
+    }
   }
-  std::unique_lock lock(policies_mutex_);
-  auto [it, inserted] = policies_.try_emplace(std::string(policy));
-  if (inserted) it->second = std::make_unique<DecisionCounters>();
-  return it->second.get();
+  std::lock_guard lock(new_policy_mutex_);
+  const std::shared_ptr<const CounterMap> current = policies_.Load();
+  if (current != nullptr) {
+    auto it = current->find(policy);
+    if (it != current->end()) return it->second;  // added meanwhile by another thread
+  }
+  auto next = current != nullptr ? std::make_shared<CounterMap>(*current) : std::make_shared<CounterMap>();
+  DecisionCounters* counters = &counters_.emplace_back();
+  next->emplace(std::string(policy), counters);
+  policies_.Publish(std::move(next));
+  return counters;
 }
 
 std::string Metrics::Render(const storage::StoreStats& store) const {
@@ -128,9 +138,8 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       "# HELP ringlimit_decisions_total Limit decisions by policy (\"_inline\" for inline limits) and "
       "outcome.\n"
       "# TYPE ringlimit_decisions_total counter\n");
-  {
-    std::shared_lock lock(policies_mutex_);
-    for (const auto& [name, counters] : policies_) {
+  if (const std::shared_ptr<const CounterMap> policies = policies_.Load(); policies != nullptr) {
+    for (const auto& [name, counters] : *policies) {
       const std::pair<const char*, const std::atomic<uint64_t>*> outcomes[] = {
           {"allowed", &counters->allowed},
           {"denied", &counters->denied},

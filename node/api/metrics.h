@@ -2,8 +2,9 @@
 // Atomic counters only; no external library.
 //
 // Thread safety: every method is safe for concurrent use from many threads without external
-// synchronisation. Counting never blocks: counters are relaxed atomics, and the per-policy table is
-// read under a shared lock (written only the first time a policy name is seen).
+// synchronisation. Counting never blocks: counters are relaxed atomics, and the per-policy table is an
+// immutable map published through ring::Published (one atomic load per lookup; a writer mutex only the
+// first time a policy name is seen).
 #ifndef RINGLIMIT_NODE_API_METRICS_H_
 #define RINGLIMIT_NODE_API_METRICS_H_
 
@@ -11,12 +12,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
-#include <shared_mutex>
+#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "ring/published.h"
 #include "storage/state_store.h"
 
 namespace ringlimit::node {
@@ -88,9 +91,15 @@ class Metrics {
   std::atomic<uint64_t> latency_count_{0};
   std::atomic<uint64_t> latency_sum_ns_{0};
 
-  // Protected by policies_mutex_ (the map; the counters it points to are atomics, never freed).
-  mutable std::shared_mutex policies_mutex_;
-  std::map<std::string, std::unique_ptr<DecisionCounters>, std::less<>> policies_;
+  // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
+  // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache
+  // entry, never the counters it points to (ring/published.h: entries are keyed by instance).
+  using CounterMap = std::map<std::string, DecisionCounters*, std::less<>>;
+  ring::Published<CounterMap> policies_;
+
+  // Serialises adding a name to policies_ (read-copy-publish). Protected by new_policy_mutex_:
+  std::mutex new_policy_mutex_;
+  std::deque<DecisionCounters> counters_;  // elements never move nor die before the Metrics
 };
 
 }  // namespace ringlimit::node

@@ -218,8 +218,9 @@ const Policy* PolicySet::Find(std::string_view name) const {
   return it == policies_.end() ? nullptr : &it->second;
 }
 
-Policies::Policies(std::string path)
-    : path_(std::move(path)), current_(std::make_shared<const PolicySet>()) {}
+Policies::Policies(std::string path) : path_(std::move(path)) {
+  set_.Publish(std::make_shared<const PolicySet>());
+}
 
 std::optional<PolicyError> Policies::Reload() {
   if (path_.empty()) return std::nullopt;
@@ -235,11 +236,7 @@ std::optional<PolicyError> Policies::LoadJson(std::string_view json_text) {
   PolicyError error;
   auto set = PolicySet::Parse(json_text, &error);
   if (!set) return error;
-  std::shared_ptr<const PolicySet> old;  // released outside the lock
-  {
-    std::lock_guard lock(mutex_);
-    old = std::exchange(current_, std::move(set));
-  }
+  set_.Publish(std::move(set));
   return std::nullopt;
 }
 

@@ -6,20 +6,21 @@
 // never dropped (states are keyed by name, and the names do not change with the file).
 //
 // Thread safety: Policies is safe for concurrent use from many threads without external
-// synchronisation (Current() is wait-free for readers apart from the shared_ptr's reference count).
+// synchronisation. Current() takes no lock while the set is unchanged: the set is a
+// ring::Published<PolicySet>, read through a per-thread cache at one atomic load (plus the shared_ptr's
+// reference count); the first read on each thread after a reload takes the writer mutex once.
 #ifndef RINGLIMIT_NODE_API_POLICIES_H_
 #define RINGLIMIT_NODE_API_POLICIES_H_
 
-#include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "limiter/limiter.h"
+#include "ring/published.h"
 
 namespace ringlimit::node {
 
@@ -79,21 +80,17 @@ class Policies {
   // Same from text (tests, embedding).
   [[nodiscard]] std::optional<PolicyError> LoadJson(std::string_view json);
 
-  // The set in force. Callers keep the pointer for the duration of one request.
-  [[nodiscard]] std::shared_ptr<const PolicySet> Current() const {
-    std::lock_guard lock(mutex_);
-    return current_;
-  }
+  // The set in force (never null). Callers keep the pointer for the duration of one request. A
+  // Reload or LoadJson that has returned is seen by every later call, on every thread.
+  [[nodiscard]] std::shared_ptr<const PolicySet> Current() const { return set_.Current(); }
 
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
   const std::string path_;  // constant after construction
 
-  // A mutex rather than std::atomic<std::shared_ptr>: libstdc++ 12's implementation of the latter is
-  // reported racy by TSan. The critical section is one pointer copy, taken once per request.
-  mutable std::mutex mutex_;
-  std::shared_ptr<const PolicySet> current_;  // protected by mutex_
+  // Thread-safe. Holds an empty set from construction on.
+  ring::Published<PolicySet> set_;
 };
 
 }  // namespace ringlimit::node

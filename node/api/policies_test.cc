@@ -5,7 +5,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace ringlimit::node {
 namespace {
@@ -139,6 +142,49 @@ TEST(PoliciesTest, ConcurrentReadersDuringReloads) {
   stop = true;
   reader.join();
   EXPECT_EQ(policies.Current()->Find("api")->limits[0].spec.limit, 200u);
+}
+
+TEST(PoliciesTest, AReloadIsSeenByTheNextReadOnEveryThread) {
+  // A thread that has the old set cached must see the new one on its next read (SIGHUP semantics).
+  Policies policies;
+  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  std::promise<void> cached;
+  std::promise<void> reloaded;
+  std::shared_future<void> reloaded_future = reloaded.get_future().share();
+  uint64_t before = 0;
+  uint64_t after = 0;
+  std::thread reader([&] {
+    before = policies.Current()->Find("api")->limits[0].spec.limit;
+    cached.set_value();
+    reloaded_future.wait();
+    after = policies.Current()->Find("api")->limits[0].spec.limit;
+  });
+  cached.get_future().wait();
+  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":2,"window_ms":1000}]}}})"));
+  reloaded.set_value();
+  reader.join();
+  EXPECT_EQ(before, 1u);
+  EXPECT_EQ(after, 2u);
+}
+
+TEST(PoliciesTest, SeveralInstancesInOneProcessKeepTheirOwnSets) {
+  // Several nodes in one test process: each Policies reads its own set, whichever thread reads.
+  std::vector<std::unique_ptr<Policies>> all;
+  for (int i = 1; i <= 12; ++i) {
+    all.push_back(std::make_unique<Policies>());
+    ASSERT_FALSE(all.back()->LoadJson(R"({"policies":{"p)" + std::to_string(i) +
+                                      R"(":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      auto set = all[i]->Current();
+      ASSERT_EQ(set->size(), 1u);
+      EXPECT_NE(set->Find("p" + std::to_string(i + 1)), nullptr) << i;
+    }
+  }
+  all.erase(all.begin());  // a new instance may reuse a dead one's address; it still starts empty
+  all.push_back(std::make_unique<Policies>());
+  EXPECT_EQ(all.back()->Current()->size(), 0u);
 }
 
 }  // namespace

@@ -14,10 +14,12 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "node/peer/framed_connection.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/protocol.h"
+#include "ring/published.h"
 
 namespace ringlimit::peer::internal {
 
@@ -42,9 +45,29 @@ struct ClientShared {
   StatsCounters stats;
   std::atomic<bool> stopped{false};
 
+  // Every call looks its channel up here, from any thread: an immutable copy of `channels`, republished
+  // (under mu) whenever a channel is added or removed, so finding an existing channel takes no lock (see
+  // ring/published.h). Weak references: a thread's cache entry may outlive the client, and a channel
+  // must not outlive the io_context its sockets belong to.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
+  using ChannelIndex = std::unordered_map<std::string, std::weak_ptr<PeerChannel>, NameHash, std::equal_to<>>;
+  ring::Published<ChannelIndex> index;
+
+  // Serialises adding and removing channels (and stopping).
   std::mutex mu;
-  // One channel per peer address, as the caller spelled it. Protected by mu.
+  // One channel per peer address, as the caller spelled it. Protected by mu. The owner of the channels.
   std::unordered_map<std::string, std::shared_ptr<PeerChannel>> channels;
+
+  // Publishes `channels` as the new index. REQUIRES: mu held.
+  void PublishIndexLocked() {
+    auto next = std::make_shared<ChannelIndex>();
+    next->reserve(channels.size());
+    for (const auto& [name, channel] : channels) next->emplace(name, channel);
+    index.Publish(std::move(next));
+  }
 };
 
 class ClientConnection : public FramedConnection {

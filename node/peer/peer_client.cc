@@ -14,6 +14,15 @@ namespace {
 std::shared_ptr<internal::PeerChannel> FindOrCreate(internal::ClientShared& shared,
                                                     const std::shared_ptr<internal::ClientShared>& owner,
                                                     std::string_view peer, PeerStatus& error) {
+  // The common case, on every call: an existing channel, found in the published index without a lock.
+  if (!shared.stopped.load(std::memory_order_relaxed)) {
+    const std::shared_ptr<const internal::ClientShared::ChannelIndex>& index = shared.index.Cached();
+    if (index != nullptr) {
+      if (auto it = index->find(peer); it != index->end()) {
+        if (std::shared_ptr<internal::PeerChannel> channel = it->second.lock()) return channel;
+      }
+    }
+  }
   std::lock_guard lock(shared.mu);
   if (shared.stopped.load()) {
     error = PeerStatus(PeerErrorKind::kShutdown, "peer client stopped");
@@ -28,6 +37,7 @@ std::shared_ptr<internal::PeerChannel> FindOrCreate(internal::ClientShared& shar
   }
   auto channel = std::make_shared<internal::PeerChannel>(owner, name, std::move(*address));
   shared.channels.emplace(std::move(name), channel);
+  shared.PublishIndexLocked();
   return channel;
 }
 
@@ -79,6 +89,7 @@ void PeerClient::Disconnect(std::string_view peer) {
     if (it == shared_->channels.end()) return;
     channel = std::move(it->second);
     shared_->channels.erase(it);
+    shared_->PublishIndexLocked();
   }
   channel->Close(
       PeerStatus(PeerErrorKind::kConnectionLost, "peer " + std::string(peer) + " was disconnected"));
@@ -91,6 +102,7 @@ void PeerClient::Stop() {
     if (shared_->stopped.exchange(true)) return;
     for (auto& [name, channel] : shared_->channels) channels.push_back(std::move(channel));
     shared_->channels.clear();
+    shared_->PublishIndexLocked();
   }
   for (auto& channel : channels) channel->Close(PeerStatus(PeerErrorKind::kShutdown, "peer client stopped"));
 }

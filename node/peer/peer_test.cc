@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "node/peer/peer_client.h"
@@ -346,6 +347,39 @@ TEST_F(PeerTest, DisconnectFailsPendingAndReconnectsLater) {
   EXPECT_EQ(result.get().kind(), PeerErrorKind::kConnectionLost);
   EXPECT_EQ(CallSync(client, peer, kEcho, "fresh").payload(), "echo:fresh");
   EXPECT_EQ(client.Stats().connections_opened, 2u);
+}
+
+TEST_F(PeerTest, ClientsInOneProcessKeepTheirOwnChannels) {
+  // Channels are found through a per-thread cache (ring/published.h): two clients calling the same
+  // address from the same threads must still each use, drop and stop only their own channel.
+  auto server = StartServer();
+  PeerClient a(io_.io(), {});
+  PeerClient b(io_.io(), {});
+  const std::string peer = Address(server->port());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        PeerClient& client = i % 2 == 0 ? a : b;
+        if (CallSync(client, peer, kEcho, "x").ok()) ok.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(ok.load(), 60);
+  EXPECT_EQ(a.Stats().connections_opened, 1u);
+  EXPECT_EQ(b.Stats().connections_opened, 1u);
+
+  a.Disconnect(peer);
+  EXPECT_EQ(CallSync(b, peer, kEcho, "b").payload(), "echo:b");
+  EXPECT_EQ(CallSync(a, peer, kEcho, "a").payload(), "echo:a");
+  EXPECT_EQ(a.Stats().connections_opened, 2u);
+  EXPECT_EQ(b.Stats().connections_opened, 1u);
+
+  a.Stop();
+  EXPECT_EQ(CallSync(a, peer, kEcho, "a").kind(), PeerErrorKind::kShutdown);
+  EXPECT_EQ(CallSync(b, peer, kEcho, "b").payload(), "echo:b");
 }
 
 TEST(ParseHostPortTest, Forms) {
