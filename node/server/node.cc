@@ -68,9 +68,9 @@ Node::~Node() { Stop(); }
 
 boost::system::result<void, std::string> Node::Start() {
   if (started_) return std::string("the node is already started");
-  storage::OpenResult opened = storage::OpenStateStore(options_.storage);
-  if (!opened.ok()) return "storage: " + opened.error->message;
-  parts_ = std::make_unique<Parts>(options_, std::move(opened.store));
+  Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options_.storage);
+  if (!opened.ok()) return "storage: " + opened.status().message();
+  parts_ = std::make_unique<Parts>(options_, std::move(opened).value());
   if (auto error = parts_->policies.Reload()) {
     parts_.reset();
     return "policies " + options_.policies_path + ": " + error->ToString();
