@@ -185,6 +185,15 @@ class [[nodiscard]] Result {
     assert(ok());
     return std::move(*value_);
   }
+  // The value, or `fallback` when there is none.
+  template <typename U>
+  [[nodiscard]] T value_or(U&& fallback) const& {
+    return ok() ? *value_ : static_cast<T>(std::forward<U>(fallback));
+  }
+  template <typename U>
+  [[nodiscard]] T value_or(U&& fallback) && {
+    return ok() ? std::move(*value_) : static_cast<T>(std::forward<U>(fallback));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }

@@ -66,6 +66,9 @@ TEST(Result, HoldsAValueOrAStatus) {
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(bad.status().IsNotFound());
   EXPECT_EQ(bad.status().message(), "no such thing");
+
+  EXPECT_EQ(good.value_or(0), 42);
+  EXPECT_EQ(bad.value_or(0), 0);
 }
 
 TEST(Result, ConvertsFromWhatTheValueConvertsFrom) {
