@@ -71,9 +71,9 @@ boost::system::result<void, std::string> Node::Start() {
   Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options_.storage);
   if (!opened.ok()) return "storage: " + opened.status().message();
   parts_ = std::make_unique<Parts>(options_, std::move(opened).value());
-  if (auto error = parts_->policies.Reload()) {
+  if (Status loaded = parts_->policies.Reload(); !loaded.ok()) {
     parts_.reset();
-    return "policies " + options_.policies_path + ": " + error->ToString();
+    return "policies " + options_.policies_path + ": " + loaded.message();
   }
   if (auto started = parts_->server.Start(); !started) {
     parts_.reset();
@@ -125,10 +125,9 @@ void Node::Stop() {
   spdlog::info("node stopped");
 }
 
-std::optional<std::string> Node::ReloadPolicies() {
-  if (!parts_) return std::string("the node is not started");
-  if (auto error = parts_->policies.Reload()) return error->ToString();
-  return std::nullopt;
+Status Node::ReloadPolicies() {
+  if (!parts_) return Status::Unavailable("the node is not started");
+  return parts_->policies.Reload();
 }
 
 uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }
