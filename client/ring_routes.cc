@@ -25,11 +25,12 @@ Result<std::shared_ptr<const RingRoutes>> RingRoutes::Build(const ClusterInfo& i
                  .code = "bad_cluster",
                  .message = "node " + info.node_id + " reports no member on the ring"};
   }
-  auto built = ring::RingView::Build(info.ring_version, std::move(members));
+  auto built = ring::RingView::Create(info.ring_version, std::move(members));
   if (!built.ok()) {
-    return Error{.kind = Error::Kind::kProtocol, .code = "bad_cluster", .message = built.error->message};
+    return Error{.kind = Error::Kind::kProtocol, .code = "bad_cluster", .message = built.status().message()};
   }
-  return std::shared_ptr<const RingRoutes>(new RingRoutes(built.view, std::move(http), info.ring_version));
+  return std::shared_ptr<const RingRoutes>(
+      new RingRoutes(std::move(built).value(), std::move(http), info.ring_version));
 }
 
 RingRoutes::RingRoutes(std::shared_ptr<const ring::RingView> view,

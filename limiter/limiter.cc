@@ -39,11 +39,14 @@ auto WithView(const LimitSpec& spec, const State& state, TimeNs now, const Capac
       ApproxView v(spec, state, now, caps);
       return fn(v);
     }
-    default: {  // kTokenBucket, kLeakyBucket, kGcra (Validate rejects anything else)
-      DrainView v(spec, state, now, caps);
-      return fn(v);
-    }
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+    case Algorithm::kGcra:
+      break;
   }
+  // The drain buckets -- and, never reached because Validate rejects them, values with no enumerator.
+  DrainView v(spec, state, now, caps);
+  return fn(v);
 }
 
 // Judges one limit alone and, when `store` is given, charges it: admitted requests are charged,

@@ -109,6 +109,8 @@ struct LimitSpec {
   // fill beyond their capacity; window algorithms record denied units up to 2x the ceiling. A request
   // whose cost can never pass (retry_after == kNever) is never charged.
   bool count_denied = false;
+
+  bool operator==(const LimitSpec&) const = default;  // every field
 };
 
 // Why a LimitSpec is unusable: the offending field's name (as in LimitSpec) and a message for humans.

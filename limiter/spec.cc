@@ -58,9 +58,13 @@ u128 BaseCapacity(const LimitSpec& spec) {
       return spec.burst != 0 ? spec.burst : spec.limit;
     case Algorithm::kGcra:
       return static_cast<u128>(spec.burst) + 1;
-    default:
-      return spec.limit;
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingLog:
+    case Algorithm::kSlidingWindow:
+    case Algorithm::kSlidingWindowApprox:
+      break;
   }
+  return spec.limit;  // the window algorithms (and values with no enumerator, which Validate rejects)
 }
 
 // Extra units the mode can ever add on top of the base capacity.
@@ -70,9 +74,11 @@ u128 MaxExtra(const LimitSpec& spec, u128 base) {
       return base * spec.soft_pct / 100;
     case Mode::kDynamic:
       return spec.dynamic_limit > spec.limit ? base * (spec.dynamic_limit - spec.limit) / spec.limit : 0;
-    default:
-      return 0;
+    case Mode::kHard:
+    case Mode::kShadow:
+      break;
   }
+  return 0;  // hard, shadow (and values with no enumerator, which Validate rejects)
 }
 
 std::optional<InvalidSpec> Invalid(std::string field, std::string message) {
@@ -157,6 +163,9 @@ std::optional<InvalidSpec> Validate(const LimitSpec& spec) {
       return Invalid("max_delay", "would queue more than " + std::to_string(kMaxLimit) + " units");
     }
   }
+  if (ModeName(spec.mode) == "unknown") {
+    return Invalid("mode", "unknown mode " + std::to_string(static_cast<int>(spec.mode)));
+  }
   switch (spec.mode) {
     case Mode::kHard:
     case Mode::kShadow:
@@ -174,8 +183,6 @@ std::optional<InvalidSpec> Validate(const LimitSpec& spec) {
         return Invalid("dynamic_limit", "must be at most " + std::to_string(kMaxCapacity));
       }
       break;
-    default:
-      return Invalid("mode", "unknown mode " + std::to_string(static_cast<int>(spec.mode)));
   }
   const u128 base = BaseCapacity(spec);
   const u128 max = base + MaxExtra(spec, base);

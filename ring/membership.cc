@@ -61,19 +61,31 @@ bool Supersedes(const MemberInfo& update, const MemberInfo& current) {
   return static_cast<uint8_t>(update.state) > static_cast<uint8_t>(current.state);
 }
 
-std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& o) {
+Status Validate(const MembershipOptions& o) {
   using std::chrono::milliseconds;
-  if (o.probe_interval <= milliseconds(0)) return "probe_interval must be positive";
+  if (o.probe_interval <= milliseconds(0)) return Status::InvalidArgument("probe_interval must be positive");
   if (o.probe_timeout <= milliseconds(0) || o.probe_timeout >= o.probe_interval) {
-    return "probe_timeout must be positive and shorter than probe_interval";
+    return Status::InvalidArgument("probe_timeout must be positive and shorter than probe_interval");
   }
-  if (o.suspicion_timeout <= milliseconds(0)) return "suspicion_timeout must be positive";
-  if (o.join_retry_interval <= milliseconds(0)) return "join_retry_interval must be positive";
-  if (o.tombstone_retention < o.suspicion_timeout) return "tombstone_retention must be >= suspicion_timeout";
-  if (o.sync_interval < milliseconds(0)) return "sync_interval must not be negative";
-  if (o.retransmit_mult == 0) return "retransmit_mult must be at least 1";
-  if (o.max_piggyback == 0) return "max_piggyback must be at least 1";
-  return std::nullopt;
+  if (o.suspicion_timeout <= milliseconds(0)) {
+    return Status::InvalidArgument("suspicion_timeout must be positive");
+  }
+  if (o.join_retry_interval <= milliseconds(0)) {
+    return Status::InvalidArgument("join_retry_interval must be positive");
+  }
+  if (o.tombstone_retention < o.suspicion_timeout) {
+    return Status::InvalidArgument("tombstone_retention must be >= suspicion_timeout");
+  }
+  if (o.sync_interval < milliseconds(0)) return Status::InvalidArgument("sync_interval must not be negative");
+  if (o.retransmit_mult == 0) return Status::InvalidArgument("retransmit_mult must be at least 1");
+  if (o.max_piggyback == 0) return Status::InvalidArgument("max_piggyback must be at least 1");
+  return Status::OK();
+}
+
+std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& options) {
+  Status status = Validate(options);
+  if (status.ok()) return std::nullopt;
+  return status.message();
 }
 
 Membership::Membership(const MembershipOptions& options, MemberInfo self)

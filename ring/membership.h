@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "limiter/status.h"
 #include "ring/ring_view.h"
 
 namespace ringlimit::ring {
@@ -158,7 +159,11 @@ struct MembershipOptions {
   uint64_t random_seed = 0;
 };
 
-// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+// OK when every REQUIRES of `options` holds, else InvalidArgument saying what is wrong.
+[[nodiscard]] Status Validate(const MembershipOptions& options);
+
+// Compatibility shim over Validate for node/cluster/ (nullopt when OK, else the message). Do not use in
+// new code.
 [[nodiscard]] std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& options);
 
 // Counters for /metrics.

@@ -168,9 +168,10 @@ class SimCluster {
     by_address_[n.membership->self().peer_address] = id;
     for (MemberEvent& e : out.events) n.events.push_back(std::move(e));
     if (out.ring_changed) {
-      RingBuildResult built = RingView::Build(++n.ring_version, n.membership->RingMembers());
-      ASSERT_TRUE(built.ok());
-      n.ring = built.view;
+      Result<std::shared_ptr<const RingView>> built =
+          RingView::Create(++n.ring_version, n.membership->RingMembers());
+      ASSERT_TRUE(built.ok()) << built.status().ToString();
+      n.ring = std::move(built).value();
     }
     if (isolated_.count(id)) return;
     std::uniform_real_distribution<double> coin(0.0, 1.0);

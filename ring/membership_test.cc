@@ -91,16 +91,19 @@ TEST(MemberStateTest, Precedence) {
 }
 
 TEST(MembershipOptionsTest, Validation) {
-  EXPECT_EQ(ValidateMembershipOptions(MembershipOptions{}), std::nullopt);
+  EXPECT_TRUE(Validate(MembershipOptions{}).ok());
   MembershipOptions o;
   o.probe_timeout = o.probe_interval;
-  EXPECT_NE(ValidateMembershipOptions(o), std::nullopt);
+  EXPECT_TRUE(Validate(o).IsInvalidArgument());
   o = MembershipOptions{};
   o.suspicion_timeout = milliseconds(0);
-  EXPECT_NE(ValidateMembershipOptions(o), std::nullopt);
+  EXPECT_TRUE(Validate(o).IsInvalidArgument());
   o = MembershipOptions{};
   o.retransmit_mult = 0;
-  EXPECT_NE(ValidateMembershipOptions(o), std::nullopt);
+  EXPECT_TRUE(Validate(o).IsInvalidArgument());
+  // The compatibility shim for node/cluster/: nullopt, or the message.
+  EXPECT_EQ(ValidateMembershipOptions(MembershipOptions{}), std::nullopt);
+  EXPECT_EQ(ValidateMembershipOptions(o), Validate(o).message());
 }
 
 TEST_F(MembershipRulesTest, StartsAloneAlive) {

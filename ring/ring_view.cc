@@ -60,25 +60,29 @@ Token VnodePosition(std::string_view id, uint32_t index) {
   return XXH3_64bits(buffer, n + 4);
 }
 
-RingBuildResult RingView::Build(uint64_t version, std::vector<RingMember> members) {
+Result<std::shared_ptr<const RingView>> RingView::Create(uint64_t version, std::vector<RingMember> members) {
   std::sort(members.begin(), members.end(),
             [](const RingMember& a, const RingMember& b) { return a.id < b.id; });
   for (size_t i = 0; i < members.size(); ++i) {
     const RingMember& m = members[i];
     if (m.id.empty() || m.id.size() > kMaxMemberIdLength) {
-      return {nullptr, RingError{RingError::Kind::kInvalidId,
-                                 "member id must be 1.." + std::to_string(kMaxMemberIdLength) + " bytes"}};
+      return Status::InvalidArgument("member id must be 1.." + std::to_string(kMaxMemberIdLength) + " bytes");
     }
     if (i > 0 && members[i - 1].id == m.id) {
-      return {nullptr, RingError{RingError::Kind::kDuplicateId, "duplicate member id '" + m.id + "'"}};
+      return Status::AlreadyExists("duplicate member id '" + m.id + "'");
     }
     if (m.vnodes == 0 || m.vnodes > kMaxVnodes) {
-      return {nullptr, RingError{RingError::Kind::kInvalidVnodes,
-                                 "member '" + m.id + "' has vnodes " + std::to_string(m.vnodes) +
-                                     ", want 1.." + std::to_string(kMaxVnodes)}};
+      return Status::InvalidArgument("member '" + m.id + "' has vnodes " + std::to_string(m.vnodes) +
+                                     ", want 1.." + std::to_string(kMaxVnodes));
     }
   }
-  return {std::shared_ptr<const RingView>(new RingView(version, std::move(members))), std::nullopt};
+  return std::shared_ptr<const RingView>(new RingView(version, std::move(members)));
+}
+
+RingBuildResult RingView::Build(uint64_t version, std::vector<RingMember> members) {
+  Result<std::shared_ptr<const RingView>> created = Create(version, std::move(members));
+  if (!created.ok()) return {nullptr, RingError{created.status().message()}};
+  return {std::move(created).value(), std::nullopt};
 }
 
 RingView::RingView(uint64_t version, std::vector<RingMember> members)

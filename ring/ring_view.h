@@ -10,7 +10,7 @@
 //  - Two vnodes at the same position (a 64-bit hash collision) are ordered by member id; the second one
 //    owns an empty arc. Deterministic, and harmless.
 //
-// Thread safety: a RingView is immutable after Build and safe for concurrent use by any number of
+// Thread safety: a RingView is immutable after Create and safe for concurrent use by any number of
 // threads. Views are shared as std::shared_ptr<const RingView>; pointers returned by a view (members)
 // stay valid for as long as the view itself is alive. RingHolder publishes new views to readers.
 #ifndef RINGLIMIT_RING_RING_VIEW_H_
@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "limiter/status.h"
 #include "ring/published.h"
 #include "ring/token.h"
 
@@ -63,19 +64,13 @@ struct RangeMove {
   bool operator==(const RangeMove&) const = default;
 };
 
-// Why a member list cannot form a ring.
-struct RingError {
-  enum class Kind : uint8_t {
-    kInvalidId = 1,      // empty or longer than kMaxMemberIdLength
-    kDuplicateId = 2,    // two members with the same id
-    kInvalidVnodes = 3,  // 0 or more than kMaxVnodes
-  };
-  Kind kind;
-  std::string message;
-};
-
 class RingView;
 
+// Compatibility, for the callers in node/cluster/ and replication/ until they call RingView::Create: the
+// former result of RingView::Build. Do not use in new code.
+struct RingError {
+  std::string message;  // RingView::Create's Status message
+};
 struct RingBuildResult {
   std::shared_ptr<const RingView> view;  // null iff `error` is set
   std::optional<RingError> error;
@@ -90,6 +85,12 @@ class RingView {
  public:
   // Builds the ring of `members` (any order; an empty list gives an empty ring, which owns nothing).
   // `version` is the caller's number for this view (RingHolder publishes only increasing versions).
+  // Errors: InvalidArgument (an id empty or longer than kMaxMemberIdLength; vnodes 0 or more than
+  // kMaxVnodes), AlreadyExists (two members with the same id).
+  [[nodiscard]] static Result<std::shared_ptr<const RingView>> Create(uint64_t version,
+                                                                      std::vector<RingMember> members);
+
+  // Compatibility shim over Create for node/cluster/ and replication/ (see RingBuildResult).
   [[nodiscard]] static RingBuildResult Build(uint64_t version, std::vector<RingMember> members);
 
   RingView(const RingView&) = delete;

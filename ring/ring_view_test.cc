@@ -25,9 +25,9 @@ std::vector<RingMember> Members(int n, const std::string& prefix = "n", uint32_t
 }
 
 std::shared_ptr<const RingView> MustBuild(std::vector<RingMember> members, uint64_t version = 1) {
-  RingBuildResult r = RingView::Build(version, std::move(members));
-  EXPECT_TRUE(r.ok()) << (r.error ? r.error->message : "");
-  return r.view;
+  Result<std::shared_ptr<const RingView>> r = RingView::Create(version, std::move(members));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.value_or(nullptr);
 }
 
 std::string KeyName(int i) { return "user:" + std::to_string(i); }
@@ -199,22 +199,33 @@ TEST(RingViewTest, EmptyRing) {
 }
 
 TEST(RingViewTest, InvalidMemberListsAreErrors) {
-  auto dup = RingView::Build(1, {RingMember{"a", 8}, RingMember{"a", 8}});
-  ASSERT_FALSE(dup.ok());
-  EXPECT_EQ(dup.error->kind, RingError::Kind::kDuplicateId);
-  auto empty_id = RingView::Build(1, {RingMember{"", 8}});
-  ASSERT_FALSE(empty_id.ok());
-  EXPECT_EQ(empty_id.error->kind, RingError::Kind::kInvalidId);
-  auto long_id = RingView::Build(1, {RingMember{std::string(kMaxMemberIdLength + 1, 'x'), 8}});
-  ASSERT_FALSE(long_id.ok());
-  EXPECT_EQ(long_id.error->kind, RingError::Kind::kInvalidId);
-  auto zero = RingView::Build(1, {RingMember{"a", 0}});
-  ASSERT_FALSE(zero.ok());
-  EXPECT_EQ(zero.error->kind, RingError::Kind::kInvalidVnodes);
-  auto many = RingView::Build(1, {RingMember{"a", kMaxVnodes + 1}});
-  ASSERT_FALSE(many.ok());
-  EXPECT_EQ(many.error->kind, RingError::Kind::kInvalidVnodes);
-  EXPECT_FALSE(many.error->message.empty());
+  auto dup = RingView::Create(1, {RingMember{"a", 8}, RingMember{"a", 8}});
+  EXPECT_TRUE(dup.status().IsAlreadyExists()) << dup.status().ToString();
+  auto empty_id = RingView::Create(1, {RingMember{"", 8}});
+  EXPECT_TRUE(empty_id.status().IsInvalidArgument()) << empty_id.status().ToString();
+  EXPECT_NE(empty_id.status().message().find("member id"), std::string::npos);
+  auto long_id = RingView::Create(1, {RingMember{std::string(kMaxMemberIdLength + 1, 'x'), 8}});
+  EXPECT_TRUE(long_id.status().IsInvalidArgument()) << long_id.status().ToString();
+  EXPECT_NE(long_id.status().message().find("member id"), std::string::npos);
+  auto zero = RingView::Create(1, {RingMember{"a", 0}});
+  EXPECT_TRUE(zero.status().IsInvalidArgument()) << zero.status().ToString();
+  EXPECT_NE(zero.status().message().find("vnodes"), std::string::npos);
+  auto many = RingView::Create(1, {RingMember{"a", kMaxVnodes + 1}});
+  EXPECT_TRUE(many.status().IsInvalidArgument()) << many.status().ToString();
+  EXPECT_NE(many.status().message().find("vnodes"), std::string::npos);
+}
+
+// The compatibility shim for node/cluster/ and replication/ keeps the former shape.
+TEST(RingViewTest, BuildShimWrapsCreate) {
+  RingBuildResult good = RingView::Build(3, {RingMember{"a", 8}});
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good.view->version(), 3u);
+  EXPECT_FALSE(good.error);
+  RingBuildResult bad = RingView::Build(1, {RingMember{"a", 8}, RingMember{"a", 8}});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.view, nullptr);
+  ASSERT_TRUE(bad.error);
+  EXPECT_EQ(bad.error->message, "duplicate member id 'a'");
 }
 
 TEST(RingViewTest, ArcsPartitionTheTokenSpaceAndAgreeWithOwner) {

@@ -54,10 +54,13 @@ class ExpiryFilter : public rocksdb::CompactionFilter {
   const char* Name() const override { return "ringlimit.ExpiryFilter"; }
 };
 
-StorageErrorKind KindOf(const rocksdb::Status& status) {
-  if (status.IsCorruption()) return StorageErrorKind::kCorruption;
-  if (status.IsInvalidArgument() || status.IsNotSupported()) return StorageErrorKind::kCorruption;
-  return StorageErrorKind::kIoError;
+// A RocksDB failure to open the data directory as our Status, with `message`. RocksDB's InvalidArgument
+// and NotSupported at open mean files it cannot use (another format, other options): corruption to us.
+Status OpenFailure(const rocksdb::Status& status, std::string_view message) {
+  if (status.IsCorruption() || status.IsInvalidArgument() || status.IsNotSupported()) {
+    return Status::Corruption(message);
+  }
+  return Status::IOError(message);
 }
 
 rocksdb::Options MakeRocksOptions(const RocksDbOptions& o) {
@@ -146,23 +149,18 @@ class DurableStore::Loader final : public MissLoader {
   DurableStore& store_;
 };
 
-OpenResult DurableStore::Open(const StorageOptions& options) {
-  OpenResult result;
-  if (options.flush_interval_ms == 0) {
-    result.error = StorageError{StorageErrorKind::kInvalidArgument, "flush interval must be at least 1 ms"};
-    return result;
-  }
+Result<std::unique_ptr<DurableStore>> DurableStore::Open(const StorageOptions& options) {
+  if (Status valid = Validate(options); !valid.ok()) return valid;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status status = rocksdb::DB::Open(MakeRocksOptions(options.rocksdb), options.data_dir, &raw);
   if (!status.ok()) {
-    result.error = StorageError{KindOf(status), "cannot open the RocksDB data directory '" +
-                                                    options.data_dir + "': " + status.ToString()};
-    return result;
+    return OpenFailure(
+        status, "cannot open the RocksDB data directory '" + options.data_dir + "': " + status.ToString());
   }
-  result.store.reset(new DurableStore(options, std::unique_ptr<rocksdb::DB>(raw)));
+  std::unique_ptr<DurableStore> store(new DurableStore(options, std::unique_ptr<rocksdb::DB>(raw)));
   spdlog::info("storage: RocksDB write-back tier in '{}', flush every {} ms, max_keys {}", options.data_dir,
                options.flush_interval_ms, options.max_keys);
-  return result;
+  return store;
 }
 
 DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db)
@@ -345,15 +343,22 @@ DurabilityStats DurableStore::Durability() const {
   return stats;
 }
 
-OpenResult OpenStateStore(const StorageOptions& options) {
-  if (!options.data_dir.empty()) return DurableStore::Open(options);
+Status Validate(const StorageOptions& options) {
+  if (options.flush_interval_ms == 0) return Status::InvalidArgument("flush interval must be at least 1 ms");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Store>> OpenStateStore(const StorageOptions& options) {
+  if (!options.data_dir.empty()) {
+    Result<std::unique_ptr<DurableStore>> durable = DurableStore::Open(options);
+    if (!durable.ok()) return std::move(durable).status();
+    return std::unique_ptr<Store>(std::move(durable).value());
+  }
   spdlog::warn("storage: no data directory (--data-dir): memory-only, counters do not survive a restart");
   MemoryStoreOptions memory;
   memory.max_keys = options.max_keys;
   memory.shards = options.shards;
-  OpenResult result;
-  result.store = std::make_unique<MemoryStore>(std::move(memory));
-  return result;
+  return std::unique_ptr<Store>(std::make_unique<MemoryStore>(std::move(memory)));
 }
 
 }  // namespace ringlimit::storage

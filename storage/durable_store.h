@@ -31,7 +31,8 @@ namespace ringlimit::storage {
 class DurableStore final : public Store {
  public:
   // Opens (creating if missing) the database in options.data_dir. REQUIRES: !options.data_dir.empty().
-  static OpenResult Open(const StorageOptions& options);
+  // Errors as OpenStateStore's.
+  [[nodiscard]] static Result<std::unique_ptr<DurableStore>> Open(const StorageOptions& options);
 
   ~DurableStore() override;
   DurableStore(const DurableStore&) = delete;

@@ -68,9 +68,9 @@ class DurableStoreTest : public testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<DurableStore> Open() {
-    OpenResult opened = OpenStateStore(options_);
-    EXPECT_TRUE(opened.ok()) << (opened.error ? opened.error->message : "");
-    return std::unique_ptr<DurableStore>(static_cast<DurableStore*>(opened.store.release()));
+    Result<std::unique_ptr<DurableStore>> opened = DurableStore::Open(options_);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    return opened.ok() ? std::move(opened).value() : nullptr;
   }
 
   // Counts rows by opening the (closed) database directly.
@@ -461,37 +461,39 @@ TEST_F(DurableStoreTest, CorruptOrUnusableDirectoryIsAnErrorValue) {
   }
   // Garbage in the manifest pointer.
   std::ofstream(options_.data_dir + "/CURRENT", std::ios::trunc) << "not a manifest\n";
-  OpenResult corrupt = OpenStateStore(options_);
+  Result<std::unique_ptr<Store>> corrupt = OpenStateStore(options_);
   ASSERT_FALSE(corrupt.ok());
-  ASSERT_TRUE(corrupt.error.has_value());
-  EXPECT_NE(corrupt.error->message.find(options_.data_dir), std::string::npos) << corrupt.error->message;
+  EXPECT_NE(corrupt.status().message().find(options_.data_dir), std::string::npos)
+      << corrupt.status().ToString();
 
   // A regular file where the directory should be.
   std::ofstream(dir_ + "/file") << "x";
   options_.data_dir = dir_ + "/file";
-  OpenResult not_dir = OpenStateStore(options_);
+  Result<std::unique_ptr<Store>> not_dir = OpenStateStore(options_);
   ASSERT_FALSE(not_dir.ok());
-  EXPECT_EQ(not_dir.error->kind, StorageErrorKind::kIoError);
+  EXPECT_TRUE(not_dir.status().IsIOError()) << not_dir.status().ToString();
 
   options_.data_dir = dir_ + "/db2";
   options_.flush_interval_ms = 0;
-  OpenResult bad = OpenStateStore(options_);
+  Result<std::unique_ptr<Store>> bad = OpenStateStore(options_);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error->kind, StorageErrorKind::kInvalidArgument);
+  EXPECT_TRUE(bad.status().IsInvalidArgument()) << bad.status().ToString();
+  EXPECT_TRUE(Validate(options_).IsInvalidArgument());
 }
 
 TEST_F(DurableStoreTest, SecondOpenOfTheSameDirectoryIsAnError) {
   auto store = Open();
-  OpenResult second = OpenStateStore(options_);
+  Result<std::unique_ptr<Store>> second = OpenStateStore(options_);
   ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.error->kind, StorageErrorKind::kIoError);
+  EXPECT_TRUE(second.status().IsIOError()) << second.status().ToString();
 }
 
 TEST(OpenStateStoreTest, EmptyDataDirIsMemoryOnly) {
   StorageOptions options;
-  OpenResult opened = OpenStateStore(options);
+  Result<std::unique_ptr<Store>> opened = OpenStateStore(options);
   ASSERT_TRUE(opened.ok());
-  EXPECT_FALSE(opened.store->Durability().persistent);
+  EXPECT_FALSE((*opened)->Durability().persistent);
+  EXPECT_TRUE(Validate(options).ok());
 }
 
 }  // namespace

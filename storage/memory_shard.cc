@@ -36,12 +36,6 @@ uint64_t Meta(uint64_t version, limiter::Algorithm algorithm, uint64_t flags) {
   return (std::min(version, kVersionMax) << 16) | (uint64_t{static_cast<uint8_t>(algorithm)} << 8) | flags;
 }
 
-bool SameSpec(const limiter::LimitSpec& a, const limiter::LimitSpec& b) {
-  return a.algorithm == b.algorithm && a.limit == b.limit && a.window == b.window && a.burst == b.burst &&
-         a.buckets == b.buckets && a.max_delay == b.max_delay && a.mode == b.mode &&
-         a.soft_pct == b.soft_pct && a.dynamic_limit == b.dynamic_limit && a.count_denied == b.count_denied;
-}
-
 template <typename T>
 void Append(std::string& out, T value) {
   char bytes[sizeof(T)];
@@ -374,7 +368,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     } else {
       LruUnlink(index);
       LruPushFront(index);
-      if (!SameSpec(slots_[At(index).slot].spec, spec)) {
+      if (slots_[At(index).slot].spec != spec) {
         uint32_t old = At(index).slot;
         At(index).slot = Intern(slots[i].name, spec);
         Release(old);
@@ -582,7 +576,7 @@ void MemoryShard::AckFlushed(std::span<const DirtyRecord> records, bool ok) {
     // Same version is not enough: a state recreated within the same millisecond can reuse a version.
     limiter::State current;
     ReadState(index, current);
-    if (!(current == r.state.state) || !SameSpec(slots_[e.slot].spec, r.state.spec)) continue;
+    if (!(current == r.state.state) || slots_[e.slot].spec != r.state.spec) continue;
     e.meta &= ~kDirty;
     dirty_.erase(index);
     dirty_count_.fetch_sub(1, std::memory_order_relaxed);

@@ -4,9 +4,9 @@
 //   options.data_dir = flags.data_dir;                  // --data-dir ("" = memory-only)
 //   options.flush_interval_ms = flags.flush_interval_ms;  // --flush-interval-ms
 //   options.max_keys = flags.max_keys;                  // --max-keys
-//   auto opened = storage::OpenStateStore(options);
-//   if (!opened.ok()) { spdlog::critical("{}", opened.error->message); return 1; }
-//   std::unique_ptr<storage::Store> store = std::move(opened.store);
+//   Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options);
+//   if (!opened.ok()) { spdlog::critical("{}", opened.status().message()); return 1; }
+//   std::unique_ptr<storage::Store> store = std::move(opened).value();
 //
 // The store must be destroyed (or Close()d) after the last call into it: that writes every dirty state.
 #ifndef RINGLIMIT_STORAGE_OPEN_H_
@@ -15,9 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
+#include "limiter/status.h"
 #include "storage/store.h"
 
 namespace ringlimit::storage {
@@ -73,26 +73,15 @@ struct StorageOptions {
   RocksDbOptions rocksdb;
 };
 
-enum class StorageErrorKind {
-  kInvalidArgument,  // an option is out of range
-  kCorruption,       // the data directory holds data RocksDB cannot read
-  kIoError,          // the directory cannot be created, read, locked or written
-};
-
-struct StorageError {
-  StorageErrorKind kind;
-  std::string message;  // for humans: names the directory and the cause
-};
-
-struct [[nodiscard]] OpenResult {
-  std::unique_ptr<Store> store;       // set when ok()
-  std::optional<StorageError> error;  // set when !ok()
-  bool ok() const { return store != nullptr; }
-};
+// OK when every REQUIRES of `options` holds, else InvalidArgument saying which does not.
+[[nodiscard]] Status Validate(const StorageOptions& options);
 
 // Opens the storage tier: a MemoryStore when options.data_dir is empty, otherwise a DurableStore on
 // RocksDB in data_dir (lazy loading: returns at once, no scan). Never throws for bad directories.
-OpenResult OpenStateStore(const StorageOptions& options);
+// Errors: InvalidArgument (an option out of range, see Validate); Corruption (the data directory holds
+// data RocksDB cannot read); IOError (the directory cannot be created, read, locked or written). The
+// message names the directory and the cause.
+[[nodiscard]] Result<std::unique_ptr<Store>> OpenStateStore(const StorageOptions& options);
 
 }  // namespace ringlimit::storage
 

@@ -1,4 +1,7 @@
-// The RocksDB value of a state: a ringlimit.state.StoredState Protobuf message (proto/state.proto).
+// The RocksDB value of a state: a ringlimit.state.StoredState Protobuf message (proto/state.proto). The spec
+// inside it goes through limiter/spec_wire.h, like every other LimitSpec on the wire.
+//
+// Thread safety: pure functions.
 #ifndef RINGLIMIT_STORAGE_STATE_CODEC_H_
 #define RINGLIMIT_STORAGE_STATE_CODEC_H_
 
@@ -8,6 +11,10 @@
 
 #include "limiter/limiter.h"
 #include "storage/state_store.h"
+
+namespace ringlimit::state {
+class StoredState;
+}  // namespace ringlimit::state
 
 namespace ringlimit::storage {
 
@@ -19,6 +26,13 @@ namespace ringlimit::storage {
 
 // Only the expiry of a value (for the compaction filter); nullopt when unparseable.
 [[nodiscard]] std::optional<limiter::TimeNs> DecodeExpiry(std::string_view value);
+
+// The same two conversions on the message itself, for a state that travels inside another message
+// (peer.NamedState) without a detour through bytes. `*out` is overwritten.
+void StateToProto(const StoredState& state, limiter::TimeNs expiry, state::StoredState* out);
+// nullopt when `message` is not a valid state (wrong word count, unknown enum number, invalid spec).
+[[nodiscard]] std::optional<StoredState> StateFromProto(std::string_view name,
+                                                        const state::StoredState& message);
 
 }  // namespace ringlimit::storage
 

@@ -14,8 +14,10 @@ namespace {
 
 struct Fixture {
   Fixture() : handler(store, SystemClock(), policies, metrics) {
-    if (policies.LoadJson(R"({"policies":{"api":{"limits":[
-        {"algorithm":"token_bucket","limit":1000000000,"window_ms":1000}]}}})")) {
+    if (!policies
+             .LoadJson(R"({"policies":{"api":{"limits":[
+        {"algorithm":"token_bucket","limit":1000000000,"window_ms":1000}]}}})")
+             .ok()) {
       std::abort();
     }
   }

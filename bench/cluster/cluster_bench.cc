@@ -307,7 +307,7 @@ int Main(const Options& options) {
   }
   std::vector<ring::RingMember> members;
   for (const auto& m : view->members) members.push_back({m.id, m.vnodes});
-  auto ring = ring::RingView::Build(1, members).view;
+  auto ring = ring::RingView::Create(1, members).value_or(nullptr);
   std::vector<std::vector<std::string>> owned(targets.size()), not_owned(targets.size());
   for (const auto& key : keys) {
     const std::string owner = ring->Owner(ring::RingToken(key))->id;

@@ -117,7 +117,7 @@ std::optional<std::string> ReplicationOf(uint16_t port) {
 }
 
 std::shared_ptr<const ring::RingView> RingOf(const std::vector<ring::RingMember>& members) {
-  return ring::RingView::Build(1, members).view;
+  return ring::RingView::Create(1, members).value_or(nullptr);
 }
 
 std::vector<ring::RingMember> MembersOf(uint16_t port) {

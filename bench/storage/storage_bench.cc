@@ -266,17 +266,17 @@ int main(int argc, char** argv) {
   storage::StorageOptions options;
   options.data_dir = dir + "/db";
   storage::MemoryStore memory;
-  storage::OpenResult opened = storage::OpenStateStore(options);
+  Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options);
   if (!opened.ok()) {
-    std::fprintf(stderr, "%s\n", opened.error->message.c_str());
+    std::fprintf(stderr, "%s\n", opened.status().message().c_str());
     return 1;
   }
   const limiter::LimitSpec warm_spec = Spec(limiter::Algorithm::kTokenBucket);
   for (const auto& e : hot) {  // every key resident in both stores before measuring (no cold misses)
     Charge(memory, e, warm_spec, WallNow());
-    Charge(*opened.store, e, warm_spec, WallNow());
+    Charge(**opened, e, warm_spec, WallNow());
   }
-  opened.store->Flush();
+  (*opened)->Flush();
   const std::vector<std::string> one_key(hot.begin(), hot.begin() + 1);
   struct Scenario {
     const char* name;
@@ -285,12 +285,12 @@ int main(int argc, char** argv) {
   for (Scenario scenario : {Scenario{"uniform over all keys", &hot}, Scenario{"one hot key", &one_key}}) {
     constexpr int kRounds = 6;
     double memory_ops = 0, durable_ops = 0;
-    auto before = opened.store->Durability();
+    auto before = (*opened)->Durability();
     for (int round = 0; round < kRounds; ++round) {
       memory_ops += Throughput(memory, *scenario.keys, args, args.seconds / kRounds / 2) / kRounds;
-      durable_ops += Throughput(*opened.store, *scenario.keys, args, args.seconds / kRounds / 2) / kRounds;
+      durable_ops += Throughput(**opened, *scenario.keys, args, args.seconds / kRounds / 2) / kRounds;
     }
-    auto d = opened.store->Durability();
+    auto d = (*opened)->Durability();
     std::printf(
         "throughput, %s (%zu keys, %d threads): memory-only %.0f updates/s, write-back %.0f updates/s, "
         "ratio %.3f (target >= 0.9); %lu flushes wrote %lu states, %lu write errors\n",
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
         static_cast<unsigned long>(d.flushed_states - before.flushed_states),
         static_cast<unsigned long>(d.write_errors));
   }
-  opened.store.reset();
+  opened->reset();
 
   // 3. On-disk bytes per key: every key once, flushed and fully compacted.
   std::filesystem::remove_all(options.data_dir);
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
   {
     opened = storage::OpenStateStore(options);
     if (!opened.ok()) return 1;
-    auto* store = static_cast<storage::DurableStore*>(opened.store.get());
+    auto* store = static_cast<storage::DurableStore*>(opened->get());
     const limiter::LimitSpec spec = Spec(limiter::Algorithm::kTokenBucket);
     limiter::TimeNs now = WallNow();
     // Half the hour's quota used: the rows do not expire (and get compacted away) during the run.

@@ -27,8 +27,10 @@ class AdminTest : public ApiTest {
 };
 
 TEST_F(AdminTest, HeadroomRaisesDynamicLimitsUntilItExpires) {
-  ASSERT_FALSE(policies_.LoadJson(R"({"policies":{"api":{"mode":"dynamic","limits":[
-      {"algorithm":"fixed_window","limit":10,"dynamic_limit":20,"window_ms":60000}]}}})"));
+  ASSERT_TRUE(policies_
+                  .LoadJson(R"({"policies":{"api":{"mode":"dynamic","limits":[
+      {"algorithm":"fixed_window","limit":10,"dynamic_limit":20,"window_ms":60000}]}}})")
+                  .ok());
   EXPECT_EQ(Admitted("busy", 30), 10);  // no signal: headroom 0
 
   HttpResponse r = PutHeadroom(R"({"policy":"api","headroom":0.5,"ttl_ms":5000})");
@@ -84,8 +86,11 @@ TEST_F(AdminTest, HealthAndReadiness) {
 }
 
 TEST_F(AdminTest, MetricsCountRequestsDecisionsAndStore) {
-  ASSERT_FALSE(policies_.LoadJson(
-      R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":1,"window_ms":60000}]}}})"));
+  ASSERT_TRUE(
+      policies_
+          .LoadJson(
+              R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":1,"window_ms":60000}]}}})")
+          .ok());
   EXPECT_EQ(Get("/v1/check?key=a&policy=api").result_int(), 200u);
   EXPECT_EQ(Get("/v1/check?key=a&policy=api").result_int(), 429u);
   EXPECT_EQ(Get("/nope").result_int(), 404u);

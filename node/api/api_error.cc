@@ -63,6 +63,25 @@ HttpResponse ToResponse(const ApiError& error) {
   return response;
 }
 
+ApiError ApiErrorFromStatus(const Status& status) {
+  switch (status.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kAlreadyExists:
+      return ApiError{ErrorKind::kInvalidField, status.message()};
+    case Status::Code::kNotFound:
+      return ApiError{ErrorKind::kNotFound, status.message()};
+    case Status::Code::kUnavailable:
+    case Status::Code::kTimeout:
+      return ApiError{ErrorKind::kNotReady, status.message()};
+    case Status::Code::kOk:  // a caller's bug: there is no error to report
+    case Status::Code::kCorruption:
+    case Status::Code::kIOError:
+    case Status::Code::kInternal:
+      break;
+  }
+  return ApiError{ErrorKind::kInternal, "internal error"};
+}
+
 HttpResponse ErrorResponse(http::status status, std::string_view code, std::string_view message) {
   HttpResponse response{status, 11};
   response.set(http::field::content_type, "application/json");

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "limiter/status.h"
 #include "node/api/handler.h"
 
 namespace ringlimit::node {
@@ -37,6 +38,14 @@ struct ApiError {
 
 // The JSON error response for `error` (ErrorResponse with StatusOf/CodeOf).
 [[nodiscard]] HttpResponse ToResponse(const ApiError& error);
+
+// The API error for an internal Status that reaches a handler (storage, peers, options): the one place
+// internal error kinds become API kinds, and so HTTP statuses. The message is kept, except for the kinds
+// that mean a fault on this side (corruption, I/O, internal), which answer 500 "internal error" -- the
+// detail belongs in the log, not in a client's response. REQUIRES: !status.ok() (OK maps to kInternal).
+//   InvalidArgument, AlreadyExists -> 400 invalid_field      NotFound -> 404 not_found
+//   Unavailable, Timeout           -> 503 not_ready          Corruption, IOError, Internal -> 500
+[[nodiscard]] ApiError ApiErrorFromStatus(const Status& status);
 
 }  // namespace ringlimit::node
 

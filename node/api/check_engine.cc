@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "limiter/spec_wire.h"
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
 #include "node/api/cluster_hooks.h"
@@ -241,7 +242,7 @@ peer::ForwardedCheck CheckBatch::MakeForwarded(size_t g, limiter::TimeNs now) co
     const PendingCheck& c = checks_[order_[j]];
     peer::NamedLimit* limit = out.add_limits();
     limit->set_name(c.state_name.data(), c.state_name.size());
-    SpecToProto(*c.spec, limit->mutable_spec());
+    limiter::SpecToProto(*c.spec, limit->mutable_spec());
     double headroom = c.headroom;
     if (!c.headroom_given && c.spec->mode == limiter::Mode::kDynamic)
       headroom = context_.headroom.Get(c.headroom_name, now);

@@ -94,11 +94,13 @@ TEST_F(CheckTest, DifferentKeysAreIndependentAndResultsKeepRequestOrder) {
 }
 
 TEST_F(CheckTest, NamedPolicyWithTiersAndKeyOverrides) {
-  ASSERT_FALSE(policies_.LoadJson(R"({"policies":{"api":{
+  ASSERT_TRUE(policies_
+                  .LoadJson(R"({"policies":{"api":{
       "limits":[{"name":"per_hour","algorithm":"fixed_window","limit":500,"window_ms":3600000},
                 {"name":"per_minute","algorithm":"token_bucket","limit":2,"window_ms":60000}],
       "tiers":{"gold":{"limits":[{"name":"per_minute","limit":4}]}},
-      "keys":{"vip":{"limits":[{"name":"per_minute","limit":6}]}}}}})"));
+      "keys":{"vip":{"limits":[{"name":"per_minute","limit":6}]}}}}})")
+                  .ok());
   auto admitted = [&](std::string_view key, std::string_view tier) {
     int n = 0;
     const std::string body = std::string(R"({"checks":[{"key":")") + std::string(key) +
@@ -124,14 +126,20 @@ TEST_F(CheckTest, NamedPolicyWithTiersAndKeyOverrides) {
 }
 
 TEST_F(CheckTest, PolicyReloadKeepsStates) {
-  ASSERT_FALSE(policies_.LoadJson(
-      R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":3,"window_ms":60000}]}}})"));
+  ASSERT_TRUE(
+      policies_
+          .LoadJson(
+              R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":3,"window_ms":60000}]}}})")
+          .ok());
   const std::string body = R"({"checks":[{"key":"u","policy":"api"}]})";
   EXPECT_TRUE(Json(Post("/v1/check", body)).at("allowed").as_bool());
   EXPECT_TRUE(Json(Post("/v1/check", body)).at("allowed").as_bool());
-  ASSERT_FALSE(policies_.LoadJson(
-      R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":3,"window_ms":60000}]},
-          "other":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  ASSERT_TRUE(
+      policies_
+          .LoadJson(
+              R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":3,"window_ms":60000}]},
+          "other":{"limits":[{"limit":1,"window_ms":1000}]}}})")
+          .ok());
   json::value v = Json(Post("/v1/check", body));
   EXPECT_TRUE(v.at("allowed").as_bool());
   EXPECT_EQ(v.at("results").at(0).at("name").as_string(), "api");
@@ -151,8 +159,11 @@ TEST_F(CheckTest, ShadowModeAdmitsButReportsTheDenial) {
 }
 
 TEST_F(CheckTest, GetAllowedCarriesRateLimitHeaders) {
-  ASSERT_FALSE(policies_.LoadJson(
-      R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":100,"window_ms":60000}]}}})"));
+  ASSERT_TRUE(
+      policies_
+          .LoadJson(
+              R"({"policies":{"api":{"limits":[{"algorithm":"fixed_window","limit":100,"window_ms":60000}]}}})")
+          .ok());
   HttpResponse r = Get("/v1/check?key=user%3A42&policy=api");
   ASSERT_EQ(r.result_int(), 200u) << r.body();
   EXPECT_EQ(r["RateLimit-Policy"], "\"api\";q=100;w=60");
@@ -191,9 +202,11 @@ TEST_F(CheckTest, GetTakesTheKeyFromTheConfiguredHeader) {
 }
 
 TEST_F(CheckTest, GetWithSeveralPolicyLimitsListsThemAll) {
-  ASSERT_FALSE(policies_.LoadJson(R"({"policies":{"api":{"limits":[
+  ASSERT_TRUE(policies_
+                  .LoadJson(R"({"policies":{"api":{"limits":[
       {"name":"h","algorithm":"fixed_window","limit":500,"window_ms":3600000},
-      {"name":"m","algorithm":"fixed_window","limit":10,"window_ms":60000}]}}})"));
+      {"name":"m","algorithm":"fixed_window","limit":10,"window_ms":60000}]}}})")
+                  .ok());
   HttpResponse r = Get("/v1/check?key=u&policy=api");
   EXPECT_EQ(r["RateLimit-Policy"], "\"api/h\";q=500;w=3600, \"api/m\";q=10;w=60");
   EXPECT_EQ(r["RateLimit"], "\"api/h\";r=499;t=3600, \"api/m\";r=9;t=60");

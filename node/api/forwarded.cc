@@ -1,42 +1,11 @@
 #include "node/api/forwarded.h"
 
+#include "limiter/spec_wire.h"
+#include "limiter/status.h"
 #include "node/api/api_context.h"
 #include "node/api/check_engine.h"
 
 namespace ringlimit::node {
-
-void SpecToProto(const limiter::LimitSpec& spec, state::LimitSpec* out) {
-  out->set_algorithm(static_cast<state::Algorithm>(spec.algorithm));
-  out->set_limit(spec.limit);
-  out->set_window_ns(spec.window);
-  out->set_burst(spec.burst);
-  out->set_buckets(spec.buckets);
-  out->set_max_delay_ns(spec.max_delay);
-  out->set_mode(static_cast<state::Mode>(spec.mode));
-  out->set_soft_pct(spec.soft_pct);
-  out->set_dynamic_limit(spec.dynamic_limit);
-  out->set_count_denied(spec.count_denied);
-}
-
-std::optional<limiter::LimitSpec> SpecFromProto(const state::LimitSpec& in) {
-  if (in.algorithm() < state::ALGORITHM_FIXED_WINDOW || in.algorithm() > state::ALGORITHM_GCRA ||
-      in.mode() < state::MODE_HARD || in.mode() > state::MODE_DYNAMIC) {
-    return std::nullopt;
-  }
-  limiter::LimitSpec spec;
-  spec.algorithm = static_cast<limiter::Algorithm>(in.algorithm());
-  spec.limit = in.limit();
-  spec.window = in.window_ns();
-  spec.burst = in.burst();
-  spec.buckets = in.buckets();
-  spec.max_delay = in.max_delay_ns();
-  spec.mode = static_cast<limiter::Mode>(in.mode());
-  spec.soft_pct = in.soft_pct();
-  spec.dynamic_limit = in.dynamic_limit();
-  spec.count_denied = in.count_denied();
-  if (limiter::Validate(spec).has_value()) return std::nullopt;
-  return spec;
-}
 
 void DecisionToProto(const limiter::Decision& d, peer::LimitDecision* out) {
   out->set_allowed(d.allowed);
@@ -64,17 +33,23 @@ limiter::Decision DecisionFromProto(const peer::LimitDecision& in) {
 
 namespace {
 
-// Why `check` cannot be decided, or nullopt.
-std::optional<std::string> Invalid(const ApiContext& context, const peer::ForwardedCheck& check) {
-  if (check.key().empty() || check.key().size() > context.options.max_key_bytes) return "bad key length";
-  if (check.limits_size() == 0) return "no limits";
-  if (static_cast<size_t>(check.limits_size()) > context.options.max_checks) return "too many limits";
-  for (const peer::NamedLimit& limit : check.limits()) {
-    if (limit.name().empty() || limit.name().size() > context.options.max_name_bytes) return "bad limit name";
-    const uint64_t cost = limit.has_cost() ? limit.cost() : check.cost();
-    if (cost > limiter::kMaxCost) return "cost too large";
+// Whether `check` can be decided: OK, or InvalidArgument saying why not.
+Status Validate(const ApiContext& context, const peer::ForwardedCheck& check) {
+  if (check.key().empty() || check.key().size() > context.options.max_key_bytes) {
+    return Status::InvalidArgument("bad key length");
   }
-  return std::nullopt;
+  if (check.limits_size() == 0) return Status::InvalidArgument("no limits");
+  if (static_cast<size_t>(check.limits_size()) > context.options.max_checks) {
+    return Status::InvalidArgument("too many limits");
+  }
+  for (const peer::NamedLimit& limit : check.limits()) {
+    if (limit.name().empty() || limit.name().size() > context.options.max_name_bytes) {
+      return Status::InvalidArgument("bad limit name");
+    }
+    const uint64_t cost = limit.has_cost() ? limit.cost() : check.cost();
+    if (cost > limiter::kMaxCost) return Status::InvalidArgument("cost too large");
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -92,25 +67,27 @@ peer::ForwardCheckResponse DecideForwarded(const ApiContext& context,
     peer::ForwardedResult* result = response.add_results();
     result->set_check_id(check.check_id());
     result->set_owner(self_id.data(), self_id.size());
-    std::optional<std::string> invalid = Invalid(context, check);
+    Status invalid = Validate(context, check);
     CheckBatch batch(context);
-    for (int j = 0; j < check.limits_size() && !invalid; ++j) {
+    for (int j = 0; j < check.limits_size() && invalid.ok(); ++j) {
       const peer::NamedLimit& limit = check.limits(j);
-      std::optional<limiter::LimitSpec> spec = SpecFromProto(limit.spec());
-      if (!spec) {
-        invalid = "limit " + limit.name() + ": invalid spec";
+      Result<limiter::LimitSpec> spec = limiter::SpecFromProto(limit.spec());
+      if (!spec.ok()) {
+        invalid = Status::InvalidArgument("limit " + limit.name(), "invalid spec");
         break;
       }
       batch.AddResolved(check.key(), limit.name(), *spec, limit.has_cost() ? limit.cost() : check.cost(),
                         limit.has_headroom() ? limit.headroom() : check.headroom(), limit.reset(),
                         static_cast<size_t>(j));
     }
-    if (!invalid) {
-      if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) invalid = error->message;
+    if (invalid.ok()) {
+      if (auto error = batch.Run(context.clock(), /*group_by_key=*/true)) {
+        invalid = Status::InvalidArgument(error->message);
+      }
     }
-    if (invalid) {
+    if (!invalid.ok()) {
       result->set_status(peer::CHECK_INVALID);
-      result->set_error(*invalid);
+      result->set_error(invalid.message());
       continue;
     }
     result->set_status(peer::CHECK_OK);

@@ -1,24 +1,18 @@
-// Checks forwarded between nodes (proto/peer.proto ForwardCheckRequest/Response): the conversions
-// between the limiter's structs and their wire form, and the owner's side of a forward.
+// Checks forwarded between nodes (proto/peer.proto ForwardCheckRequest/Response): the wire form of a
+// Decision, and the owner's side of a forward. A LimitSpec's wire form is limiter/spec_wire.h.
 //
 // Thread safety: pure functions over the thread-safe ApiContext.
 #ifndef RINGLIMIT_NODE_API_FORWARDED_H_
 #define RINGLIMIT_NODE_API_FORWARDED_H_
 
-#include <optional>
 #include <string_view>
 
 #include "limiter/limiter.h"
 #include "peer.pb.h"
-#include "state.pb.h"
 
 namespace ringlimit::node {
 
 struct ApiContext;
-
-void SpecToProto(const limiter::LimitSpec& spec, state::LimitSpec* out);
-// nullopt when the enums are out of range or limiter::Validate refuses the spec.
-[[nodiscard]] std::optional<limiter::LimitSpec> SpecFromProto(const state::LimitSpec& spec);
 
 void DecisionToProto(const limiter::Decision& decision, peer::LimitDecision* out);
 [[nodiscard]] limiter::Decision DecisionFromProto(const peer::LimitDecision& decision);

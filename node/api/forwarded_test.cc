@@ -214,21 +214,5 @@ TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
   EXPECT_FALSE(response.results(0).error().empty());
 }
 
-TEST(DecideForwardedTest, SpecsRoundTrip) {
-  limiter::LimitSpec spec;
-  spec.algorithm = limiter::Algorithm::kLeakyBucket;
-  spec.limit = 10;
-  spec.window = limiter::kSecond;
-  spec.max_delay = 100 * limiter::kMillisecond;
-  spec.mode = limiter::Mode::kSoft;
-  spec.soft_pct = 20;
-  spec.count_denied = true;
-  state::LimitSpec wire;
-  SpecToProto(spec, &wire);
-  auto back = SpecFromProto(wire);
-  ASSERT_TRUE(back);
-  EXPECT_EQ(limiter::Fingerprint(*back), limiter::Fingerprint(spec));
-}
-
 }  // namespace
 }  // namespace ringlimit::node

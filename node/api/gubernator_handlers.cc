@@ -107,6 +107,21 @@ std::optional<ApiError> ReadRateLimitReq(const json::object& o, api::RateLimitRe
   return std::nullopt;
 }
 
+// The limiter's algorithm for a Gubernator one; nullopt for a number with no enumerator (ReadEnum admits
+// only the two names and their numbers, so none arrives from JSON).
+std::optional<limiter::Algorithm> AlgorithmOf(api::GubernatorAlgorithm algorithm) {
+  switch (algorithm) {
+    case api::TOKEN_BUCKET:
+      return limiter::Algorithm::kTokenBucket;
+    case api::LEAKY_BUCKET:
+      return limiter::Algorithm::kLeakyBucket;
+    case api::GubernatorAlgorithm_INT_MIN_SENTINEL_DO_NOT_USE_:  // protoc's range markers, not values
+    case api::GubernatorAlgorithm_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
+  }
+  return std::nullopt;
+}
+
 // The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
 std::string ItemError(const api::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
@@ -119,8 +134,9 @@ std::string ItemError(const api::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (req.unique_key().size() > 1024) return "field 'unique_key' is longer than 1024 bytes";
   if (req.name().size() > 256) return "field 'name' is longer than 256 bytes";
   if (static_cast<uint64_t>(req.hits()) > limiter::kMaxCost) return "field 'hits' is too large";
-  spec->algorithm = req.algorithm() == api::LEAKY_BUCKET ? limiter::Algorithm::kLeakyBucket
-                                                         : limiter::Algorithm::kTokenBucket;
+  std::optional<limiter::Algorithm> algorithm = AlgorithmOf(req.algorithm());
+  if (!algorithm) return "field 'algorithm': unknown value";
+  spec->algorithm = *algorithm;
   spec->limit = static_cast<uint64_t>(req.limit());
   if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
   spec->window = req.duration() * limiter::kMillisecond;

@@ -28,13 +28,14 @@ bool IsValidName(std::string_view name) {
 
 class Parser {
  public:
-  explicit Parser(PolicyError* error) : error_(error) {}
-
-  bool Fail(std::string field, std::string message) {
-    error_->field = std::move(field);
-    error_->message = std::move(message);
+  // Records why the text is rejected ("<field>: <message>", or the message alone for the whole text).
+  bool Fail(std::string_view field, std::string_view message) {
+    status_ = Status::InvalidArgument(field, message);
     return false;
   }
+
+  // Why the last Fail failed.
+  [[nodiscard]] const Status& status() const { return status_; }
 
   // A policy's default limits. `mode` is the policy-level default mode (may be empty).
   bool ParseDefaults(const std::string& policy, const json::value& v, std::string_view mode, LimitList* out) {
@@ -116,7 +117,7 @@ class Parser {
     return true;
   }
 
-  PolicyError* error_;
+  Status status_;
 };
 
 }  // namespace
@@ -133,28 +134,28 @@ const LimitList& Policy::Resolve(std::string_view key, std::string_view tier) co
   return limits;
 }
 
-std::shared_ptr<const PolicySet> PolicySet::Parse(std::string_view text, PolicyError* error) {
-  Parser parser(error);
+Result<std::shared_ptr<const PolicySet>> PolicySet::Parse(std::string_view text) {
+  Parser parser;
   boost::system::error_code ec;
   json::value root = json::parse(text, ec);
   if (ec) {
     parser.Fail("", "not valid JSON: " + ec.message());
-    return nullptr;
+    return parser.status();
   }
   if (!root.is_object()) {
     parser.Fail("", "must be a JSON object with \"policies\"");
-    return nullptr;
+    return parser.status();
   }
   for (const auto& [key, value] : root.get_object()) {
     if (key != "policies") {
       parser.Fail(std::string(key), "unknown field");
-      return nullptr;
+      return parser.status();
     }
   }
   const json::value* policies = root.get_object().if_contains("policies");
   if (policies == nullptr || !policies->is_object()) {
     parser.Fail("policies", "must be an object mapping policy names to policies");
-    return nullptr;
+    return parser.status();
   }
   auto set = std::make_shared<PolicySet>();
   for (const auto& [json_name, value] : policies->get_object()) {
@@ -162,11 +163,11 @@ std::shared_ptr<const PolicySet> PolicySet::Parse(std::string_view text, PolicyE
     const std::string path = "policies." + name;
     if (!IsValidName(name)) {
       parser.Fail(path, "policy name " + Parser::NameRule());
-      return nullptr;
+      return parser.status();
     }
     if (!value.is_object()) {
       parser.Fail(path, "must be an object");
-      return nullptr;
+      return parser.status();
     }
     const json::object& o = value.get_object();
     std::string_view mode;
@@ -174,12 +175,12 @@ std::shared_ptr<const PolicySet> PolicySet::Parse(std::string_view text, PolicyE
       if (key == "mode") {
         if (!field.is_string()) {
           parser.Fail(path + ".mode", "must be a string");
-          return nullptr;
+          return parser.status();
         }
         mode = field.get_string();
       } else if (key != "limits" && key != "tiers" && key != "keys") {
         parser.Fail(path + "." + std::string(key), "unknown field");
-        return nullptr;
+        return parser.status();
       }
     }
     Policy policy;
@@ -187,23 +188,23 @@ std::shared_ptr<const PolicySet> PolicySet::Parse(std::string_view text, PolicyE
     const json::value* limits = o.if_contains("limits");
     if (limits == nullptr) {
       parser.Fail(path + ".limits", "required");
-      return nullptr;
+      return parser.status();
     }
-    if (!parser.ParseDefaults(name, *limits, mode, &policy.limits)) return nullptr;
+    if (!parser.ParseDefaults(name, *limits, mode, &policy.limits)) return parser.status();
     for (const char* table : {"tiers", "keys"}) {
       const json::value* overrides = o.if_contains(table);
       if (overrides == nullptr) continue;
       const std::string table_path = path + "." + table;
       if (!overrides->is_object()) {
         parser.Fail(table_path, "must be an object");
-        return nullptr;
+        return parser.status();
       }
       auto& target = table[0] == 't' ? policy.tiers : policy.keys;
       for (const auto& [override_key, override_value] : overrides->get_object()) {
         LimitList list;
         if (!parser.ParseOverride(name, table_path + "." + std::string(override_key), override_value, mode,
                                   policy.limits, &list)) {
-          return nullptr;
+          return parser.status();
         }
         target.emplace(std::string(override_key), std::move(list));
       }
@@ -222,22 +223,21 @@ Policies::Policies(std::string path) : path_(std::move(path)) {
   set_.Publish(std::make_shared<const PolicySet>());
 }
 
-std::optional<PolicyError> Policies::Reload() {
-  if (path_.empty()) return std::nullopt;
+Status Policies::Reload() {
+  if (path_.empty()) return Status::OK();
   std::ifstream in(path_, std::ios::binary);
-  if (!in) return PolicyError{path_, "cannot open the policy file"};
+  if (!in) return Status::IOError(path_, "cannot open the policy file");
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return PolicyError{path_, "cannot read the policy file"};
+  if (in.bad()) return Status::IOError(path_, "cannot read the policy file");
   return LoadJson(text.str());
 }
 
-std::optional<PolicyError> Policies::LoadJson(std::string_view json_text) {
-  PolicyError error;
-  auto set = PolicySet::Parse(json_text, &error);
-  if (!set) return error;
-  set_.Publish(std::move(set));
-  return std::nullopt;
+Status Policies::LoadJson(std::string_view json_text) {
+  Result<std::shared_ptr<const PolicySet>> set = PolicySet::Parse(json_text);
+  if (!set.ok()) return std::move(set).status();
+  set_.Publish(std::move(set).value());
+  return Status::OK();
 }
 
 }  // namespace ringlimit::node

@@ -20,18 +20,10 @@
 #include <vector>
 
 #include "limiter/limiter.h"
+#include "limiter/status.h"
 #include "ring/published.h"
 
 namespace ringlimit::node {
-
-// Why a policy file was rejected: the offending field as a path
-// ("policies.api.limits[1].window_ms") and what is wrong with it.
-struct PolicyError {
-  std::string field;
-  std::string message;
-
-  [[nodiscard]] std::string ToString() const { return field.empty() ? message : field + ": " + message; }
-};
 
 // One limit of a policy. `state_name` is the name its state is stored under: the policy's name for a
 // policy with one unnamed limit, else "<policy>/<limit name>". Tier and key overrides keep the names,
@@ -55,8 +47,9 @@ struct Policy {
 
 class PolicySet {
  public:
-  // Parses and validates a policy file's text. On failure returns nullptr and sets *error.
-  [[nodiscard]] static std::shared_ptr<const PolicySet> Parse(std::string_view json, PolicyError* error);
+  // Parses and validates a policy file's text. Error: InvalidArgument whose message starts with the
+  // offending field as a path ("policies.api.limits[1].window_ms: must be ...").
+  [[nodiscard]] static Result<std::shared_ptr<const PolicySet>> Parse(std::string_view json);
 
   // nullptr when no policy has that name.
   [[nodiscard]] const Policy* Find(std::string_view name) const;
@@ -74,11 +67,12 @@ class Policies {
   Policies& operator=(const Policies&) = delete;
 
   // Reads and validates the file, then swaps it in. On failure the current set stays in force and
-  // the error is returned. With an empty path: succeeds, nothing changes. Call at start-up and on SIGHUP.
-  [[nodiscard]] std::optional<PolicyError> Reload();
+  // the error is returned: IOError ("<path>: cannot open the policy file"), or Parse's InvalidArgument.
+  // With an empty path: OK, nothing changes. Call at start-up and on SIGHUP.
+  [[nodiscard]] Status Reload();
 
   // Same from text (tests, embedding).
-  [[nodiscard]] std::optional<PolicyError> LoadJson(std::string_view json);
+  [[nodiscard]] Status LoadJson(std::string_view json);
 
   // The set in force (never null). Callers keep the pointer for the duration of one request. A
   // Reload or LoadJson that has returned is seen by every later call, on every thread.

@@ -24,7 +24,7 @@ constexpr char kValid[] = R"({"policies":{
 
 TEST(PoliciesTest, ParsesLimitsModesAndOverrides) {
   Policies policies;
-  ASSERT_FALSE(policies.LoadJson(kValid));
+  ASSERT_TRUE(policies.LoadJson(kValid).ok());
   auto set = policies.Current();
   ASSERT_EQ(set->size(), 3u);
   const Policy* api = set->Find("api");
@@ -84,10 +84,19 @@ TEST(PoliciesTest, ErrorsNameTheBadField) {
        "policies.api.limits[0]"},
   };
   for (const Case& c : cases) {
-    PolicyError error;
-    EXPECT_EQ(PolicySet::Parse(c.json, &error), nullptr) << c.json;
-    EXPECT_EQ(error.field, c.field) << c.json << " -> " << error.ToString();
-    EXPECT_FALSE(error.message.empty());
+    const Result<std::shared_ptr<const PolicySet>> set = PolicySet::Parse(c.json);
+    ASSERT_FALSE(set.ok()) << c.json;
+    const Status& error = set.status();
+    EXPECT_TRUE(error.IsInvalidArgument()) << error.ToString();
+    // The message starts with the offending field's path (none for the text as a whole).
+    const std::string_view field = c.field;
+    const std::string prefix = std::string(field) + ": ";
+    if (!field.empty()) {
+      EXPECT_EQ(error.message().rfind(prefix, 0), 0u) << c.json << " -> " << error.ToString();
+    } else {
+      EXPECT_NE(error.message().rfind("policies", 0), 0u) << c.json << " -> " << error.ToString();
+    }
+    EXPECT_GT(error.message().size(), prefix.size());
   }
 }
 
@@ -98,34 +107,36 @@ TEST(PoliciesTest, ReloadFromFileKeepsTheOldSetOnFailure) {
     out << R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})";
   }
   Policies policies(path);
-  ASSERT_FALSE(policies.Reload());
+  ASSERT_TRUE(policies.Reload().ok());
   auto first = policies.Current();
   ASSERT_NE(first->Find("api"), nullptr);
   {
     std::ofstream out(path);
     out << R"({"policies":{"api":{"limits":[{"limit":-1,"window_ms":1000}]}}})";
   }
-  auto error = policies.Reload();
-  ASSERT_TRUE(error);
-  EXPECT_NE(error->ToString().find("limit"), std::string::npos) << error->ToString();
+  const Status error = policies.Reload();
+  ASSERT_TRUE(error.IsInvalidArgument()) << error.ToString();
+  EXPECT_NE(error.message().find("limit"), std::string::npos) << error.ToString();
   EXPECT_EQ(policies.Current(), first);  // unchanged
   {
     std::ofstream out(path);
     out << R"({"policies":{"web":{"limits":[{"limit":2,"window_ms":1000}]}}})";
   }
-  ASSERT_FALSE(policies.Reload());
+  ASSERT_TRUE(policies.Reload().ok());
   EXPECT_EQ(policies.Current()->Find("api"), nullptr);
   EXPECT_NE(policies.Current()->Find("web"), nullptr);
   EXPECT_NE(first->Find("api"), nullptr);  // holders of the old set still see it
   std::remove(path.c_str());
-  EXPECT_TRUE(policies.Reload());  // missing file: error, set kept
+  const Status missing = policies.Reload();  // missing file: error, set kept
+  EXPECT_TRUE(missing.IsIOError()) << missing.ToString();
+  EXPECT_EQ(missing.message(), path + ": cannot open the policy file");
   EXPECT_NE(policies.Current()->Find("web"), nullptr);
-  EXPECT_FALSE(Policies().Reload());  // no file configured: nothing to do
+  EXPECT_TRUE(Policies().Reload().ok());  // no file configured: nothing to do
 }
 
 TEST(PoliciesTest, ConcurrentReadersDuringReloads) {
   Policies policies;
-  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  ASSERT_TRUE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})").ok());
   std::atomic<bool> stop{false};
   std::thread reader([&] {
     while (!stop.load()) {
@@ -136,8 +147,10 @@ TEST(PoliciesTest, ConcurrentReadersDuringReloads) {
     }
   });
   for (int i = 1; i <= 200; ++i) {
-    ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":)" + std::to_string(i) +
-                                   R"(,"window_ms":1000}]}}})"));
+    ASSERT_TRUE(policies
+                    .LoadJson(R"({"policies":{"api":{"limits":[{"limit":)" + std::to_string(i) +
+                              R"(,"window_ms":1000}]}}})")
+                    .ok());
   }
   stop = true;
   reader.join();

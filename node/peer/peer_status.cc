@@ -36,4 +36,25 @@ std::string PeerStatus::ToString() const {
   return out;
 }
 
+Status PeerStatus::ToStatus() const {
+  switch (kind_) {
+    case PeerErrorKind::kOk:
+      return Status::OK();
+    case PeerErrorKind::kTimeout:
+      return Status::Timeout(ToString());
+    case PeerErrorKind::kConnectionLost:
+    case PeerErrorKind::kUnavailable:
+    case PeerErrorKind::kOverloaded:
+    case PeerErrorKind::kAuthFailed:
+    case PeerErrorKind::kShutdown:
+      return Status::Unavailable(ToString());
+    case PeerErrorKind::kInvalidArgument:
+      return Status::InvalidArgument(ToString());
+    case PeerErrorKind::kRemoteError:
+    case PeerErrorKind::kUnknownMethod:
+      break;
+  }
+  return Status::Internal(ToString());
+}
+
 }  // namespace ringlimit::peer

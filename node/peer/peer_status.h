@@ -1,5 +1,9 @@
 // PeerStatus and PeerResult: the outcome of a peer call, as values with named kinds (no exceptions).
 //
+// PeerStatus is the transport's own Status: its kinds (connection lost, overloaded, auth failed, unknown
+// method, shutdown, ...) are finer than ringlimit::Status's and the peer layer and its tests tell them
+// apart, so it stays; ToStatus() converts at the edge of the transport.
+//
 // Thread safety: plain values; a const object may be read from several threads.
 #ifndef RINGLIMIT_NODE_PEER_PEER_STATUS_H_
 #define RINGLIMIT_NODE_PEER_PEER_STATUS_H_
@@ -7,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "limiter/status.h"
 
 namespace ringlimit::peer {
 
@@ -38,6 +44,12 @@ class [[nodiscard]] PeerStatus {
   [[nodiscard]] const std::string& message() const { return message_; }
   // "ok" or "<kind>: <message>".
   [[nodiscard]] std::string ToString() const;
+
+  // This outcome as the codebase-wide Status (limiter/status.h), for code above the transport that
+  // propagates it: Timeout; Unavailable (connection lost, cannot connect, overloaded, auth failed,
+  // shutdown -- another node or a later try may work); InvalidArgument; Internal (the peer's handler
+  // failed or has no such method). The message is ToString(), so the peer kind stays readable.
+  [[nodiscard]] Status ToStatus() const;
 
  private:
   PeerErrorKind kind_ = PeerErrorKind::kOk;

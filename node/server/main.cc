@@ -278,8 +278,9 @@ int main(int argc, char** argv) {
       [&](const boost::system::error_code& ec, int signal) {
         if (ec) return;
         if (signal == SIGHUP) {
-          if (auto error = node.ReloadPolicies()) {
-            spdlog::error("SIGHUP: policies not reloaded, the previous ones stay in force: {}", *error);
+          if (ringlimit::Status reloaded = node.ReloadPolicies(); !reloaded.ok()) {
+            spdlog::error("SIGHUP: policies not reloaded, the previous ones stay in force: {}",
+                          reloaded.message());
           } else {
             spdlog::info("SIGHUP: policies reloaded from {}", flags.node.policies_path);
           }

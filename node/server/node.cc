@@ -71,12 +71,12 @@ Node::~Node() { Stop(); }
 
 boost::system::result<void, std::string> Node::Start() {
   if (started_) return std::string("the node is already started");
-  storage::OpenResult opened = storage::OpenStateStore(options_.storage);
-  if (!opened.ok()) return "storage: " + opened.error->message;
-  parts_ = std::make_unique<Parts>(options_, std::move(opened.store));
-  if (auto error = parts_->policies.Reload()) {
+  Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options_.storage);
+  if (!opened.ok()) return "storage: " + opened.status().message();
+  parts_ = std::make_unique<Parts>(options_, std::move(opened).value());
+  if (Status loaded = parts_->policies.Reload(); !loaded.ok()) {
     parts_.reset();
-    return "policies " + options_.policies_path + ": " + error->ToString();
+    return "policies " + options_.policies_path + ": " + loaded.message();
   }
   if (auto started = parts_->server.Start(); !started) {
     parts_.reset();
@@ -128,10 +128,9 @@ void Node::Stop() {
   spdlog::info("node stopped");
 }
 
-std::optional<std::string> Node::ReloadPolicies() {
-  if (!parts_) return std::string("the node is not started");
-  if (auto error = parts_->policies.Reload()) return error->ToString();
-  return std::nullopt;
+Status Node::ReloadPolicies() {
+  if (!parts_) return Status::Unavailable("the node is not started");
+  return parts_->policies.Reload();
 }
 
 uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "limiter/status.h"
 #include "node/api/api_handler.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
@@ -109,7 +110,8 @@ class Node {
 
   // Rereads the policies file; on failure the current policies stay in force and the error is
   // returned. Stored states are kept either way.
-  [[nodiscard]] std::optional<std::string> ReloadPolicies();
+  // Errors: Unavailable (not started), or Policies::Reload's.
+  [[nodiscard]] Status ReloadPolicies();
 
   // The bound HTTP port (the ephemeral one if http_port was 0). 0 before Start.
   [[nodiscard]] uint16_t http_port() const;

@@ -92,8 +92,7 @@ inline std::shared_ptr<const ring::RingView> RingOfAlive(const ClusterView& view
   for (const auto& m : view.members) {
     if (m.state == "alive") members.push_back({m.id, m.vnodes});
   }
-  auto built = ring::RingView::Build(1, std::move(members));
-  return built.view;
+  return ring::RingView::Create(1, std::move(members)).value_or(nullptr);
 }
 
 // `ring`'s fingerprint as GET /v1/cluster writes it: 16 lowercase hex digits.
