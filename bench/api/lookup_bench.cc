@@ -16,7 +16,7 @@ namespace {
 Policies& SharedPolicies() {
   static Policies* policies = [] {
     auto* p = new Policies();
-    if (p->LoadJson(R"({"policies":{"api":{"limits":[{"limit":10,"window_ms":1000}]}}})")) std::abort();
+    if (!p->LoadJson(R"({"policies":{"api":{"limits":[{"limit":10,"window_ms":1000}]}}})").ok()) std::abort();
     return p;
   }();
   return *policies;

@@ -160,7 +160,7 @@ TEST(PoliciesTest, ConcurrentReadersDuringReloads) {
 TEST(PoliciesTest, AReloadIsSeenByTheNextReadOnEveryThread) {
   // A thread that has the old set cached must see the new one on its next read (SIGHUP semantics).
   Policies policies;
-  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+  ASSERT_TRUE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":1,"window_ms":1000}]}}})").ok());
   std::promise<void> cached;
   std::promise<void> reloaded;
   std::shared_future<void> reloaded_future = reloaded.get_future().share();
@@ -173,7 +173,7 @@ TEST(PoliciesTest, AReloadIsSeenByTheNextReadOnEveryThread) {
     after = policies.Current()->Find("api")->limits[0].spec.limit;
   });
   cached.get_future().wait();
-  ASSERT_FALSE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":2,"window_ms":1000}]}}})"));
+  ASSERT_TRUE(policies.LoadJson(R"({"policies":{"api":{"limits":[{"limit":2,"window_ms":1000}]}}})").ok());
   reloaded.set_value();
   reader.join();
   EXPECT_EQ(before, 1u);
@@ -185,8 +185,10 @@ TEST(PoliciesTest, SeveralInstancesInOneProcessKeepTheirOwnSets) {
   std::vector<std::unique_ptr<Policies>> all;
   for (int i = 1; i <= 12; ++i) {
     all.push_back(std::make_unique<Policies>());
-    ASSERT_FALSE(all.back()->LoadJson(R"({"policies":{"p)" + std::to_string(i) +
-                                      R"(":{"limits":[{"limit":1,"window_ms":1000}]}}})"));
+    ASSERT_TRUE(all.back()
+                    ->LoadJson(R"({"policies":{"p)" + std::to_string(i) +
+                               R"(":{"limits":[{"limit":1,"window_ms":1000}]}}})")
+                    .ok());
   }
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < all.size(); ++i) {
