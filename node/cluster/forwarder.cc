@@ -85,12 +85,11 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   }
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
   // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
-  if (request->checks_size() == 1 && request->checks(0).hops() < kMaxHops) {
-    const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
-    if (!decider.empty() && decider != self_id() && decider != request->from()) {
-      PassOn(request, responder);
-      return;
-    }
+  if (request->checks_size() == 1 &&
+      PassesOn(request->checks(0).hops(), DeciderOf(ring::RingToken(request->checks(0).key())), self_id(),
+               request->from())) {
+    PassOn(request, responder);
+    return;
   }
   DecideAndReply(decider_, *this, *request, responder);
 }
@@ -118,12 +117,10 @@ const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
 bool Forwarder::Routing() const { return cluster_.ring().version() != 0; }  // one atomic load
 
 std::string Forwarder::DeciderOf(ring::Token token) const {
-  if (handoff_ != nullptr) {
-    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) return std::move(*decider);
-  }
-  const std::shared_ptr<const ring::RingView> view = cluster_.ring().Current();
-  if (view == nullptr || view->empty()) return {};
-  return view->Owner(token)->id;
+  const std::optional<std::string> route_override =
+      handoff_ != nullptr ? handoff_->RouteOverride(token) : std::nullopt;
+  if (route_override.has_value()) return *route_override;
+  return cluster::DeciderOf(std::nullopt, cluster_.ring().Current().get(), token);
 }
 
 void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const {
@@ -133,14 +130,9 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
   const std::string& self = cluster_.self_id();
   for (size_t i = 0; i < keys.size(); ++i) {
     const ring::Token token = ring::RingToken(keys[i]);
-    if (handoff_ != nullptr) {
-      if (std::optional<std::string> decider = handoff_->RouteOverride(token)) {
-        (*remote)[i] = *decider != self ? 1 : 0;
-        continue;
-      }
-    }
-    const ring::RingMember* owner = view->Owner(token);
-    (*remote)[i] = owner != nullptr && owner->id != self ? 1 : 0;
+    const std::string decider = cluster::DeciderOf(
+        handoff_ != nullptr ? handoff_->RouteOverride(token) : std::nullopt, view.get(), token);
+    (*remote)[i] = !decider.empty() && decider != self ? 1 : 0;
   }
 }
 
@@ -162,28 +154,12 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   const std::string& self = cluster_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
-  auto add = [&](const std::string& id, bool first) {
-    if (attempt->targets.size() >= options_.max_attempts) return;
-    if (std::find(attempt->targets.begin(), attempt->targets.end(), id) != attempt->targets.end()) return;
-    const ring::MemberInfo* info = snapshot->Find(id);
-    // The decider is always tried (a false suspicion must not split its keys); so are suspect fallbacks:
-    // every node must pick the same successor, or two nodes decide a dead owner's key from their own
-    // copies (a node that suspects the successor would otherwise skip to itself).
-    if (id != self && (info == nullptr || info->peer_address.empty() ||
-                       (!first && info->state != ring::MemberState::kAlive &&
-                        info->state != ring::MemberState::kSuspect))) {
-      return;
-    }
-    attempt->targets.push_back(id);
-    attempt->addresses.push_back(info != nullptr ? info->peer_address : std::string());
-  };
-  if (handoff_ != nullptr) {
-    if (std::optional<std::string> decider = handoff_->RouteOverride(token)) add(*decider, true);
-  }
-  if (view != nullptr) {
-    const size_t r = std::max<size_t>(cluster_.options().replicas, options_.max_attempts);
-    for (const ring::RingMember* member : view->PreferenceList(token, r))
-      add(member->id, attempt->targets.empty());
+  const std::optional<std::string> route_override =
+      handoff_ != nullptr ? handoff_->RouteOverride(token) : std::nullopt;
+  for (ForwardTarget& target : ForwardTargets(token, self, route_override, view.get(), snapshot->members,
+                                              cluster_.options().replicas, options_.max_attempts)) {
+    attempt->targets.push_back(std::move(target.id));
+    attempt->addresses.push_back(std::move(target.peer_address));
   }
   if (attempt->targets.empty() || attempt->targets[0] == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
