@@ -14,7 +14,7 @@ namespace ringlimit::sim {
 namespace {
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr uint64_t kDefaultSeeds = 12;
+constexpr uint64_t kDefaultSeeds = 30;
 #else
 constexpr uint64_t kDefaultSeeds = 200;
 #endif
