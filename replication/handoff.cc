@@ -277,7 +277,11 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         if (!out.running && out.retry_at.has_value()) earliest(*out.retry_at);
       }
       for (const EarlyDone& d : early_dones) earliest(d.at + options.done_timeout);
-      if (drop_pending && !left && !leaving) earliest(last_change + options.drop_delay);
+      // The drop waits for every handoff and re-replication to end (Tick), and the end of each re-arms
+      // (AfterEvent). Armed before that, a passed drop deadline fired again at once after every Tick: a
+      // busy loop on the executor until the handoff ended (up to done_timeout; the simulator caught it).
+      if (drop_pending && !left && !leaving && outgoing.empty() && incoming.empty() && jobs.empty())
+        earliest(last_change + options.drop_delay);
     }
     if (!at.has_value()) {
       tick_timer->Cancel();
@@ -773,6 +777,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::vector<TokenRange> rest = Subtract(ranges, matched);
     if (!rest.empty()) early_dones.push_back({msg.from(), std::move(rest), msg.ring_fingerprint(), now});
     PublishLocked();
+    // This runs on the caller's thread: wake the executor, so the released ranges' re-replication starts
+    // and the tick timer is re-armed now (it may be waiting for a deadline of the ranges just released).
+    if (!matched.empty()) Post(weak_from_this(), [](Core&) {});
     return peer::HandoffDoneAck().SerializeAsString();
   }
 

@@ -137,7 +137,7 @@ ReplicationActions ReplicationPlanner::Timer(MonoTime now, const ClusterView& vi
   }
   const bool force = !again.empty();
   const bool retry_due = std::any_of(targets_.begin(), targets_.end(), [&](const auto& e) {
-    return !e.second.retry.empty() && e.second.retry_at <= now;
+    return !e.second.retry.empty() && e.second.retry_at <= now && e.second.in_flight < kMaxInFlightPerTarget;
   });
   if (force || retry_due || (pass_at_.has_value() && *pass_at_ <= now)) {
     const uint64_t before = last_batch_;
@@ -336,8 +336,12 @@ void ReplicationPlanner::SetWake(ReplicationActions& out) const {
     earliest(f.deadline);
     if (f.again_at.has_value()) earliest(*f.again_at);
   }
+  // A member with kMaxInFlightPerTarget batches in flight takes no retry (Pass holds it back) until one is
+  // answered (BatchReply sets the wake again). Woken for it before that, the timer found the passed retry_at
+  // again after every pass: a busy loop until a batch was answered (up to send_timeout; the simulator caught
+  // it with one direction of a link cut).
   for (const auto& [id, t] : targets_) {
-    if (!t.retry.empty()) earliest(t.retry_at);
+    if (!t.retry.empty() && t.in_flight < kMaxInFlightPerTarget) earliest(t.retry_at);
   }
   out.wake_at = at;
 }

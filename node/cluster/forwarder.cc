@@ -100,12 +100,11 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   }
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
   // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
-  if (request->checks_size() == 1 && request->checks(0).hops() < kMaxHops) {
-    const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
-    if (!decider.empty() && decider != self_id() && decider != request->from()) {
-      PassOn(request, responder);
-      return;
-    }
+  if (request->checks_size() == 1 &&
+      PassesOn(request->checks(0).hops(), DeciderOf(ring::RingToken(request->checks(0).key())), self_id(),
+               request->from())) {
+    PassOn(request, responder);
+    return;
   }
   DecideAndReply(decider_, *this, *request, responder);
 }
@@ -169,26 +168,14 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   const std::string& self = cluster_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
-  auto add = [&](std::string_view id, bool first) {
-    if (attempt->targets.size() >= options_.max_attempts) return;
-    if (std::find(attempt->targets.begin(), attempt->targets.end(), id) != attempt->targets.end()) return;
-    const ring::MemberInfo* info = table.Member(id);
-    // The decider is always tried (a false suspicion must not split its keys); so are suspect fallbacks:
-    // every node must pick the same successor, or two nodes decide a dead owner's key from their own
-    // copies (a node that suspects the successor would otherwise skip to itself).
-    if (id != self && (info == nullptr || info->peer_address.empty() ||
-                       (!first && info->state != ring::MemberState::kAlive &&
-                        info->state != ring::MemberState::kSuspect))) {
-      return;
-    }
-    attempt->targets.emplace_back(id);
-    attempt->addresses.push_back(info != nullptr ? info->peer_address : std::string());
-  };
-  if (std::optional<std::string_view> decider = table.Override(token)) add(*decider, true);
-  if (table.ring != nullptr) {
-    const size_t r = std::max<size_t>(cluster_.options().replicas, options_.max_attempts);
-    for (const ring::RingMember* member : table.ring->PreferenceList(token, r))
-      add(member->id, attempt->targets.empty());
+  std::optional<std::string> route_override;
+  if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
+  std::span<const ring::MemberInfo> members;
+  if (table.members != nullptr) members = *table.members;
+  for (ForwardTarget& target : ForwardTargets(token, self, route_override, table.ring.get(), members,
+                                              cluster_.options().replicas, options_.max_attempts)) {
+    attempt->targets.push_back(std::move(target.id));
+    attempt->addresses.push_back(std::move(target.peer_address));
   }
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
   if (attempt->targets.empty() || attempt->targets[0] == self) {

@@ -37,6 +37,7 @@
 #include <string_view>
 
 #include "node/api/cluster_hooks.h"
+#include "node/cluster/routing.h"
 #include "ring/token.h"
 
 namespace ringlimit::peer {
@@ -51,9 +52,6 @@ class Replicator;
 namespace ringlimit::cluster {
 
 class Cluster;
-
-// Hops a forwarded check may make: the entry node's forward, then one more pass-on.
-inline constexpr uint32_t kMaxHops = 2;
 
 struct ForwarderOptions {
   // --- Affects behaviour ---

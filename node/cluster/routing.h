@@ -1,0 +1,67 @@
+// Routing: the pure decisions of the Forwarder (forwarder.h) -- which node decides a key, in which order a
+// forwarded check tries the members, and whether a node receiving a forwarded check passes it on.
+//
+// No I/O, no clock, no locks: the Forwarder feeds these functions its ring, its handoff manager's route
+// override and its member table; the deterministic simulator (tests/sim/) feeds them its own, so it
+// routes exactly as a node does. The sequencing around them (holding a check while its range is
+// switched, trying the targets one after the other, deciding locally when none answers) stays in the
+// Forwarder.
+//
+// Thread safety: pure functions.
+#ifndef RINGLIMIT_NODE_CLUSTER_ROUTING_H_
+#define RINGLIMIT_NODE_CLUSTER_ROUTING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ring/membership.h"
+#include "ring/ring_view.h"
+#include "ring/token.h"
+
+namespace ringlimit::cluster {
+
+// Hops a forwarded check may make: the entry node's forward, then one more pass-on.
+inline constexpr uint32_t kMaxHops = 2;
+
+// The node that decides the key with ring token `token`: `route_override` (the handoff manager's
+// RouteOverride) when set, else the owner on `ring`; empty when there is no override and `ring` is null
+// or empty.
+[[nodiscard]] std::string DeciderOf(const std::optional<std::string>& route_override,
+                                    const ring::RingView* ring, ring::Token token);
+
+// One member a forwarded check is tried on.
+struct ForwardTarget {
+  std::string id;
+  std::string peer_address;  // from the member table (empty if this node itself is not in it)
+
+  bool operator==(const ForwardTarget&) const = default;
+};
+
+// The members a forwarded check of `token` is tried on, in order, at most `max_attempts` of them:
+//  - the decider first -- `route_override` when set, else the owner on `ring` -- whatever its state (a
+//    false suspicion must not split its keys), as long as its peer address is known;
+//  - then the next members of the key's preference list (length max(replicas, max_attempts)) that are
+//    alive or suspect (every node must pick the same successor of a dead owner) with a known peer address.
+// `self` may be among them (never filtered): when its turn comes, the check is decided here. An empty
+// result, or `self` first, means: decide here now. `members` is the member table sorted by id (self and
+// tombstones may be included).
+[[nodiscard]] std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view self,
+                                                        const std::optional<std::string>& route_override,
+                                                        const ring::RingView* ring,
+                                                        std::span<const ring::MemberInfo> members,
+                                                        size_t replicas, uint32_t max_attempts);
+
+// Whether a node receiving a forwarded check of one key, sent by `from` after `hops` hops, passes it on
+// to `decider` (its own DeciderOf) instead of deciding it: only below the hop limit, only to another
+// node, and never back to the sender (a sender whose ring disagrees gets the answer from here).
+[[nodiscard]] bool PassesOn(uint32_t hops, std::string_view decider, std::string_view self,
+                            std::string_view from);
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_ROUTING_H_
