@@ -104,13 +104,14 @@ double Share(const std::vector<TokenRange>& ranges) {
 
 // `ring` without member `id` (the same ring if it has no such member).
 RingPtr Without(const RingPtr& ring, std::string_view id) {
-  if (ring == nullptr) return RingView::Build(0, {}).view;
+  if (ring == nullptr) return RingView::Create(0, {}).value();
   if (ring->Find(id) == nullptr) return ring;
   std::vector<ring::RingMember> members;
   for (const ring::RingMember& m : ring->members()) {
     if (m.id != id) members.push_back(m);
   }
-  return RingView::Build(ring->version(), std::move(members)).view;
+  // A subset of a valid ring's members is valid: Create cannot fail here.
+  return RingView::Create(ring->version(), std::move(members)).value();
 }
 
 // The i-th of `n` equal slices of the token space.
@@ -361,7 +362,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     if (fresh) {
       before = Without(after, self);
     } else if (before == nullptr) {
-      before = RingView::Build(0, {}).view;
+      before = RingView::Create(0, {}).value();
     }
     // Superseded entries: outgoing ranges their target no longer owns, incoming ranges this node no
     // longer owns. A range that moves back before its handoff finished never changed hands: its

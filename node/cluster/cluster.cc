@@ -73,7 +73,8 @@ std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options)
     return "vnodes: must be between 1 and " + std::to_string(ring::kMaxVnodes);
   if (options.replicas < 1) return "replicas: must be at least 1";
   if (options.leave_timeout.count() <= 0) return "leave timeout: must be positive";
-  return ring::ValidateMembershipOptions(options.membership);
+  if (Status status = ring::Validate(options.membership); !status.ok()) return status.message();
+  return std::nullopt;
 }
 
 const ring::MemberInfo* ClusterSnapshot::Find(std::string_view id) const {
@@ -132,6 +133,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   // Set before Start, then read on the strand only.
   RingListener ring_listener;
+  std::function<void()> members_listener;
   LeavePreparer leave_preparer;
 
   // Thread-safe on their own.
@@ -201,12 +203,12 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   }
   std::shared_ptr<const ring::RingView> new_ring;
   if (out.ring_changed) {
-    auto built = ring::RingView::Build(++ring_version, membership->RingMembers());
+    auto built = ring::RingView::Create(++ring_version, membership->RingMembers());
     if (built.ok()) {
-      new_ring = built.view;
-      spdlog::info("cluster: ring version {} with {} members", ring_version, built.view->members().size());
+      new_ring = std::move(built).value();
+      spdlog::info("cluster: ring version {} with {} members", ring_version, new_ring->members().size());
     } else {
-      spdlog::error("cluster: cannot build the ring: {}", built.error->message);
+      spdlog::error("cluster: cannot build the ring: {}", built.status().message());
     }
   }
   // The members first: the listener's work (handoffs) looks them up in the snapshot.
@@ -248,10 +250,10 @@ void Cluster::Core::NoticeRestarts() {
     std::vector<ring::RingMember> others;
     for (const ring::RingMember& member : current->members())
       if (member.id != id) others.push_back(member);
-    auto without = ring::RingView::Build(0, std::move(others));
+    auto without = ring::RingView::Create(0, std::move(others));
     if (!without.ok()) continue;
     spdlog::info("cluster: {} restarted without leaving the ring: handing its ranges back", id);
-    ring_listener(without.view, current);
+    ring_listener(std::move(without).value(), current);
   }
 }
 
@@ -265,6 +267,7 @@ void Cluster::Core::Publish() {
   if (snap->members != routed_members) {  // a new routing table only when a member changed
     routed_members = snap->members;
     routing.SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(snap->members));
+    if (members_listener) members_listener();
   }
   std::lock_guard lock(snapshot_mutex);
   snapshot = std::move(snap);
@@ -388,6 +391,10 @@ void Cluster::Stop() {
 }
 
 void Cluster::SetRingListener(RingListener listener) { core_->ring_listener = std::move(listener); }
+
+void Cluster::SetMembersListener(std::function<void()> listener) {
+  core_->members_listener = std::move(listener);
+}
 
 void Cluster::SetLeavePreparer(LeavePreparer preparer) { core_->leave_preparer = std::move(preparer); }
 

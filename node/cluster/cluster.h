@@ -124,6 +124,10 @@ class Cluster {
                                           std::shared_ptr<const ring::RingView> after)>;
   void SetRingListener(RingListener listener);
 
+  // Told (on the cluster's strand; must not block) whenever a member's record changed: state, address or
+  // incarnation. Set before Start.
+  void SetMembersListener(std::function<void()> listener);
+
   // Runs between `leaving` and `left`: hands this node's state over, then calls `ready` (once, from any
   // thread). While it runs the node is still in everyone's ring and keeps serving. Set before Start.
   using LeavePreparer = std::function<void(std::function<void()> ready)>;

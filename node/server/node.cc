@@ -167,6 +167,8 @@ std::optional<std::string> Node::StartCluster() {
       [&manager](std::shared_ptr<const ring::RingView> before, std::shared_ptr<const ring::RingView> after) {
         manager.OnRingChanged(std::move(before), std::move(after));
       });
+  // A member that became unreachable without a ring change yet releases what waits for it.
+  p.cluster->SetMembersListener([&manager] { manager.OnMembersChanged(); });
   p.cluster->SetLeavePreparer([&manager](std::function<void()> ready) {
     manager.Leave([ready = std::move(ready)](bool ok) {
       if (!ok) spdlog::warn("leave: not every range was handed over; leaving anyway");

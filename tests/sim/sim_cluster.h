@@ -64,10 +64,9 @@ struct SimOptions {
   std::chrono::milliseconds flush_interval{100};
   // How long a node that has left waits for its own checks before it exits anyway. Default: 5 s.
   std::chrono::milliseconds drain_timeout{5'000};
-  // Call HandoffManager::OnMembersChanged after membership events. node/server/node.cc does not (the
-  // handoff manager learns of a gone member from the ring change), so neither does the simulator by
-  // default. Default: false.
-  bool notify_members_changed = false;
+  // Call HandoffManager::OnMembersChanged after membership events, as node/server/node.cc does (through
+  // Cluster::SetMembersListener). Default: true.
+  bool notify_members_changed = true;
   NetworkOptions network;
 };
 
