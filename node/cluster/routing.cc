@@ -13,13 +13,6 @@ const ring::MemberInfo* FindMember(std::span<const ring::MemberInfo> members, st
 
 }  // namespace
 
-std::string DeciderOf(const std::optional<std::string>& route_override, const ring::RingView* ring,
-                      ring::Token token) {
-  if (route_override.has_value()) return *route_override;
-  if (ring == nullptr || ring->empty()) return {};
-  return ring->Owner(token)->id;
-}
-
 std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view self,
                                           const std::optional<std::string>& route_override,
                                           const ring::RingView* ring,

@@ -1,5 +1,6 @@
-// Routing: the pure decisions of the Forwarder (forwarder.h) -- which node decides a key, in which order a
-// forwarded check tries the members, and whether a node receiving a forwarded check passes it on.
+// Routing: the pure decisions of the Forwarder (forwarder.h) -- in which order a forwarded check tries the
+// members, and whether a node receiving a forwarded check passes it on. Which node decides a key is
+// replication::RoutingTable::Decider (replication/routing_table.h).
 //
 // No I/O, no clock, no locks: the Forwarder feeds these functions its ring, its handoff manager's route
 // override and its member table; the deterministic simulator (tests/sim/) feeds them its own, so it
@@ -28,12 +29,6 @@ namespace ringlimit::cluster {
 // Hops a forwarded check may make: the entry node's forward, then one more pass-on.
 inline constexpr uint32_t kMaxHops = 2;
 
-// The node that decides the key with ring token `token`: `route_override` (the handoff manager's
-// RouteOverride) when set, else the owner on `ring`; empty when there is no override and `ring` is null
-// or empty.
-[[nodiscard]] std::string DeciderOf(const std::optional<std::string>& route_override,
-                                    const ring::RingView* ring, ring::Token token);
-
 // One member a forwarded check is tried on.
 struct ForwardTarget {
   std::string id;
@@ -57,8 +52,9 @@ struct ForwardTarget {
                                                         size_t replicas, uint32_t max_attempts);
 
 // Whether a node receiving a forwarded check of one key, sent by `from` after `hops` hops, passes it on
-// to `decider` (its own DeciderOf) instead of deciding it: only below the hop limit, only to another
-// node, and never back to the sender (a sender whose ring disagrees gets the answer from here).
+// to `decider` (its routing table's RoutingTable::Decider) instead of deciding it: only below the hop limit,
+// only to another node, and never back to the sender (a sender whose ring disagrees gets the answer from
+// here).
 [[nodiscard]] bool PassesOn(uint32_t hops, std::string_view decider, std::string_view self,
                             std::string_view from);
 

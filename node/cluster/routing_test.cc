@@ -28,15 +28,6 @@ std::vector<std::string> Preference(const ring::RingView& ring, ring::Token toke
   return ids;
 }
 
-TEST(RoutingTest, DeciderIsTheOverrideElseTheOwner) {
-  auto ring = Ring({"a", "b", "c"});
-  const ring::Token token = ring::RingToken("k");
-  EXPECT_EQ(DeciderOf(std::nullopt, ring.get(), token), ring->Owner(token)->id);
-  EXPECT_EQ(DeciderOf(std::string("z"), ring.get(), token), "z");
-  EXPECT_EQ(DeciderOf(std::nullopt, nullptr, token), "");
-  EXPECT_EQ(DeciderOf(std::string("z"), nullptr, token), "z");
-}
-
 TEST(RoutingTest, TargetsAreTheDeciderThenLiveOrSuspectSuccessors) {
   auto ring = Ring({"a", "b", "c", "d"});
   const ring::Token token = ring::RingToken("key-1");

@@ -128,8 +128,8 @@ void SimNode::Process(ring::MembershipOutput out) {
   }
   std::shared_ptr<const ring::RingView> new_ring;
   if (out.ring_changed) {
-    auto built = ring::RingView::Build(++ring_version_, membership_->RingMembers());
-    if (built.ok()) new_ring = built.view;
+    auto built = ring::RingView::Create(++ring_version_, membership_->RingMembers());
+    if (built.ok()) new_ring = std::move(built).value();
   }
   if (new_ring != nullptr) {
     world_.Hash(new_ring->fingerprint(), ring_version_);
@@ -140,6 +140,12 @@ void SimNode::Process(ring::MembershipOutput out) {
     }
     handoff_->OnRingChanged(std::exchange(published_, new_ring), new_ring);
     ring_ = new_ring;
+    handoff_->routing().SetRing(new_ring);  // after the overrides, as cluster.cc publishes it
+  }
+  // The routing table's members, as cluster.cc publishes them: only when one changed.
+  if (std::vector<ring::MemberInfo> members = membership_->Members(); members != routed_members_) {
+    routed_members_ = members;
+    handoff_->routing().SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(std::move(members)));
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
   if (options_.notify_members_changed && !out.events.empty()) handoff_->OnMembersChanged();
@@ -165,10 +171,10 @@ void SimNode::NoticeRestarts() {
     std::vector<ring::RingMember> others;
     for (const ring::RingMember& member : ring_->members())
       if (member.id != id) others.push_back(member);
-    auto without = ring::RingView::Build(0, std::move(others));
+    auto without = ring::RingView::Create(0, std::move(others));
     if (!without.ok()) continue;
     world_.Trace(slot_, TraceKind::kRing, id_ + " notices that " + id + " restarted");
-    handoff_->OnRingChanged(without.view, ring_);
+    handoff_->OnRingChanged(std::move(without).value(), ring_);
   }
 }
 
@@ -222,7 +228,7 @@ void SimNode::FlushDisk() {
 // -------------------------------------------------------------------------------------------- checks
 
 std::string SimNode::DeciderOf(ring::Token token) const {
-  return cluster::DeciderOf(handoff_->RouteOverride(token), ring_.get(), token);
+  return std::string(handoff_->routing().Current().Decider(token));
 }
 
 void SimNode::Answer(uint64_t check, Outcome outcome, uint64_t decision) {
@@ -316,9 +322,14 @@ void SimNode::Forward(peer::ForwardedCheck check, ForwardDone done) {
   }
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
-  const std::vector<ring::MemberInfo> members = membership_->Members();
+  // From the routing table, as forwarder.cc does.
+  const replication::RoutingTable& table = handoff_->routing().Current();
+  std::optional<std::string> route_override;
+  if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
+  std::span<const ring::MemberInfo> members;
+  if (table.members != nullptr) members = *table.members;
   for (cluster::ForwardTarget& target :
-       cluster::ForwardTargets(token, id_, handoff_->RouteOverride(token), ring_.get(), members,
+       cluster::ForwardTargets(token, id_, route_override, table.ring.get(), members,
                                options_.replication.replicas, options_.max_attempts)) {
     attempt->targets.push_back(std::move(target.id));
   }

@@ -136,6 +136,7 @@ class SimNode {
   // Ring publication (as cluster.cc).
   std::shared_ptr<const ring::RingView> ring_;
   std::shared_ptr<const ring::RingView> published_;  // the last view handed to the handoff manager
+  std::vector<ring::MemberInfo> routed_members_;     // the members last published into the routing table
   uint64_t ring_version_ = 0;
   std::map<std::string, uint64_t> incarnations_;  // of the ring members, as last seen
 
