@@ -42,6 +42,10 @@ bool RoutingTable::Holds(ring::Token token) const {
   return entry != nullptr && entry->hold;
 }
 
+bool RoutingTable::Relinquished(ring::Token token, std::string_view self) const {
+  return overrides != nullptr && overrides->left_ring != nullptr && Decider(token) != self;
+}
+
 const ring::MemberInfo* RoutingTable::Member(std::string_view id) const {
   if (members == nullptr) return nullptr;
   auto it = std::lower_bound(members->begin(), members->end(), id,

@@ -53,6 +53,10 @@ struct RoutingTable {
   [[nodiscard]] std::string_view Decider(ring::Token token) const;
   // Whether `token` is in a range this node is switching (its checks are held).
   [[nodiscard]] bool Holds(ring::Token token) const;
+  // Whether node `self` is leaving or has left and `token` is already decided by another node: its copy
+  // of the key may be older than the decider's, so `self` must not decide the key, not even as a
+  // fallback when the decider does not answer.
+  [[nodiscard]] bool Relinquished(ring::Token token, std::string_view self) const;
   // The record of member `id`, or null.
   [[nodiscard]] const ring::MemberInfo* Member(std::string_view id) const;
 };

@@ -56,6 +56,22 @@ TEST(RoutingTableTest, OverridesWinOverTheRingAndHoldsAreSeen) {
   EXPECT_EQ(publisher.Current().Decider(token), owner);
 }
 
+TEST(RoutingTableTest, ALeavingNodeRelinquishesOnlyTheKeysItNoLongerDecides) {
+  RoutingPublisher publisher;
+  publisher.SetRing(Ring({"a", "b"}));
+  const ring::Token token = ring::RingToken("user:1");
+  EXPECT_FALSE(publisher.Current().Relinquished(token, "a"));  // no leave: never
+
+  // "a" leaves: a range still being handed over is decided by "a", the rest by "b".
+  auto leaving = std::make_shared<RouteOverrides>();
+  leaving->entries.push_back({{token, token}, "a", false});
+  leaving->left_ring = Ring({"b"});
+  publisher.SetOverrides(leaving);
+  EXPECT_FALSE(publisher.Current().Relinquished(token, "a"));
+  EXPECT_TRUE(publisher.Current().Relinquished(token + 1, "a"));
+  EXPECT_FALSE(publisher.Current().Relinquished(token + 1, "b"));  // "b" decides it
+}
+
 TEST(RoutingTableTest, MembersAreFoundById) {
   RoutingPublisher publisher;
   auto members = std::make_shared<std::vector<ring::MemberInfo>>();

@@ -100,11 +100,19 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   }
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
   // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
-  if (request->checks_size() == 1 &&
-      PassesOn(request->checks(0).hops(), DeciderOf(ring::RingToken(request->checks(0).key())), self_id(),
-               request->from())) {
-    PassOn(request, responder);
-    return;
+  if (request->checks_size() == 1) {
+    const ring::Token token = ring::RingToken(request->checks(0).key());
+    if (PassesOn(request->checks(0).hops(), DeciderOf(token), self_id(), request->from())) {
+      PassOn(request, responder);
+      return;
+    }
+    if (cluster_.routing().Current().Relinquished(token, self_id())) {
+      // Sent back by the node this one handed the key to (its ring still names this node): that node
+      // has the counter, this one an older copy. The failure makes the sender decide it.
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      responder.Fail("left: the key is decided by its new owner");
+      return;
+    }
   }
   DecideAndReply(decider_, *this, *request, responder);
 }
@@ -116,6 +124,12 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
   check.set_hops(check.hops() + 1);
   Forward(std::move(check), [this, request, responder](std::optional<peer::ForwardedResult> result) {
     if (!result) {
+      if (cluster_.routing().Current().Relinquished(ring::RingToken(request->checks(0).key()), self_id())) {
+        // This node left the key's range: its copy may be older than the new owner's, so it must not
+        // decide. The failure sends the original sender on to the key's next node.
+        responder.Fail("left: the key's new owner did not answer");
+        return;
+      }
       DecideAndReply(decider_, *this, *request, responder);
       return;
     }

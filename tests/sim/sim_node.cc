@@ -410,6 +410,10 @@ void SimNode::Serve(std::string payload, Responder respond) {
     PassOn(request, std::move(respond));
     return;
   }
+  if (handoff_->routing().Current().Relinquished(token, id_)) {  // sent back by the new owner
+    respond(std::nullopt);
+    return;
+  }
   DecideAndReply(request, std::move(respond));
 }
 
@@ -418,6 +422,10 @@ void SimNode::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, 
   check.set_hops(check.hops() + 1);
   Forward(std::move(check), [this, request, respond](std::optional<peer::ForwardedResult> result) {
     if (!result.has_value()) {
+      if (handoff_->routing().Current().Relinquished(ring::RingToken(request->checks(0).key()), id_)) {
+        respond(std::nullopt);  // left: the original sender goes on to the key's next node
+        return;
+      }
       DecideAndReply(request, respond);
       return;
     }
