@@ -47,24 +47,29 @@ ReplicationActions ReplicationPlanner::Changed(MonoTime now) {
   return out;
 }
 
-ReplicationActions ReplicationPlanner::Decided(MonoTime now, const ClusterView& view, uint64_t waiter,
-                                               std::span<const std::string> keys) {
+ReplicationActions ReplicationPlanner::Decided(MonoTime now, const ClusterView& view,
+                                               std::span<const SyncWait> waits) {
   ReplicationActions out;
-  if (stopped_ || keys.empty()) {
-    out.waiters_done.push_back(waiter);
-    SetWake(out);
-    return out;
+  bool registered = false;
+  for (const SyncWait& wait : waits) {
+    if (stopped_ || wait.keys.empty()) {
+      out.waiters_done.push_back(wait.waiter);
+      continue;
+    }
+    ++stats_.sync_waits;
+    Waiter& w = waiters_[wait.waiter];
+    w.deadline = now + options_.sync_timeout;
+    w.acked.assign(wait.keys.size(), false);
+    w.remaining = wait.keys.size();
+    for (size_t i = 0; i < wait.keys.size(); ++i) {
+      sync_keys_.emplace_back(wait.keys[i], Slot{wait.waiter, static_cast<uint32_t>(i)});
+    }
+    registered = true;
   }
-  ++stats_.sync_waits;
-  Waiter& w = waiters_[waiter];
-  w.deadline = now + options_.sync_timeout;
-  w.acked.assign(keys.size(), false);
-  w.remaining = keys.size();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    sync_keys_.emplace_back(keys[i], Slot{waiter, static_cast<uint32_t>(i)});
+  if (registered) {
+    Pass(now, view, /*force=*/false, out);
+    FinishFlushes(now, view, out);
   }
-  Pass(now, view, /*force=*/false, out);
-  FinishFlushes(now, view, out);
   SetWake(out);
   return out;
 }

@@ -9,7 +9,7 @@
 //
 //   Mark(keys)        keys this node changed (the driver drains the request path's dirty set into it)
 //   Changed(now)      something is dirty: a pass is due within `interval` (async mode batching)
-//   Decided(...)      sync mode: a caller waits for the keys' successors; shipped at once
+//   Decided(...)      sync mode: callers wait for their keys' successors; shipped at once, in one pass
 //   Flush(...)        ship everything pending now; answered once it is all acknowledged (or deadline)
 //   BatchReply(...)   a batch was acknowledged or failed (failed keys are retried while the member is
 //                     reachable and still a replica of the key, with exponential backoff)
@@ -72,6 +72,12 @@ struct ReplicationActions {
   std::optional<MonoTime> wake_at;
 };
 
+// One sync caller: the driver's id for it and the keys it waits for.
+struct SyncWait {
+  uint64_t waiter = 0;
+  std::vector<std::string> keys;
+};
+
 struct PlannerOptions {
   uint32_t replicas = 3;                               // preference-list length R. REQUIRES: >= 1
   std::chrono::nanoseconds interval{2'000'000};        // async batching window. REQUIRES: > 0
@@ -102,9 +108,10 @@ class ReplicationPlanner {
 
   void Mark(MonoTime now, std::span<const DirtyKey> keys);
   [[nodiscard]] ReplicationActions Changed(MonoTime now);
-  // Registers waiter `waiter` (an id of the driver's) for `keys` and ships them at once.
-  [[nodiscard]] ReplicationActions Decided(MonoTime now, const ClusterView& view, uint64_t waiter,
-                                           std::span<const std::string> keys);
+  // Registers each wait (`waiter`, an id of the driver's, for `keys`) and ships every one's keys at once,
+  // in one pass: the sync callers that arrived since the driver's last event share their batches.
+  [[nodiscard]] ReplicationActions Decided(MonoTime now, const ClusterView& view,
+                                           std::span<const SyncWait> waits);
   // Ships everything pending now (retries ignore their backoff and the in-flight cap); flushes_done
   // reports `flush` once every batch sent so far is over: ok when none failed and nothing awaits a retry,
   // not ok when what failed went to members that are gone, or at `deadline`. While sends keep failing

@@ -117,6 +117,13 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     DirtyMap keys;
   };
 
+  // A Decided call in sync mode, queued for the executor.
+  struct SyncCall {
+    std::vector<std::string> keys;
+    std::function<void()> done;
+    SyncCall* next = nullptr;
+  };
+
   // A SendUpdates call.
   struct Push {
     std::string target;
@@ -153,7 +160,47 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     }
   }
 
+  // Sync mode: queues a caller for the executor. Lock-free; the first caller queued since the executor
+  // last took the queue posts one event for all of them (under load, one pass ships many callers' keys).
+  void QueueSync(std::span<const std::string_view> keys, std::function<void()> done) {
+    auto* call = new SyncCall{std::vector<std::string>(keys.begin(), keys.end()), std::move(done), nullptr};
+    SyncCall* head = sync_calls.load(std::memory_order_relaxed);
+    do {
+      call->next = head;
+    } while (
+        !sync_calls.compare_exchange_weak(head, call, std::memory_order_release, std::memory_order_relaxed));
+    if (head == nullptr) executor.Post([core = shared_from_this()] { core->OnSyncCalls(); });
+  }
+
+  // Deletes a queue taken from sync_calls; returns its calls in arrival order.
+  static std::vector<SyncCall> TakeCalls(SyncCall* list) {
+    std::vector<SyncCall> calls;
+    while (list != nullptr) {
+      std::unique_ptr<SyncCall> call(list);
+      list = call->next;
+      calls.push_back(std::move(*call));
+    }
+    std::reverse(calls.begin(), calls.end());
+    return calls;
+  }
+
+  ~Core() { static_cast<void>(TakeCalls(sync_calls.exchange(nullptr))); }  // queued, never run (Abandon)
+
   // ------------------------------------------------------------------------------ on the executor
+
+  void OnSyncCalls() {
+    std::vector<SyncCall> calls = TakeCalls(sync_calls.exchange(nullptr, std::memory_order_acquire));
+    Drain();
+    std::vector<SyncWait> waits;
+    waits.reserve(calls.size());
+    for (SyncCall& call : calls) {
+      const uint64_t id = ++next_id;
+      waiters.emplace(id, std::move(call.done));
+      waits.push_back(SyncWait{id, std::move(call.keys)});
+    }
+    const auto ring = link.ring();
+    Apply(planner.Decided(executor.Now(), View(ring), waits));
+  }
 
   // The planner's view of the cluster now. Valid while `ring` lives.
   ClusterView View(const std::shared_ptr<const ring::RingView>& ring) {
@@ -362,7 +409,8 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   std::atomic<bool> accepting{false};  // OnChanged marks keys (R > 1, not stopping)
   std::atomic<bool> running{false};    // started and not stopped: Decided waits in sync mode
   std::atomic<bool> stop_called{false};
-  std::atomic<bool> wake_posted{false};  // a Changed event is posted and the set not drained since
+  std::atomic<bool> wake_posted{false};        // a Changed event is posted and the set not drained since
+  std::atomic<SyncCall*> sync_calls{nullptr};  // sync callers not yet taken by the executor, newest first
   DirtyShard shards[kDirtyShards];
   std::atomic<uint64_t> received_updates{0};
   std::atomic<uint64_t> applied_states{0};
@@ -430,14 +478,7 @@ void Replicator::Decided(std::span<const std::string_view> keys, std::function<v
     done();
     return;
   }
-  std::vector<std::string> copies(keys.begin(), keys.end());
-  core_->executor.Post([core = core_, copies = std::move(copies), done = std::move(done)]() mutable {
-    core->Drain();
-    const uint64_t id = ++core->next_id;
-    core->waiters.emplace(id, std::move(done));
-    const auto ring = core->link.ring();
-    core->Apply(core->planner.Decided(core->executor.Now(), core->View(ring), id, copies));
-  });
+  core_->QueueSync(keys, std::move(done));
 }
 
 void Replicator::Flush(std::chrono::milliseconds timeout, std::function<void(bool ok)> done) {

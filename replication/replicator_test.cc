@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -101,6 +102,7 @@ class Cluster {
     net_.SetPaused("c", paused);
   }
   storage::Store& store(const std::string& id) { return net_.member(id).store(); }
+  Executor& executor() { return exec_.executor(); }
   Replicator& replicator(const std::string& id) { return *replicators_.at(id); }
 
   // A key whose preference list (R = 3) starts with `owner`.
@@ -538,6 +540,32 @@ TEST(ReplicatorTest, ConcurrentDecidedCallsAreEachAnsweredOnce) {
   EXPECT_EQ(done.load(), kThreads * kPerThread);
   EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 0u);
   EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), "sync:3:49"));
+}
+
+TEST(ReplicatorTest, SyncCallersQueuedTogetherShareOnePass) {
+  Cluster cluster(SyncOptions(30s));
+  constexpr int kCalls = 20;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kCalls; ++i) {
+    keys.push_back(cluster.KeyOwnedBy("a", i));
+    Charge(cluster.store("a"), keys.back());
+  }
+  // The executor is busy while the callers arrive: the first queued posts one event for all of them.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  cluster.executor().Post([released] { released.wait(); });
+  std::atomic<int> done{0};
+  for (const std::string& key : keys) {
+    const std::string_view one[] = {key};
+    cluster.replicator("a").Decided(one, [&] { ++done; });
+  }
+  release.set_value();
+  EXPECT_TRUE(WaitFor([&] { return done.load() == kCalls; }));
+  EXPECT_EQ(cluster.replicator("a").stats().sync_waits, static_cast<uint64_t>(kCalls));
+  // One batch per replica for all twenty (two if the async pass of the charges ran first), not twenty.
+  EXPECT_LE(cluster.net().Handled("b", peer::METHOD_STATE_UPDATE), 2u);
+  EXPECT_LE(cluster.net().Handled("c", peer::METHOD_STATE_UPDATE), 2u);
+  for (const std::string& key : keys) EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), key));
 }
 
 TEST(ReplicatorTest, StopAnswersPendingSyncWaiters) {
