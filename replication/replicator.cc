@@ -78,13 +78,13 @@ std::optional<ReplicationMode> ParseReplicationMode(std::string_view text) {
 
 std::string_view ToString(ReplicationMode mode) { return mode == ReplicationMode::kSync ? "sync" : "async"; }
 
-std::optional<std::string> ValidateReplicatorOptions(const ReplicatorOptions& options) {
-  if (options.replicas < 1) return "replicas must be at least 1";
-  if (options.sync_timeout.count() < 0) return "sync_timeout must not be negative";
-  if (options.send_timeout.count() < 1) return "send_timeout must be at least 1 ms";
-  if (options.interval.count() < 1) return "interval must be at least 1 ms";
-  if (options.max_batch < 1) return "max_batch must be at least 1";
-  return std::nullopt;
+Status Validate(const ReplicatorOptions& options) {
+  if (options.replicas < 1) return Status::InvalidArgument("replicas must be at least 1");
+  if (options.sync_timeout.count() < 0) return Status::InvalidArgument("sync_timeout must not be negative");
+  if (options.send_timeout.count() < 1) return Status::InvalidArgument("send_timeout must be at least 1 ms");
+  if (options.interval.count() < 1) return Status::InvalidArgument("interval must be at least 1 ms");
+  if (options.max_batch < 1) return Status::InvalidArgument("max_batch must be at least 1");
+  return Status::OK();
 }
 
 // The wire form of a state is its RocksDB value (storage/state_codec.h): one encoding, one validation.

@@ -41,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "limiter/status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/executor.h"
@@ -79,7 +80,7 @@ struct ReplicatorOptions {
 };
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateReplicatorOptions(const ReplicatorOptions& options);
+[[nodiscard]] Status Validate(const ReplicatorOptions& options);
 
 struct ReplicatorStats {
   // Sending side.
@@ -113,7 +114,7 @@ void ToNamedState(const storage::StoredState& state, peer::NamedState* out);
 
 class Replicator final : public storage::StateObserver {
  public:
-  // REQUIRES: ValidateReplicatorOptions(options) returned nullopt.
+  // REQUIRES: Validate(options).ok().
   Replicator(storage::Store& store, ClusterLink& link, Executor& executor, ReplicatorOptions options);
   ~Replicator() override;
 

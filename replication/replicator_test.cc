@@ -151,19 +151,19 @@ TEST(ReplicatorOptionsTest, ParseAndValidate) {
   EXPECT_FALSE(ParseReplicationMode("").has_value());
   EXPECT_EQ(ToString(ReplicationMode::kSync), "sync");
   EXPECT_EQ(ToString(ReplicationMode::kAsync), "async");
-  EXPECT_FALSE(ValidateReplicatorOptions({}).has_value());
+  EXPECT_TRUE(Validate(ReplicatorOptions{}).ok());
   ReplicatorOptions bad;
   bad.replicas = 0;
-  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  EXPECT_TRUE(Validate(bad).IsInvalidArgument());
   bad = {};
   bad.interval = 0ms;
-  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  EXPECT_TRUE(Validate(bad).IsInvalidArgument());
   bad = {};
   bad.max_batch = 0;
-  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  EXPECT_TRUE(Validate(bad).IsInvalidArgument());
   bad = {};
   bad.send_timeout = 0ms;
-  EXPECT_TRUE(ValidateReplicatorOptions(bad).has_value());
+  EXPECT_TRUE(Validate(bad).IsInvalidArgument());
 }
 
 TEST(ReplicatorTest, NamedStateRoundTrip) {

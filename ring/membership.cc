@@ -82,12 +82,6 @@ Status Validate(const MembershipOptions& o) {
   return Status::OK();
 }
 
-std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& options) {
-  Status status = Validate(options);
-  if (status.ok()) return std::nullopt;
-  return status.message();
-}
-
 Membership::Membership(const MembershipOptions& options, MemberInfo self)
     : options_(options),
       self_(std::move(self)),

@@ -162,10 +162,6 @@ struct MembershipOptions {
 // OK when every REQUIRES of `options` holds, else InvalidArgument saying what is wrong.
 [[nodiscard]] Status Validate(const MembershipOptions& options);
 
-// Compatibility shim over Validate for node/cluster/ (nullopt when OK, else the message). Do not use in
-// new code.
-[[nodiscard]] std::optional<std::string> ValidateMembershipOptions(const MembershipOptions& options);
-
 // Counters for /metrics.
 struct MembershipStats {
   uint64_t probes_sent = 0;

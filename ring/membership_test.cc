@@ -101,9 +101,6 @@ TEST(MembershipOptionsTest, Validation) {
   o = MembershipOptions{};
   o.retransmit_mult = 0;
   EXPECT_TRUE(Validate(o).IsInvalidArgument());
-  // The compatibility shim for node/cluster/: nullopt, or the message.
-  EXPECT_EQ(ValidateMembershipOptions(MembershipOptions{}), std::nullopt);
-  EXPECT_EQ(ValidateMembershipOptions(o), Validate(o).message());
 }
 
 TEST_F(MembershipRulesTest, StartsAloneAlive) {

@@ -149,7 +149,8 @@ std::optional<std::string> Node::StartCluster() {
   // successors; the handoff manager follows the ring.
   replication::ReplicatorOptions replication = options_.replication;
   replication.replicas = replicas;
-  if (auto error = replication::ValidateReplicatorOptions(replication)) return "replication: " + *error;
+  if (Status status = replication::Validate(replication); !status.ok())
+    return "replication: " + status.message();
   replication::HandoffOptions handoff = options_.handoff;
   handoff.replicas = replicas;
   if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
