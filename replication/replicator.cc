@@ -92,12 +92,11 @@ void ToNamedState(const storage::StoredState& s, peer::NamedState* out) {
   out->set_name(s.name);
   // IdleAt requires a valid spec (every stored one is; a receiver ignores an invalid one anyway).
   const limiter::TimeNs expiry = limiter::Validate(s.spec).has_value() ? 0 : limiter::IdleAt(s.spec, s.state);
-  const std::string value = storage::EncodeStateValue(s, expiry);
-  out->mutable_state()->ParseFromString(value);
+  storage::StateToProto(s, expiry, out->mutable_state());
 }
 
 std::optional<storage::StoredState> FromNamedState(const peer::NamedState& named) {
-  return storage::DecodeStateValue(named.name(), named.state().SerializeAsString());
+  return storage::StateFromProto(named.name(), named.state());
 }
 
 peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity) {
