@@ -137,7 +137,8 @@ void Collect(const LimitSpec& spec, MergeState& state);
 [[nodiscard]] std::string EncodeMergeState(const MergeState& state);
 [[nodiscard]] Result<MergeState> ParseMergeState(std::string_view bytes);
 
-// Worst-case encoded size under `spec` with `contributors` records (after Collect).
+// Worst-case encoded size under `spec` with `contributors` records and base entries (after Collect;
+// a bucket's base also keeps entries of dropped records, at most kMaxContributors).
 [[nodiscard]] size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors);
 
 }  // namespace ringlimit::limiter

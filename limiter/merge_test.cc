@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -190,6 +191,171 @@ TEST_P(MergeAllAlgorithms, MergeIsASemilatticeAndGcCommutes) {
       }
     }
   }
+}
+
+// (c) Concurrent deciders that never hear of each other until the end (a partition, a paused owner)
+// lose no admission: with a long window every unit any copy admitted is in the merge, and a key that
+// went over stays refused. Hard mode, every algorithm.
+TEST_P(MergeAllAlgorithms, ConcurrentDecidersLoseNoAdmission) {
+  for (uint64_t seed : kSeeds) {
+    LimitSpec spec = Spec(GetParam(), 30, 24 * testing::kHour);
+    spec.buckets = 24;
+    spec.burst = GetParam() == Algorithm::kGcra ? 29 : 0;  // a capacity of 30 as the others
+    std::array<MergeState, 3> copies;
+    std::array<uint64_t, 3> admitted{};
+    std::mt19937_64 rng(seed);
+    TimeNs t = kT0;
+    for (int i = 0; i < 90; ++i) {
+      t += static_cast<TimeNs>(rng() % (20 * kMillisecond));
+      const auto node = static_cast<size_t>(rng() % 3);
+      const uint64_t cost = 1 + rng() % 2;
+      if (CheckMerged(spec, copies[node], 100 + node, HlcTick(0, t) + static_cast<Hlc>(i), At(t, cost))
+              .allowed) {
+        admitted[node] += cost;
+      }
+    }
+    const uint64_t total = admitted[0] + admitted[1] + admitted[2];
+    ASSERT_GT(total, spec.limit);  // the three sides together went over
+    const MergeState merged = Merge(Merge(copies[0], copies[2]), copies[1]);
+    const State plain = Materialize(spec, merged);
+    switch (GetParam()) {
+      case Algorithm::kSlidingLog:
+        EXPECT_EQ(plain.tail.size(), total);
+        break;
+      case Algorithm::kFixedWindow:
+      case Algorithm::kSlidingWindowApprox:
+      case Algorithm::kSlidingWindow:
+        EXPECT_EQ(static_cast<uint64_t>(plain.word[1]), total);  // the views clamp at 2x on read
+        break;
+      default: {
+        uint64_t consumed = 0;
+        for (const Contribution& c : merged.contributions) {
+          consumed += c.consumed;
+        }
+        EXPECT_EQ(consumed, total);
+      }
+    }
+    // Refused now and for a while (the window algorithms: until the day ends; the buckets: until the
+    // debt beyond the capacity has drained, at 30 units a day).
+    for (DurationNs later : {DurationNs{0}, kSecond, testing::kMinute}) {
+      const Decision d = PeekMerged(spec, merged, At(t + later, 1));
+      EXPECT_FALSE(d.allowed) << seed << " +" << later;
+      EXPECT_GT(d.retry_after, 0);
+    }
+    // A bucket in debt reports when it will admit again, exactly.
+    if (GetParam() == Algorithm::kTokenBucket) {
+      const Decision d = PeekMerged(spec, merged, At(t, 1));
+      EXPECT_TRUE(PeekMerged(spec, merged, At(t + d.retry_after, 1)).allowed);
+      EXPECT_FALSE(PeekMerged(spec, merged, At(t + d.retry_after - 1, 1)).allowed);
+      const uint64_t debt_units = total - spec.limit;  // beyond the capacity of 30
+      EXPECT_GE(d.retry_after, static_cast<DurationNs>(debt_units) * (24 * testing::kHour / 30));
+    }
+  }
+}
+
+// (d) Time going backwards: an exhausted merged state stays exhausted for any earlier instant.
+TEST_P(MergeAllAlgorithms, ExhaustedStaysExhaustedWhenTimeGoesBack) {
+  LimitSpec spec = Spec(GetParam(), 5, kSecond);
+  MergeState a, b;
+  for (int i = 0; i < 5; ++i) {
+    (void)CheckMerged(spec, i % 2 == 0 ? a : b, i % 2, MakeHlc(1000, static_cast<uint32_t>(i + 1)), At(kT0));
+  }
+  const MergeState m = Merge(a, b);
+  for (TimeNs t : {kT0, kT0 - kSecond, kT0 - testing::kHour, std::numeric_limits<TimeNs>::min()}) {
+    EXPECT_FALSE(PeekMerged(spec, m, At(t)).allowed) << t;
+  }
+}
+
+// A reset survives a merge with the older copies, and deciders that saw it start from nothing.
+TEST_P(MergeAllAlgorithms, ResetSurvivesMergeWithOlderCopies) {
+  LimitSpec spec = Spec(GetParam(), 4, testing::kHour);
+  spec.burst = GetParam() == Algorithm::kGcra ? 3 : 0;
+  MergeState a, b;
+  for (int i = 0; i < 4; ++i) {
+    (void)CheckMerged(spec, a, 1, MakeHlc(1000, static_cast<uint32_t>(i + 1)), At(kT0 + i));
+  }
+  b = a;  // a replica
+  EXPECT_FALSE(PeekMerged(spec, a, At(kT0 + 10)).allowed);
+  ResetMerged(spec, a, MakeHlc(2000, 0));
+  EXPECT_TRUE(PeekMerged(spec, a, At(kT0 + 10, 4)).allowed);
+  const MergeState merged = Merge(b, a);
+  EXPECT_TRUE(PeekMerged(spec, merged, At(kT0 + 10, 4)).allowed);
+  MergeState c = merged;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(CheckMerged(spec, c, 1, MakeHlc(3000, static_cast<uint32_t>(i)), At(kT0 + 20)).allowed) << i;
+  }
+  EXPECT_FALSE(CheckMerged(spec, c, 2, MakeHlc(3001, 0), At(kT0 + 20)).allowed);
+  EXPECT_FALSE(PeekMerged(spec, Merge(c, b), At(kT0 + 20)).allowed);
+}
+
+// (e) Encoding: random states round-trip; random bytes and damaged encodings are rejected or parse
+// into a valid state, never crash (run under ASan/UBSan too).
+TEST_P(MergeAllAlgorithms, EncodingRoundTripsAndRejectsGarbage) {
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      const auto copies = ConcurrentCopies(spec, seed, 200);
+      const MergeState m = Merge(Merge(copies[0], copies[1]), copies[2]);
+      const std::string bytes = EncodeMergeState(m);
+      Result<MergeState> back = ParseMergeState(bytes);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(*back, m);
+      MergeState collected = m;
+      Collect(spec, collected);
+      EXPECT_LE(
+          EncodeMergeState(collected).size(),
+          MergeStateMaxBytes(spec, std::max(collected.contributions.size(), collected.base.included.size())));
+      std::mt19937_64 rng(seed);
+      for (int i = 0; i < 300; ++i) {
+        std::string damaged = bytes;
+        switch (i % 3) {
+          case 0:
+            damaged.resize(rng() % damaged.size());
+            break;
+          case 1:
+            damaged[rng() % damaged.size()] ^= static_cast<char>(1 + rng() % 255);
+            break;
+          default:
+            damaged += static_cast<char>(rng());
+        }
+        Result<MergeState> r = ParseMergeState(damaged);
+        if (r.ok()) {
+          (void)PeekMerged(spec, *r, At(kT0));  // whatever parsed must be usable
+          EXPECT_EQ(EncodeMergeState(*r), damaged);
+        } else {
+          EXPECT_TRUE(r.status().IsCorruption());
+        }
+      }
+      for (int i = 0; i < 300; ++i) {
+        std::string garbage(rng() % 64, '\0');
+        for (char& ch : garbage) {
+          ch = static_cast<char>(rng());
+        }
+        if (!garbage.empty() && i % 2 == 0) {
+          garbage[0] = 1;  // the format byte, to get further
+        }
+        Result<MergeState> r = ParseMergeState(garbage);
+        if (r.ok()) {
+          (void)PeekMerged(spec, *r, At(kT0));
+        }
+      }
+    }
+  }
+}
+
+TEST(MergeEncoding, HostileCountsAreRejectedWithoutAllocating) {
+  std::string bytes;
+  bytes += static_cast<char>(1);  // format
+  bytes += static_cast<char>(Algorithm::kSlidingLog);
+  bytes.append(8 + 8 + 8 + 8 + 8, '\0');  // newest, base
+  bytes.append("\x00\x00\x00\x00", 4);    // no base entries
+  bytes.append("\xff\xff\xff\x7f", 4);    // 2^31 contributions
+  Result<MergeState> r = ParseMergeState(bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCorruption());
+  EXPECT_TRUE(ParseMergeState("").status().IsCorruption());
+  EXPECT_TRUE(ParseMergeState(std::string("\x02\x00", 2)).status().IsCorruption());  // format 2
+  EXPECT_TRUE(ParseMergeState(std::string("\x01\x09", 2)).status().IsCorruption());  // algorithm 9
+  EXPECT_TRUE(ParseMergeState(std::string("\x01\x00", 2)).ok());                     // empty state
 }
 
 INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),
