@@ -2,52 +2,16 @@
 #include "limiter/limiter.h"
 
 #include "limiter/arith.h"
-#include "limiter/drain_bucket.h"
+#include "limiter/dispatch.h"
 #include "limiter/judge.h"
-#include "limiter/log_views.h"
-#include "limiter/window_counters.h"
 
 namespace ringlimit::limiter {
 namespace {
 
-using internal::ApproxView;
 using internal::Capacities;
 using internal::ComputeCapacities;
-using internal::DrainView;
-using internal::FixedWindowView;
-using internal::SlidingLogView;
-using internal::SlidingWindowView;
 using internal::Verdict;
-
-// Calls fn(view) with the view of spec.algorithm over `state` at `now`.
-template <class Fn>
-auto WithView(const LimitSpec& spec, const State& state, TimeNs now, const Capacities& caps, Fn&& fn) {
-  switch (spec.algorithm) {
-    case Algorithm::kFixedWindow: {
-      FixedWindowView v(spec, state, now, caps);
-      return fn(v);
-    }
-    case Algorithm::kSlidingLog: {
-      SlidingLogView v(spec, state, now, caps);
-      return fn(v);
-    }
-    case Algorithm::kSlidingWindow: {
-      SlidingWindowView v(spec, state, now, caps);
-      return fn(v);
-    }
-    case Algorithm::kSlidingWindowApprox: {
-      ApproxView v(spec, state, now, caps);
-      return fn(v);
-    }
-    case Algorithm::kTokenBucket:
-    case Algorithm::kLeakyBucket:
-    case Algorithm::kGcra:
-      break;
-  }
-  // The drain buckets -- and, never reached because Validate rejects them, values with no enumerator.
-  DrainView v(spec, state, now, caps);
-  return fn(v);
-}
+using internal::WithView;
 
 // Judges one limit alone and, when `store` is given, charges it: admitted requests are charged,
 // denied ones only with count_denied.

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "limiter/limiter.h"
+#include "limiter/merge.h"
 
 namespace ringlimit::limiter {
 namespace {
@@ -71,6 +72,28 @@ void BM_CheckAll3(benchmark::State& bench) {
       100.0 * static_cast<double>(allowed) / static_cast<double>(bench.iterations());
 }
 
+// BM_Check through the mergeable state (merge.h): one contributor deciding, as the lease holder
+// does; compare with BM_Check of the same algorithm in the same run.
+void BM_CheckMerged(benchmark::State& bench) {
+  const auto algorithm = static_cast<Algorithm>(bench.range(0));
+  const LimitSpec spec = Make(algorithm, 100, kSecond);
+  MergeState st;
+  Request r;
+  r.now = 1'700'000'000LL * kSecond;
+  Hlc stamp = 0;
+  int64_t allowed = 0;
+  for (auto _ : bench) {
+    r.now += 5 * kMillisecond;
+    stamp = HlcTick(stamp, r.now);
+    Decision d = CheckMerged(spec, st, 7, stamp, r);
+    allowed += d.allowed;
+    benchmark::DoNotOptimize(d);
+  }
+  bench.SetLabel(std::string(AlgorithmName(algorithm)));
+  bench.counters["allowed_pct"] =
+      100.0 * static_cast<double>(allowed) / static_cast<double>(bench.iterations());
+}
+
 // Baseline: the cheapest possible limiter (one counter, no time) in the same harness.
 void BM_BaselineCounter(benchmark::State& bench) {
   uint64_t count = 0;
@@ -95,6 +118,7 @@ void AllAlgorithms(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_BaselineCounter);
 BENCHMARK(BM_Check)->Apply(AllAlgorithms);
 BENCHMARK(BM_CheckAll3)->Apply(AllAlgorithms);
+BENCHMARK(BM_CheckMerged)->Apply(AllAlgorithms);
 
 }  // namespace
 }  // namespace ringlimit::limiter

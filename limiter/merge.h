@@ -1,0 +1,146 @@
+// Mergeable limiter state: copies of one (entity, limit) state written by different deciders merge
+// without losing an admission (a state-based CRDT). docs/limiter.md "Merging copies" has the design
+// and each algorithm's bound; this header is the contract.
+//
+// Contract
+//  - Same as limiter.h: pure, no I/O, no clock (time and HLC stamps are passed in), no globals;
+//    time may go backwards (the newest instant seen is kept, as in State). "Over limit" is a Decision.
+//  - Thread safety: all functions are reentrant. A MergeState must not be used by two threads at once.
+//  - Contributors. Every charge is recorded on behalf of a ContributorId the caller supplies: one per
+//    deciding node *incarnation* (e.g. node id << 32 | restart counter), so a node that restarted
+//    with an empty memory never reuses an id whose older records live elsewhere. A contributor's own
+//    record is written only by that contributor, and each write carries its HLC stamp (the record's
+//    version): the record with the higher version wins a merge.
+//    REQUIRES: a contributor's stamps strictly increase (HybridClock::Now does that); the state a
+//    contributor charges must hold its own newest record (its node's copy, merged into).
+//  - Merge(a, b) is commutative, associative and idempotent for copies of one algorithm (copies of
+//    two algorithms: the one with the newer base wins whole, as a reset). It keeps every unit any copy
+//    recorded: per contributor the newest record, per cell the larger count, logs by union.
+//  - Deciding (CheckMerged, PeekMerged) materialises the plain State that the merged copies amount to
+//    and runs the plain algorithm on it (dispatch.h / judge.h): one decider after another -- each
+//    having merged the previous one's state -- decides exactly as one node with State and Check would.
+//    Concurrent deciders may together admit more than the limit; after their copies merge the sum
+//    stands (up to the plain algorithm's own clamp: 2x the ceiling for the window algorithms, the
+//    debt of a bucket is kept, see the doc) and the key is refused until refill or the window allows.
+//  - Memory stays bounded by Collect (GC): what can no longer affect any decision is dropped, as a
+//    function of the state's own newest instant (never of the caller's clock), so it commutes with
+//    merge up to a final Collect. At most kMaxContributors records; ParseMergeState enforces it.
+#ifndef RINGLIMIT_LIMITER_MERGE_H_
+#define RINGLIMIT_LIMITER_MERGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiter/hlc.h"
+#include "limiter/limiter.h"
+#include "limiter/status.h"
+
+namespace ringlimit::limiter {
+
+using ContributorId = uint64_t;
+
+// Most contributor records (and base entries) one state may hold.
+inline constexpr size_t kMaxContributors = 256;
+
+// Units counted in one cell of a window algorithm: window `index` of fixed_window and
+// sliding_window_approx, sub-bucket `index` of sliding_window (index = floor(instant / width)).
+struct Cell {
+  int64_t index = 0;
+  uint64_t count = 0;
+  bool operator==(const Cell&) const = default;
+};
+
+// One contributor's record. Which fields are used depends on the algorithm; the others stay empty.
+struct Contribution {
+  ContributorId id = 0;
+  Hlc version = 0;  // HLC stamp of the contributor's newest write: the higher version wins a merge
+
+  // fixed_window, sliding_window_approx, sliding_window.
+  DurationNs width = 0;     // the cell width the cells were counted under
+  std::vector<Cell> cells;  // ascending index, count > 0
+
+  // sliding_log: one stamp per admitted unit, ascending (two units at one instant stay two).
+  std::vector<TimeNs> stamps;
+
+  // token_bucket, leaky_bucket, gcra.
+  Hlc epoch = 0;          // when this contributor's cumulative count started
+  uint64_t consumed = 0;  // units charged since `epoch` (monotone; saturates)
+  TimeNs last = 0;        // instant of its newest charge
+
+  bool operator==(const Contribution&) const = default;
+};
+
+// What a base already accounts for, per contributor: records with version <= `version` (window
+// algorithms, sliding_log: excluded whole), or the first `consumed` units of epoch `epoch` (buckets).
+struct Included {
+  ContributorId id = 0;
+  Hlc version = 0;
+  Hlc epoch = 0;
+  uint64_t consumed = 0;
+  TimeNs expires = 0;  // after the state's newest instant passes this the entry cannot matter (GC)
+  bool operator==(const Included&) const = default;
+};
+
+// The base the records are counted on. Buckets: the level rebased by the last decider. All
+// algorithms: a reset. The base with the higher stamp wins a merge.
+struct MergeBase {
+  Hlc stamp = 0;                   // 0: the initial base (nothing consumed)
+  int64_t level_whole = 0;         // buckets: level at `at` in units ...
+  int64_t level_frac = 0;          // ... plus level_frac / window (as State::word[0..1])
+  TimeNs at = 0;                   // buckets: the instant of the level
+  std::vector<Included> included;  // ascending id
+  bool operator==(const MergeBase&) const = default;
+};
+
+struct MergeState {
+  Algorithm algorithm{};                               // 0: empty (the identity of Merge)
+  TimeNs newest = std::numeric_limits<TimeNs>::min();  // newest instant charged in any copy
+  MergeBase base;
+  std::vector<Contribution> contributions;  // ascending id, at most one per id
+  bool operator==(const MergeState&) const = default;
+};
+
+// The join of two copies. Commutative, associative, idempotent (for copies of one algorithm).
+[[nodiscard]] MergeState Merge(const MergeState& a, const MergeState& b);
+void MergeInto(MergeState& into, const MergeState& from);
+
+// Check (limiter.h) against the merged total, charging on behalf of `contributor`. `stamp` is the
+// contributor's HLC now (the record's version; buckets also rebase with it). A state written under
+// another algorithm restarts empty (as State does), with a base that wins over its older copies.
+// REQUIRES: Validate(spec) is nullopt; stamp > 0.
+Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId contributor, Hlc stamp,
+                     const Request& request);
+
+// What CheckMerged would decide, changing nothing.
+[[nodiscard]] Decision PeekMerged(const LimitSpec& spec, const MergeState& state, const Request& request);
+
+// An admin reset (DELETE) stamped `stamp`: everything recorded so far stops counting, also when
+// this state is later merged with older copies. Units charged concurrently by a decider that had not
+// seen the reset still count (conservative). REQUIRES: Validate(spec) is nullopt; stamp > 0.
+void ResetMerged(const LimitSpec& spec, MergeState& state, Hlc stamp);
+
+// Garbage collection: drops cells, stamps, records and base entries that can no longer affect a
+// decision under `spec`, judged at the state's own newest instant. Deterministic.
+void Collect(const LimitSpec& spec, MergeState& state);
+
+// The plain State the merged copies amount to (what CheckMerged decides on), for tests and tools.
+// A bucket in debt (merged level above its maximum) is shown full until the debt has drained.
+[[nodiscard]] State Materialize(const LimitSpec& spec, const MergeState& state);
+
+// Bytes: little-endian, versioned. ParseMergeState rejects anything EncodeMergeState cannot have
+// written (bad version, unknown algorithm, counts above the caps, unsorted or duplicate ids,
+// trailing bytes) with kCorruption; it never allocates more than the input's size allows.
+[[nodiscard]] std::string EncodeMergeState(const MergeState& state);
+[[nodiscard]] Result<MergeState> ParseMergeState(std::string_view bytes);
+
+// Worst-case encoded size under `spec` with `contributors` records and base entries (after Collect;
+// a bucket's base also keeps entries of dropped records, at most kMaxContributors).
+[[nodiscard]] size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors);
+
+}  // namespace ringlimit::limiter
+
+#endif  // RINGLIMIT_LIMITER_MERGE_H_

@@ -1,0 +1,255 @@
+// MergeState <-> bytes (merge.h). Layout, all integers little-endian:
+//   u8 format (1), u8 algorithm; for algorithm 0 nothing more. Then
+//   i64 newest; base: u64 stamp, i64 level_whole, i64 level_frac, i64 at, u32 n, n x Included
+//   (u64 id, u64 version, u64 epoch, u64 consumed, i64 expires); u32 m, m x Contribution:
+//   u64 id, u64 version, then by algorithm
+//     window counters: i64 width, u32 k, k x (i64 index, u64 count)
+//     sliding_log:     u32 k, k x i64 stamp
+//     buckets:         u64 epoch, u64 consumed, i64 last
+#include <cstring>
+#include <string>
+
+#include "limiter/judge.h"
+#include "limiter/merge.h"
+
+namespace ringlimit::limiter {
+namespace {
+
+constexpr uint8_t kFormat = 1;
+constexpr size_t kIncludedBytes = 40;
+constexpr size_t kBaseBytes = 8 + 8 + 8 + 8 + 4;
+constexpr size_t kHeaderBytes = 1 + 1 + 8;
+// Caps on what one record may hold (ParseMergeState rejects more): a sliding_window record keeps at
+// most `buckets` cells (plus one being replaced), a sliding_log record at most 2x the largest ceiling.
+constexpr uint32_t kMaxCells = kMaxBuckets + 1;
+constexpr uint32_t kMaxStamps = static_cast<uint32_t>(internal::kCountDeniedFactor * kMaxSlidingLogLimit);
+
+bool IsWindow(Algorithm a) {
+  return a == Algorithm::kFixedWindow || a == Algorithm::kSlidingWindowApprox ||
+         a == Algorithm::kSlidingWindow;
+}
+
+class Writer {
+ public:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { Put(v, 4); }
+  void U64(uint64_t v) { Put(v, 8); }
+  void I64(int64_t v) { Put(static_cast<uint64_t>(v), 8); }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Put(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+  }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U8(uint8_t& v) {
+    uint64_t x;
+    return Get(1, x) && (v = static_cast<uint8_t>(x), true);
+  }
+  bool U32(uint32_t& v) {
+    uint64_t x;
+    return Get(4, x) && (v = static_cast<uint32_t>(x), true);
+  }
+  bool U64(uint64_t& v) { return Get(8, v); }
+  bool I64(int64_t& v) {
+    uint64_t x;
+    return Get(8, x) && (v = static_cast<int64_t>(x), true);
+  }
+  // Whether `n` items of `size` bytes each can still be read (checked before reserving).
+  bool Fits(uint64_t n, size_t size) const { return n <= (in_.size() - pos_) / size; }
+  bool AtEnd() const { return pos_ == in_.size(); }
+
+ private:
+  bool Get(int bytes, uint64_t& v) {
+    if (in_.size() - pos_ < static_cast<size_t>(bytes)) {
+      return false;
+    }
+    v = 0;
+    for (int i = 0; i < bytes; ++i) {
+      v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[pos_ + static_cast<size_t>(i)])) << (8 * i);
+    }
+    pos_ += static_cast<size_t>(bytes);
+    return true;
+  }
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+Status Corrupt(std::string_view what) { return Status::Corruption("merge state", what); }
+
+}  // namespace
+
+std::string EncodeMergeState(const MergeState& s) {
+  Writer w;
+  w.U8(kFormat);
+  w.U8(static_cast<uint8_t>(s.algorithm));
+  if (s.algorithm == Algorithm{}) {
+    return w.Take();
+  }
+  w.I64(s.newest);
+  w.U64(s.base.stamp);
+  w.I64(s.base.level_whole);
+  w.I64(s.base.level_frac);
+  w.I64(s.base.at);
+  w.U32(static_cast<uint32_t>(s.base.included.size()));
+  for (const Included& e : s.base.included) {
+    w.U64(e.id);
+    w.U64(e.version);
+    w.U64(e.epoch);
+    w.U64(e.consumed);
+    w.I64(e.expires);
+  }
+  w.U32(static_cast<uint32_t>(s.contributions.size()));
+  for (const Contribution& c : s.contributions) {
+    w.U64(c.id);
+    w.U64(c.version);
+    if (IsWindow(s.algorithm)) {
+      w.I64(c.width);
+      w.U32(static_cast<uint32_t>(c.cells.size()));
+      for (const Cell& cell : c.cells) {
+        w.I64(cell.index);
+        w.U64(cell.count);
+      }
+    } else if (s.algorithm == Algorithm::kSlidingLog) {
+      w.U32(static_cast<uint32_t>(c.stamps.size()));
+      for (TimeNs t : c.stamps) {
+        w.I64(t);
+      }
+    } else {
+      w.U64(c.epoch);
+      w.U64(c.consumed);
+      w.I64(c.last);
+    }
+  }
+  return w.Take();
+}
+
+Result<MergeState> ParseMergeState(std::string_view bytes) {
+  Reader r(bytes);
+  uint8_t format = 0, algorithm = 0;
+  if (!r.U8(format) || !r.U8(algorithm)) {
+    return Corrupt("truncated header");
+  }
+  if (format != kFormat) {
+    return Corrupt("unknown format " + std::to_string(format));
+  }
+  if (algorithm > static_cast<uint8_t>(Algorithm::kGcra)) {
+    return Corrupt("unknown algorithm " + std::to_string(algorithm));
+  }
+  MergeState s;
+  s.algorithm = static_cast<Algorithm>(algorithm);
+  if (s.algorithm == Algorithm{}) {
+    return r.AtEnd() ? Result<MergeState>(std::move(s)) : Corrupt("trailing bytes");
+  }
+  uint32_t n = 0;
+  if (!r.I64(s.newest) || !r.U64(s.base.stamp) || !r.I64(s.base.level_whole) || !r.I64(s.base.level_frac) ||
+      !r.I64(s.base.at) || !r.U32(n)) {
+    return Corrupt("truncated base");
+  }
+  if (s.base.level_whole < 0 || s.base.level_frac < 0) {
+    return Corrupt("negative level");
+  }
+  if (n > kMaxContributors || !r.Fits(n, kIncludedBytes)) {
+    return Corrupt("too many base entries");
+  }
+  s.base.included.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Included& e = s.base.included[i];
+    if (!r.U64(e.id) || !r.U64(e.version) || !r.U64(e.epoch) || !r.U64(e.consumed) || !r.I64(e.expires)) {
+      return Corrupt("truncated base entry");
+    }
+    if (i > 0 && e.id <= s.base.included[i - 1].id) {
+      return Corrupt("base entries out of order");
+    }
+  }
+  if (!r.U32(n)) {
+    return Corrupt("truncated contributions");
+  }
+  if (n > kMaxContributors || !r.Fits(n, 16 + 4)) {
+    return Corrupt("too many contributions");
+  }
+  s.contributions.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Contribution& c = s.contributions[i];
+    if (!r.U64(c.id) || !r.U64(c.version)) {
+      return Corrupt("truncated contribution");
+    }
+    if (i > 0 && c.id <= s.contributions[i - 1].id) {
+      return Corrupt("contributions out of order");
+    }
+    uint32_t k = 0;
+    if (IsWindow(s.algorithm)) {
+      if (!r.I64(c.width) || !r.U32(k)) {
+        return Corrupt("truncated cells");
+      }
+      if (c.width <= 0 || k > kMaxCells || !r.Fits(k, 16)) {
+        return Corrupt("bad cells");
+      }
+      c.cells.resize(k);
+      for (uint32_t j = 0; j < k; ++j) {
+        if (!r.I64(c.cells[j].index) || !r.U64(c.cells[j].count)) {
+          return Corrupt("truncated cell");
+        }
+        if (c.cells[j].count == 0 || (j > 0 && c.cells[j].index <= c.cells[j - 1].index)) {
+          return Corrupt("bad cell");
+        }
+      }
+    } else if (s.algorithm == Algorithm::kSlidingLog) {
+      if (!r.U32(k)) {
+        return Corrupt("truncated log");
+      }
+      if (k > kMaxStamps || !r.Fits(k, 8)) {
+        return Corrupt("log too long");
+      }
+      c.stamps.resize(k);
+      for (uint32_t j = 0; j < k; ++j) {
+        if (!r.I64(c.stamps[j])) {
+          return Corrupt("truncated stamp");
+        }
+        if (j > 0 && c.stamps[j] < c.stamps[j - 1]) {
+          return Corrupt("stamps out of order");
+        }
+      }
+    } else if (!r.U64(c.epoch) || !r.U64(c.consumed) || !r.I64(c.last)) {
+      return Corrupt("truncated bucket record");
+    }
+  }
+  if (!r.AtEnd()) {
+    return Corrupt("trailing bytes");
+  }
+  return s;
+}
+
+size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors) {
+  size_t record = 16;
+  switch (spec.algorithm) {
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindowApprox:
+    case Algorithm::kSlidingWindow:
+      // A record keeps the cells that still count (1, 2 or buckets) plus the one being replaced.
+      record += 8 + 4 +
+                16 * (static_cast<size_t>(spec.algorithm == Algorithm::kSlidingWindow ? spec.buckets
+                                          : spec.algorithm == Algorithm::kFixedWindow ? 1
+                                                                                      : 2) +
+                      1);
+      break;
+    case Algorithm::kSlidingLog:
+      record += 4 + 8 * (StateBytes(spec) - 8) / 8;  // at most the ceiling's stamps (x2 count_denied)
+      break;
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+    case Algorithm::kGcra:
+      record += 24;
+      break;
+  }
+  return kHeaderBytes + kBaseBytes + contributors * kIncludedBytes + 4 + contributors * record;
+}
+
+}  // namespace ringlimit::limiter

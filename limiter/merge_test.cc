@@ -1,0 +1,365 @@
+// Mergeable state (merge.h): exactness for sequential deciders, the lattice laws, no lost admission
+// for concurrent deciders, time going backwards, GC and the encoding. Seeded random operation
+// sequences (std::mt19937_64, fixed seeds), every algorithm and mode.
+#include "limiter/merge.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "limiter/test_util.h"
+
+namespace ringlimit::limiter {
+namespace {
+
+using testing::At;
+using testing::Spec;
+
+constexpr TimeNs kT0 = 1'700'000'000LL * kSecond;
+constexpr uint64_t kSeeds[] = {1, 2, 3, 42};
+
+// One spec configuration per mode (and the leaky shaper, count_denied).
+std::vector<LimitSpec> Configs(Algorithm a) {
+  std::vector<LimitSpec> out;
+  LimitSpec base = Spec(a, 12, kSecond);
+  base.buckets = 8;
+  if (a == Algorithm::kGcra) {
+    base.burst = 4;
+  }
+  out.push_back(base);  // hard
+  LimitSpec soft = base;
+  soft.mode = Mode::kSoft;
+  soft.soft_pct = 50;
+  out.push_back(soft);
+  LimitSpec shadow = base;
+  shadow.mode = Mode::kShadow;
+  out.push_back(shadow);
+  LimitSpec dynamic = base;
+  dynamic.mode = Mode::kDynamic;
+  dynamic.dynamic_limit = 20;
+  out.push_back(dynamic);
+  LimitSpec denied = base;
+  denied.count_denied = true;
+  out.push_back(denied);
+  if (a == Algorithm::kLeakyBucket) {
+    LimitSpec shaper = base;
+    shaper.max_delay = 300 * kMillisecond;
+    out.push_back(shaper);
+  }
+  return out;
+}
+
+struct Op {
+  TimeNs t;
+  uint64_t cost;
+  double headroom;
+  int node;
+};
+
+// Gaps up to 150 ms, one in four simultaneous, one in ten going back up to 400 ms.
+std::vector<Op> RandomOps(uint64_t seed, int n, int nodes) {
+  std::mt19937_64 rng(seed);
+  std::vector<Op> out;
+  TimeNs t = kT0 + static_cast<TimeNs>(rng() % kSecond);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t r = rng() % 10;
+    if (r == 0) {
+      t -= static_cast<TimeNs>(rng() % (400 * kMillisecond));
+    } else if (r > 2) {
+      t += static_cast<TimeNs>(rng() % (150 * kMillisecond));
+    }
+    out.push_back({t, rng() % 5 == 0 ? 0 : 1 + rng() % 3, static_cast<double>(rng() % 5) / 4.0,
+                   static_cast<int>(rng() % static_cast<uint64_t>(nodes))});
+  }
+  return out;
+}
+
+void ExpectSameDecision(const Decision& want, const Decision& got, const std::string& where) {
+  EXPECT_EQ(want.allowed, got.allowed) << where;
+  EXPECT_EQ(want.would_deny, got.would_deny) << where;
+  EXPECT_EQ(want.beyond_limit, got.beyond_limit) << where;
+  EXPECT_EQ(want.remaining, got.remaining) << where;
+  EXPECT_EQ(want.reset_after, got.reset_after) << where;
+  EXPECT_EQ(want.retry_after, got.retry_after) << where;
+  EXPECT_EQ(want.delay, got.delay) << where;
+}
+
+// Whether Collect commutes with Merge exactly (window algorithms, sliding_log); for the buckets it
+// commutes up to decisions (a drained record may outlive its base entry in one order).
+bool FamilyIsExactGc(const LimitSpec& spec) {
+  return spec.algorithm != Algorithm::kTokenBucket && spec.algorithm != Algorithm::kLeakyBucket &&
+         spec.algorithm != Algorithm::kGcra;
+}
+
+class MergeAllAlgorithms : public ::testing::TestWithParam<Algorithm> {};
+
+// (a) Deciders one after another, each having merged the previous one's copy first, decide exactly
+// as one node with the plain State; Collect on the way changes nothing.
+TEST_P(MergeAllAlgorithms, SequentialDecidersAreExact) {
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      constexpr int kNodes = 3;
+      std::array<MergeState, kNodes> copies;
+      std::array<Hlc, kNodes> clocks{};
+      State plain;
+      int previous = 0;
+      int step = 0;
+      for (const Op& op : RandomOps(seed, 600, kNodes)) {
+        MergeInto(copies[op.node], copies[previous]);
+        if (step % 17 == 0) {
+          Collect(spec, copies[op.node]);
+        }
+        Request req = At(op.t, op.cost);
+        req.headroom = op.headroom;
+        clocks[op.node] = HlcTick(std::max(clocks[op.node], clocks[previous]), op.t);
+        const Decision want = Check(spec, plain, req);
+        const Decision got = CheckMerged(spec, copies[op.node], 100 + op.node, clocks[op.node], req);
+        const std::string where = std::string(AlgorithmName(spec.algorithm)) + " mode " +
+                                  std::string(ModeName(spec.mode)) + " seed " + std::to_string(seed) +
+                                  " step " + std::to_string(step);
+        ExpectSameDecision(want, got, where);
+        // A peek a little later (cost 2) agrees as well.
+        ExpectSameDecision(Peek(spec, plain, At(op.t + 50 * kMillisecond, 2)),
+                           PeekMerged(spec, copies[op.node], At(op.t + 50 * kMillisecond, 2)),
+                           where + " peek");
+        if (::testing::Test::HasFailure()) {
+          return;
+        }
+        previous = op.node;
+        ++step;
+      }
+    }
+  }
+}
+
+// Copies built by concurrent deciders with occasional gossip, for the lattice tests.
+std::array<MergeState, 3> ConcurrentCopies(const LimitSpec& spec, uint64_t seed, int ops,
+                                           std::vector<uint64_t>* admitted = nullptr) {
+  std::mt19937_64 rng(seed * 7919);
+  std::array<MergeState, 3> copies;
+  std::array<Hlc, 3> clocks{};
+  for (const Op& op : RandomOps(seed, ops, 3)) {
+    if (rng() % 8 == 0) {
+      const int from = static_cast<int>(rng() % 3);
+      MergeInto(copies[op.node], copies[from]);
+    }
+    if (rng() % 97 == 0) {
+      ResetMerged(spec, copies[op.node], clocks[op.node] = HlcTick(clocks[op.node], op.t));
+    }
+    clocks[op.node] = HlcTick(clocks[op.node], op.t);
+    const Decision d = CheckMerged(spec, copies[op.node], 100 + op.node, clocks[op.node], At(op.t, op.cost));
+    if (admitted != nullptr && d.allowed && !d.would_deny) {
+      (*admitted)[static_cast<size_t>(op.node)] += op.cost;
+    }
+  }
+  return copies;
+}
+
+// (b) The join is commutative, associative and idempotent; Collect commutes with it (up to a final
+// Collect) and never changes a decision.
+TEST_P(MergeAllAlgorithms, MergeIsASemilatticeAndGcCommutes) {
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      const auto [a, b, c] = ConcurrentCopies(spec, seed, 300);
+      EXPECT_EQ(Merge(a, b), Merge(b, a));
+      EXPECT_EQ(Merge(Merge(a, b), c), Merge(a, Merge(b, c)));
+      EXPECT_EQ(Merge(a, a), a);
+      EXPECT_EQ(Merge(a, MergeState{}), a);
+      MergeState ab = Merge(a, b);
+      MergeState collected_then_merged = Merge(a, b);
+      MergeState ga = a, gb = b;
+      Collect(spec, ga);
+      Collect(spec, gb);
+      MergeState gab = Merge(ga, gb);
+      for (TimeNs dt : {TimeNs{0}, 300 * kMillisecond, 2 * kSecond}) {
+        const Request r = At(ab.newest + dt, 1);
+        const Decision want = PeekMerged(spec, ab, r);
+        ExpectSameDecision(want, PeekMerged(spec, gab, r), "gc before merge");
+        MergeState g = ab;
+        Collect(spec, g);
+        ExpectSameDecision(want, PeekMerged(spec, g, r), "gc after merge");
+      }
+      Collect(spec, collected_then_merged);
+      Collect(spec, gab);
+      if (FamilyIsExactGc(spec)) {
+        EXPECT_EQ(collected_then_merged, gab);
+      }
+    }
+  }
+}
+
+// (c) Concurrent deciders that never hear of each other until the end (a partition, a paused owner)
+// lose no admission: with a long window every unit any copy admitted is in the merge, and a key that
+// went over stays refused. Hard mode, every algorithm.
+TEST_P(MergeAllAlgorithms, ConcurrentDecidersLoseNoAdmission) {
+  for (uint64_t seed : kSeeds) {
+    LimitSpec spec = Spec(GetParam(), 30, 24 * testing::kHour);
+    spec.buckets = 24;
+    spec.burst = GetParam() == Algorithm::kGcra ? 29 : 0;  // a capacity of 30 as the others
+    std::array<MergeState, 3> copies;
+    std::array<uint64_t, 3> admitted{};
+    std::mt19937_64 rng(seed);
+    TimeNs t = kT0;
+    for (int i = 0; i < 90; ++i) {
+      t += static_cast<TimeNs>(rng() % (20 * kMillisecond));
+      const auto node = static_cast<size_t>(rng() % 3);
+      const uint64_t cost = 1 + rng() % 2;
+      if (CheckMerged(spec, copies[node], 100 + node, HlcTick(0, t) + static_cast<Hlc>(i), At(t, cost))
+              .allowed) {
+        admitted[node] += cost;
+      }
+    }
+    const uint64_t total = admitted[0] + admitted[1] + admitted[2];
+    ASSERT_GT(total, spec.limit);  // the three sides together went over
+    const MergeState merged = Merge(Merge(copies[0], copies[2]), copies[1]);
+    const State plain = Materialize(spec, merged);
+    switch (GetParam()) {
+      case Algorithm::kSlidingLog:
+        EXPECT_EQ(plain.tail.size(), total);
+        break;
+      case Algorithm::kFixedWindow:
+      case Algorithm::kSlidingWindowApprox:
+      case Algorithm::kSlidingWindow:
+        EXPECT_EQ(static_cast<uint64_t>(plain.word[1]), total);  // the views clamp at 2x on read
+        break;
+      default: {
+        uint64_t consumed = 0;
+        for (const Contribution& c : merged.contributions) {
+          consumed += c.consumed;
+        }
+        EXPECT_EQ(consumed, total);
+      }
+    }
+    // Refused now and for a while (the window algorithms: until the day ends; the buckets: until the
+    // debt beyond the capacity has drained, at 30 units a day).
+    for (DurationNs later : {DurationNs{0}, kSecond, testing::kMinute}) {
+      const Decision d = PeekMerged(spec, merged, At(t + later, 1));
+      EXPECT_FALSE(d.allowed) << seed << " +" << later;
+      EXPECT_GT(d.retry_after, 0);
+    }
+    // A bucket in debt reports when it will admit again, exactly.
+    if (GetParam() == Algorithm::kTokenBucket) {
+      const Decision d = PeekMerged(spec, merged, At(t, 1));
+      EXPECT_TRUE(PeekMerged(spec, merged, At(t + d.retry_after, 1)).allowed);
+      EXPECT_FALSE(PeekMerged(spec, merged, At(t + d.retry_after - 1, 1)).allowed);
+      const uint64_t debt_units = total - spec.limit;  // beyond the capacity of 30
+      EXPECT_GE(d.retry_after, static_cast<DurationNs>(debt_units) * (24 * testing::kHour / 30));
+    }
+  }
+}
+
+// (d) Time going backwards: an exhausted merged state stays exhausted for any earlier instant.
+TEST_P(MergeAllAlgorithms, ExhaustedStaysExhaustedWhenTimeGoesBack) {
+  LimitSpec spec = Spec(GetParam(), 5, kSecond);
+  MergeState a, b;
+  for (int i = 0; i < 5; ++i) {
+    (void)CheckMerged(spec, i % 2 == 0 ? a : b, i % 2, MakeHlc(1000, static_cast<uint32_t>(i + 1)), At(kT0));
+  }
+  const MergeState m = Merge(a, b);
+  for (TimeNs t : {kT0, kT0 - kSecond, kT0 - testing::kHour, std::numeric_limits<TimeNs>::min()}) {
+    EXPECT_FALSE(PeekMerged(spec, m, At(t)).allowed) << t;
+  }
+}
+
+// A reset survives a merge with the older copies, and deciders that saw it start from nothing.
+TEST_P(MergeAllAlgorithms, ResetSurvivesMergeWithOlderCopies) {
+  LimitSpec spec = Spec(GetParam(), 4, testing::kHour);
+  spec.burst = GetParam() == Algorithm::kGcra ? 3 : 0;
+  MergeState a, b;
+  for (int i = 0; i < 4; ++i) {
+    (void)CheckMerged(spec, a, 1, MakeHlc(1000, static_cast<uint32_t>(i + 1)), At(kT0 + i));
+  }
+  b = a;  // a replica
+  EXPECT_FALSE(PeekMerged(spec, a, At(kT0 + 10)).allowed);
+  ResetMerged(spec, a, MakeHlc(2000, 0));
+  EXPECT_TRUE(PeekMerged(spec, a, At(kT0 + 10, 4)).allowed);
+  const MergeState merged = Merge(b, a);
+  EXPECT_TRUE(PeekMerged(spec, merged, At(kT0 + 10, 4)).allowed);
+  MergeState c = merged;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(CheckMerged(spec, c, 1, MakeHlc(3000, static_cast<uint32_t>(i)), At(kT0 + 20)).allowed) << i;
+  }
+  EXPECT_FALSE(CheckMerged(spec, c, 2, MakeHlc(3001, 0), At(kT0 + 20)).allowed);
+  EXPECT_FALSE(PeekMerged(spec, Merge(c, b), At(kT0 + 20)).allowed);
+}
+
+// (e) Encoding: random states round-trip; random bytes and damaged encodings are rejected or parse
+// into a valid state, never crash (run under ASan/UBSan too).
+TEST_P(MergeAllAlgorithms, EncodingRoundTripsAndRejectsGarbage) {
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      const auto copies = ConcurrentCopies(spec, seed, 200);
+      const MergeState m = Merge(Merge(copies[0], copies[1]), copies[2]);
+      const std::string bytes = EncodeMergeState(m);
+      Result<MergeState> back = ParseMergeState(bytes);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(*back, m);
+      MergeState collected = m;
+      Collect(spec, collected);
+      EXPECT_LE(
+          EncodeMergeState(collected).size(),
+          MergeStateMaxBytes(spec, std::max(collected.contributions.size(), collected.base.included.size())));
+      std::mt19937_64 rng(seed);
+      for (int i = 0; i < 300; ++i) {
+        std::string damaged = bytes;
+        switch (i % 3) {
+          case 0:
+            damaged.resize(rng() % damaged.size());
+            break;
+          case 1:
+            damaged[rng() % damaged.size()] ^= static_cast<char>(1 + rng() % 255);
+            break;
+          default:
+            damaged += static_cast<char>(rng());
+        }
+        Result<MergeState> r = ParseMergeState(damaged);
+        if (r.ok()) {
+          (void)PeekMerged(spec, *r, At(kT0));  // whatever parsed must be usable
+          EXPECT_EQ(EncodeMergeState(*r), damaged);
+        } else {
+          EXPECT_TRUE(r.status().IsCorruption());
+        }
+      }
+      for (int i = 0; i < 300; ++i) {
+        std::string garbage(rng() % 64, '\0');
+        for (char& ch : garbage) {
+          ch = static_cast<char>(rng());
+        }
+        if (!garbage.empty() && i % 2 == 0) {
+          garbage[0] = 1;  // the format byte, to get further
+        }
+        Result<MergeState> r = ParseMergeState(garbage);
+        if (r.ok()) {
+          (void)PeekMerged(spec, *r, At(kT0));
+        }
+      }
+    }
+  }
+}
+
+TEST(MergeEncoding, HostileCountsAreRejectedWithoutAllocating) {
+  std::string bytes;
+  bytes += static_cast<char>(1);  // format
+  bytes += static_cast<char>(Algorithm::kSlidingLog);
+  bytes.append(8 + 8 + 8 + 8 + 8, '\0');  // newest, base
+  bytes.append("\x00\x00\x00\x00", 4);    // no base entries
+  bytes.append("\xff\xff\xff\x7f", 4);    // 2^31 contributions
+  Result<MergeState> r = ParseMergeState(bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCorruption());
+  EXPECT_TRUE(ParseMergeState("").status().IsCorruption());
+  EXPECT_TRUE(ParseMergeState(std::string("\x02\x00", 2)).status().IsCorruption());  // format 2
+  EXPECT_TRUE(ParseMergeState(std::string("\x01\x09", 2)).status().IsCorruption());  // algorithm 9
+  EXPECT_TRUE(ParseMergeState(std::string("\x01\x00", 2)).ok());                     // empty state
+}
+
+INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),
+                         testing::ParamName);
+
+}  // namespace
+}  // namespace ringlimit::limiter
