@@ -18,6 +18,7 @@
 #include "replication/replicator.h"
 #include "replication/testing/executor_thread.h"
 #include "replication/testing/loopback_link.h"
+#include "replication/testing/manual_executor.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::replication {
@@ -596,6 +597,40 @@ TEST_F(HandoffTest, MalformedHandoffDoneIsRejected) {
   peer::HandoffDone fine;
   fine.set_from("b");
   EXPECT_NE(HandleDone(HandoffOf("a"), fine.SerializeAsString()), std::nullopt);
+}
+
+// A ring reaches the routing table only on the executor, together with the overrides of its change (one
+// table): a node never routes by a ring it gains ranges in without passing them to their previous owner.
+TEST(HandoffPublicationTest, RingIsPublishedWithTheOverridesOfItsChange) {
+  testing::ManualExecutor exec;
+  LoopbackNetwork net;
+  LoopbackMember& link = net.Add("b");
+  net.Add("a");
+  ReplicatorOptions ropts;
+  ropts.replicas = 1;
+  Replicator replicator(link.store(), link, exec, ropts);
+  HandoffOptions hopts;
+  hopts.replicas = 1;
+  HandoffManager handoff(link.store(), link, replicator, exec, hopts);
+  RingPtr two = net.SetRing({"a", "b"});
+  const uint64_t version = handoff.routing().version();
+
+  handoff.OnRingChanged(nullptr, two);
+  EXPECT_EQ(handoff.routing().version(), version);  // queued, nothing published yet
+  EXPECT_EQ(handoff.routing().Current().ring, nullptr);
+  exec.RunReady();
+  std::shared_ptr<const RoutingTable> table = handoff.routing().Snapshot();
+  EXPECT_EQ(table->version, version + 1);  // one table: the ring with its overrides
+  EXPECT_EQ(table->ring, two);
+  for (const ring::TokenRange& r : two->Arcs("b")) {
+    EXPECT_EQ(table->Override(r.first), "a");
+    EXPECT_EQ(table->Decider(r.last), "a");
+  }
+  ASSERT_EQ(handoff.InProgress().size(), 1u);
+  EXPECT_EQ(handoff.InProgress()[0].direction, "in");
+  handoff.Abandon();  // nothing more runs on `exec`, which no thread drives (Stop would wait for it)
+  replicator.Abandon();
+  net.Shutdown();
 }
 
 TEST_F(HandoffTest, RouteOverrideWithoutHandoffIsNullopt) {
