@@ -151,8 +151,30 @@ std::vector<std::string> ReplicationTargets(const ReplicateSlice& slice, std::st
 HandoffPlanner::HandoffPlanner(std::string self, HandoffOptions options)
     : self_(std::move(self)), options_(options) {}
 
+// Exhaustive over the phases: a new phase does not compile until it says whether it switches and how
+// GET /v1/cluster names it.
 bool HandoffPlanner::Switching(const Phase& phase) {
-  return !std::holds_alternative<Pushing>(phase) && !std::holds_alternative<PushDue>(phase);
+  struct IsSwitching {
+    bool operator()(const Pushing&) const { return false; }
+    bool operator()(const PushDue&) const { return false; }
+    bool operator()(const Fencing&) const { return true; }
+    bool operator()(const Flushing&) const { return true; }
+    bool operator()(const DoneSent&) const { return true; }
+    bool operator()(const DoneRetry&) const { return true; }
+  };
+  return std::visit(IsSwitching{}, phase);
+}
+
+const char* HandoffPlanner::PhaseName(const Phase& phase) {
+  struct Name {
+    const char* operator()(const Pushing&) const { return "pushing"; }
+    const char* operator()(const PushDue&) const { return "pushing"; }
+    const char* operator()(const Fencing&) const { return "flushing"; }
+    const char* operator()(const Flushing&) const { return "flushing"; }
+    const char* operator()(const DoneSent&) const { return "done-sent"; }
+    const char* operator()(const DoneRetry&) const { return "done-sent"; }
+  };
+  return std::visit(Name{}, phase);
 }
 
 // ------------------------------------------------------------------------------------------- publish
@@ -670,10 +692,7 @@ std::vector<HandoffView> HandoffPlanner::Views(MonoTime now) const {
     v.ranges = o.ranges.size();
     v.share = Share(o.ranges);
     v.keys = o.keys;
-    v.phase = !Switching(o.phase) ? "pushing"
-              : std::holds_alternative<Fencing>(o.phase) || std::holds_alternative<Flushing>(o.phase)
-                  ? "flushing"
-                  : "done-sent";
+    v.phase = PhaseName(o.phase);
     v.seconds = Seconds(now - o.started);
     views.push_back(std::move(v));
   }

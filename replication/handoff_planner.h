@@ -297,7 +297,9 @@ class HandoffPlanner {
     uint32_t outstanding = 0;  // pushes not answered yet
   };
 
+  // From Fencing on: the ranges route to the target with a hold.
   static bool Switching(const Phase& phase);
+  static const char* PhaseName(const Phase& phase);
   uint64_t AddOutgoing(MonoTime now, const std::string& to, std::vector<ring::TokenRange> ranges,
                        uint64_t fingerprint, bool leave);
   void StartPush(MonoTime now, const ClusterView& view, uint64_t id, HandoffActions& out);
