@@ -23,11 +23,18 @@
 // Drop: drop_delay after the last ring change, with no handoff in progress, states whose key's
 // preference list no longer contains this node are discarded (Store::Discard: not replicated as erases).
 //
-// Threading: pushes, scans, retries and deadlines run on the manager's Executor (a strand of the node's
-// io_context shared with the Replicator): one timer armed at the next deadline, one re-replication slice
-// per posted task, no thread of its own and no polling. OnRingChanged installs the route overrides of the
-// change on the caller's thread and queues the rest. RouteOverride is on the request path: one atomic
-// load when no handoff is in progress.
+// Planner and driver: every decision is HandoffPlanner's (handoff_planner.h: a pure state machine, one
+// object per outgoing handoff with a std::variant of its phases). HandoffManager is its driver: every
+// event -- a ring change, a member change, a push or flush answered, a HandoffDone sent or received, a
+// held check, the timer -- is handled on the manager's Executor (a strand of the node's io_context shared
+// with the Replicator), where it calls the planner and carries out its actions: store scans, pushes
+// (Replicator::SendUpdates), flushes, HandoffDone sends, the routing table, the decision fence, one timer
+// armed at the planner's wake_at, one re-replication slice per posted task. No thread of its own, no
+// polling, and no lock around the planner: it is only touched on the executor.
+// Publication: the manager publishes each ring it is told about into the routing table together with the
+// overrides of that change (RoutingPublisher::SetRingAndOverrides), on the executor: whoever calls
+// OnRingChanged must leave the ring's publication to it, so no reader sees a new ring without its
+// overrides. RouteOverride and Switching are on the request path: one atomic load of the routing table.
 // Thread safety: every public method is safe for concurrent use. Lifetime: the store, the link, the
 // replicator and the executor must outlive the manager; Stop (or the destructor) before destroying them.
 #ifndef RINGLIMIT_REPLICATION_HANDOFF_H_
@@ -45,6 +52,7 @@
 
 #include "replication/cluster_link.h"
 #include "replication/executor.h"
+#include "replication/handoff_planner.h"
 #include "replication/replicator.h"
 #include "replication/routing_table.h"
 #include "ring/ring_view.h"
@@ -52,57 +60,11 @@
 
 namespace ringlimit::replication {
 
-struct HandoffOptions {
-  // --- Affects behaviour ---
-  // Preference-list length R (--replicas), as in ReplicatorOptions. REQUIRES: >= 1. Default: 3.
-  uint32_t replicas = 3;
-  // Incoming: how long to pass a range's checks to its previous owner while waiting for its
-  // HandoffDone before deciding from what this node has. REQUIRES: > 0. Default: 30 s.
-  std::chrono::milliseconds done_timeout{30'000};
-  // Outgoing: how long a push to one member may take in all before it is abandoned (logged, counted).
-  // REQUIRES: > 0. Default: 60 s.
-  std::chrono::milliseconds push_timeout{60'000};
-  // Drop states this node no longer owns or replicates this long after the last ring change (and only
-  // when no handoff is in progress). REQUIRES: >= 0. Default: 5 s.
-  std::chrono::milliseconds drop_delay{5'000};
-
-  // --- Affects performance ---
-  // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
-  // REQUIRES: >= 1. Default: 64.
-  uint32_t scan_slices = 64;
-};
-
-// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options);
-
-// One handoff in progress, as GET /v1/cluster shows it.
-struct HandoffView {
-  std::string direction;  // "out" (this node pushes) or "in" (this node waits for the previous owner)
-  std::string peer;       // the other end
-  size_t ranges = 0;      // token ranges concerned
-  double share = 0;       // fraction of the token space concerned
-  uint64_t keys = 0;      // out: keys pushed so far; in: keys received so far from that peer
-  std::string phase;      // out: "pushing", "flushing", "done-sent"; in: "waiting"
-  double seconds = 0;     // since it started
-};
-
-struct HandoffStats {
-  uint64_t handed_off_keys = 0;     // keys pushed by outgoing handoffs (including leave)
-  uint64_t handoffs_completed = 0;  // outgoing handoffs acknowledged by HandoffDone
-  uint64_t handoffs_failed = 0;     // outgoing handoffs abandoned (target gone, push_timeout)
-  uint64_t incoming_completed = 0;  // incoming ranges released by a HandoffDone
-  uint64_t incoming_abandoned = 0;  // incoming ranges released because the previous owner was gone or
-                                    // done_timeout passed
-  uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
-  uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
-  uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
-};
-
 class HandoffManager {
  public:
-  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's. The route
-  // overrides are published into `routing` (the node's routing table, which the cluster fills with the
-  // ring and the members); null: into a publisher of the manager's own (tests). `routing` must outlive
+  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's. The rings
+  // and their route overrides are published into `routing` (the node's routing table, which the cluster
+  // fills with the members); null: into a publisher of the manager's own (tests). `routing` must outlive
   // the manager.
   HandoffManager(storage::Store& store, ClusterLink& link, Replicator& replicator, Executor& executor,
                  HandoffOptions options, RoutingPublisher* routing = nullptr);
@@ -122,16 +84,18 @@ class HandoffManager {
   void Abandon();
 
   // The members' states changed (one may have become unreachable): incoming ranges whose previous
-  // owner is gone are released, outgoing handoffs to a gone member abandoned. From any thread.
+  // owner is gone are released, outgoing handoffs to a gone member abandoned. From any thread; queued.
   void OnMembersChanged();
 
   // The ring changed from `before` (null: none) to `after`. Called in ring-version order by the
-  // cluster, from any thread; queues the work and returns at once. If `before` is null or lacks this
-  // node while `after` has it, `before` is taken as `after` without this node: every range this node
-  // gains is then incoming from its previous owner (and, since such a node owned nothing before, it
-  // tells every other member at once that it has nothing to hand off to it: members starting
-  // together do not wait done_timeout for each other). The route overrides of the change are in
-  // place when this returns (Diff of the two views, no I/O); scans and pushes run on the executor.
+  // cluster, from any thread; queues the change and returns at once (calls are handled in call order).
+  // On the executor, the manager publishes `after` into routing() together with the route overrides of
+  // the change (one table), then starts the pushes. If `before` is null or lacks this node while
+  // `after` has it, `before` is taken as `after` without this node: every range this node gains is then
+  // incoming from its previous owner (and, since such a node owned nothing before, it tells every other
+  // member at once that it has nothing to hand off to it: members starting together do not wait
+  // done_timeout for each other). A restart noticed on an unchanged ring comes with `after` = the
+  // current ring: published again, harmlessly.
   void OnRingChanged(std::shared_ptr<const ring::RingView> before,
                      std::shared_ptr<const ring::RingView> after);
 
@@ -145,10 +109,11 @@ class HandoffManager {
   // RouteOverride names the new owner and the range's checks are held here until the switch is over.
   // Switching: whether `token` is in such a range (request path: cheap).
   [[nodiscard]] bool Switching(ring::Token token) const;
-  // If `token` is in a range being switched, takes `resume` and returns true: it is called once, on
-  // the manager's executor, when the switch is over, abandoned or superseded, or at Stop, and should
-  // route the check again (to the new owner, usually). Otherwise returns false and leaves `resume`.
-  // `resume` runs on the executor, or at Stop on Stop's caller.
+  // If `token` is in a range being switched (Switching), takes `resume` and returns true: it is called
+  // once, on the manager's executor, when the switch is over, abandoned or superseded, or at Stop, and
+  // should route the check again (to the new owner, usually). Otherwise (or once stopping) returns false
+  // and leaves `resume`. `resume` runs on the executor (at once if the switch ended before the executor
+  // got to it), or at Stop on Stop's caller. Request path: one atomic load, one post when held.
   bool HoldWhileSwitching(ring::Token token, std::function<void()>& resume);
 
   // The decision fence of the switch (decision_fence.h). A decision calls EnterDecision before it reads
@@ -161,15 +126,20 @@ class HandoffManager {
   // Where the overrides are published (the constructor's `routing`, or the manager's own).
   [[nodiscard]] RoutingPublisher& routing() const;
 
-  // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. Returns the serialized
-  // HandoffDoneAck, or nullopt when the payload does not parse.
-  [[nodiscard]] std::optional<std::string> HandleHandoffDone(std::string_view payload);
+  // Receiver of METHOD_HANDOFF_DONE: releases the incoming ranges it names. `answer` gets the serialized
+  // HandoffDoneAck once the ranges are released (on the executor; at once once stopping), or nullopt at
+  // once when the payload does not parse. After Abandon it is never called. From any thread.
+  using Answer = std::function<void(std::optional<std::string> ack)>;
+  void HandleHandoffDone(std::string_view payload, Answer answer);
 
-  // Graceful leave: hands every range this node owns on the current ring to its owner on the ring
-  // without this node, then routes every check to those owners. Calls done(ok) once (on the executor):
-  // ok when every push was acknowledged. A second call while leaving gets done(false).
+  // Graceful leave: hands every range this node owns on the current ring (the last one given to
+  // OnRingChanged; the link's if none) to its owner on the ring without this node, then routes every
+  // check to those owners. Calls done(ok) once (on the executor, or at Stop on Stop's caller): ok when
+  // every push was acknowledged. A second call while leaving gets done(false).
   void Leave(std::function<void(bool ok)> done);
 
+  // A snapshot the executor publishes after every event (from any thread; the state once the last
+  // event handled so far was over, with `seconds` as of now).
   [[nodiscard]] std::vector<HandoffView> InProgress() const;
   [[nodiscard]] HandoffStats stats() const;
 

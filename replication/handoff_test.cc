@@ -18,6 +18,7 @@
 #include "replication/replicator.h"
 #include "replication/testing/executor_thread.h"
 #include "replication/testing/loopback_link.h"
+#include "replication/testing/manual_executor.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::replication {
@@ -75,6 +76,16 @@ uint64_t VersionOf(storage::Store& store, const std::string& key) {
 
 size_t CountStates(storage::Store& store) { return store.ScanTokenRange(0, UINT64_MAX).size(); }
 
+// HandleHandoffDone for a synchronous LoopbackMember handler: waits for the answer (or kWait).
+std::optional<std::string> HandleDone(HandoffManager& handoff, std::string_view payload) {
+  auto answered = std::make_shared<std::promise<std::optional<std::string>>>();
+  std::future<std::optional<std::string>> answer = answered->get_future();
+  handoff.HandleHandoffDone(
+      payload, [answered](std::optional<std::string> ack) { answered->set_value(std::move(ack)); });
+  if (answer.wait_for(kWait) != std::future_status::ready) return std::nullopt;
+  return answer.get();
+}
+
 class HandoffTest : public ::testing::Test {
  protected:
   struct Member {
@@ -109,7 +120,7 @@ class HandoffTest : public ::testing::Test {
     Replicator* r = m.replicator.get();
     HandoffManager* h = m.handoff.get();
     m.link->Handle(peer::METHOD_STATE_UPDATE, [r](std::string_view p) { return r->HandleStateUpdate(p); });
-    m.link->Handle(peer::METHOD_HANDOFF_DONE, [h](std::string_view p) { return h->HandleHandoffDone(p); });
+    m.link->Handle(peer::METHOD_HANDOFF_DONE, [h](std::string_view p) { return HandleDone(*h, p); });
     m.replicator->Start();
     m.handoff->Start();
     return m;
@@ -119,7 +130,8 @@ class HandoffTest : public ::testing::Test {
   HandoffManager& HandoffOf(const std::string& id) { return *members_.at(id).handoff; }
 
   // Publishes a ring of `ids` to every member of the network, then tells the managers of `notify`
-  // (default: every member) about the change from the ring they saw last.
+  // (default: every member) about the change from the ring they saw last, and waits until each has
+  // published it into its routing table (with the overrides of the change).
   RingPtr SetRing(const std::vector<std::string>& ids, std::vector<std::string> notify = {}) {
     RingPtr view = net_.SetRing(ids);
     if (notify.empty()) {
@@ -129,6 +141,10 @@ class HandoffTest : public ::testing::Test {
       Member& m = members_.at(id);
       m.handoff->OnRingChanged(m.ring, view);
       m.ring = view;
+    }
+    for (const std::string& id : notify) {
+      HandoffManager& h = HandoffOf(id);
+      EXPECT_TRUE(WaitFor([&] { return h.routing().Current().ring == view; })) << id;
     }
     return view;
   }
@@ -262,7 +278,7 @@ TEST_F(HandoffTest, SwitchHoldsTheRangesChecksUntilHandoffDoneIsAcknowledged) {
   HandoffManager* c_handoff = &HandoffOf("c");
   members_.at("c").link->Handle(peer::METHOD_HANDOFF_DONE, [c_handoff, opened](std::string_view p) {
     opened.wait();
-    return c_handoff->HandleHandoffDone(p);
+    return HandleDone(*c_handoff, p);
   });
   RingPtr two = SetRing({"a", "c"});
   std::string moved_key;
@@ -569,18 +585,52 @@ TEST_F(HandoffTest, StopDuringLeaveAnswersFalse) {
 
 TEST_F(HandoffTest, MalformedHandoffDoneIsRejected) {
   Add("a");
-  EXPECT_EQ(HandoffOf("a").HandleHandoffDone("\xff\xff\xff\xff garbage"), std::nullopt);
+  EXPECT_EQ(HandleDone(HandoffOf("a"), "\xff\xff\xff\xff garbage"), std::nullopt);
   peer::HandoffDone reversed;
   reversed.set_from("b");
   peer::TokenRange* r = reversed.add_ranges();
   r->set_first(10);
   r->set_last(5);
-  EXPECT_EQ(HandoffOf("a").HandleHandoffDone(reversed.SerializeAsString()), std::nullopt);
+  EXPECT_EQ(HandleDone(HandoffOf("a"), reversed.SerializeAsString()), std::nullopt);
   peer::HandoffDone anonymous;
-  EXPECT_EQ(HandoffOf("a").HandleHandoffDone(anonymous.SerializeAsString()), std::nullopt);
+  EXPECT_EQ(HandleDone(HandoffOf("a"), anonymous.SerializeAsString()), std::nullopt);
   peer::HandoffDone fine;
   fine.set_from("b");
-  EXPECT_NE(HandoffOf("a").HandleHandoffDone(fine.SerializeAsString()), std::nullopt);
+  EXPECT_NE(HandleDone(HandoffOf("a"), fine.SerializeAsString()), std::nullopt);
+}
+
+// A ring reaches the routing table only on the executor, together with the overrides of its change (one
+// table): a node never routes by a ring it gains ranges in without passing them to their previous owner.
+TEST(HandoffPublicationTest, RingIsPublishedWithTheOverridesOfItsChange) {
+  testing::ManualExecutor exec;
+  LoopbackNetwork net;
+  LoopbackMember& link = net.Add("b");
+  net.Add("a");
+  ReplicatorOptions ropts;
+  ropts.replicas = 1;
+  Replicator replicator(link.store(), link, exec, ropts);
+  HandoffOptions hopts;
+  hopts.replicas = 1;
+  HandoffManager handoff(link.store(), link, replicator, exec, hopts);
+  RingPtr two = net.SetRing({"a", "b"});
+  const uint64_t version = handoff.routing().version();
+
+  handoff.OnRingChanged(nullptr, two);
+  EXPECT_EQ(handoff.routing().version(), version);  // queued, nothing published yet
+  EXPECT_EQ(handoff.routing().Current().ring, nullptr);
+  exec.RunReady();
+  std::shared_ptr<const RoutingTable> table = handoff.routing().Snapshot();
+  EXPECT_EQ(table->version, version + 1);  // one table: the ring with its overrides
+  EXPECT_EQ(table->ring, two);
+  for (const ring::TokenRange& r : two->Arcs("b")) {
+    EXPECT_EQ(table->Override(r.first), "a");
+    EXPECT_EQ(table->Decider(r.last), "a");
+  }
+  ASSERT_EQ(handoff.InProgress().size(), 1u);
+  EXPECT_EQ(handoff.InProgress()[0].direction, "in");
+  handoff.Abandon();  // nothing more runs on `exec`, which no thread drives (Stop would wait for it)
+  replicator.Abandon();
+  net.Shutdown();
 }
 
 TEST_F(HandoffTest, RouteOverrideWithoutHandoffIsNullopt) {

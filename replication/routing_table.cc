@@ -76,6 +76,15 @@ void RoutingPublisher::SetOverrides(std::shared_ptr<const RouteOverrides> overri
   PublishLocked(std::move(next));
 }
 
+void RoutingPublisher::SetRingAndOverrides(std::shared_ptr<const ring::RingView> ring,
+                                           std::shared_ptr<const RouteOverrides> overrides) {
+  std::lock_guard lock(mutex_);
+  auto next = std::make_shared<RoutingTable>(*current_);
+  next->ring = std::move(ring);
+  next->overrides = overrides != nullptr && !overrides->empty() ? std::move(overrides) : nullptr;
+  PublishLocked(std::move(next));
+}
+
 void RoutingPublisher::SetMembers(std::shared_ptr<const std::vector<ring::MemberInfo>> members) {
   std::lock_guard lock(mutex_);
   auto next = std::make_shared<RoutingTable>(*current_);

@@ -1,8 +1,9 @@
 // RoutingTable: everything the request path needs to route a check -- the ring, the handoff's route
 // overrides and the members' addresses and states -- as one immutable, versioned value.
-// RoutingPublisher: where the cluster (ring, members) and the handoff (overrides) publish their parts;
-// each change publishes a whole new table, so a reader never sees a ring without the overrides that go
-// with it. Readers get the current table through a per-thread cache checked by one atomic load.
+// RoutingPublisher: where the cluster (the members; the ring too when no handoff follows it) and the
+// handoff (the ring with the overrides of its change, as one update) publish their parts; each change
+// publishes a whole new table, so a reader never sees a ring without the overrides that go with it. Readers
+// get the current table through a per-thread cache checked by one atomic load.
 //
 // Thread safety: RoutingTable is immutable. RoutingPublisher: every method from any thread; writers
 // serialise on a mutex that readers take only when the version changed since their thread last read.
@@ -71,6 +72,10 @@ class RoutingPublisher {
   void SetRing(std::shared_ptr<const ring::RingView> ring);
   void SetOverrides(std::shared_ptr<const RouteOverrides> overrides);
   void SetMembers(std::shared_ptr<const std::vector<ring::MemberInfo>> members);
+  // The ring and the overrides that go with it, as one new table (the handoff publishes a ring change so:
+  // no reader sees the new ring without its overrides).
+  void SetRingAndOverrides(std::shared_ptr<const ring::RingView> ring,
+                           std::shared_ptr<const RouteOverrides> overrides);
 
   // The current table. Request path: one atomic load when this thread read the same version before.
   // The reference stays valid until this thread calls Current() on this publisher again and finds a

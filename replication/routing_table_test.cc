@@ -72,6 +72,23 @@ TEST(RoutingTableTest, ALeavingNodeRelinquishesOnlyTheKeysItNoLongerDecides) {
   EXPECT_FALSE(publisher.Current().Relinquished(token + 1, "b"));  // "b" decides it
 }
 
+// The handoff publishes a ring with the overrides of its change: one new version, both parts in it.
+TEST(RoutingTableTest, RingAndOverridesArePublishedAsOneTable) {
+  RoutingPublisher publisher;
+  auto ring = Ring({"a", "b"});
+  const ring::Token token = ring::RingToken("user:1");
+  auto overrides = std::make_shared<RouteOverrides>();
+  overrides->entries.push_back({{token, token}, "z", false});
+  publisher.SetRingAndOverrides(ring, overrides);
+  EXPECT_EQ(publisher.version(), 1u);
+  EXPECT_EQ(publisher.Current().ring, ring);
+  EXPECT_EQ(publisher.Current().Decider(token), "z");
+  publisher.SetRingAndOverrides(Ring({"c"}), std::make_shared<RouteOverrides>());  // none
+  EXPECT_EQ(publisher.version(), 2u);
+  EXPECT_EQ(publisher.Current().overrides, nullptr);
+  EXPECT_EQ(publisher.Current().Decider(token), "c");
+}
+
 TEST(RoutingTableTest, MembersAreFoundById) {
   RoutingPublisher publisher;
   auto members = std::make_shared<std::vector<ring::MemberInfo>>();

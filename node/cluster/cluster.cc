@@ -114,9 +114,11 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   // Constant after construction.
   net::io_context& io;
-  const ClusterOptions options;           // a copy: pending handlers may keep the Core alive past the Cluster
-  ring::RingHolder ring;                  // thread-safe; published only from the strand
-  replication::RoutingPublisher routing;  // thread-safe; ring and members published only from the strand
+  const ClusterOptions options;  // a copy: pending handlers may keep the Core alive past the Cluster
+  ring::RingHolder ring;         // thread-safe; published only from the strand
+  // Thread-safe; the members are published only from the strand, the ring by the ring listener (the
+  // handoff, with its overrides), or from the strand when there is none.
+  replication::RoutingPublisher routing;
   std::vector<ring::MemberInfo> routed_members;  // the members last published into `routing`
   net::strand<net::io_context::executor_type> strand;
 
@@ -214,13 +216,17 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   // The members first: the listener's work (handoffs) looks them up in the snapshot.
   if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
   if (new_ring != nullptr) {
-    // The listener installs the handoff route overrides of the change before the ring that needs them is
-    // published: a check routed in between follows the old ring, which the overrides agree with (ranges
-    // moving away stay here, ranges moving here still go to their previous owner). The other order left a
-    // moment in which a node decided a range it gains from what it had, before its previous owner's push.
-    if (ring_listener) ring_listener(std::exchange(published, new_ring), new_ring);
+    // The routing table gets the new ring only together with the handoff route overrides of the change:
+    // the listener (the handoff) publishes both as one table, on its own executor. A check routed before
+    // that follows the old ring, which the old overrides agree with. A ring published before its
+    // overrides left a moment in which a node decided a range it gains from what it had, before its
+    // previous owner's push. Without a listener, the ring is published here.
+    if (ring_listener) {
+      ring_listener(std::exchange(published, new_ring), new_ring);
+    } else {
+      routing.SetRing(new_ring);
+    }
     ring.Publish(new_ring);
-    routing.SetRing(new_ring);
     Publish();
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();

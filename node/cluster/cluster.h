@@ -119,7 +119,11 @@ class Cluster {
   void Leave(std::function<void()> on_left);
 
   // Told about every ring this node publishes, with the one it replaces (null for the first), in ring
-  // version order, on the cluster's strand: it must not block. Set before Start.
+  // version order, on the cluster's strand: it must not block. Set before Start. A listener takes over
+  // publishing the ring into routing(): it must publish every `after` there itself, in the order given
+  // (the handoff does, with the route overrides of the change; HandoffManager::OnRingChanged). It is also
+  // told, with `before` = the ring without that member, when a member restarted without leaving the ring
+  // (`after` is then the current ring again).
   using RingListener = std::function<void(std::shared_ptr<const ring::RingView> before,
                                           std::shared_ptr<const ring::RingView> after)>;
   void SetRingListener(RingListener listener);

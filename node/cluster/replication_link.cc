@@ -56,11 +56,14 @@ void RegisterReplicationHandlers(Cluster& cluster, replication::Replicator& repl
                             });
   cluster.server().Register(peer::METHOD_HANDOFF_DONE,
                             [&handoff](std::string payload, peer::PeerResponder responder) {
-                              if (auto ack = handoff.HandleHandoffDone(payload)) {
-                                responder.Reply(std::move(*ack));
-                              } else {
-                                responder.Fail("malformed HandoffDone");
-                              }
+                              // Answered from the handoff's executor once the ranges are released.
+                              handoff.HandleHandoffDone(payload, [responder](std::optional<std::string> ack) {
+                                if (ack.has_value()) {
+                                  responder.Reply(std::move(*ack));
+                                } else {
+                                  responder.Fail("malformed HandoffDone");
+                                }
+                              });
                             });
 }
 

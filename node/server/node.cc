@@ -164,6 +164,7 @@ std::optional<std::string> Node::StartCluster() {
   p.handoff->Start();
   cluster::RegisterReplicationHandlers(*p.cluster, *p.replicator, *p.handoff);
   replication::HandoffManager& manager = *p.handoff;
+  // The handoff publishes each ring into the routing table itself, with the overrides of the change.
   p.cluster->SetRingListener(
       [&manager](std::shared_ptr<const ring::RingView> before, std::shared_ptr<const ring::RingView> after) {
         manager.OnRingChanged(std::move(before), std::move(after));

@@ -138,9 +138,10 @@ void SimNode::Process(ring::MembershipOutput out) {
       for (const ring::RingMember& m : new_ring->members()) members += " " + m.id;
       world_.Trace(slot_, TraceKind::kRing, id_ + " ring v" + std::to_string(ring_version_) + ":" + members);
     }
+    // As cluster.cc: the handoff publishes the ring into the routing table with its overrides (on the
+    // executor), so no check is routed by the new ring without them.
     handoff_->OnRingChanged(std::exchange(published_, new_ring), new_ring);
     ring_ = new_ring;
-    handoff_->routing().SetRing(new_ring);  // after the overrides, as cluster.cc publishes it
   }
   // The routing table's members, as cluster.cc publishes them: only when one changed.
   if (std::vector<ring::MemberInfo> members = membership_->Members(); members != routed_members_) {
@@ -372,7 +373,7 @@ void SimNode::Handle(peer::Method method, std::string payload, Responder respond
       respond(replicator_->HandleStateUpdate(payload));
       return;
     case peer::METHOD_HANDOFF_DONE:
-      respond(handoff_->HandleHandoffDone(payload));
+      handoff_->HandleHandoffDone(payload, std::move(respond));  // answered from the executor
       return;
     case peer::METHOD_FORWARD_CHECK:
       Serve(std::move(payload), std::move(respond));

@@ -70,8 +70,10 @@ class SimNode {
   [[nodiscard]] const replication::HandoffManager& handoff() const { return *handoff_; }
   [[nodiscard]] const replication::Replicator& replicator() const { return *replicator_; }
   [[nodiscard]] storage::MemoryStore& store() { return *store_; }
-  // Whether it routes checks: it holds a ring (Forwarder::Routing).
-  [[nodiscard]] bool routing() const { return ring_ != nullptr; }
+  // Whether it routes checks: its routing table holds a ring (Forwarder::Routing).
+  [[nodiscard]] bool routing() const {
+    return handoff_ != nullptr && handoff_->routing().Current().ring != nullptr;
+  }
   [[nodiscard]] bool leaving() const { return leaving_; }
   // Left the cluster and draining: new client checks are refused.
   [[nodiscard]] bool draining() const { return left_; }

@@ -1,0 +1,342 @@
+// HandoffPlanner: the decisions of the handoff (handoff.h says what it does) as a pure state machine --
+// which ranges move to whom, where each key's checks go meanwhile (the route overrides), when a push is
+// retried, abandoned or switched, when an incoming range is released, what is re-replicated and when
+// states are dropped.
+//
+// No I/O, no clock, no threads, no locks: every entry point takes the current time (and, where it asks
+// who can be reached, a ClusterView) and returns the actions to carry out. The driver (HandoffManager,
+// handoff.h) scans the store, pushes, flushes, sends, publishes the overrides and arms one timer at
+// `wake_at`, and reports what came of each action with the matching event:
+//
+//   RingChanged(before, after)      a new ring (or a restart noticed on the same ring)
+//   MembersChanged / Timer          a member may have become unreachable / the last wake_at came
+//   PushWindowDone(id, attempt, …)  a PushWindow action's states were acknowledged, or not
+//   FenceDone(id)                   no decision routed before a switch's hold is in flight any more
+//   FlushDone(id, ok)               the Flush of a switch is over
+//   DoneAcked(id, ok)               the HandoffDone of a switch was acknowledged, or not
+//   HandoffDoneReceived(…)          a previous owner says it pushed everything of some ranges
+//   Leave                           graceful leave
+//   ReplicationPump / …SliceScanned / …PushDone / Dropped   re-replication and drop progress
+//
+// One outgoing handoff is an Outgoing whose phase is a std::variant:
+//   PushDue --due--> Pushing --all windows acked--> Fencing --FenceDone--> Flushing --FlushDone--> DoneSent
+//      ^                 | a window failed                                                    | not acked /
+//      acked
+//      +-----------------+                                             DoneSent <--due-- DoneRetry / (gone)
+// Any phase ends (abandoned) at push_timeout, or when the target is unreachable while nothing is under way;
+// a ring change that takes all its ranges from the target supersedes it. From Fencing on, the handoff is
+// *switching*: its ranges route to the target with a hold, and checks held meanwhile are resumed (the
+// `resume` action) once it ends or a ring change changes its ranges.
+//
+// Ordering contract for the driver, per returned HandoffActions: publish the routing table first (ring and
+// overrides as one update), then resume held checks, then wait on the decision fence for `fence`, then
+// carry out the rest. Reports of actions of handoffs or attempts that are gone are ignored, so the driver
+// may report late.
+//
+// Thread safety: none; the driver serialises every call (on its executor).
+#ifndef RINGLIMIT_REPLICATION_HANDOFF_PLANNER_H_
+#define RINGLIMIT_REPLICATION_HANDOFF_PLANNER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "replication/executor.h"
+#include "replication/replication_planner.h"
+#include "replication/routing_table.h"
+#include "ring/ring_view.h"
+
+namespace ringlimit::replication {
+
+struct HandoffOptions {
+  // --- Affects behaviour ---
+  // Preference-list length R (--replicas), as in ReplicatorOptions. REQUIRES: >= 1. Default: 3.
+  uint32_t replicas = 3;
+  // Incoming: how long to pass a range's checks to its previous owner while waiting for its
+  // HandoffDone before deciding from what this node has. REQUIRES: > 0. Default: 30 s.
+  std::chrono::milliseconds done_timeout{30'000};
+  // Outgoing: how long a push to one member may take in all before it is abandoned (logged, counted).
+  // REQUIRES: > 0. Default: 60 s.
+  std::chrono::milliseconds push_timeout{60'000};
+  // Drop states this node no longer owns or replicates this long after the last ring change (and only
+  // when no handoff is in progress). REQUIRES: >= 0. Default: 5 s.
+  std::chrono::milliseconds drop_delay{5'000};
+
+  // --- Affects performance ---
+  // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
+  // REQUIRES: >= 1. Default: 64.
+  uint32_t scan_slices = 64;
+};
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options);
+
+// One handoff in progress, as GET /v1/cluster shows it.
+struct HandoffView {
+  std::string direction;  // "out" (this node pushes) or "in" (this node waits for the previous owner)
+  std::string peer;       // the other end
+  size_t ranges = 0;      // token ranges concerned
+  double share = 0;       // fraction of the token space concerned
+  uint64_t keys = 0;      // out: keys pushed so far; in: keys received so far from that peer
+  std::string phase;      // out: "pushing", "flushing", "done-sent"; in: "waiting"
+  double seconds = 0;     // since it started
+};
+
+struct HandoffStats {
+  uint64_t handed_off_keys = 0;     // keys pushed by outgoing handoffs (including leave)
+  uint64_t handoffs_completed = 0;  // outgoing handoffs acknowledged by HandoffDone
+  uint64_t handoffs_failed = 0;     // outgoing handoffs abandoned (target gone, push_timeout, superseded)
+  uint64_t incoming_completed = 0;  // incoming ranges released by a HandoffDone
+  uint64_t incoming_abandoned = 0;  // incoming ranges released because the previous owner was gone or
+                                    // done_timeout passed
+  uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
+  uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
+  uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
+};
+
+using RingPtr = std::shared_ptr<const ring::RingView>;
+
+// Whether `token` is in one of `sorted` (sorted, non-overlapping).
+[[nodiscard]] bool InSortedRanges(const std::vector<ring::TokenRange>& sorted, ring::Token token);
+// The i-th of `n` equal slices of the token space (re-replication and drop scan one at a time).
+// REQUIRES: i < n.
+[[nodiscard]] ring::TokenRange ScanSlice(uint32_t i, uint32_t n);
+
+// Scan the states of `window` whose token is in `ranges` (sorted), send them to `to` (one
+// Replicator::SendUpdates), and report PushWindowDone(handoff, attempt, ok, keys sent). An empty window
+// is reported at once (ok, 0 keys).
+struct PushWindow {
+  uint64_t handoff = 0;
+  uint64_t attempt = 0;
+  std::string to;
+  ring::TokenRange window;
+  std::vector<ring::TokenRange> ranges;
+};
+
+// Replicator::Flush(wait); report FlushDone(handoff, ok).
+struct FlushLastChanges {
+  uint64_t handoff = 0;
+  std::chrono::milliseconds wait{0};
+};
+
+// Send a HandoffDone for `ranges` of the ring with `fingerprint` to `to`. handoff != 0: report
+// DoneAcked(handoff, answered); handoff == 0 (a joining node's "nothing to hand off"): nothing to report.
+struct SendDone {
+  uint64_t handoff = 0;
+  std::string to;
+  uint64_t fingerprint = 0;
+  uint64_t keys = 0;
+  std::vector<ring::TokenRange> ranges;
+};
+
+// Scan `slice` and push each state whose key ReplicationTargets names targets for to those targets (one
+// Replicator::SendUpdates per target); report ReplicationSliceScanned(job, pushes started), then
+// ReplicationPushDone(job, keys, ok) for each push.
+struct ReplicateSlice {
+  uint64_t job = 0;
+  ring::TokenRange slice;
+  std::optional<std::vector<ring::TokenRange>> limit;  // only these tokens (sorted); none: all
+  std::vector<ring::TokenRange> pending_in;            // incoming ranges not released yet: skipped
+  RingPtr before;                                      // the ring change being re-replicated
+  RingPtr after;
+  RingPtr current;  // the newest ring: keys this node no longer owns on it are skipped
+};
+
+// The members that must receive the key with token `token` for re-replication `slice` (the members that
+// joined its preference list, other than this node, reachable), or none: this node does not own it,
+// the slice excludes it. Pure; `reachable` is called only for candidates.
+[[nodiscard]] std::vector<std::string> ReplicationTargets(
+    const ReplicateSlice& slice, std::string_view self, uint32_t replicas, ring::Token token,
+    const std::function<bool(std::string_view)>& reachable);
+
+struct HandoffActions {
+  // Publish into the routing table as one update: `ring` (when set) together with `overrides` (when set).
+  RingPtr ring;
+  std::shared_ptr<const RouteOverrides> overrides;
+  // Handoffs whose held checks are routed again (after the publication above).
+  std::vector<uint64_t> resume;
+  // Switches that wait for the decision fence (after the publication above); report FenceDone(id).
+  std::vector<uint64_t> fence;
+  std::vector<PushWindow> push;
+  std::vector<FlushLastChanges> flush;
+  std::vector<SendDone> send_done;
+  // A re-replication slice can be scanned: call ReplicationPump in a task of its own (so other events are
+  // served between slices).
+  bool pump = false;
+  std::optional<ReplicateSlice> replicate;
+  // Discard every state whose key's preference list (R) on this ring lacks this node; report Dropped.
+  RingPtr drop;
+  // The leave is over: every handoff of it acknowledged (true), or some failed (false).
+  std::optional<bool> leave_done;
+  // When to call Timer next (replaces any earlier instant); nullopt: nothing is due.
+  std::optional<MonoTime> wake_at;
+};
+
+class HandoffPlanner {
+ public:
+  // Delay before retrying a failed push or HandoffDone while the target is still reachable.
+  static constexpr std::chrono::milliseconds kRetryDelay{200};
+  // Longest wait for Replicator::Flush at a switch.
+  static constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
+  // An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
+  static constexpr ring::Token kPushWindows = 16;
+
+  // REQUIRES: ValidateHandoffOptions(options) returned nullopt.
+  HandoffPlanner(std::string self, HandoffOptions options);
+
+  HandoffPlanner(const HandoffPlanner&) = delete;
+  HandoffPlanner& operator=(const HandoffPlanner&) = delete;
+
+  // The ring changed from `before` (null: none) to `after` (null: ignored). Always publishes
+  // `after` with the overrides of the change. If `before` is null or lacks this node while `after` has
+  // it, `before` is taken as `after` without this node: every range this node gains is then incoming
+  // from its previous owner, and every other member is told at once (SendDone, handoff 0) that this node
+  // has nothing to hand off to it. A range moving back before its handoff finished never changed hands:
+  // neither end waits for or pushes it. Pushes start at once (unreachable targets fail).
+  [[nodiscard]] HandoffActions RingChanged(MonoTime now, const ClusterView& view, RingPtr before,
+                                           RingPtr after);
+  // Releases incoming ranges whose previous owner is unreachable or late (done_timeout), abandons
+  // outgoing handoffs past push_timeout or whose target is unreachable while nothing is under way,
+  // retries what is due, expires early HandoffDones, and starts the drop when it is due.
+  [[nodiscard]] HandoffActions Timer(MonoTime now, const ClusterView& view);
+  [[nodiscard]] HandoffActions MembersChanged(MonoTime now, const ClusterView& view) {
+    return Timer(now, view);
+  }
+
+  [[nodiscard]] HandoffActions PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
+                                              uint64_t keys);
+  [[nodiscard]] HandoffActions FenceDone(MonoTime now, uint64_t handoff);
+  [[nodiscard]] HandoffActions FlushDone(MonoTime now, uint64_t handoff, bool ok);
+  [[nodiscard]] HandoffActions DoneAcked(MonoTime now, uint64_t handoff, bool ok);
+
+  // Previous owner `from` pushed everything of `ranges` (sorted, non-overlapping) of the ring with
+  // `fingerprint`: the incoming ranges of `from` they cover are released (decided here from now on);
+  // the rest is kept as an early HandoffDone for a later ring change to that ring (for done_timeout).
+  [[nodiscard]] HandoffActions HandoffDoneReceived(MonoTime now, std::string_view from,
+                                                   const std::vector<ring::TokenRange>& ranges,
+                                                   uint64_t fingerprint, uint64_t keys);
+
+  // Graceful leave from the newest ring of RingChanged (`ring` if there was none): hands every range this
+  // node owns to its owner on the ring without this node; leave_done reports the end (at once when there
+  // is nothing to hand off). nullopt: already leaving (refused; the earlier leave goes on).
+  [[nodiscard]] std::optional<HandoffActions> Leave(MonoTime now, const ClusterView& view, RingPtr ring);
+
+  // Re-replication: the next slice of the first job, or nothing to scan now.
+  [[nodiscard]] HandoffActions ReplicationPump(MonoTime now);
+  [[nodiscard]] HandoffActions ReplicationSliceScanned(MonoTime now, uint64_t job, uint32_t pushes);
+  [[nodiscard]] HandoffActions ReplicationPushDone(MonoTime now, uint64_t job, uint64_t keys, bool ok);
+  // The drop asked for is over: `dropped` states discarded.
+  [[nodiscard]] HandoffActions Dropped(MonoTime now, uint64_t dropped);
+
+  // The switching handoff whose ranges contain `token` (its held checks wait for it), or nullopt.
+  [[nodiscard]] std::optional<uint64_t> Holding(ring::Token token) const;
+
+  // What is in progress, as of `now`.
+  [[nodiscard]] std::vector<HandoffView> Views(MonoTime now) const;
+  [[nodiscard]] HandoffStats stats() const;
+
+ private:
+  // --- Phases of an outgoing handoff (see the diagram above) ---
+  struct Pushing {         // window `next_window - 1` is being pushed (scanned or in flight)
+    uint64_t attempt = 0;  // unique per push: answers of an earlier attempt are ignored
+    std::vector<ring::TokenRange> windows;
+    size_t next_window = 0;
+  };
+  struct PushDue {  // the push (re)starts from its first window at `at` (new, or a window failed)
+    MonoTime at{};
+  };
+  struct Fencing {};   // switching: waiting for the decisions routed before the hold
+  struct Flushing {};  // switching: Replicator::Flush under way
+  struct DoneSent {};  // switching: HandoffDone sent, not answered yet
+  struct DoneRetry {   // switching: HandoffDone not acknowledged; send again at `at`
+    MonoTime at{};
+  };
+  using Phase = std::variant<Pushing, PushDue, Fencing, Flushing, DoneSent, DoneRetry>;
+
+  struct Outgoing {
+    std::string to;
+    std::vector<ring::TokenRange> ranges;  // sorted
+    uint64_t fingerprint = 0;              // of the ring the ranges move to
+    bool leave = false;
+    MonoTime started{};
+    uint64_t keys = 0;  // pushed by the current attempt
+    Phase phase;
+  };
+
+  struct Incoming {
+    ring::TokenRange range;
+    std::string from;
+    MonoTime started{};
+    RingPtr before;  // the ring change that made it, for re-replication once released
+    RingPtr after;
+  };
+
+  struct EarlyDone {  // a HandoffDone that arrived before the ring change it belongs to
+    std::string from;
+    std::vector<ring::TokenRange> ranges;
+    uint64_t fingerprint = 0;  // of the ring the ranges move in: only a ring change to it consumes them
+    MonoTime at{};
+  };
+
+  struct ReplicationJob {
+    uint64_t id = 0;
+    RingPtr before;
+    RingPtr after;
+    std::optional<std::vector<ring::TokenRange>> limit;  // only these tokens (sorted); none: all
+    uint32_t next_slice = 0;
+    bool scanning = false;     // a ReplicateSlice is out, not reported yet
+    uint32_t outstanding = 0;  // pushes not answered yet
+  };
+
+  // From Fencing on: the ranges route to the target with a hold.
+  static bool Switching(const Phase& phase);
+  static const char* PhaseName(const Phase& phase);
+  uint64_t AddOutgoing(MonoTime now, const std::string& to, std::vector<ring::TokenRange> ranges,
+                       uint64_t fingerprint, bool leave);
+  void StartPush(MonoTime now, const ClusterView& view, uint64_t id, HandoffActions& out);
+  void NextWindow(MonoTime now, uint64_t id, HandoffActions& out);
+  void SendDoneOf(uint64_t id, HandoffActions& out);
+  void Finish(MonoTime now, uint64_t id, bool ok, std::string_view why, HandoffActions& out);
+  void Tick(MonoTime now, const ClusterView& view, HandoffActions& out);
+  void QueueReplication(const Incoming& in, ring::TokenRange r);
+  void SendNothingToHandOff(const ClusterView& view, const RingPtr& after, HandoffActions& out) const;
+  void Publish(HandoffActions& out) const;
+  // Every event ends here: the re-replication pump and the next wake-up.
+  HandoffActions& Done(HandoffActions& out);
+
+  // --- Constant after construction ---
+  const std::string self_;
+  const HandoffOptions options_;
+
+  // --- State ---
+  uint64_t next_id_ = 1;  // handoff, attempt and job ids
+  std::map<uint64_t, Outgoing> outgoing_;
+  std::vector<Incoming> incoming_;  // sorted by range.first
+  std::vector<EarlyDone> early_dones_;
+  std::deque<ReplicationJob> jobs_;
+  bool pump_requested_ = false;  // a `pump` action is out, ReplicationPump not called yet
+  RingPtr latest_;               // `after` of the last ring change
+  MonoTime last_change_{};
+  bool drop_pending_ = false;
+  bool dropping_ = false;  // a `drop` action is out, Dropped not called yet
+  // Leave: leaving_ from Leave on; left_ once every handoff of it ended.
+  bool leaving_ = false;
+  bool left_ = false;
+  bool leave_ok_ = true;
+  RingPtr left_ring_pending_;  // the ring without this node, installed when the leave ends
+  RingPtr left_ring_;          // installed: every check without an entry goes to its owner on it
+  HandoffStats stats_;
+};
+
+}  // namespace ringlimit::replication
+
+#endif  // RINGLIMIT_REPLICATION_HANDOFF_PLANNER_H_

@@ -1,0 +1,499 @@
+#include "replication/handoff_planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ringlimit::replication {
+namespace {
+
+using namespace std::chrono_literals;
+using ring::Token;
+using ring::TokenRange;
+
+RingPtr Ring(const std::vector<std::string>& ids, uint64_t version = 1) {
+  std::vector<ring::RingMember> members;
+  for (const std::string& id : ids) members.push_back({id, 16});
+  return ring::RingView::Create(version, std::move(members)).value();
+}
+
+// A token in the middle of `range`.
+Token Inside(const TokenRange& range) { return range.first + (range.last - range.first) / 2; }
+
+class HandoffPlannerTest : public ::testing::Test {
+ protected:
+  ClusterView View(std::string_view self) {
+    return ClusterView{self, nullptr,
+                       [this](std::string_view id) { return !gone_.contains(std::string(id)); }};
+  }
+
+  // Answers every push window of `a` (and those that follow at once) with `keys` keys, until none is left.
+  static HandoffActions AckWindows(HandoffPlanner& p, MonoTime now, HandoffActions a, uint64_t keys = 10) {
+    while (!a.push.empty()) {
+      const PushWindow w = a.push.front();
+      a = p.PushWindowDone(now, w.handoff, w.attempt, true, keys);
+    }
+    return a;
+  }
+
+  // Runs every re-replication job to its end, each slice pushing nothing.
+  static void DrainReplication(HandoffPlanner& p, MonoTime now) {
+    for (int i = 0; i < 10'000; ++i) {
+      HandoffActions a = p.ReplicationPump(now);
+      if (!a.replicate.has_value()) return;
+      static_cast<void>(p.ReplicationSliceScanned(now, a.replicate->job, 0));
+    }
+    FAIL() << "re-replication does not end";
+  }
+
+  HandoffOptions Options() const {
+    HandoffOptions o;
+    o.replicas = 1;
+    o.scan_slices = 4;
+    return o;
+  }
+
+  MonoTime now_{1'000'000'000'000};
+  std::set<std::string> gone_;  // unreachable members
+};
+
+// The outgoing side of a join, phase by phase: push windows, the switch (hold, fence), flush,
+// HandoffDone, acknowledgement.
+TEST_F(HandoffPlannerTest, JoinPushesThenSwitchesThenCompletes) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"});
+  const RingPtr two = Ring({"a", "b"}, 2);
+  HandoffActions first = a.RingChanged(now_, View("a"), nullptr, one);
+  EXPECT_EQ(first.ring, one);
+  ASSERT_NE(first.overrides, nullptr);
+  EXPECT_TRUE(first.overrides->empty());
+  EXPECT_TRUE(first.push.empty());
+  EXPECT_TRUE(first.send_done.empty());  // nobody else to tell
+
+  HandoffActions change = a.RingChanged(now_, View("a"), one, two);
+  EXPECT_EQ(change.ring, two);
+  const std::vector<TokenRange> moved = two->Arcs("b");
+  ASSERT_FALSE(moved.empty());
+  // While pushing, a decides the moving ranges itself.
+  ASSERT_NE(change.overrides, nullptr);
+  ASSERT_EQ(change.overrides->entries.size(), moved.size());
+  for (const auto& e : change.overrides->entries) {
+    EXPECT_EQ(e.target, "a");
+    EXPECT_FALSE(e.hold);
+  }
+  ASSERT_EQ(change.push.size(), 1u);  // one window at a time
+  EXPECT_EQ(change.push[0].to, "b");
+  EXPECT_EQ(change.push[0].ranges, moved);
+  const uint64_t id = change.push[0].handoff;
+  EXPECT_FALSE(a.Holding(Inside(moved[0])).has_value());
+  auto views = a.Views(now_ + 1s);
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(views[0].phase, "pushing");
+  EXPECT_DOUBLE_EQ(views[0].seconds, 1.0);
+
+  // Every window acknowledged: the switch. The overrides name b and hold; the fence is asked for.
+  HandoffActions switched = AckWindows(a, now_, change);
+  ASSERT_EQ(switched.fence, std::vector<uint64_t>{id});
+  ASSERT_NE(switched.overrides, nullptr);
+  for (const auto& e : switched.overrides->entries) {
+    EXPECT_EQ(e.target, "b");
+    EXPECT_TRUE(e.hold);
+  }
+  EXPECT_EQ(a.Holding(Inside(moved[0])), id);
+  EXPECT_EQ(a.Views(now_)[0].phase, "flushing");
+  // A report of another phase is ignored.
+  EXPECT_TRUE(a.FlushDone(now_, id, true).send_done.empty());
+
+  HandoffActions flush = a.FenceDone(now_ + 10ms, id);
+  ASSERT_EQ(flush.flush.size(), 1u);
+  EXPECT_EQ(flush.flush[0].handoff, id);
+  EXPECT_EQ(flush.flush[0].wait, HandoffPlanner::kMaxFlushWait);
+
+  HandoffActions sent = a.FlushDone(now_ + 20ms, id, true);
+  ASSERT_EQ(sent.send_done.size(), 1u);
+  EXPECT_EQ(sent.send_done[0].handoff, id);
+  EXPECT_EQ(sent.send_done[0].to, "b");
+  EXPECT_EQ(sent.send_done[0].ranges, moved);
+  EXPECT_EQ(sent.send_done[0].fingerprint, two->fingerprint());
+  EXPECT_EQ(a.Views(now_)[0].phase, "done-sent");
+  EXPECT_TRUE(a.Holding(Inside(moved[0])).has_value());
+
+  HandoffActions done = a.DoneAcked(now_ + 30ms, id, true);
+  EXPECT_EQ(done.resume, std::vector<uint64_t>{id});
+  ASSERT_NE(done.overrides, nullptr);
+  EXPECT_TRUE(done.overrides->empty());
+  EXPECT_FALSE(a.Holding(Inside(moved[0])).has_value());
+  EXPECT_TRUE(a.Views(now_).empty());
+  EXPECT_EQ(a.stats().handoffs_completed, 1u);
+  EXPECT_EQ(a.stats().handed_off_keys, sent.send_done[0].keys);
+  EXPECT_EQ(a.stats().in_progress, 0u);
+}
+
+// The incoming side of a join: checks pass to the previous owner until its HandoffDone arrives; a
+// joining node tells the others at once that it has nothing to hand off.
+TEST_F(HandoffPlannerTest, IncomingIsReleasedByHandoffDone) {
+  HandoffPlanner b("b", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
+  const std::vector<TokenRange> mine = two->Arcs("b");
+  ASSERT_NE(joined.overrides, nullptr);
+  ASSERT_EQ(joined.overrides->entries.size(), mine.size());
+  for (const auto& e : joined.overrides->entries) EXPECT_EQ(e.target, "a");
+  ASSERT_EQ(joined.send_done.size(), 1u);
+  EXPECT_EQ(joined.send_done[0].handoff, 0u);  // no answer expected
+  EXPECT_EQ(joined.send_done[0].to, "a");
+  EXPECT_EQ(joined.send_done[0].ranges, two->Arcs("a"));
+  EXPECT_EQ(joined.wake_at, now_ + Options().done_timeout);
+  ASSERT_EQ(b.Views(now_).size(), 1u);
+  EXPECT_EQ(b.Views(now_)[0].direction, "in");
+
+  // A HandoffDone of another sender releases nothing.
+  HandoffActions other = b.HandoffDoneReceived(now_, "c", mine, two->fingerprint(), 0);
+  EXPECT_EQ(other.overrides->entries.size(), mine.size());
+
+  HandoffActions released = b.HandoffDoneReceived(now_ + 5ms, "a", mine, two->fingerprint(), 7);
+  ASSERT_NE(released.overrides, nullptr);
+  EXPECT_TRUE(released.overrides->empty());
+  // The released keys are re-replicated: a job limited to them, after the ring change's own.
+  bool limited = false;
+  for (int i = 0; i < 100; ++i) {
+    HandoffActions pump = b.ReplicationPump(now_);
+    if (!pump.replicate.has_value()) break;
+    limited = limited || (pump.replicate->limit.has_value() && !pump.replicate->limit->empty());
+    static_cast<void>(b.ReplicationSliceScanned(now_, pump.replicate->job, 0));
+  }
+  EXPECT_TRUE(limited);
+  EXPECT_EQ(b.stats().incoming_completed, mine.size());
+  EXPECT_EQ(b.stats().incoming_abandoned, 0u);
+  EXPECT_TRUE(b.Views(now_).empty());
+}
+
+TEST_F(HandoffPlannerTest, IncomingIsReleasedWhenThePreviousOwnerIsGone) {
+  HandoffPlanner b("b", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(b.RingChanged(now_, View("b"), nullptr, two));
+  EXPECT_FALSE(b.Views(now_).empty());
+  EXPECT_EQ(b.MembersChanged(now_, View("b")).overrides, nullptr);  // a still there: nothing changes
+  gone_.insert("a");
+  HandoffActions released = b.MembersChanged(now_ + 1ms, View("b"));
+  ASSERT_NE(released.overrides, nullptr);
+  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_EQ(b.stats().incoming_abandoned, two->Arcs("b").size());
+  EXPECT_TRUE(b.Views(now_).empty());
+}
+
+TEST_F(HandoffPlannerTest, IncomingIsReleasedAfterDoneTimeout) {
+  HandoffPlanner b("b", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
+  ASSERT_EQ(joined.wake_at, now_ + Options().done_timeout);
+  EXPECT_EQ(b.Timer(now_ + Options().done_timeout - 1ns, View("b")).overrides, nullptr);
+  HandoffActions released = b.Timer(now_ + Options().done_timeout, View("b"));
+  ASSERT_NE(released.overrides, nullptr);
+  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_EQ(b.stats().incoming_abandoned, two->Arcs("b").size());
+  EXPECT_EQ(b.stats().incoming_completed, 0u);
+}
+
+// A HandoffDone that arrives before its ring change is kept (for that ring only, for done_timeout).
+TEST_F(HandoffPlannerTest, EarlyHandoffDoneIsKeptForItsRing) {
+  const RingPtr one = Ring({"a"});
+  const RingPtr two = Ring({"a", "b"}, 2);
+  {
+    HandoffPlanner b("b", Options());
+    static_cast<void>(b.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 3));
+    HandoffActions joined = b.RingChanged(now_ + 1ms, View("b"), nullptr, two);
+    EXPECT_TRUE(joined.overrides->empty());
+    EXPECT_TRUE(b.Views(now_).empty());
+    EXPECT_EQ(b.stats().incoming_completed, 1u);
+  }
+  {
+    HandoffPlanner b("b", Options());  // the early HandoffDone names another ring: b waits
+    static_cast<void>(b.HandoffDoneReceived(now_, "a", two->Arcs("b"), one->fingerprint(), 3));
+    static_cast<void>(b.RingChanged(now_ + 1ms, View("b"), nullptr, two));
+    EXPECT_EQ(b.Views(now_).size(), 1u);
+  }
+  {
+    HandoffPlanner b("b", Options());  // expired before the ring change came
+    HandoffActions early = b.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 3);
+    EXPECT_EQ(early.wake_at, now_ + Options().done_timeout);
+    EXPECT_FALSE(b.Timer(now_ + Options().done_timeout, View("b")).wake_at.has_value());
+    static_cast<void>(b.RingChanged(now_ + Options().done_timeout, View("b"), nullptr, two));
+    EXPECT_EQ(b.Views(now_).size(), 1u);
+  }
+}
+
+// A failed window restarts the push after kRetryDelay, as a new attempt: the old attempt's late
+// answers are ignored. push_timeout abandons it.
+TEST_F(HandoffPlannerTest, PushRetriesThenTimesOut) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"});
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  HandoffActions change = a.RingChanged(now_, View("a"), one, two);
+  ASSERT_EQ(change.push.size(), 1u);
+  const PushWindow w = change.push[0];
+  HandoffActions failed = a.PushWindowDone(now_ + 1ms, w.handoff, w.attempt, false, 5);
+  EXPECT_TRUE(failed.push.empty());
+  EXPECT_EQ(failed.wake_at, now_ + 1ms + HandoffPlanner::kRetryDelay);
+  EXPECT_EQ(a.Views(now_)[0].phase, "pushing");
+  EXPECT_TRUE(a.Timer(now_ + 100ms, View("a")).push.empty());  // not yet
+
+  HandoffActions retry = a.Timer(now_ + 1ms + HandoffPlanner::kRetryDelay, View("a"));
+  ASSERT_EQ(retry.push.size(), 1u);
+  EXPECT_EQ(retry.push[0].handoff, w.handoff);
+  EXPECT_NE(retry.push[0].attempt, w.attempt);
+  EXPECT_EQ(retry.push[0].window, w.window);  // from the first window again
+  // The first attempt's late answer changes nothing.
+  HandoffActions stale = a.PushWindowDone(now_ + 300ms, w.handoff, w.attempt, true, 5);
+  EXPECT_TRUE(stale.push.empty());
+  EXPECT_TRUE(stale.fence.empty());
+
+  HandoffActions timeout = a.Timer(now_ + Options().push_timeout, View("a"));
+  ASSERT_NE(timeout.overrides, nullptr);
+  EXPECT_TRUE(timeout.overrides->empty());
+  EXPECT_TRUE(timeout.resume.empty());  // nothing was held: it never switched
+  EXPECT_EQ(a.stats().handoffs_failed, 1u);
+  EXPECT_TRUE(a.Views(now_).empty());
+}
+
+TEST_F(HandoffPlannerTest, UnreachableTargetFailsAtOnce) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"});
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  gone_.insert("b");
+  HandoffActions change = a.RingChanged(now_, View("a"), one, Ring({"a", "b"}, 2));
+  EXPECT_TRUE(change.push.empty());
+  ASSERT_NE(change.overrides, nullptr);
+  EXPECT_TRUE(change.overrides->empty());
+  EXPECT_EQ(a.stats().handoffs_failed, 1u);
+}
+
+// An unacknowledged HandoffDone is sent again while the target is reachable; the switch holds
+// meanwhile. When the target goes, the handoff is abandoned and its held checks resumed.
+TEST_F(HandoffPlannerTest, HandoffDoneIsRetriedWhileTheTargetIsReachable) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"});
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  HandoffActions switched = AckWindows(a, now_, a.RingChanged(now_, View("a"), one, two));
+  const uint64_t id = switched.fence.at(0);
+  static_cast<void>(a.FenceDone(now_, id));
+  ASSERT_EQ(a.FlushDone(now_, id, false).send_done.size(), 1u);  // a failed flush still sends
+  HandoffActions lost = a.DoneAcked(now_ + 1ms, id, false);
+  EXPECT_TRUE(lost.resume.empty());
+  EXPECT_EQ(lost.wake_at, now_ + 1ms + HandoffPlanner::kRetryDelay);
+  EXPECT_EQ(a.Views(now_)[0].phase, "done-sent");
+  EXPECT_TRUE(a.Holding(Inside(two->Arcs("b")[0])).has_value());
+  HandoffActions again = a.Timer(now_ + 1ms + HandoffPlanner::kRetryDelay, View("a"));
+  ASSERT_EQ(again.send_done.size(), 1u);
+  EXPECT_EQ(again.send_done[0].handoff, id);
+  ASSERT_TRUE(a.DoneAcked(now_ + 2ms, id, false).resume.empty());
+  gone_.insert("b");
+  HandoffActions abandoned = a.MembersChanged(now_ + 3ms, View("a"));
+  EXPECT_EQ(abandoned.resume, std::vector<uint64_t>{id});
+  EXPECT_TRUE(abandoned.overrides->empty());
+  EXPECT_EQ(a.stats().handoffs_failed, 1u);
+}
+
+// A ring change that takes the ranges back before the handoff finished supersedes it: neither end
+// pushes or waits for them; a switch in progress resumes its held checks.
+TEST_F(HandoffPlannerTest, LaterRingChangeSupersedesAHandoff) {
+  const RingPtr one = Ring({"a"}, 1);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  const RingPtr back = Ring({"a"}, 3);
+  {
+    HandoffPlanner a("a", Options());  // mid-push
+    static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+    HandoffActions change = a.RingChanged(now_, View("a"), one, two);
+    const PushWindow w = change.push.at(0);
+    HandoffActions superseded = a.RingChanged(now_ + 1ms, View("a"), two, back);
+    EXPECT_EQ(superseded.ring, back);
+    EXPECT_TRUE(superseded.overrides->empty());
+    EXPECT_TRUE(superseded.resume.empty());
+    EXPECT_TRUE(superseded.push.empty());
+    EXPECT_EQ(a.stats().handoffs_failed, 1u);
+    EXPECT_TRUE(a.Views(now_).empty());
+    HandoffActions late = a.PushWindowDone(now_ + 2ms, w.handoff, w.attempt, true, 1);
+    EXPECT_TRUE(late.push.empty());
+    EXPECT_TRUE(late.fence.empty());
+  }
+  {
+    HandoffPlanner a("a", Options());  // mid-switch
+    static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+    const uint64_t id = AckWindows(a, now_, a.RingChanged(now_, View("a"), one, two)).fence.at(0);
+    HandoffActions superseded = a.RingChanged(now_ + 1ms, View("a"), two, back);
+    EXPECT_EQ(superseded.resume, std::vector<uint64_t>{id});
+    EXPECT_TRUE(superseded.overrides->empty());
+    EXPECT_TRUE(a.FenceDone(now_ + 2ms, id).flush.empty());
+  }
+  {
+    HandoffPlanner b("b", Options());  // the incoming end: what b never got, it does not push back
+    static_cast<void>(b.RingChanged(now_, View("b"), nullptr, two));
+    HandoffActions superseded = b.RingChanged(now_ + 1ms, View("b"), two, back);
+    EXPECT_TRUE(superseded.overrides->empty());
+    EXPECT_TRUE(superseded.push.empty());
+    EXPECT_TRUE(b.Views(now_).empty());
+  }
+}
+
+// Graceful leave: every range goes to its owner on the ring without this node; a range handed over is
+// routed there at once; the end is reported once.
+TEST_F(HandoffPlannerTest, LeaveHandsEverythingOver) {
+  HandoffPlanner c("c", Options());
+  const RingPtr three = Ring({"a", "b", "c"}, 3);
+  const RingPtr without = Ring({"a", "b"}, 3);
+  static_cast<void>(c.RingChanged(now_, View("c"), nullptr, three));
+  static_cast<void>(c.HandoffDoneReceived(now_, "a", three->Arcs("c"), three->fingerprint(), 0));
+  static_cast<void>(c.HandoffDoneReceived(now_, "b", three->Arcs("c"), three->fingerprint(), 0));
+  ASSERT_TRUE(c.Views(now_).empty());
+
+  std::optional<HandoffActions> leave = c.Leave(now_, View("c"), nullptr);
+  ASSERT_TRUE(leave.has_value());
+  EXPECT_FALSE(c.Leave(now_, View("c"), nullptr).has_value());  // a second leave is refused
+  ASSERT_EQ(leave->push.size(), 2u);                            // to a and to b
+  ASSERT_NE(leave->overrides, nullptr);
+  ASSERT_NE(leave->overrides->left_ring, nullptr);
+  EXPECT_EQ(leave->overrides->left_ring->fingerprint(), without->fingerprint());
+
+  std::vector<uint64_t> ids;
+  for (const PushWindow& w : leave->push) {
+    HandoffActions a = AckWindows(c, now_, c.PushWindowDone(now_, w.handoff, w.attempt, true, 1));
+    ids.push_back(a.fence.at(0));
+  }
+  for (uint64_t id : ids) {
+    static_cast<void>(c.FenceDone(now_, id));
+    HandoffActions sent = c.FlushDone(now_, id, true);
+    ASSERT_EQ(sent.send_done.size(), 1u);
+    EXPECT_EQ(sent.send_done[0].fingerprint, without->fingerprint());
+  }
+  HandoffActions first = c.DoneAcked(now_, ids[0], true);
+  EXPECT_FALSE(first.leave_done.has_value());
+  HandoffActions last = c.DoneAcked(now_, ids[1], true);
+  EXPECT_EQ(last.leave_done, true);
+  ASSERT_NE(last.overrides, nullptr);
+  EXPECT_TRUE(last.overrides->entries.empty());
+  ASSERT_NE(last.overrides->left_ring, nullptr);
+  // After the leave, a later ring keeps routing every check to the others.
+  HandoffActions later = c.RingChanged(now_, View("c"), three, Ring({"a", "b", "c", "d"}, 4));
+  EXPECT_TRUE(later.push.empty());
+  ASSERT_NE(later.overrides->left_ring, nullptr);
+  EXPECT_EQ(later.overrides->left_ring->Find("c"), nullptr);
+}
+
+TEST_F(HandoffPlannerTest, LeaveWithNothingToHandOffEndsAtOnce) {
+  HandoffPlanner a("a", Options());
+  std::optional<HandoffActions> leave = a.Leave(now_, View("a"), Ring({"a"}));
+  ASSERT_TRUE(leave.has_value());
+  EXPECT_EQ(leave->leave_done, true);
+  EXPECT_TRUE(leave->push.empty());
+}
+
+// A member that restarted without leaving the ring is handed its ranges back (the cluster reports it as
+// a change from the ring without it): its current owner pushes them.
+TEST_F(HandoffPlannerTest, RestartedMemberIsHandedItsRangesBack) {
+  HandoffPlanner a("a", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, two));
+  HandoffActions restart = a.RingChanged(now_ + 1s, View("a"), Ring({"a"}, 0), two);
+  EXPECT_EQ(restart.ring, two);
+  ASSERT_EQ(restart.push.size(), 1u);
+  EXPECT_EQ(restart.push[0].to, "b");
+  EXPECT_EQ(restart.push[0].ranges, two->Arcs("b"));
+}
+
+// After a ring change the owner pushes each key to the members new in its preference list, one slice
+// per pump; the next slice waits until the pushes of the previous one are answered.
+TEST_F(HandoffPlannerTest, ReplicatesToNewPreferenceListMembers) {
+  HandoffOptions options = Options();
+  options.replicas = 2;
+  HandoffPlanner a("a", options);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  const RingPtr three = Ring({"a", "b", "c"}, 3);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, two));
+  static_cast<void>(a.HandoffDoneReceived(now_, "b", two->Arcs("a"), two->fingerprint(), 0));
+  DrainReplication(a, now_);
+  static_cast<void>(a.RingChanged(now_, View("a"), two, three));
+  HandoffActions pump = a.ReplicationPump(now_);
+  ASSERT_TRUE(pump.replicate.has_value());
+  const ReplicateSlice& slice = *pump.replicate;
+  EXPECT_EQ(slice.slice, ScanSlice(0, options.scan_slices));
+  EXPECT_EQ(slice.before, two);
+  EXPECT_EQ(slice.after, three);
+  EXPECT_FALSE(pump.pump);  // one slice at a time
+  HandoffActions scanned = a.ReplicationSliceScanned(now_, slice.job, 2);
+  EXPECT_FALSE(scanned.pump);  // waits for the two pushes
+  EXPECT_FALSE(a.ReplicationPushDone(now_, slice.job, 5, true).pump);
+  EXPECT_TRUE(a.ReplicationPushDone(now_, slice.job, 6, false).pump);
+  EXPECT_EQ(a.stats().rereplicated_keys, 5u);
+
+  // Which keys go where: a key a owns on both rings goes to c if c joined its preference list.
+  auto yes = [](std::string_view) { return true; };
+  int checked = 0;
+  for (Token t = 0; checked < 200 && t < (Token{1} << 63); t += Token{1} << 52) {
+    const auto before = two->PreferenceList(t, 2);
+    const auto after = three->PreferenceList(t, 2);
+    if (!InSortedRanges({slice.slice}, t)) continue;  // the driver scans only the slice
+    const std::vector<std::string> targets = ReplicationTargets(slice, "a", 2, t, yes);
+    if (after[0]->id != "a") {
+      EXPECT_TRUE(targets.empty());
+      continue;
+    }
+    ++checked;
+    std::vector<std::string> expected;
+    for (const ring::RingMember* m : after) {
+      if (m->id == "a") continue;
+      if (std::none_of(before.begin(), before.end(),
+                       [&](const ring::RingMember* b) { return b->id == m->id; }))
+        expected.push_back(m->id);
+    }
+    EXPECT_EQ(targets, expected);
+    EXPECT_TRUE(ReplicationTargets(slice, "a", 2, t, [](std::string_view) { return false; }).empty());
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// The drop: drop_delay after the last ring change, only with no handoff or re-replication in progress.
+TEST_F(HandoffPlannerTest, DropsOnlyAfterDropDelayWithNothingInProgress) {
+  HandoffOptions options = Options();
+  HandoffPlanner b("b", options);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
+  EXPECT_EQ(joined.wake_at, now_ + options.done_timeout);  // not the drop: b waits for a
+  EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);
+  static_cast<void>(
+      b.HandoffDoneReceived(now_ + options.drop_delay, "a", two->Arcs("b"), two->fingerprint(), 0));
+  EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);  // re-replication still runs
+  DrainReplication(b, now_ + options.drop_delay);
+  HandoffActions idle = b.Timer(now_ + options.drop_delay + 1ms, View("b"));
+  ASSERT_NE(idle.drop, nullptr);
+  EXPECT_EQ(idle.drop, two);
+  EXPECT_FALSE(idle.wake_at.has_value());
+  static_cast<void>(b.Dropped(now_ + options.drop_delay + 2ms, 42));
+  EXPECT_EQ(b.stats().dropped_states, 42u);
+  EXPECT_EQ(b.Timer(now_ + 1h, View("b")).drop, nullptr);  // once per ring change
+
+  // A ring change restarts the delay.
+  HandoffActions change = b.RingChanged(now_ + 2h, View("b"), two, two);
+  EXPECT_EQ(change.wake_at, now_ + 2h + options.drop_delay);
+  EXPECT_EQ(b.Timer(now_ + 2h + options.drop_delay - 1ns, View("b")).drop, nullptr);
+  EXPECT_NE(b.Timer(now_ + 2h + options.drop_delay, View("b")).drop, nullptr);
+}
+
+TEST(HandoffOptionsValidateTest, RejectsWhatViolatesRequires) {
+  EXPECT_EQ(ValidateHandoffOptions({}), std::nullopt);
+  HandoffOptions o;
+  o.push_timeout = 0ms;
+  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  o = {};
+  o.drop_delay = -1ms;
+  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+}
+
+}  // namespace
+}  // namespace ringlimit::replication
