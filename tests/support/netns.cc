@@ -1,0 +1,198 @@
+#include "tests/support/netns.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+namespace ringlimit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kPrefix[] = "rlg";
+// The nftables table each namespace's cuts live in.
+constexpr char kTable[] = "ringlimit_gray";
+
+// What a shell command printed (stdout and stderr), and whether it exited 0.
+struct ShOutput {
+  bool ok = false;
+  std::string text;  // the output; on failure, prefixed with the command and its exit status
+  explicit operator bool() const { return ok; }
+  const std::string& operator*() const { return text; }
+  const std::string* operator->() const { return &text; }
+  const std::string& error() const { return text; }
+};
+
+// Runs `command` through the shell.
+ShOutput Sh(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {false, "popen " + command + " failed"};
+  std::string output;
+  char chunk[4096];
+  size_t n = 0;
+  while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) output.append(chunk, n);
+  const int status = pclose(pipe);
+  if (status != 0) {
+    return {false,
+            command + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ": " + output};
+  }
+  return {true, output};
+}
+
+bool PidAlive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+
+// Deletes the namespaces and bridges of earlier runs whose process is gone.
+void CleanStale() {
+  const std::regex ns_name(std::string("^") + kPrefix + "([0-9]+)n[0-9]+");
+  if (auto list = Sh("ip netns list")) {
+    std::istringstream lines(*list);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, ns_name) && !PidAlive(std::stol(m[1]))) {
+        (void)Sh("ip netns del " + m[0].str());
+      }
+    }
+  }
+  const std::regex bridge_name(std::string(": (") + kPrefix + "([0-9]+)b)[:@]");
+  if (auto list = Sh("ip -o link show type bridge")) {
+    std::istringstream lines(*list);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, bridge_name) && !PidAlive(std::stol(m[2]))) {
+        (void)Sh("ip link del " + m[1].str());
+      }
+    }
+  }
+}
+
+// A /24 under 10.213.0.0/16 no interface of the root namespace uses yet, derived from the pid.
+Result<int> PickSubnet() {
+  auto addresses = Sh("ip -o -4 addr show");
+  if (!addresses) return addresses.error();
+  const int start = static_cast<int>(getpid() % 250);
+  for (int k = 0; k < 250; ++k) {
+    const int x = 1 + (start + k) % 250;
+    if (addresses->find("10.213." + std::to_string(x) + ".") == std::string::npos) return x;
+  }
+  return std::string("no free 10.213.x.0/24 subnet");
+}
+
+}  // namespace
+
+std::optional<std::string> NetnsFabric::Unsupported() {
+  if (geteuid() != 0) return "network namespaces need root (run the gray-failure tests as root, as CI does)";
+  if (!Sh("ip netns list")) return "`ip netns` is unavailable (install iproute2)";
+  if (!Sh("nft --version")) return "`nft` is unavailable (install nftables: scripts/bootstrap)";
+  return std::nullopt;
+}
+
+Result<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(size_t nodes) {
+  if (auto why = Unsupported()) return *why;
+  if (nodes < 1 || nodes > 200) return std::string("NetnsFabric: 1 to 200 nodes");
+  CleanStale();
+  auto subnet = PickSubnet();
+  if (!subnet) return subnet.error();
+  const std::string net = "10.213." + std::to_string(*subnet) + ".";
+  const std::string tag = kPrefix + std::to_string(getpid());
+
+  std::unique_ptr<NetnsFabric> fabric(new NetnsFabric());
+  fabric->bridge_ = tag + "b";
+  if (auto made = Sh("ip link add " + fabric->bridge_ + " type bridge && ip addr add " + net + "1/24 dev " +
+                     fabric->bridge_ + " && ip link set " + fabric->bridge_ + " up");
+      !made) {
+    return made.error();
+  }
+  for (size_t i = 0; i < nodes; ++i) {
+    const std::string ns = tag + "n" + std::to_string(i);
+    const std::string veth = tag + "v" + std::to_string(i);
+    const std::string address = net + std::to_string(10 + i);
+    // Recorded before it exists, so the destructor removes a half-made namespace too.
+    fabric->namespaces_.push_back(ns);
+    fabric->addresses_.push_back(address);
+    if (auto made = Sh("ip netns add " + ns + " && ip link add " + veth + " type veth peer name eth0 netns " +
+                       ns + " && ip link set " + veth + " master " + fabric->bridge_ + " up && ip -n " + ns +
+                       " addr add " + address + "/24 dev eth0 && ip -n " + ns +
+                       " link set eth0 up && ip -n " + ns + " link set lo up");
+        !made) {
+      return made.error();
+    }
+    if (auto applied = fabric->Apply(i); !applied) return applied.error();
+  }
+  return fabric;
+}
+
+NetnsFabric::~NetnsFabric() {
+  for (const auto& ns : namespaces_) (void)Sh("ip netns del " + ns);
+  if (!bridge_.empty()) (void)Sh("ip link del " + bridge_);
+}
+
+std::vector<std::string> NetnsFabric::Wrapper(size_t i) const {
+  return {"ip", "netns", "exec", namespaces_[i]};
+}
+
+Result<void> NetnsFabric::Apply(size_t i) {
+  // Creating the table first makes the delete valid on the first call; the whole file is one transaction.
+  std::string rules = std::string("add table inet ") + kTable + "\ndelete table inet " + kTable +
+                      "\ntable inet " + kTable +
+                      " {\n  chain out {\n    type filter hook output priority 0; policy accept;\n";
+  for (const auto& [from, to] : cuts_) {
+    if (from == i) rules += "    ip daddr " + addresses_[to] + " ct direction original drop\n";
+  }
+  rules += "  }\n}\n";
+  const fs::path file = fs::temp_directory_path() / (namespaces_[i] + ".nft");
+  if (auto written = WriteFile(file, rules); !written) return written.error();
+  auto applied = Sh("ip netns exec " + namespaces_[i] + " nft -f " + file.string());
+  std::error_code ignored;
+  fs::remove(file, ignored);
+  if (!applied) return applied.error();
+  return {};
+}
+
+Result<void> NetnsFabric::Cut(size_t from, size_t to) {
+  if (from >= size() || to >= size() || from == to) return std::string("Cut: bad node index");
+  cuts_.insert({from, to});
+  return Apply(from);
+}
+
+Result<void> NetnsFabric::CutBoth(size_t a, size_t b) {
+  if (auto cut = Cut(a, b); !cut) return cut;
+  return Cut(b, a);
+}
+
+Result<void> NetnsFabric::Isolate(const std::vector<size_t>& side) {
+  std::set<size_t> in(side.begin(), side.end());
+  for (size_t a : in) {
+    for (size_t b = 0; b < size(); ++b) {
+      if (in.count(b) == 0) {
+        cuts_.insert({a, b});
+        cuts_.insert({b, a});
+      }
+    }
+  }
+  for (size_t i = 0; i < size(); ++i) {
+    if (auto applied = Apply(i); !applied) return applied;
+  }
+  return {};
+}
+
+Result<void> NetnsFabric::Heal(size_t from, size_t to) {
+  if (cuts_.erase({from, to}) == 0) return {};
+  return Apply(from);
+}
+
+Result<void> NetnsFabric::HealAll() {
+  cuts_.clear();
+  for (size_t i = 0; i < size(); ++i) {
+    if (auto applied = Apply(i); !applied) return applied;
+  }
+  return {};
+}
+
+}  // namespace ringlimit::testing
