@@ -173,6 +173,22 @@ class Bed {
     return false;
   }
 
+  // After the faults and before the aftermath: settles (bounded), peeks `key` at `owner` and returns what
+  // it was charged (limit - remaining) minus what was answered as admitted so far; nullopt (and a note)
+  // when the peek fails.
+  std::optional<int64_t> ChargedExtra(size_t owner, const std::string& key, uint64_t limit) {
+    for (size_t i : std::set<size_t>(paused_)) (void)Resume(i);
+    (void)cluster_->WaitConverged(kSettleBound);
+    HttpClient client(cluster_->host(owner), cluster_->http_port(owner), kRequestTimeout);
+    const Decision peek = Check(client, owner, key, limit, 0);
+    if (peek.failed()) {
+      Note("the owner's peek failed: " + peek.error);
+      return std::nullopt;
+    }
+    const auto so_far = Figure(recorder_.Snapshot(), key, limit);
+    return static_cast<int64_t>(limit - peek.remaining) - so_far.admitted;
+  }
+
   // The aftermath (see the header): resume, heal, settle (bounded), then `limit` checks of every key
   // round-robin through the running nodes.
   void Aftermath(const std::vector<std::pair<std::string, uint64_t>>& keys) {
@@ -336,7 +352,8 @@ Result<ScenarioResult> OwnerPausedPastDetection(const ScenarioOptions& options) 
 
 // 3 nodes, limit 30, failure detection ~4 s, forward timeout 300 ms: 10 checks through a non-owner; the
 // owner paused for 1.5 s while clients keep checking through both non-owners; resumed; 10 checks through
-// the owner and 10 through a non-owner.
+// the owner and 10 through a non-owner. What the owner was charged for the checks before it resumed is
+// compared with what was answered (charged_extra: the forwards that timed out still reach it).
 Result<ScenarioResult> OwnerPausedWithinDetection(const ScenarioOptions& options) {
   auto started = Bed::Start(SlowDetection(), options);
   if (!started) return Error<ScenarioResult>(started.error());
@@ -358,11 +375,14 @@ Result<ScenarioResult> OwnerPausedWithinDetection(const ScenarioOptions& options
     if (bed->SeenDead(owner, others)) bed->Note("the owner was declared dead during the pause");
     GRAY_TRY(bed->Resume(owner));
   }
+  const auto charged_extra = bed->ChargedExtra(owner, *key, kLimit);
   bed->recorder().SetPhase("resumed");
   bed->Checks(owner, *key, kLimit, 10);
   bed->Checks(others[0], *key, kLimit, 10);
   bed->Aftermath({{*key, kLimit}});
-  return Summarize("owner paused within failure detection", *bed, {{*key, kLimit}});
+  auto result = Summarize("owner paused within failure detection", *bed, {{*key, kLimit}});
+  result.charged_extra = charged_extra;
+  return result;
 }
 
 // 5 nodes, 3 copies, limit 20: the key exhausted through its owner; its first two holders paused for
@@ -499,17 +519,7 @@ Result<ScenarioResult> ForwardRetried(const ScenarioOptions& options) {
     GRAY_TRY(bed->Resume(owner));
   }
   if (bed->SeenDead(owner, Others(3, {owner}))) bed->Note("the owner was declared dead during a stall");
-  // Settle, then read what the owner holds.
-  (void)bed->cluster().WaitConverged(kSettleBound);
-  HttpClient owner_client(bed->cluster().host(owner), bed->cluster().http_port(owner), kRequestTimeout);
-  const Decision peek = bed->Check(owner_client, owner, *key, kLimit, 0);
-  const auto before_aftermath = Figure(bed->recorder().Snapshot(), *key, kLimit);
-  std::optional<int64_t> charged_extra;
-  if (!peek.failed()) {
-    charged_extra = static_cast<int64_t>(kLimit - peek.remaining) - before_aftermath.admitted;
-  } else {
-    bed->Note("the owner's peek failed: " + peek.error);
-  }
+  const auto charged_extra = bed->ChargedExtra(owner, *key, kLimit);
   bed->Aftermath({{*key, kLimit}});
   auto result = Summarize("forwarded check retried after a timeout", *bed, {{*key, kLimit}});
   result.charged_extra = charged_extra;

@@ -2,13 +2,14 @@
 // from the test (root namespace) and from the other namespace; a one-way cut stops new connections in
 // its direction only; heal restores them; the namespaces are gone with the fabric. Skips unless root
 // with `ip netns` and `nft` (CI runs as root). Runs in ctest (label cluster), unlike gray_test.
+#include "tests/support/netns.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
 #include "tests/support/http_client.h"
-#include "tests/support/netns.h"
 #include "tests/support/node_process.h"
 
 namespace ringlimit::testing {
