@@ -106,16 +106,24 @@ class Bed {
     return out;
   }
 
-  // The first key "<prefix><n>" whose preference list satisfies `fits`.
-  Result<std::string> FindKey(const std::string& prefix,
-                              const std::function<bool(const std::vector<size_t>&)>& fits) {
+  // A key and its preference list (node indexes, owner first).
+  struct KeyAt {
+    std::string key;
+    std::vector<size_t> preference;
+  };
+
+  // The first key "<prefix><n>" whose preference list satisfies `fits` (nullptr: any key).
+  Result<KeyAt> FindKey(const std::string& prefix,
+                        const std::function<bool(const std::vector<size_t>&)>& fits = nullptr) {
     for (int n = 0; n < 2000; ++n) {
       const std::string key = prefix + std::to_string(n);
       auto preference = Preference(key);
-      if (!preference) return Error<std::string>(preference.error());
-      if (fits(*preference)) return Result<std::string>(boost::system::in_place_value, key);
+      if (!preference) return Error<KeyAt>(preference.error());
+      if (!fits || fits(*preference)) {
+        return Result<KeyAt>(boost::system::in_place_value, KeyAt{key, std::move(*preference)});
+      }
     }
-    return Error<std::string>("no key with prefix " + prefix + " fits");
+    return Error<KeyAt>("no key with prefix " + prefix + " fits");
   }
 
   // One check of `key` (limit, one-day token bucket, `cost`) through node i, recorded (cost 0: a peek,
@@ -331,23 +339,23 @@ Result<ScenarioResult> OwnerPausedPastDetection(const ScenarioOptions& options) 
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 30;
-  auto key = bed->FindKey("paused-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  const size_t owner = (*preference)[0];
+  auto found = bed->FindKey("paused-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
   const size_t other = (owner + 1) % 3;
   bed->recorder().SetPhase("before");
-  bed->Checks(owner, *key, kLimit, 15);
+  bed->Checks(owner, key, kLimit, 15);
   GRAY_TRY(bed->Pause(owner));
   GRAY_TRY(bed->WaitDead(owner, Others(3, {owner})));
   bed->recorder().SetPhase("owner dead");
-  bed->Checks(other, *key, kLimit, 15);
+  bed->Checks(other, key, kLimit, 15);
   GRAY_TRY(bed->Resume(owner));
   bed->recorder().SetPhase("resumed");
-  bed->Checks(owner, *key, kLimit, 15);
-  bed->Aftermath({{*key, kLimit}});
-  return Summarize("owner paused past failure detection", *bed, {{*key, kLimit}});
+  bed->Checks(owner, key, kLimit, 15);
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("owner paused past failure detection", *bed, {{key, kLimit}});
 }
 
 // 3 nodes, limit 30, failure detection ~4 s, forward timeout 300 ms: 10 checks through a non-owner; the
@@ -359,28 +367,28 @@ Result<ScenarioResult> OwnerPausedWithinDetection(const ScenarioOptions& options
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 30;
-  auto key = bed->FindKey("brief-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  const size_t owner = (*preference)[0];
+  auto found = bed->FindKey("brief-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
   const auto others = Others(3, {owner});
   bed->recorder().SetPhase("before");
-  bed->Checks(others[0], *key, kLimit, 10);
+  bed->Checks(others[0], key, kLimit, 10);
   GRAY_TRY(bed->Pause(owner));
   bed->recorder().SetPhase("owner paused");
   {
-    Load load(*bed, others, {{*key, kLimit}});
+    Load load(*bed, others, {{key, kLimit}});
     Bed::Hold(milliseconds(1500));
     if (bed->SeenDead(owner, others)) bed->Note("the owner was declared dead during the pause");
     GRAY_TRY(bed->Resume(owner));
   }
-  const auto charged_extra = bed->ChargedExtra(owner, *key, kLimit);
+  const auto charged_extra = bed->ChargedExtra(owner, key, kLimit);
   bed->recorder().SetPhase("resumed");
-  bed->Checks(owner, *key, kLimit, 10);
-  bed->Checks(others[0], *key, kLimit, 10);
-  bed->Aftermath({{*key, kLimit}});
-  auto result = Summarize("owner paused within failure detection", *bed, {{*key, kLimit}});
+  bed->Checks(owner, key, kLimit, 10);
+  bed->Checks(others[0], key, kLimit, 10);
+  bed->Aftermath({{key, kLimit}});
+  auto result = Summarize("owner paused within failure detection", *bed, {{key, kLimit}});
   result.charged_extra = charged_extra;
   return result;
 }
@@ -392,26 +400,26 @@ Result<ScenarioResult> TwoHoldersStalled(const ScenarioOptions& options) {
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 20;
-  auto key = bed->FindKey("stall-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  if (preference->size() < 3) return Error<ScenarioResult>("preference list shorter than 3");
-  const std::set<size_t> holders((*preference).begin(), (*preference).begin() + 3);
+  auto found = bed->FindKey("stall-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  if (preference.size() < 3) return Error<ScenarioResult>("preference list shorter than 3");
+  const std::set<size_t> holders(preference.begin(), preference.begin() + 3);
   const size_t entry = Others(5, holders)[0];
   bed->recorder().SetPhase("exhaust");
-  bed->Checks((*preference)[0], *key, kLimit, static_cast<int>(kLimit) + 5);
-  GRAY_TRY(bed->Pause((*preference)[0]));
-  GRAY_TRY(bed->Pause((*preference)[1]));
+  bed->Checks(preference[0], key, kLimit, static_cast<int>(kLimit) + 5);
+  GRAY_TRY(bed->Pause(preference[0]));
+  GRAY_TRY(bed->Pause(preference[1]));
   bed->recorder().SetPhase("two holders paused");
   {
-    Load load(*bed, {entry}, {{*key, kLimit}});
+    Load load(*bed, {entry}, {{key, kLimit}});
     Bed::Hold(milliseconds(2000));
-    GRAY_TRY(bed->Resume((*preference)[0]));
-    GRAY_TRY(bed->Resume((*preference)[1]));
+    GRAY_TRY(bed->Resume(preference[0]));
+    GRAY_TRY(bed->Resume(preference[1]));
   }
-  bed->Aftermath({{*key, kLimit}});
-  return Summarize("two of three holders stalled (5 nodes)", *bed, {{*key, kLimit}});
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("two of three holders stalled (5 nodes)", *bed, {{key, kLimit}});
 }
 
 // 3 nodes in network namespaces, limit 40: the owner A and another node B cut from each other (both
@@ -421,20 +429,20 @@ Result<ScenarioResult> PartialPartition(const ScenarioOptions& options) {
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 40;
-  auto key = bed->FindKey("partial-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  const size_t a = (*preference)[0];
-  const size_t b = (*preference)[1];
+  auto found = bed->FindKey("partial-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t a = preference[0];
+  const size_t b = preference[1];
   GRAY_TRY(bed->fabric()->CutBoth(a, b));
   bed->recorder().SetPhase("A-B cut");
   {
-    Load load(*bed, {0, 1, 2}, {{*key, kLimit}});
+    Load load(*bed, {0, 1, 2}, {{key, kLimit}});
     Bed::Hold(milliseconds(5000));
   }
-  bed->Aftermath({{*key, kLimit}});
-  return Summarize("partial partition (A-B cut, both reach C)", *bed, {{*key, kLimit}});
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("partial partition (A-B cut, both reach C)", *bed, {{key, kLimit}});
 }
 
 // 5 nodes in network namespaces, limit 40: the owner and one more node cut from the other three for
@@ -444,19 +452,19 @@ Result<ScenarioResult> IsolatedMinority(const ScenarioOptions& options) {
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 40;
-  auto key = bed->FindKey("minority-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  const std::vector<size_t> minority = {(*preference)[0], (*preference)[1]};
+  auto found = bed->FindKey("minority-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const std::vector<size_t> minority = {preference[0], preference[1]};
   GRAY_TRY(bed->fabric()->Isolate(minority));
   bed->recorder().SetPhase("minority isolated");
   {
-    Load load(*bed, {0, 1, 2, 3, 4}, {{*key, kLimit}});
+    Load load(*bed, {0, 1, 2, 3, 4}, {{key, kLimit}});
     Bed::Hold(milliseconds(10'000));
   }
-  bed->Aftermath({{*key, kLimit}});
-  return Summarize("isolated minority 10 s, healed (5 nodes)", *bed, {{*key, kLimit}});
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("isolated minority 10 s, healed (5 nodes)", *bed, {{key, kLimit}});
 }
 
 // 3 nodes, n3's wall clock `offset` away (libfaketime). Key 1: owner n1 (right clock), n3 the next
@@ -468,22 +476,24 @@ Result<ScenarioResult> ClockSkew(const std::string& offset, const ScenarioOption
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 30;
-  auto key1 = bed->FindKey("skew-a-", [](const std::vector<size_t>& p) { return p[0] == 0 && p[1] == 2; });
-  GRAY_TRY(key1);
-  auto key2 = bed->FindKey("skew-b-", [](const std::vector<size_t>& p) { return p[0] == 2; });
-  GRAY_TRY(key2);
-  const std::vector<std::pair<std::string, uint64_t>> keys = {{*key1, kLimit}, {*key2, kLimit}};
+  auto found1 = bed->FindKey("skew-a-", [](const std::vector<size_t>& p) { return p[0] == 0 && p[1] == 2; });
+  GRAY_TRY(found1);
+  auto found2 = bed->FindKey("skew-b-", [](const std::vector<size_t>& p) { return p[0] == 2; });
+  GRAY_TRY(found2);
+  const std::string key1 = found1->key;
+  const std::string key2 = found2->key;
+  const std::vector<std::pair<std::string, uint64_t>> keys = {{key1, kLimit}, {key2, kLimit}};
   bed->recorder().SetPhase("before");
-  bed->Checks(0, *key1, kLimit, 15);
-  bed->Checks(0, *key2, kLimit, 15);
-  bed->Checks(1, *key2, kLimit, 15);
+  bed->Checks(0, key1, kLimit, 15);
+  bed->Checks(0, key2, kLimit, 15);
+  bed->Checks(1, key2, kLimit, 15);
   GRAY_TRY(bed->Pause(0));
   GRAY_TRY(bed->WaitDead(0, {1, 2}));
   bed->recorder().SetPhase("n1 dead");
-  bed->Checks(2, *key1, kLimit, 15);
+  bed->Checks(2, key1, kLimit, 15);
   GRAY_TRY(bed->Resume(0));
   bed->recorder().SetPhase("resumed");
-  bed->Checks(0, *key1, kLimit, 15);
+  bed->Checks(0, key1, kLimit, 15);
   bed->Aftermath(keys);
   return Summarize("one node's clock " + offset + " (successor of a paused owner)", *bed, keys);
 }
@@ -497,31 +507,31 @@ Result<ScenarioResult> ForwardRetried(const ScenarioOptions& options) {
   if (!started) return Error<ScenarioResult>(started.error());
   auto& bed = *started;
   constexpr uint64_t kLimit = 30;
-  auto key = bed->FindKey("retry-", [](const std::vector<size_t>&) { return true; });
-  GRAY_TRY(key);
-  auto preference = bed->Preference(*key);
-  GRAY_TRY(preference);
-  const size_t owner = (*preference)[0];
+  auto found = bed->FindKey("retry-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
   const size_t entry = Others(3, {owner})[0];
   HttpClient client(bed->cluster().host(entry), bed->cluster().http_port(entry), kRequestTimeout);
   for (int c = 0; c < 20; ++c) {
     if (c % 4 != 3) {
       bed->recorder().SetPhase("steady");
-      (void)bed->Check(client, entry, *key, kLimit);
+      (void)bed->Check(client, entry, key, kLimit);
       continue;
     }
     bed->recorder().SetPhase("owner stalled");
     const auto resume_at = Clock::now() + milliseconds(800);
     GRAY_TRY(bed->Pause(owner));
-    (void)bed->Check(client, entry, *key, kLimit);
+    (void)bed->Check(client, entry, key, kLimit);
     Bed::Hold(std::chrono::duration_cast<milliseconds>(
         std::max(resume_at - Clock::now(), Clock::duration::zero())));
     GRAY_TRY(bed->Resume(owner));
   }
   if (bed->SeenDead(owner, Others(3, {owner}))) bed->Note("the owner was declared dead during a stall");
-  const auto charged_extra = bed->ChargedExtra(owner, *key, kLimit);
-  bed->Aftermath({{*key, kLimit}});
-  auto result = Summarize("forwarded check retried after a timeout", *bed, {{*key, kLimit}});
+  const auto charged_extra = bed->ChargedExtra(owner, key, kLimit);
+  bed->Aftermath({{key, kLimit}});
+  auto result = Summarize("forwarded check retried after a timeout", *bed, {{key, kLimit}});
   result.charged_extra = charged_extra;
   return result;
 }

@@ -40,36 +40,35 @@ ShOutput Sh(const std::string& command) {
   while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) output.append(chunk, n);
   const int status = pclose(pipe);
   if (status != 0) {
-    return {false,
-            command + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ": " + output};
+    return {false, command + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ": " +
+                       output};
   }
   return {true, output};
 }
 
 bool PidAlive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
+// Runs `remove` + the name for every line of `listing`'s output where `pattern` matches and its group
+// `pid_group` names a process that is gone; the name is the match's group `name_group`.
+void RemoveStale(const std::string& listing, const std::regex& pattern, size_t name_group, size_t pid_group,
+                 const std::string& remove) {
+  auto list = Sh(listing);
+  if (!list) return;
+  std::istringstream lines(*list);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, pattern) && !PidAlive(std::stol(m[pid_group]))) {
+      (void)Sh(remove + m[name_group].str());
+    }
+  }
+}
+
 // Deletes the namespaces and bridges of earlier runs whose process is gone.
 void CleanStale() {
-  const std::regex ns_name(std::string("^") + kPrefix + "([0-9]+)n[0-9]+");
-  if (auto list = Sh("ip netns list")) {
-    std::istringstream lines(*list);
-    for (std::string line; std::getline(lines, line);) {
-      std::smatch m;
-      if (std::regex_search(line, m, ns_name) && !PidAlive(std::stol(m[1]))) {
-        (void)Sh("ip netns del " + m[0].str());
-      }
-    }
-  }
-  const std::regex bridge_name(std::string(": (") + kPrefix + "([0-9]+)b)[:@]");
-  if (auto list = Sh("ip -o link show type bridge")) {
-    std::istringstream lines(*list);
-    for (std::string line; std::getline(lines, line);) {
-      std::smatch m;
-      if (std::regex_search(line, m, bridge_name) && !PidAlive(std::stol(m[2]))) {
-        (void)Sh("ip link del " + m[1].str());
-      }
-    }
-  }
+  RemoveStale("ip netns list", std::regex(std::string("^(") + kPrefix + "([0-9]+)n[0-9]+)"), 1, 2,
+              "ip netns del ");
+  RemoveStale("ip -o link show type bridge", std::regex(std::string(": (") + kPrefix + "([0-9]+)b)[:@]"), 1,
+              2, "ip link del ");
 }
 
 // A /24 under 10.213.0.0/16 no interface of the root namespace uses yet, derived from the pid.
