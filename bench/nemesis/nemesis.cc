@@ -16,10 +16,11 @@
 // converge (its decisions count to the fault's class until then).
 //
 // Clients: --clients threads, each checking a random key of --keys (token bucket, --limit per day: nothing
-// refills during a run) through a random running node. Every decision is labelled with the fault class in
-// progress ("none" between faults). The report, per class: faults injected, checks, over-admissions (an
-// admission beyond a key's limit is counted to the class in progress when it was answered), rollbacks (an
-// answer whose remaining is above the key's lowest remaining answered before) and failed requests.
+// refills during a run) through a random running node. Every decision is labelled with the fault class
+// in progress or, between faults, to the last one before ("none" before the first). The report, per class:
+// faults injected, checks, over-admissions (an admission beyond a key's limit is counted to the class in
+// progress when it was answered), rollbacks (an answer whose remaining is above the key's lowest remaining
+// answered before) and failed requests.
 //
 // Partitions need root (network namespaces, nftables: tests/support/netns.h); skew needs libfaketime.
 // Without them those classes are left out (printed). Not run by scripts/test yet.
@@ -140,7 +141,8 @@ class Nemesis {
       recorder_.SetPhase(fault);
       if (Inject(fault)) ++injected_[fault];
       Recover();
-      recorder_.SetPhase("none");
+      // Decisions until the next fault still count to this one: a counter lost during it shows when its key
+      // admits again later.
     }
     stop_ = true;
     for (auto& t : clients) t.join();
@@ -186,7 +188,7 @@ class Nemesis {
   std::optional<size_t> PickRunning() {
     std::vector<size_t> candidates;
     for (size_t i : cluster_->Running()) {
-      if (paused_.count(i) == 0) candidates.push_back(i);
+      if (paused_.count(i) == 0 && hidden_.count(i) == 0) candidates.push_back(i);
     }
     if (candidates.empty()) return std::nullopt;
     return candidates[Uniform(0, static_cast<int>(candidates.size()) - 1)];
@@ -200,17 +202,19 @@ class Nemesis {
 
   // Kills node i, waits until the others see it dead, starts it again (with env_'s environment).
   bool KillAndRestart(const std::string& fault, size_t i) {
+    Hide(i);
     if (auto killed = cluster_->Kill(i); !killed) {
       Note(fault, "kill " + cluster_->id(i) + " failed: " + killed.error());
+      Show(i);
       return false;
     }
-    Publish();
     (void)cluster_->WaitSeenAs(i, {"dead"}, true, kDeadBound);
-    if (auto restarted = cluster_->Restart(i); !restarted) {
+    auto restarted = cluster_->Restart(i);
+    Show(i);
+    if (!restarted) {
       Note(fault, "restart " + cluster_->id(i) + " failed: " + restarted.error().substr(0, 300));
       return false;
     }
-    Publish();
     return true;
   }
 
@@ -226,9 +230,13 @@ class Nemesis {
       if (!i) return false;
       const int period = Uniform(1000, 4000);
       Note(fault, cluster_->id(*i) + " for " + std::to_string(period) + " ms");
-      if (!cluster_->node(*i).Signal(SIGSTOP)) return false;
+      Hide(*i);
+      if (!cluster_->node(*i).Signal(SIGSTOP)) {
+        Show(*i);
+        return false;
+      }
       paused_.insert(*i);
-      Publish();
+      hidden_.erase(*i);
       Hold(milliseconds(period));
       (void)cluster_->node(*i).Signal(SIGCONT);
       paused_.erase(*i);
@@ -282,16 +290,18 @@ class Nemesis {
       auto i = PickRunning();
       if (!i) return false;
       Note(fault, cluster_->id(*i) + " leaves");
+      Hide(*i);
       HttpClient client(cluster_->host(*i), cluster_->http_port(*i), milliseconds(10'000));
       auto left =
           client.Post("/v1/cluster/leave", "", {{"Authorization", std::string("Bearer ") + kAdminToken}});
       if (!left || left->result_int() / 100 != 2) {
         Note(fault, "leave refused");
+        Show(*i);
         return false;
       }
       (void)cluster_->node(*i).WaitExit(milliseconds(30'000));
       if (cluster_->node(*i).running()) (void)cluster_->Kill(*i);
-      Publish();
+      Show(*i);  // no longer running: Publish leaves it out
       return true;
     }
     return false;
@@ -361,6 +371,7 @@ class Nemesis {
   std::shared_ptr<NodeEnvironments> env_ = std::make_shared<NodeEnvironments>();
   std::map<std::string, int> injected_;
   std::set<size_t> paused_;
+  std::set<size_t> hidden_;  // running, not offered to the clients (see Hide)
   Recorder recorder_;
   Targets targets_;
   std::atomic<bool> stop_{false};
