@@ -13,14 +13,14 @@
 //   add        start one more node (up to --max-nodes)
 //   remove     a node leaves gracefully (POST /v1/cluster/leave) down to --nodes - 1 members
 // Between faults the cluster runs fault-free for 2-5 s; after each fault it is given a bounded time to
-// converge (its decisions count to the fault's class until then).
+// converge.
 //
 // Clients: --clients threads, each checking a random key of --keys (token bucket, --limit per day: nothing
-// refills during a run) through a random running node. Every decision is labelled with the fault class
-// in progress or, between faults, to the last one before ("none" before the first). The report, per class:
-// faults injected, checks, over-admissions (an admission beyond a key's limit is counted to the class in
-// progress when it was answered), rollbacks (an answer whose remaining is above the key's lowest remaining
-// answered before) and failed requests.
+// refills during a run) through a random running node. Every decision is labelled with the fault class in
+// progress or, between faults, the last one before (a counter lost during a fault shows when its key admits
+// again later; "none" before the first fault). The report, per class: faults injected, checks,
+// over-admissions (an admission beyond a key's limit counts to the label of its answer), rollbacks (an answer
+// whose remaining is above the key's lowest remaining answered before) and failed requests.
 //
 // Partitions need root (network namespaces, nftables: tests/support/netns.h); skew needs libfaketime.
 // Without them those classes are left out (printed). Not run by scripts/test yet.
@@ -161,13 +161,25 @@ class Nemesis {
                   [&](std::string*) { return Clock::now() >= until; });
   }
 
+  // Tells the clients the running nodes, less the paused ones and those about to be faulted (hidden_).
   void Publish() {
     std::vector<Targets::Target> targets;
     for (size_t i : cluster_->Running()) {
-      if (paused_.count(i) == 0)
+      if (paused_.count(i) == 0 && hidden_.count(i) == 0) {
         targets.push_back({cluster_->id(i), cluster_->host(i), cluster_->http_port(i)});
+      }
     }
     targets_.Publish(std::move(targets));
+  }
+
+  // Clients stop picking node i (checks already sent to it stay in flight): the nemesis is about to stop it.
+  void Hide(size_t i) {
+    hidden_.insert(i);
+    Publish();
+  }
+  void Show(size_t i) {
+    hidden_.erase(i);
+    Publish();
   }
 
   void Client(uint64_t seed) {
