@@ -334,7 +334,7 @@ class Nemesis {
     const auto decisions = recorder_.Snapshot();
     std::map<std::string, ClassFigures> by_class;
     std::map<std::string, int64_t> admitted;
-    std::map<std::string, uint64_t> lowest;
+    std::map<std::string, std::set<uint64_t>> answered;  // by key: the remaining values admitted answers gave
     for (const auto& d : decisions) {
       auto& f = by_class[d.phase];
       ++f.checks;
@@ -342,10 +342,9 @@ class Nemesis {
         ++f.failed;
         continue;
       }
-      if (d.allowed && ++admitted[d.key] > static_cast<int64_t>(flags_.limit)) ++f.over;
-      auto it = lowest.find(d.key);
-      if (it != lowest.end() && d.remaining > it->second) ++f.rollbacks;
-      if (it == lowest.end() || d.remaining < it->second) lowest[d.key] = d.remaining;
+      if (!d.allowed) continue;
+      if (++admitted[d.key] > static_cast<int64_t>(flags_.limit)) ++f.over;
+      if (!answered[d.key].insert(d.remaining).second) ++f.rollbacks;
     }
     std::printf("\nnemesis: %.1f min, seed %llu, %zu nodes (up to %zu), %d clients, %d keys x %llu per day\n",
                 flags_.minutes, static_cast<unsigned long long>(flags_.seed), flags_.nodes, flags_.max_nodes,

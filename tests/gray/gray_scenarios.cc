@@ -598,7 +598,7 @@ KeyFigures Figure(const std::vector<Decision>& decisions, const std::string& key
   KeyFigures f;
   f.key = key;
   f.limit = limit;
-  std::optional<uint64_t> lowest;
+  std::set<uint64_t> answered;  // remaining values admitted answers gave
   for (const auto& d : decisions) {
     if (d.key != key) continue;
     ++f.checks;
@@ -606,9 +606,9 @@ KeyFigures Figure(const std::vector<Decision>& decisions, const std::string& key
       ++f.failed;
       continue;
     }
-    if (d.allowed) ++f.admitted;
-    if (lowest && d.remaining > *lowest) ++f.rollbacks;
-    lowest = lowest ? std::min(*lowest, d.remaining) : d.remaining;
+    if (!d.allowed) continue;
+    ++f.admitted;
+    if (!answered.insert(d.remaining).second) ++f.rollbacks;
   }
   return f;
 }

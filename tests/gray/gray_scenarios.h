@@ -81,8 +81,10 @@ struct KeyFigures {
   int64_t checks = 0;
   int64_t admitted = 0;
   int64_t failed = 0;
-  // Answers whose remaining was above the lowest remaining answered before for the key (with a one-day
-  // window nothing refills: a counter was rolled back, or two deciders disagree).
+  // Admitted answers whose remaining an earlier admitted answer of the key already gave. A counter that
+  // only goes down (cost 1, nothing refills in a day) gives each remaining once, in whatever order
+  // concurrent answers are recorded; a repeat means the count went back up (rolled back, or two deciders
+  // counted from the same point).
   int64_t rollbacks = 0;
   [[nodiscard]] int64_t over() const {
     return admitted > static_cast<int64_t>(limit) ? admitted - static_cast<int64_t>(limit) : 0;
