@@ -19,8 +19,10 @@
 // refills during a run) through a random running node. Every decision is labelled with the fault class in
 // progress or, between faults, the last one before (a counter lost during a fault shows when its key admits
 // again later; "none" before the first fault). The report, per class: faults injected, checks,
-// over-admissions (an admission beyond a key's limit counts to the label of its answer), rollbacks (an answer
-// whose remaining is above the key's lowest remaining answered before) and failed requests.
+// over-admissions (an admission beyond a key's limit counts to the label of its answer), rollbacks (an
+// admitted answer whose remaining an earlier admitted answer of the key already gave: with cost 1 and
+// nothing refilling, an exact counter gives each value once, whatever the order concurrent answers are
+// recorded in) and failed requests.
 //
 // Partitions need root (network namespaces, nftables: tests/support/netns.h); skew needs libfaketime.
 // Without them those classes are left out (printed). Not run by scripts/test yet.
