@@ -3,8 +3,9 @@
 // that no request failed. The scenarios themselves live in gray_scenarios.{h,cc}; bench/nemesis/
 // gray_report runs the same ones and prints what each admitted.
 //
-// NOT IN CTEST YET: on today's code most of these over-admit (see docs/gray-failures.md for the
-// measured table), which is what issue 13 fixes. Run them by hand:
+// NOT IN CTEST YET: on today's code every case fails -- six over-admit, and the two that stay within the
+// limit (owner paused within failure detection, forwarded check retried) answer from stale copies
+// (rollbacks); see docs/gray-failures.md for the measured table. Issue 13 fixes them. Run them by hand:
 //
 //   scripts/build --target gray_test
 //   build/release/tests/gray/gray_test                       # all (about 2 minutes)
