@@ -122,7 +122,7 @@ struct ClusterOptions {
 
   // Where node `id` ("n1", ...) runs; asked at every start and restart of it, so a restart can change its
   // environment (not its address). Empty: every node on 127.0.0.1, started directly. Default: empty.
-  std::function<NodePlacement(const std::string& id)> placement;
+  std::function<NodePlacement(const std::string& id)> placement = nullptr;
 };
 
 class Cluster {

@@ -445,6 +445,26 @@ Result<ScenarioResult> PartialPartition(const ScenarioOptions& options) {
   return Summarize("partial partition (A-B cut, both reach C)", *bed, {{key, kLimit}});
 }
 
+// 3 nodes in network namespaces, limit 40: a half-cut link -- B (the next holder) cannot reach the owner
+// A, while A still reaches B and both reach C -- for 5 s, clients checking through all three.
+Result<ScenarioResult> HalfCutLink(const ScenarioOptions& options) {
+  auto started = Bed::Start(Bed::Setup(3, true), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 40;
+  auto found = bed->FindKey("halfcut-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  GRAY_TRY(bed->fabric()->Cut(found->preference[1], found->preference[0]));
+  bed->recorder().SetPhase("B->A cut");
+  {
+    Load load(*bed, {0, 1, 2}, {{key, kLimit}});
+    Bed::Hold(milliseconds(5000));
+  }
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("half-cut link (B->A dropped, A->B works)", *bed, {{key, kLimit}});
+}
+
 // 5 nodes in network namespaces, limit 40: the owner and one more node cut from the other three for
 // 10 s, then healed, clients checking through all five.
 Result<ScenarioResult> IsolatedMinority(const ScenarioOptions& options) {
@@ -622,16 +642,22 @@ std::vector<std::string> BaseNodeArgs(milliseconds suspicion) {
 }
 
 const std::vector<std::string>& ScenarioNames() {
-  static const std::vector<std::string> names = {
-      "owner_paused_past_detection", "owner_paused_within_detection",
-      "two_holders_stalled",         "partial_partition",
-      "isolated_minority",           "clock_skew_plus_1h",
-      "clock_skew_minus_1h",         "forward_retried"};
+  static const std::vector<std::string> names = {"owner_paused_past_detection",
+                                                 "owner_paused_within_detection",
+                                                 "two_holders_stalled",
+                                                 "partial_partition",
+                                                 "half_cut_link",
+                                                 "isolated_minority",
+                                                 "clock_skew_plus_1h",
+                                                 "clock_skew_minus_1h",
+                                                 "forward_retried"};
   return names;
 }
 
 std::optional<std::string> Unsupported(const std::string& name) {
-  if (name == "partial_partition" || name == "isolated_minority") return NetnsFabric::Unsupported();
+  if (name == "partial_partition" || name == "half_cut_link" || name == "isolated_minority") {
+    return NetnsFabric::Unsupported();
+  }
   if (name.rfind("clock_skew", 0) == 0 && FaketimeEnv("+0").empty()) {
     return std::string("libfaketime is not installed (apt-get install faketime; scripts/bootstrap)");
   }
@@ -643,6 +669,7 @@ Result<ScenarioResult> RunScenario(const std::string& name, const ScenarioOption
   if (name == "owner_paused_within_detection") return OwnerPausedWithinDetection(options);
   if (name == "two_holders_stalled") return TwoHoldersStalled(options);
   if (name == "partial_partition") return PartialPartition(options);
+  if (name == "half_cut_link") return HalfCutLink(options);
   if (name == "isolated_minority") return IsolatedMinority(options);
   if (name == "clock_skew_plus_1h") return ClockSkew("+1h", options);
   if (name == "clock_skew_minus_1h") return ClockSkew("-1h", options);

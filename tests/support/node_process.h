@@ -62,11 +62,11 @@ struct NodeProcessOptions {
   // A command the node is started under, with ringlimitd's command line appended to it; it must exec
   // that command line in place (same pid). A name without '/' is looked up in PATH. Empty: ringlimitd is
   // started directly. Default: empty.
-  std::vector<std::string> wrapper;
+  std::vector<std::string> wrapper = {};
 
   // Extra environment variables of the node, "NAME=value" each; they override inherited ones of the same
   // name. May change between restarts (set_env). Default: empty.
-  std::vector<std::string> env;
+  std::vector<std::string> env = {};
 
   // Working directory of the node (log, port file, data). Empty: a fresh temporary directory,
   // removed with the NodeProcess. Default: empty.
