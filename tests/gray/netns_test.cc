@@ -1,7 +1,8 @@
 // NetnsFabric (tests/support/netns.h) on real ringlimitd processes: a node in a namespace is reachable
-// from the test (root namespace) and from the other namespace; a one-way cut stops new connections in
-// its direction only; heal restores them; the namespaces are gone with the fabric. Skips unless root
-// with `ip netns` and `nft` (CI runs as root). Runs in ctest (label cluster), unlike gray_test.
+// from the test (root namespace) and from the other namespace; a packet cut stops TCP both ways, a
+// connection cut only the connections opened in its direction; heal restores them; the namespaces are gone
+// with the fabric. Skips unless root with `ip netns` and `nft` (CI runs as root). Runs in ctest (label
+// cluster), unlike gray_test.
 #include "tests/support/netns.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +29,7 @@ std::string CurlFrom(const std::string& ns, const std::string& url) {
   return out;
 }
 
-TEST(NetnsFabricTest, CutsOneDirectionAndHeals) {
+TEST(NetnsFabricTest, CutsHealsAndCleansUp) {
   if (auto why = NetnsFabric::Unsupported()) GTEST_SKIP() << *why;
   auto fabric = NetnsFabric::Create(2);
   ASSERT_TRUE(fabric) << fabric.error();
@@ -51,7 +52,11 @@ TEST(NetnsFabricTest, CutsOneDirectionAndHeals) {
 
     ASSERT_TRUE((*fabric)->Cut(0, 1));
     EXPECT_EQ(CurlFrom(ns0, url(1)), "000") << "0 -> 1 is cut";
-    EXPECT_EQ(CurlFrom((*fabric)->name(1), url(0)), "200") << "1 -> 0 still works, answers included";
+    EXPECT_EQ(CurlFrom((*fabric)->name(1), url(0)), "000") << "1 -> 0 needs the handshake's answer";
+
+    ASSERT_TRUE((*fabric)->Cut(0, 1, CutKind::kConnections));
+    EXPECT_EQ(CurlFrom(ns0, url(1)), "000") << "0 cannot connect to 1";
+    EXPECT_EQ(CurlFrom((*fabric)->name(1), url(0)), "200") << "1's connections to 0 work, answers included";
     HttpClient from_root((*fabric)->address(1), nodes[1]->http_port());
     auto response = from_root.Get("/healthz");
     ASSERT_TRUE(response) << response.error().message();

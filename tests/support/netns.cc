@@ -141,8 +141,10 @@ Result<void> NetnsFabric::Apply(size_t i) {
   std::string rules = std::string("add table inet ") + kTable + "\ndelete table inet " + kTable +
                       "\ntable inet " + kTable +
                       " {\n  chain out {\n    type filter hook output priority 0; policy accept;\n";
-  for (const auto& [from, to] : cuts_) {
-    if (from == i) rules += "    ip daddr " + addresses_[to] + " ct direction original drop\n";
+  for (const auto& [link, kind] : cuts_) {
+    if (link.first != i) continue;
+    rules += "    ip daddr " + addresses_[link.second] +
+             (kind == CutKind::kConnections ? " ct direction original drop\n" : " drop\n");
   }
   rules += "  }\n}\n";
   const fs::path file = fs::temp_directory_path() / (namespaces_[i] + ".nft");
@@ -154,9 +156,9 @@ Result<void> NetnsFabric::Apply(size_t i) {
   return {};
 }
 
-Result<void> NetnsFabric::Cut(size_t from, size_t to) {
+Result<void> NetnsFabric::Cut(size_t from, size_t to, CutKind kind) {
   if (from >= size() || to >= size() || from == to) return std::string("Cut: bad node index");
-  cuts_.insert({from, to});
+  cuts_[{from, to}] = kind;
   return Apply(from);
 }
 
@@ -170,8 +172,8 @@ Result<void> NetnsFabric::Isolate(const std::vector<size_t>& side) {
   for (size_t a : in) {
     for (size_t b = 0; b < size(); ++b) {
       if (in.count(b) == 0) {
-        cuts_.insert({a, b});
-        cuts_.insert({b, a});
+        cuts_[{a, b}] = CutKind::kPackets;
+        cuts_[{b, a}] = CutKind::kPackets;
       }
     }
   }

@@ -12,15 +12,18 @@
 //   options.wrapper = fabric->Wrapper(0);            // runs in namespace 0 ...
 //   options.listen = fabric->address(0) + ":0";      // ... and is reached at its address
 //   ...
-//   fabric->Cut(0, 1);                               // n1 -> n2 dropped; n2 -> n1 still works
+//   fabric->Cut(0, 1);                               // every packet from node 0 to node 1 dropped
 //   fabric->Isolate({0});                            // n1 cut from everyone, both ways
 //   fabric->HealAll();
 //
-// A cut from A to B drops, in A's namespace, every packet to B in the "original" direction of its
-// connection: A can neither open a TCP connection to B nor send on one it opened, nor send B a UDP
-// datagram that is not an answer, while B's own connections to A keep working, answers included (a
-// half-cut link). Cutting both directions partitions the pair. Rules are rewritten atomically (one
-// `nft -f` per namespace), so a cut or heal takes effect at once for every new packet.
+// A cut from A to B (CutKind::kPackets, the default) drops, in A's namespace, every packet A sends to B:
+// UDP datagrams from B still reach A, but TCP fails both ways (a handshake needs packets in both
+// directions) -- asymmetric loss as a network has it. CutKind::kConnections drops only the packets of
+// connections A opened to B (nftables `ct direction original`): A cannot connect to B, while B's
+// connections to A keep working, answers included. Note that a peer transport which sends in both
+// directions over one connection keeps talking over B's connections then (ringlimit's does: such a cut of
+// A -> B does not stop A's forwards to B). Cutting both directions partitions the pair. Rules are
+// rewritten atomically (one `nft -f` per namespace), so a cut or heal applies to the next packet.
 //
 // Cleanup: the destructor deletes the namespaces (their veths go with them) and the bridge; processes
 // still running in a namespace must be stopped first (destroy the Cluster before the fabric). If the
@@ -32,6 +35,7 @@
 #define RINGLIMIT_TESTS_SUPPORT_NETNS_H_
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -42,6 +46,12 @@
 #include "tests/support/node_process.h"
 
 namespace ringlimit::testing {
+
+// What a cut drops (see above).
+enum class CutKind {
+  kPackets,      // every packet from A to B
+  kConnections,  // the packets of connections A opened to B
+};
 
 class NetnsFabric {
  public:
@@ -62,8 +72,9 @@ class NetnsFabric {
   // The command prefix that runs a program in node i's namespace: {"ip", "netns", "exec", name(i)}.
   [[nodiscard]] std::vector<std::string> Wrapper(size_t i) const;
 
-  // Drops packets from node `from` to node `to` (one direction, see above).
-  [[nodiscard]] Result<void> Cut(size_t from, size_t to);
+  // Drops packets from node `from` to node `to` (one direction, see above). A second cut of the same pair
+  // replaces the first.
+  [[nodiscard]] Result<void> Cut(size_t from, size_t to, CutKind kind = CutKind::kPackets);
   // Cuts both directions between a and b.
   [[nodiscard]] Result<void> CutBoth(size_t a, size_t b);
   // Cuts both directions between every node of `side` and every node not in it.
@@ -72,8 +83,8 @@ class NetnsFabric {
   [[nodiscard]] Result<void> Heal(size_t from, size_t to);
   // Removes every cut.
   [[nodiscard]] Result<void> HealAll();
-  // The cuts in place, as (from, to) pairs.
-  [[nodiscard]] const std::set<std::pair<size_t, size_t>>& cuts() const { return cuts_; }
+  // The cuts in place, by (from, to).
+  [[nodiscard]] const std::map<std::pair<size_t, size_t>, CutKind>& cuts() const { return cuts_; }
 
  private:
   NetnsFabric() = default;
@@ -85,7 +96,7 @@ class NetnsFabric {
   std::vector<std::string> namespaces_;
   std::vector<std::string> addresses_;
   // The cuts in place.
-  std::set<std::pair<size_t, size_t>> cuts_;
+  std::map<std::pair<size_t, size_t>, CutKind> cuts_;
 };
 
 }  // namespace ringlimit::testing
