@@ -86,10 +86,21 @@ Result<int> PickSubnet() {
 }  // namespace
 
 std::optional<std::string> NetnsFabric::Unsupported() {
-  if (geteuid() != 0) return "network namespaces need root (run the gray-failure tests as root, as CI does)";
-  if (!Sh("ip netns list")) return "`ip netns` is unavailable (install iproute2)";
-  if (!Sh("nft --version")) return "`nft` is unavailable (install nftables: scripts/bootstrap)";
-  return std::nullopt;
+  // Asked once per process: root alone is not enough (a container may deny CAP_NET_ADMIN), so this
+  // creates and deletes a namespace.
+  static const std::optional<std::string> why = []() -> std::optional<std::string> {
+    if (geteuid() != 0)
+      return "network namespaces need root (run the gray-failure tests as root, as CI does)";
+    if (!Sh("nft --version")) return "`nft` is unavailable (install nftables: scripts/bootstrap)";
+    const std::string probe = kPrefix + std::to_string(getpid()) + "n999";
+    if (auto made = Sh("ip netns add " + probe + " && ip netns exec " + probe + " nft list ruleset"); !made) {
+      (void)Sh("ip netns del " + probe);
+      return "cannot create a network namespace with nftables here: " + made.error();
+    }
+    (void)Sh("ip netns del " + probe);
+    return std::nullopt;
+  }();
+  return why;
 }
 
 Result<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(size_t nodes) {

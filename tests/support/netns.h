@@ -55,7 +55,8 @@ enum class CutKind {
 
 class NetnsFabric {
  public:
-  // Why this process cannot build a fabric (not root, no `ip netns`, no `nft`), or nullopt if it can.
+  // Why this process cannot build a fabric (not root, no `nft`, no right to create a namespace), or
+  // nullopt if it can. Probes once (creates and deletes a namespace) and remembers the answer.
   [[nodiscard]] static std::optional<std::string> Unsupported();
 
   // Builds the bridge and `nodes` namespaces (see above). REQUIRES: 1 <= nodes <= 200.
