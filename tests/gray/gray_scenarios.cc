@@ -422,72 +422,89 @@ Result<ScenarioResult> TwoHoldersStalled(const ScenarioOptions& options) {
   return Summarize("two of three holders stalled (5 nodes)", *bed, {{key, kLimit}});
 }
 
-// 3 nodes in network namespaces, limit 40: the owner A and another node B cut from each other (both
-// directions) for 5 s, both still reaching C, while clients check through all three.
+// A partition scenario: `nodes` in network namespaces, one key of limit 40 ("<prefix><n>"); `cut` cuts
+// links given the key's preference list and returns the nodes clients check through; the cut is held for
+// `period` under that load, then healed (the aftermath).
+struct CutScenario {
+  std::string name;
+  size_t nodes = 3;
+  std::string prefix;
+  std::string phase;
+  milliseconds period{5000};
+  std::function<Result<std::vector<size_t>>(NetnsFabric& fabric, const std::vector<size_t>& preference)> cut;
+};
+
+Result<ScenarioResult> RunCut(const CutScenario& scenario, const ScenarioOptions& options) {
+  auto started = Bed::Start(Bed::Setup(scenario.nodes, true), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 40;
+  auto found = bed->FindKey(scenario.prefix);
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  auto entries = scenario.cut(*bed->fabric(), found->preference);
+  GRAY_TRY(entries);
+  bed->recorder().SetPhase(scenario.phase);
+  {
+    Load load(*bed, *entries, {{key, kLimit}});
+    Bed::Hold(scenario.period);
+  }
+  bed->Aftermath({{key, kLimit}});
+  return Summarize(scenario.name, *bed, {{key, kLimit}});
+}
+
+// An entry list for CutScenario::cut (a Result whose value is a vector of indexes).
+Result<std::vector<size_t>> Entries(std::vector<size_t> nodes) {
+  return Result<std::vector<size_t>>(boost::system::in_place_value, std::move(nodes));
+}
+
+// 3 nodes, limit 40: the owner A and the next holder B cut from each other (both directions) for 5 s, both
+// still reaching C, while clients check through all three.
 Result<ScenarioResult> PartialPartition(const ScenarioOptions& options) {
-  auto started = Bed::Start(Bed::Setup(3, true), options);
-  if (!started) return Error<ScenarioResult>(started.error());
-  auto& bed = *started;
-  constexpr uint64_t kLimit = 40;
-  auto found = bed->FindKey("partial-");
-  GRAY_TRY(found);
-  const std::string key = found->key;
-  const std::vector<size_t> preference = found->preference;
-  const size_t a = preference[0];
-  const size_t b = preference[1];
-  GRAY_TRY(bed->fabric()->CutBoth(a, b));
-  bed->recorder().SetPhase("A-B cut");
-  {
-    Load load(*bed, {0, 1, 2}, {{key, kLimit}});
-    Bed::Hold(milliseconds(5000));
-  }
-  bed->Aftermath({{key, kLimit}});
-  return Summarize("partial partition (A-B cut, both reach C)", *bed, {{key, kLimit}});
+  return RunCut({.name = "partial partition (A-B cut, both reach C)",
+                 .nodes = 3,
+                 .prefix = "partial-",
+                 .phase = "A-B cut",
+                 .period = milliseconds(5000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.CutBoth(p[0], p[1]); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries({0, 1, 2});
+                 }},
+                options);
 }
 
-// 3 nodes in network namespaces, limit 40: a half-cut link -- every packet from B (the next holder) to the
-// owner A dropped, A's to B still delivered, both reaching C -- for 5 s, clients checking through B and C
-// (B's checks must reach A some other way: through C).
+// 3 nodes, limit 40: a half-cut link -- every packet from B (the next holder) to the owner A dropped, A's
+// to B still delivered, both reaching C -- for 5 s, clients checking through B and C (B's checks must
+// reach A some other way: through C).
 Result<ScenarioResult> HalfCutLink(const ScenarioOptions& options) {
-  auto started = Bed::Start(Bed::Setup(3, true), options);
-  if (!started) return Error<ScenarioResult>(started.error());
-  auto& bed = *started;
-  constexpr uint64_t kLimit = 40;
-  auto found = bed->FindKey("halfcut-");
-  GRAY_TRY(found);
-  const std::string key = found->key;
-  const size_t a = found->preference[0];
-  const size_t b = found->preference[1];
-  GRAY_TRY(bed->fabric()->Cut(b, a));
-  bed->recorder().SetPhase("B->A cut");
-  {
-    Load load(*bed, Others(3, {a}), {{key, kLimit}});
-    Bed::Hold(milliseconds(5000));
-  }
-  bed->Aftermath({{key, kLimit}});
-  return Summarize("half-cut link (B->A dropped, A->B works)", *bed, {{key, kLimit}});
+  return RunCut({.name = "half-cut link (B->A dropped, A->B works)",
+                 .nodes = 3,
+                 .prefix = "halfcut-",
+                 .phase = "B->A cut",
+                 .period = milliseconds(5000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.Cut(p[1], p[0]); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries(Others(3, {p[0]}));
+                 }},
+                options);
 }
 
-// 5 nodes in network namespaces, limit 40: the owner and one more node cut from the other three for
-// 10 s, then healed, clients checking through all five.
+// 5 nodes, limit 40: the owner and the next holder cut from the other three for 10 s, then healed,
+// clients checking through all five.
 Result<ScenarioResult> IsolatedMinority(const ScenarioOptions& options) {
-  auto started = Bed::Start(Bed::Setup(5, true), options);
-  if (!started) return Error<ScenarioResult>(started.error());
-  auto& bed = *started;
-  constexpr uint64_t kLimit = 40;
-  auto found = bed->FindKey("minority-");
-  GRAY_TRY(found);
-  const std::string key = found->key;
-  const std::vector<size_t> preference = found->preference;
-  const std::vector<size_t> minority = {preference[0], preference[1]};
-  GRAY_TRY(bed->fabric()->Isolate(minority));
-  bed->recorder().SetPhase("minority isolated");
-  {
-    Load load(*bed, {0, 1, 2, 3, 4}, {{key, kLimit}});
-    Bed::Hold(milliseconds(10'000));
-  }
-  bed->Aftermath({{key, kLimit}});
-  return Summarize("isolated minority 10 s, healed (5 nodes)", *bed, {{key, kLimit}});
+  return RunCut({.name = "isolated minority 10 s, healed (5 nodes)",
+                 .nodes = 5,
+                 .prefix = "minority-",
+                 .phase = "minority isolated",
+                 .period = milliseconds(10'000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.Isolate({p[0], p[1]}); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries({0, 1, 2, 3, 4});
+                 }},
+                options);
 }
 
 // 3 nodes, n3's wall clock `offset` away (libfaketime). Key 1: owner n1 (right clock), n3 the next
