@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
