@@ -3,7 +3,7 @@
 // the over-admission, failed requests and rollbacks (a key's remaining rising: nothing refills in a
 // one-day window). It measures; it does not judge -- the assertions are tests/gray/gray_test.
 //
-//   build/release/bench/nemesis/gray_report                          # every scenario (about 2 minutes)
+//   build/release/bench/nemesis/gray_report                          # every scenario (about a minute)
 //   build/release/bench/nemesis/gray_report partial_partition        # chosen scenarios
 //   build/release/bench/nemesis/gray_report --record decisions.csv   # every decision, one per line
 //   RINGLIMIT_GRAY_NODE_FLAGS='--failure-mode closed' build/release/bench/nemesis/gray_report

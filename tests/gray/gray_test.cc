@@ -9,7 +9,7 @@
 // fixes them. Run them by hand:
 //
 //   scripts/build --target gray_test
-//   build/release/tests/gray/gray_test                       # all (about 2 minutes)
+//   build/release/tests/gray/gray_test                       # all (under a minute)
 //   build/release/tests/gray/gray_test --gtest_filter='*Partition*'
 //   RINGLIMIT_GRAY_NODE_FLAGS='--failure-mode closed' build/release/tests/gray/gray_test
 //
