@@ -93,9 +93,9 @@ namespace {
 
 // GET `target` and parse it with `parse` (which may throw on a body of the wrong shape).
 template <class T>
-Result<T> GetAndParse(uint16_t http_port, const std::string& target,
+Result<T> GetAndParse(const std::string& host, uint16_t http_port, const std::string& target,
                       const std::function<T(const json::value&)>& parse) {
-  HttpClient client(http_port, kRequestTimeout);
+  HttpClient client(host, http_port, kRequestTimeout);
   auto response = client.Get(target);
   if (!response) return Error<T>("GET " + target + ": " + response.error().message());
   if (response->result_int() != 200) {
@@ -111,8 +111,10 @@ Result<T> GetAndParse(uint16_t http_port, const std::string& target,
 
 }  // namespace
 
-Result<ClusterView> FetchClusterView(uint16_t http_port) {
-  return GetAndParse<ClusterView>(http_port, "/v1/cluster", [](const json::value& body) {
+Result<ClusterView> FetchClusterView(uint16_t http_port) { return FetchClusterView("127.0.0.1", http_port); }
+
+Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port) {
+  return GetAndParse<ClusterView>(host, http_port, "/v1/cluster", [](const json::value& body) {
     ClusterView view;
     view.node_id = std::string(body.at("node_id").as_string());
     view.ring_version = body.at("ring_version").to_number<uint64_t>();
@@ -135,7 +137,11 @@ Result<ClusterView> FetchClusterView(uint16_t http_port) {
 }
 
 Result<RingAnswer> FetchRing(uint16_t http_port, const std::string& key) {
-  return GetAndParse<RingAnswer>(http_port, "/v1/ring?key=" + key, [](const json::value& body) {
+  return FetchRing("127.0.0.1", http_port, key);
+}
+
+Result<RingAnswer> FetchRing(const std::string& host, uint16_t http_port, const std::string& key) {
+  return GetAndParse<RingAnswer>(host, http_port, "/v1/ring?key=" + key, [](const json::value& body) {
     RingAnswer answer;
     answer.owner = std::string(body.at("owner").as_string());
     for (const auto& m : body.at("preference_list").as_array()) {
@@ -210,15 +216,26 @@ std::optional<size_t> Cluster::AnyRunningExcept(size_t i) const {
 
 std::vector<std::string> Cluster::ArgsFor(const Member& m, std::optional<size_t> seed) const {
   std::vector<std::string> args = options_.args;
-  args.insert(args.end(), {"--node-id", m.id, "--peer-listen", "127.0.0.1:" + std::to_string(m.peer_port)});
-  if (seed) args.insert(args.end(), {"--join", "127.0.0.1:" + std::to_string(nodes_[*seed].peer_port)});
+  args.insert(args.end(),
+              {"--node-id", m.id, "--peer-listen", m.address + ":" + std::to_string(m.peer_port)});
+  if (seed) {
+    args.insert(args.end(), {"--join", host(*seed) + ":" + std::to_string(nodes_[*seed].peer_port)});
+  }
   args.insert(args.end(), m.extra_args.begin(), m.extra_args.end());
   return args;
 }
 
+NodePlacement Cluster::PlacementOf(const std::string& id) const {
+  return options_.placement ? options_.placement(id) : NodePlacement{};
+}
+
 Result<std::unique_ptr<NodeProcess>> Cluster::Launch(const Member& m, std::optional<size_t> seed) const {
+  NodePlacement placement = PlacementOf(m.id);
   NodeProcessOptions options;
   options.args = ArgsFor(m, seed);
+  options.listen = m.address + ":0";
+  options.wrapper = std::move(placement.wrapper);
+  options.env = std::move(placement.env);
   options.dir = root_ / m.id;
   options.start_timeout = options_.start_timeout;
   auto process = NodeProcess::Start(std::move(options));
@@ -230,6 +247,7 @@ Result<size_t> Cluster::AddNode(std::vector<std::string> extra_args) {
   Member m;
   m.id = "n" + std::to_string(nodes_.size() + 1);
   m.extra_args = std::move(extra_args);
+  m.address = PlacementOf(m.id).address;
   // A port another node of this cluster already uses is skipped; others are unlikely to take it in the
   // moment between picking and binding.
   for (int attempt = 0; attempt < 20 && m.peer_port == 0; ++attempt) {
@@ -266,7 +284,7 @@ Result<std::chrono::milliseconds> Cluster::WaitConverged(std::chrono::millisecon
   std::sort(want.begin(), want.end());
   auto waited = WaitFor("every node to see " + Join(want) + " alive", timeout, [&](std::string* last) {
     for (size_t i : Running()) {
-      auto view = FetchClusterView(http_port(i));
+      auto view = FetchClusterView(host(i), http_port(i));
       if (!view) {
         *last = id(i) + ": " + view.error();
         return false;
@@ -286,7 +304,7 @@ Result<std::chrono::milliseconds> Cluster::WaitConverged(std::chrono::millisecon
 Result<std::chrono::milliseconds> Cluster::WaitHandoffsDone(std::chrono::milliseconds timeout) {
   auto waited = WaitFor("no handoff in progress on any node", timeout, [&](std::string* last) {
     for (size_t i : Running()) {
-      auto view = FetchClusterView(http_port(i));
+      auto view = FetchClusterView(host(i), http_port(i));
       if (!view) {
         *last = id(i) + ": " + view.error();
         return false;
@@ -308,7 +326,7 @@ Result<std::chrono::milliseconds> Cluster::WaitSeenAs(size_t i, const std::vecto
   auto waited = WaitFor(what, timeout, [&](std::string* last) {
     for (size_t j : Running()) {
       if (j == i) continue;
-      auto view = FetchClusterView(http_port(j));
+      auto view = FetchClusterView(host(j), http_port(j));
       if (!view) {
         *last = id(j) + ": " + view.error();
         return false;

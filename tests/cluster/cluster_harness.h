@@ -11,6 +11,10 @@
 //   ASSERT_TRUE(cluster) << cluster.error();
 //   HttpClient client((*cluster)->node(0).http_port());
 //
+// ClusterOptions::placement can put each node elsewhere than 127.0.0.1 -- its own address in a network
+// namespace, under a wrapper command, with extra environment variables (tests/support/netns.h, the
+// gray-failure tests in tests/gray/); the harness then reaches node i at host(i).
+//
 // Conditions are polled with deadlines, never slept on. Node indexes are 0-based (node(0) is "n1").
 //
 // Thread safety: none; drive a Cluster from the thread that started it (the node processes die with
@@ -73,6 +77,8 @@ struct ClusterView {
 // GET /v1/cluster from the node at `http_port`, parsed. Fails on transport errors, a non-200 status or
 // a body that does not match the documented shape.
 [[nodiscard]] Result<ClusterView> FetchClusterView(uint16_t http_port);
+// The same from the node at `host` (an IPv4 address) instead of 127.0.0.1.
+[[nodiscard]] Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port);
 
 // GET /v1/ring?key=K: the owner and the preference list (ids, owner first).
 struct RingAnswer {
@@ -80,12 +86,25 @@ struct RingAnswer {
   std::vector<std::string> preference_list;
 };
 [[nodiscard]] Result<RingAnswer> FetchRing(uint16_t http_port, const std::string& key);
+[[nodiscard]] Result<RingAnswer> FetchRing(const std::string& host, uint16_t http_port,
+                                           const std::string& key);
 
 // Polls `condition` every few milliseconds until it returns true or `timeout` passes. On timeout the
 // error names `what` and the last message the condition left in its argument (if any).
 [[nodiscard]] Result<std::chrono::milliseconds> WaitFor(const std::string& what,
                                                         std::chrono::milliseconds timeout,
                                                         const std::function<bool(std::string*)>& condition);
+
+// Where and how one node runs (ClusterOptions::placement).
+struct NodePlacement {
+  // The node's IPv4 address: it listens (HTTP, ephemeral port; peer, its fixed port) and is reached there.
+  // Default: "127.0.0.1".
+  std::string address = "127.0.0.1";
+  // NodeProcessOptions::wrapper, e.g. {"ip", "netns", "exec", name}. Default: empty.
+  std::vector<std::string> wrapper;
+  // NodeProcessOptions::env, e.g. libfaketime's variables. Default: empty.
+  std::vector<std::string> env;
+};
 
 struct ClusterOptions {
   // Number of nodes Start launches. REQUIRES: >= 1. Default: 3.
@@ -100,6 +119,10 @@ struct ClusterOptions {
 
   // How long each node may take to become ready (NodeProcessOptions::start_timeout). Default: 30 s.
   std::chrono::milliseconds start_timeout{30'000};
+
+  // Where node `id` ("n1", ...) runs; asked at every start and restart of it, so a restart can change its
+  // environment (not its address). Empty: every node on 127.0.0.1, started directly. Default: empty.
+  std::function<NodePlacement(const std::string& id)> placement = nullptr;
 };
 
 class Cluster {
@@ -116,6 +139,8 @@ class Cluster {
   [[nodiscard]] const std::string& id(size_t i) const { return nodes_[i].id; }
   [[nodiscard]] uint16_t peer_port(size_t i) const { return nodes_[i].peer_port; }
   [[nodiscard]] uint16_t http_port(size_t i) const { return nodes_[i].process->http_port(); }
+  // The address node i listens on (NodePlacement::address).
+  [[nodiscard]] const std::string& host(size_t i) const { return nodes_[i].address; }
   [[nodiscard]] bool running(size_t i) const { return nodes_[i].process->running(); }
   // Index of the node with this id, or nullopt.
   [[nodiscard]] std::optional<size_t> IndexOf(std::string_view id) const;
@@ -151,6 +176,7 @@ class Cluster {
  private:
   struct Member {
     std::string id;
+    std::string address = "127.0.0.1";
     uint16_t peer_port = 0;
     std::vector<std::string> extra_args;
     std::unique_ptr<NodeProcess> process;
@@ -161,6 +187,8 @@ class Cluster {
   // Args of node `m` joining through `seed` (nullopt: alone).
   std::vector<std::string> ArgsFor(const Member& m, std::optional<size_t> seed) const;
   std::optional<size_t> AnyRunningExcept(size_t i) const;
+  // Where `m` runs now (ClusterOptions::placement, or the default).
+  NodePlacement PlacementOf(const std::string& id) const;
   // Starts `m` in its directory, joining through `seed`.
   Result<std::unique_ptr<NodeProcess>> Launch(const Member& m, std::optional<size_t> seed) const;
 

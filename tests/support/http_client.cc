@@ -13,7 +13,10 @@ namespace http = beast::http;
 using boost::system::error_code;
 
 HttpClient::HttpClient(uint16_t port, std::chrono::milliseconds timeout)
-    : port_(port), timeout_(timeout), stream_(io_) {}
+    : HttpClient("127.0.0.1", port, timeout) {}
+
+HttpClient::HttpClient(std::string host, uint16_t port, std::chrono::milliseconds timeout)
+    : host_(std::move(host)), port_(port), timeout_(timeout), stream_(io_) {}
 
 HttpClient::~HttpClient() { Close(); }
 
@@ -28,7 +31,7 @@ boost::system::result<void> HttpClient::Connect() {
   buffer_.clear();
   error_code result;
   stream_.expires_after(timeout_);
-  stream_.async_connect(net::ip::tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), port_),
+  stream_.async_connect(net::ip::tcp::endpoint(net::ip::make_address_v4(host_), port_),
                         [&](error_code ec) { result = ec; });
   Run();
   if (result) return result;
@@ -107,7 +110,7 @@ boost::system::result<std::string> HttpClient::ReadUntilClosed() {
 
 boost::system::result<ClientResponse> HttpClient::Send(ClientRequest request) {
   request.version(11);
-  request.set(http::field::host, "127.0.0.1:" + std::to_string(port_));
+  request.set(http::field::host, host_ + ":" + std::to_string(port_));
   request.prepare_payload();
   // A keep-alive connection the server closed meanwhile fails on first use: reconnect once, before
   // anything of this request could have been processed.

@@ -1,6 +1,7 @@
 // HttpClient: a small blocking HTTP/1.1 client for tests (Boost.Beast), bounded in time.
 //
-// One keep-alive connection to 127.0.0.1:<port>, opened on first use and reopened after the server
+// One keep-alive connection to 127.0.0.1:<port> (or <host>:<port>, an IPv4 address, e.g. a node in a
+// network namespace: tests/support/netns.h), opened on first use and reopened after the server
 // closed it. Every call returns within the client's timeout: network failures, timeouts (error
 // boost::beast::error::timeout) and closed connections are returned as error codes, never thrown.
 // Besides well-formed requests it can send raw bytes (malformed or partial requests, pipelines) and
@@ -38,6 +39,8 @@ class HttpClient {
  public:
   // Does not connect yet. `timeout` bounds every call (connect, write and read each).
   explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // The same, to `host` (a dotted IPv4 address) instead of 127.0.0.1.
+  HttpClient(std::string host, uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   ~HttpClient();
 
   HttpClient(const HttpClient&) = delete;
@@ -77,6 +80,7 @@ class HttpClient {
   // Runs the io_context until the operation started before it completes.
   void Run();
 
+  const std::string host_;
   const uint16_t port_;
   std::chrono::milliseconds timeout_;
   boost::asio::io_context io_;

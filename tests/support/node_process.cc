@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -75,6 +76,33 @@ bool SupportsFlag(const std::string& flag) {
   return known[flag] = help.find(flag + " ") != std::string::npos;
 }
 
+// `name` itself if it contains a '/', else the first executable PATH entry of that name ("" if none).
+// Resolved before fork: the child may only make async-signal-safe calls.
+std::string ResolveCommand(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  std::istringstream dirs(path == nullptr ? "/usr/sbin:/usr/bin:/sbin:/bin" : path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// This process's environment with `extra` ("NAME=value" each) added, overriding same-named entries.
+std::vector<std::string> ChildEnvironment(const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const bool overridden = std::any_of(extra.begin(), extra.end(),
+                                        [&](const std::string& x) { return name_of(x) == name_of(entry); });
+    if (!overridden) out.push_back(entry);
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
 }  // namespace
 
 Result<void> WriteFile(const fs::path& path, const std::string& contents) {
@@ -118,8 +146,12 @@ Result<void> NodeProcess::Launch() {
   std::error_code ignored;
   fs::remove(port_file, ignored);
 
-  std::vector<std::string> args = {RINGLIMITD_PATH, "--listen", options_.listen, "--port-file",
-                                   port_file.string()};
+  std::vector<std::string> args = options_.wrapper;
+  if (!args.empty()) {
+    args[0] = ResolveCommand(args[0]);
+    if (args[0].empty()) return "wrapper " + options_.wrapper[0] + " not found in PATH";
+  }
+  args.insert(args.end(), {RINGLIMITD_PATH, "--listen", options_.listen, "--port-file", port_file.string()});
   // Several nodes run side by side in tests: every listening port is ephemeral.
   const bool own_peer_listen =
       std::find(options_.args.begin(), options_.args.end(), "--peer-listen") != options_.args.end();
@@ -135,6 +167,10 @@ Result<void> NodeProcess::Launch() {
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  std::vector<std::string> environment = ChildEnvironment(options_.env);
+  std::vector<char*> envp;
+  for (auto& entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
   const std::string log = (options_.dir / "ringlimitd.log").string();
 
   const pid_t parent = getpid();
@@ -149,7 +185,7 @@ Result<void> NodeProcess::Launch() {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   pid_ = pid;
@@ -165,7 +201,7 @@ Result<void> NodeProcess::WaitReady() {
     if (!port) port = ReadPortFile(port_file);
     if (port) {
       http_port_ = *port;
-      HttpClient client(*port, std::chrono::milliseconds(500));
+      HttpClient client(host(), *port, std::chrono::milliseconds(500));
       auto response = client.Get(options_.ready_path);
       if (response && response->result_int() == 200) return {};
     }
@@ -219,6 +255,8 @@ Result<void> NodeProcess::Kill() {
 }
 
 Result<void> NodeProcess::Restart() { return Launch(); }
+
+std::string NodeProcess::host() const { return options_.listen.substr(0, options_.listen.rfind(':')); }
 
 std::optional<uint16_t> NodeProcess::port(const std::string& name) const {
   return ReadPortFile(options_.dir / "port.json", name);

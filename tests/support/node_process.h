@@ -20,6 +20,11 @@
 // SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG), so a crashed test leaves no node
 // behind.
 //
+// A node can run inside a network namespace or under libfaketime: `wrapper` prefixes the command (e.g.
+// {"ip", "netns", "exec", "rlg123n1"}), `env` adds environment variables (e.g. LD_PRELOAD and FAKETIME),
+// and `listen` names the address the test reaches it at (host() is its host part). The pid is the
+// wrapper's, which must exec the node in place (as `ip netns exec` and `env` do), so signals reach it.
+//
 // Thread safety: none; drive one NodeProcess from one thread.
 #ifndef RINGLIMIT_TESTS_SUPPORT_NODE_PROCESS_H_
 #define RINGLIMIT_TESTS_SUPPORT_NODE_PROCESS_H_
@@ -33,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ringlimit::testing {
@@ -48,8 +54,19 @@ struct NodeProcessOptions {
   // (see pass_data_dir) --data-dir itself; a flag given twice is an error (exit 2).
   std::vector<std::string> args;
 
-  // The --listen address. Default: "127.0.0.1:0" (an ephemeral loopback port; a restart gets a new one).
+  // The --listen address. Its host part is where the harness sends its own requests (host()): an IPv4
+  // address this process can reach. Default: "127.0.0.1:0" (an ephemeral loopback port; a restart gets a
+  // new one).
   std::string listen = "127.0.0.1:0";
+
+  // A command the node is started under, with ringlimitd's command line appended to it; it must exec
+  // that command line in place (same pid). A name without '/' is looked up in PATH. Empty: ringlimitd is
+  // started directly. Default: empty.
+  std::vector<std::string> wrapper = {};
+
+  // Extra environment variables of the node, "NAME=value" each; they override inherited ones of the same
+  // name. May change between restarts (set_env). Default: empty.
+  std::vector<std::string> env = {};
 
   // Working directory of the node (log, port file, data). Empty: a fresh temporary directory,
   // removed with the NodeProcess. Default: empty.
@@ -87,6 +104,10 @@ class NodeProcess {
   [[nodiscard]] const std::filesystem::path& dir() const { return options_.dir; }
   [[nodiscard]] std::filesystem::path data_dir() const { return options_.dir / "data"; }
   [[nodiscard]] bool running() const { return pid_ > 0; }
+  // The host part of NodeProcessOptions::listen: where the harness reaches the node.
+  [[nodiscard]] std::string host() const;
+  // Replaces NodeProcessOptions::env for the next Restart (e.g. to restart a node with a skewed clock).
+  void set_env(std::vector<std::string> env) { options_.env = std::move(env); }
 
   // Sends `signal` (SIGTERM, SIGINT, SIGHUP, SIGKILL, ...) to the running process.
   [[nodiscard]] Result<void> Signal(int signal);

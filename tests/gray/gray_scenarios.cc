@@ -1,0 +1,700 @@
+#include "tests/gray/gray_scenarios.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "tests/cluster/cluster_harness.h"
+#include "tests/cluster/cluster_test_util.h"
+#include "tests/support/faketime.h"
+#include "tests/support/netns.h"
+
+namespace ringlimit::testing::gray {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kWindowMs = 86'400'000;  // a day: no refill worth a token during a run
+constexpr char kAlgorithm[] = "token_bucket";
+// Bounds of the harness's waits (a loaded 2-core machine).
+constexpr milliseconds kDeadBound{15'000};
+constexpr milliseconds kSettleBound{30'000};
+constexpr milliseconds kRequestTimeout{5'000};
+
+// A scenario's failure to set up or drive the cluster (not a measurement).
+template <class T>
+Result<T> Error(std::string message) {
+  return Result<T>(boost::system::in_place_error, std::move(message));
+}
+
+std::vector<std::string> Split(const char* text) {
+  std::vector<std::string> out;
+  std::istringstream in(text == nullptr ? "" : text);
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+// A cluster for one scenario: N nodes on loopback, or each in its own network namespace; some of them
+// under libfaketime. Owns the recorder every check goes to.
+class Bed {
+ public:
+  // How the cluster is made. Fields are set one by one (Setup(n) then assignments), not designated.
+  struct Setup {
+    explicit Setup(size_t n, bool in_namespaces = false) : nodes(n), netns(in_namespaces) {}
+    size_t nodes = 3;
+    bool netns = false;
+    milliseconds suspicion{1000};
+    std::vector<std::string> extra_args;  // appended to BaseNodeArgs for every node
+    NodeEnvironments env;                 // node id -> environment (skew)
+  };
+
+  static Result<std::unique_ptr<Bed>> Start(Setup setup, const ScenarioOptions& options) {
+    std::unique_ptr<Bed> bed(new Bed());
+    bed->logs_on_error_ = options.logs_on_error;
+    if (setup.netns) {
+      auto fabric = NetnsFabric::Create(setup.nodes);
+      if (!fabric) return Error<std::unique_ptr<Bed>>(fabric.error());
+      bed->fabric_ = std::move(*fabric);
+    }
+    ClusterOptions cluster_options;
+    cluster_options.nodes = static_cast<int>(setup.nodes);
+    cluster_options.args = BaseNodeArgs(setup.suspicion);
+    cluster_options.args.insert(cluster_options.args.end(), setup.extra_args.begin(), setup.extra_args.end());
+    cluster_options.args.insert(cluster_options.args.end(), options.node_args.begin(),
+                                options.node_args.end());
+    cluster_options.placement =
+        Placement(bed->fabric_.get(), std::make_shared<const NodeEnvironments>(std::move(setup.env)));
+    auto cluster = Cluster::Start(std::move(cluster_options));
+    if (!cluster) return Error<std::unique_ptr<Bed>>("cluster did not start: " + cluster.error());
+    bed->cluster_ = std::move(*cluster);
+    return bed;
+  }
+
+  ~Bed() {
+    // Paused nodes would keep their namespace busy; resume before the cluster kills them.
+    for (size_t i : paused_) (void)cluster_->node(i).Signal(SIGCONT);
+    cluster_.reset();  // before the fabric: nodes leave their namespaces first
+  }
+
+  Cluster& cluster() { return *cluster_; }
+  NetnsFabric* fabric() { return fabric_.get(); }
+  Recorder& recorder() { return recorder_; }
+  size_t size() const { return cluster_->size(); }
+  const std::string& id(size_t i) const { return cluster_->id(i); }
+  void Note(const std::string& text) { note_ += (note_.empty() ? "" : "; ") + text; }
+  const std::string& note() const { return note_; }
+
+  // Index of node `id` (as /v1/ring names it).
+  size_t IndexOf(const std::string& id) const { return cluster_->IndexOf(id).value_or(0); }
+
+  // The preference list (indexes, owner first) of `key`, asked from node `via`.
+  Result<std::vector<size_t>> Preference(const std::string& key, size_t via = 0) {
+    auto ring = FetchRing(cluster_->host(via), cluster_->http_port(via), key);
+    if (!ring) return Error<std::vector<size_t>>(ring.error());
+    std::vector<size_t> out;
+    for (const auto& id : ring->preference_list) out.push_back(IndexOf(id));
+    return out;
+  }
+
+  // A key and its preference list (node indexes, owner first).
+  struct KeyAt {
+    std::string key;
+    std::vector<size_t> preference;
+  };
+
+  // The first key "<prefix><n>" whose preference list satisfies `fits` (nullptr: any key).
+  Result<KeyAt> FindKey(const std::string& prefix,
+                        const std::function<bool(const std::vector<size_t>&)>& fits = nullptr) {
+    for (int n = 0; n < 2000; ++n) {
+      const std::string key = prefix + std::to_string(n);
+      auto preference = Preference(key);
+      if (!preference) return Error<KeyAt>(preference.error());
+      if (!fits || fits(*preference)) {
+        return Result<KeyAt>(boost::system::in_place_value, KeyAt{key, std::move(*preference)});
+      }
+    }
+    return Error<KeyAt>("no key with prefix " + prefix + " fits");
+  }
+
+  // One check of `key` (limit, one-day token bucket, `cost`) through node i, recorded (cost 0: a peek,
+  // returned but not recorded).
+  Decision Check(HttpClient& client, size_t i, const std::string& key, uint64_t limit, uint64_t cost = 1) {
+    Decision d = CheckOnce(client, id(i), key, limit, cost);
+    if (cost > 0) recorder_.Add(d);
+    return d;
+  }
+
+  // `count` checks of `key` through node i, one after the other.
+  void Checks(size_t i, const std::string& key, uint64_t limit, int count) {
+    HttpClient client(cluster_->host(i), cluster_->http_port(i), kRequestTimeout);
+    for (int c = 0; c < count; ++c) (void)Check(client, i, key, limit);
+  }
+
+  Result<void> Pause(size_t i) {
+    if (auto sent = cluster_->node(i).Signal(SIGSTOP); !sent) return sent;
+    paused_.insert(i);
+    return {};
+  }
+  Result<void> Resume(size_t i) {
+    if (auto sent = cluster_->node(i).Signal(SIGCONT); !sent) return sent;
+    paused_.erase(i);
+    return {};
+  }
+
+  // Waits until every node of `observers` sees node i dead (or no longer lists it).
+  Result<milliseconds> WaitDead(size_t i, const std::vector<size_t>& observers) {
+    return WaitFor(id(i) + " declared dead", kDeadBound, [&](std::string* last) {
+      for (size_t j : observers) {
+        auto view = FetchClusterView(cluster_->host(j), cluster_->http_port(j));
+        if (!view) {
+          *last = id(j) + ": " + view.error();
+          return false;
+        }
+        const MemberView* member = view->Find(id(i));
+        if (member != nullptr && member->state != "dead" && member->state != "left") {
+          *last = id(j) + " sees " + id(i) + " " + member->state;
+          return false;
+        }
+      }
+      return true;
+    });
+  }
+
+  // Whether any node of `observers` sees node i as dead now.
+  bool SeenDead(size_t i, const std::vector<size_t>& observers) {
+    for (size_t j : observers) {
+      auto view = FetchClusterView(cluster_->host(j), cluster_->http_port(j));
+      if (!view) continue;
+      const MemberView* member = view->Find(id(i));
+      if (member != nullptr && member->state == "dead") return true;
+    }
+    return false;
+  }
+
+  // After the faults and before the aftermath: settles (bounded), peeks `key` at `owner` and returns what
+  // it was charged (limit - remaining) minus what was answered as admitted so far; nullopt (and a note)
+  // when the peek fails.
+  std::optional<int64_t> ChargedExtra(size_t owner, const std::string& key, uint64_t limit) {
+    for (size_t i : std::set<size_t>(paused_)) (void)Resume(i);
+    (void)cluster_->WaitConverged(kSettleBound);
+    HttpClient client(cluster_->host(owner), cluster_->http_port(owner), kRequestTimeout);
+    const Decision peek = Check(client, owner, key, limit, 0);
+    if (peek.failed()) {
+      Note("the owner's peek failed: " + peek.error);
+      return std::nullopt;
+    }
+    const auto so_far = Figure(recorder_.Snapshot(), key, limit);
+    return static_cast<int64_t>(limit - peek.remaining) - so_far.admitted;
+  }
+
+  // The aftermath (see the header): resume, heal, settle (bounded), then `limit` checks of every key
+  // round-robin through the running nodes.
+  void Aftermath(const std::vector<std::pair<std::string, uint64_t>>& keys) {
+    for (size_t i : std::set<size_t>(paused_)) (void)Resume(i);
+    if (fabric_) {
+      if (auto healed = fabric_->HealAll(); !healed) Note("heal failed: " + healed.error());
+    }
+    recorder_.SetPhase("settling");
+    if (auto converged = cluster_->WaitConverged(kSettleBound); !converged) {
+      Note("did not converge after the faults");
+    } else if (auto settled = cluster_->WaitHandoffsDone(kSettleBound); !settled) {
+      Note("handoffs still running after the faults");
+    }
+    recorder_.SetPhase("aftermath");
+    const auto running = cluster_->Running();
+    std::vector<std::unique_ptr<HttpClient>> clients;
+    for (size_t i : running) {
+      clients.push_back(
+          std::make_unique<HttpClient>(cluster_->host(i), cluster_->http_port(i), kRequestTimeout));
+    }
+    for (const auto& [key, limit] : keys) {
+      for (uint64_t c = 0; c < limit; ++c) {
+        const size_t k = c % running.size();
+        (void)Check(*clients[k], running[k], key, limit);
+      }
+    }
+  }
+
+  // Holds a fault for `period`: returns once it has passed (a deadline-driven wait).
+  static void Hold(milliseconds period) {
+    const auto until = Clock::now() + period;
+    (void)WaitFor("the fault's period", period + milliseconds(1000),
+                  [&](std::string*) { return Clock::now() >= until; });
+  }
+
+  std::string Logs() const { return logs_on_error_ ? "\n" + cluster_->Logs() : ""; }
+
+ private:
+  Bed() = default;
+
+  bool logs_on_error_ = true;
+  std::string note_;
+  std::set<size_t> paused_;
+  Recorder recorder_;
+  // The fabric outlives the cluster (the destructor resets the cluster first).
+  std::unique_ptr<NetnsFabric> fabric_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+// Client threads checking `keys` through `nodes` round-robin, one check after the other per thread, until
+// stopped. Thread safety: drive from one thread.
+class Load {
+ public:
+  Load(Bed& bed, std::vector<size_t> nodes, std::vector<std::pair<std::string, uint64_t>> keys)
+      : bed_(bed), keys_(std::move(keys)) {
+    for (size_t i : nodes) {
+      threads_.emplace_back([this, i, host = bed_.cluster().host(i), port = bed_.cluster().http_port(i)] {
+        HttpClient client(host, port, kRequestTimeout);
+        for (size_t n = 0; !stop_.load(); ++n) {
+          const auto& [key, limit] = keys_[n % keys_.size()];
+          (void)bed_.Check(client, i, key, limit);
+        }
+      });
+    }
+  }
+  ~Load() { Stop(); }
+  Load(const Load&) = delete;
+  Load& operator=(const Load&) = delete;
+
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  Bed& bed_;
+  const std::vector<std::pair<std::string, uint64_t>> keys_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+ScenarioResult Summarize(const std::string& name, Bed& bed,
+                         const std::vector<std::pair<std::string, uint64_t>>& keys) {
+  ScenarioResult result;
+  result.name = name;
+  result.decisions = bed.recorder().Snapshot();
+  for (const auto& [key, limit] : keys) {
+    KeyFigures f = Figure(result.decisions, key, limit);
+    result.checks += f.checks;
+    result.admitted += f.admitted;
+    result.limit += f.limit;
+    result.over += f.over();
+    result.failed += f.failed;
+    result.rollbacks += f.rollbacks;
+    result.keys.push_back(std::move(f));
+  }
+  result.note = bed.note();
+  return result;
+}
+
+std::vector<size_t> Others(size_t n, const std::set<size_t>& except) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < n; ++i) {
+    if (except.count(i) == 0) out.push_back(i);
+  }
+  return out;
+}
+
+// 3 nodes, failure detection ~4 s, forward timeout 300 ms: a pause of a second or two times forwards out
+// without anyone being declared dead.
+Bed::Setup SlowDetection() {
+  Bed::Setup setup(3);
+  setup.suspicion = milliseconds(4000);
+  setup.extra_args = {"--forward-timeout-ms", "300"};
+  return setup;
+}
+
+// 3 nodes, node `id` started with `env`.
+Bed::Setup Skewed(const std::string& id, std::vector<std::string> env) {
+  Bed::Setup setup(3);
+  setup.env[id] = std::move(env);
+  return setup;
+}
+
+#define GRAY_TRY(expr)                                               \
+  do {                                                               \
+    if (auto gray_done = (expr); !gray_done) {                       \
+      return Error<ScenarioResult>(gray_done.error() + bed->Logs()); \
+    }                                                                \
+  } while (false)
+
+// --- The scenarios (issue 13, "Tests") ---
+
+// 3 nodes, limit 30: 15 checks through the owner; the owner paused until the others declare it dead; 15
+// through another node; the owner resumed; 15 more through it.
+Result<ScenarioResult> OwnerPausedPastDetection(const ScenarioOptions& options) {
+  auto started = Bed::Start(Bed::Setup(3), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 30;
+  auto found = bed->FindKey("paused-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
+  const size_t other = (owner + 1) % 3;
+  bed->recorder().SetPhase("before");
+  bed->Checks(owner, key, kLimit, 15);
+  GRAY_TRY(bed->Pause(owner));
+  GRAY_TRY(bed->WaitDead(owner, Others(3, {owner})));
+  bed->recorder().SetPhase("owner dead");
+  bed->Checks(other, key, kLimit, 15);
+  GRAY_TRY(bed->Resume(owner));
+  bed->recorder().SetPhase("resumed");
+  bed->Checks(owner, key, kLimit, 15);
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("owner paused past failure detection", *bed, {{key, kLimit}});
+}
+
+// 3 nodes, limit 30, failure detection ~4 s, forward timeout 300 ms: 10 checks through a non-owner; the
+// owner paused for 1.5 s while clients keep checking through both non-owners; resumed; 10 checks through
+// the owner and 10 through a non-owner. What the owner was charged for the checks before it resumed is
+// compared with what was answered (charged_extra: the forwards that timed out still reach it).
+Result<ScenarioResult> OwnerPausedWithinDetection(const ScenarioOptions& options) {
+  auto started = Bed::Start(SlowDetection(), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 30;
+  auto found = bed->FindKey("brief-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
+  const auto others = Others(3, {owner});
+  bed->recorder().SetPhase("before");
+  bed->Checks(others[0], key, kLimit, 10);
+  GRAY_TRY(bed->Pause(owner));
+  bed->recorder().SetPhase("owner paused");
+  {
+    Load load(*bed, others, {{key, kLimit}});
+    Bed::Hold(milliseconds(1500));
+    if (bed->SeenDead(owner, others)) bed->Note("the owner was declared dead during the pause");
+    GRAY_TRY(bed->Resume(owner));
+  }
+  const auto charged_extra = bed->ChargedExtra(owner, key, kLimit);
+  bed->recorder().SetPhase("resumed");
+  bed->Checks(owner, key, kLimit, 10);
+  bed->Checks(others[0], key, kLimit, 10);
+  bed->Aftermath({{key, kLimit}});
+  auto result = Summarize("owner paused within failure detection", *bed, {{key, kLimit}});
+  result.charged_extra = charged_extra;
+  return result;
+}
+
+// 5 nodes, 3 copies, limit 20: the key exhausted through its owner; its first two holders paused for
+// 2 s while a node holding no copy keeps getting checks for it.
+Result<ScenarioResult> TwoHoldersStalled(const ScenarioOptions& options) {
+  auto started = Bed::Start(Bed::Setup(5), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 20;
+  auto found = bed->FindKey("stall-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  if (preference.size() < 3) return Error<ScenarioResult>("preference list shorter than 3");
+  const std::set<size_t> holders(preference.begin(), preference.begin() + 3);
+  const size_t entry = Others(5, holders)[0];
+  bed->recorder().SetPhase("exhaust");
+  bed->Checks(preference[0], key, kLimit, static_cast<int>(kLimit) + 5);
+  GRAY_TRY(bed->Pause(preference[0]));
+  GRAY_TRY(bed->Pause(preference[1]));
+  bed->recorder().SetPhase("two holders paused");
+  {
+    Load load(*bed, {entry}, {{key, kLimit}});
+    Bed::Hold(milliseconds(2000));
+    GRAY_TRY(bed->Resume(preference[0]));
+    GRAY_TRY(bed->Resume(preference[1]));
+  }
+  bed->Aftermath({{key, kLimit}});
+  return Summarize("two of three holders stalled (5 nodes)", *bed, {{key, kLimit}});
+}
+
+// A partition scenario: `nodes` in network namespaces, one key of limit 40 ("<prefix><n>"); `cut` cuts
+// links given the key's preference list and returns the nodes clients check through; the cut is held for
+// `period` under that load, then healed (the aftermath).
+struct CutScenario {
+  std::string name;
+  size_t nodes = 3;
+  std::string prefix;
+  std::string phase;
+  milliseconds period{5000};
+  std::function<Result<std::vector<size_t>>(NetnsFabric& fabric, const std::vector<size_t>& preference)> cut;
+};
+
+Result<ScenarioResult> RunCut(const CutScenario& scenario, const ScenarioOptions& options) {
+  auto started = Bed::Start(Bed::Setup(scenario.nodes, true), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 40;
+  auto found = bed->FindKey(scenario.prefix);
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  auto entries = scenario.cut(*bed->fabric(), found->preference);
+  GRAY_TRY(entries);
+  bed->recorder().SetPhase(scenario.phase);
+  {
+    Load load(*bed, *entries, {{key, kLimit}});
+    Bed::Hold(scenario.period);
+  }
+  bed->Aftermath({{key, kLimit}});
+  return Summarize(scenario.name, *bed, {{key, kLimit}});
+}
+
+// An entry list for CutScenario::cut (a Result whose value is a vector of indexes).
+Result<std::vector<size_t>> Entries(std::vector<size_t> nodes) {
+  return Result<std::vector<size_t>>(boost::system::in_place_value, std::move(nodes));
+}
+
+// 3 nodes, limit 40: the owner A and the next holder B cut from each other (both directions) for 5 s, both
+// still reaching C, while clients check through all three.
+Result<ScenarioResult> PartialPartition(const ScenarioOptions& options) {
+  return RunCut({.name = "partial partition (A-B cut, both reach C)",
+                 .nodes = 3,
+                 .prefix = "partial-",
+                 .phase = "A-B cut",
+                 .period = milliseconds(5000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.CutBoth(p[0], p[1]); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries({0, 1, 2});
+                 }},
+                options);
+}
+
+// 3 nodes, limit 40: a half-cut link -- every packet from B (the next holder) to the owner A dropped, A's
+// to B still delivered, both reaching C -- for 5 s, clients checking through B and C (B's checks must
+// reach A some other way: through C).
+Result<ScenarioResult> HalfCutLink(const ScenarioOptions& options) {
+  return RunCut({.name = "half-cut link (B->A dropped, A->B works)",
+                 .nodes = 3,
+                 .prefix = "halfcut-",
+                 .phase = "B->A cut",
+                 .period = milliseconds(5000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.Cut(p[1], p[0]); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries(Others(3, {p[0]}));
+                 }},
+                options);
+}
+
+// 5 nodes, limit 40: the owner and the next holder cut from the other three for 10 s, then healed,
+// clients checking through all five.
+Result<ScenarioResult> IsolatedMinority(const ScenarioOptions& options) {
+  return RunCut({.name = "isolated minority 10 s, healed (5 nodes)",
+                 .nodes = 5,
+                 .prefix = "minority-",
+                 .phase = "minority isolated",
+                 .period = milliseconds(10'000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.Isolate({p[0], p[1]}); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries({0, 1, 2, 3, 4});
+                 }},
+                options);
+}
+
+// 3 nodes, n3's wall clock `offset` away (libfaketime). Key 1: owner n1 (right clock), n3 the next
+// holder: 15 checks through n1, n1 paused until declared dead, 15 through n3 (deciding on its skewed
+// clock), n1 resumed, 15 more through n1. Key 2, decided by n3 throughout: limit checks through n1 and n2.
+Result<ScenarioResult> ClockSkew(const std::string& offset, const ScenarioOptions& options) {
+  auto env = FaketimeEnv(offset);
+  auto started = Bed::Start(Skewed("n3", env), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 30;
+  auto found1 = bed->FindKey("skew-a-", [](const std::vector<size_t>& p) { return p[0] == 0 && p[1] == 2; });
+  GRAY_TRY(found1);
+  auto found2 = bed->FindKey("skew-b-", [](const std::vector<size_t>& p) { return p[0] == 2; });
+  GRAY_TRY(found2);
+  const std::string key1 = found1->key;
+  const std::string key2 = found2->key;
+  const std::vector<std::pair<std::string, uint64_t>> keys = {{key1, kLimit}, {key2, kLimit}};
+  bed->recorder().SetPhase("before");
+  bed->Checks(0, key1, kLimit, 15);
+  bed->Checks(0, key2, kLimit, 15);
+  bed->Checks(1, key2, kLimit, 15);
+  GRAY_TRY(bed->Pause(0));
+  GRAY_TRY(bed->WaitDead(0, {1, 2}));
+  bed->recorder().SetPhase("n1 dead");
+  bed->Checks(2, key1, kLimit, 15);
+  GRAY_TRY(bed->Resume(0));
+  bed->recorder().SetPhase("resumed");
+  bed->Checks(0, key1, kLimit, 15);
+  bed->Aftermath(keys);
+  return Summarize("one node's clock " + offset + " (successor of a paused owner)", *bed, keys);
+}
+
+// 3 nodes, limit 30, failure detection ~4 s, forward timeout 300 ms: 20 checks through a non-owner; at
+// every fourth the owner is paused for 800 ms so the forward times out and is retried at the next holder,
+// and the owner, resumed, still finds the first attempt in its socket. At the end the owner's remaining
+// (a peek) says what was charged.
+Result<ScenarioResult> ForwardRetried(const ScenarioOptions& options) {
+  auto started = Bed::Start(SlowDetection(), options);
+  if (!started) return Error<ScenarioResult>(started.error());
+  auto& bed = *started;
+  constexpr uint64_t kLimit = 30;
+  auto found = bed->FindKey("retry-");
+  GRAY_TRY(found);
+  const std::string key = found->key;
+  const std::vector<size_t> preference = found->preference;
+  const size_t owner = preference[0];
+  const size_t entry = Others(3, {owner})[0];
+  HttpClient client(bed->cluster().host(entry), bed->cluster().http_port(entry), kRequestTimeout);
+  for (int c = 0; c < 20; ++c) {
+    if (c % 4 != 3) {
+      bed->recorder().SetPhase("steady");
+      (void)bed->Check(client, entry, key, kLimit);
+      continue;
+    }
+    bed->recorder().SetPhase("owner stalled");
+    const auto resume_at = Clock::now() + milliseconds(800);
+    GRAY_TRY(bed->Pause(owner));
+    (void)bed->Check(client, entry, key, kLimit);
+    Bed::Hold(std::chrono::duration_cast<milliseconds>(
+        std::max(resume_at - Clock::now(), Clock::duration::zero())));
+    GRAY_TRY(bed->Resume(owner));
+  }
+  if (bed->SeenDead(owner, Others(3, {owner}))) bed->Note("the owner was declared dead during a stall");
+  const auto charged_extra = bed->ChargedExtra(owner, key, kLimit);
+  bed->Aftermath({{key, kLimit}});
+  auto result = Summarize("forwarded check retried after a timeout", *bed, {{key, kLimit}});
+  result.charged_extra = charged_extra;
+  return result;
+}
+
+}  // namespace
+
+Decision CheckOnce(HttpClient& client, const std::string& entry, const std::string& key, uint64_t limit,
+                   uint64_t cost) {
+  Decision d;
+  d.key = key;
+  d.entry = entry;
+  auto outcome = PostCheck(
+      client, key, CheckSpec{.algorithm = kAlgorithm, .limit = limit, .window_ms = kWindowMs, .cost = cost});
+  if (!outcome) {
+    d.error = outcome.error();
+    return d;
+  }
+  d.status = outcome->status;
+  d.allowed = outcome->allowed;
+  d.remaining = outcome->remaining;
+  d.owner = outcome->owner;
+  if (d.status != 200) d.error = outcome->body;
+  return d;
+}
+
+std::function<NodePlacement(const std::string& id)> Placement(const NetnsFabric* fabric,
+                                                              std::shared_ptr<const NodeEnvironments> env) {
+  return [fabric, env = std::move(env)](const std::string& id) {
+    NodePlacement placement;
+    const size_t index = std::stoul(id.substr(1)) - 1;
+    if (fabric != nullptr && index < fabric->size()) {
+      placement.address = fabric->address(index);
+      placement.wrapper = fabric->Wrapper(index);
+    }
+    if (env) {
+      if (auto it = env->find(id); it != env->end()) placement.env = it->second;
+    }
+    return placement;
+  };
+}
+
+void Recorder::Add(Decision decision) {
+  decision.at_ms = NowMs();
+  std::lock_guard lock(mutex_);
+  decision.phase = phase_;
+  decisions_.push_back(std::move(decision));
+}
+
+void Recorder::SetPhase(std::string phase) {
+  std::lock_guard lock(mutex_);
+  phase_ = std::move(phase);
+}
+
+std::vector<Decision> Recorder::Snapshot() const {
+  std::lock_guard lock(mutex_);
+  return decisions_;
+}
+
+int64_t Recorder::NowMs() const {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start_).count();
+}
+
+KeyFigures Figure(const std::vector<Decision>& decisions, const std::string& key, uint64_t limit) {
+  KeyFigures f;
+  f.key = key;
+  f.limit = limit;
+  std::set<uint64_t> answered;  // remaining values admitted answers gave
+  for (const auto& d : decisions) {
+    if (d.key != key) continue;
+    ++f.checks;
+    if (d.failed()) {
+      ++f.failed;
+      continue;
+    }
+    if (!d.allowed) continue;
+    ++f.admitted;
+    if (!answered.insert(d.remaining).second) ++f.rollbacks;
+  }
+  return f;
+}
+
+std::vector<std::string> BaseNodeArgs(milliseconds suspicion) {
+  std::vector<std::string> args = {
+      "--threads",          "2",  "--probe-interval-ms",    "100",
+      "--probe-timeout-ms", "50", "--suspicion-timeout-ms", std::to_string(suspicion.count())};
+  for (auto& flag : Split(getenv("RINGLIMIT_GRAY_NODE_FLAGS"))) args.push_back(std::move(flag));
+  return args;
+}
+
+const std::vector<std::string>& ScenarioNames() {
+  static const std::vector<std::string> names = {"owner_paused_past_detection",
+                                                 "owner_paused_within_detection",
+                                                 "two_holders_stalled",
+                                                 "partial_partition",
+                                                 "half_cut_link",
+                                                 "isolated_minority",
+                                                 "clock_skew_plus_1h",
+                                                 "clock_skew_minus_1h",
+                                                 "forward_retried"};
+  return names;
+}
+
+std::optional<std::string> Unsupported(const std::string& name) {
+  if (name == "partial_partition" || name == "half_cut_link" || name == "isolated_minority") {
+    return NetnsFabric::Unsupported();
+  }
+  if (name.rfind("clock_skew", 0) == 0 && FaketimeEnv("+0").empty()) {
+    return std::string("libfaketime is not installed (apt-get install faketime; scripts/bootstrap)");
+  }
+  return std::nullopt;
+}
+
+Result<ScenarioResult> RunScenario(const std::string& name, const ScenarioOptions& options) {
+  if (name == "owner_paused_past_detection") return OwnerPausedPastDetection(options);
+  if (name == "owner_paused_within_detection") return OwnerPausedWithinDetection(options);
+  if (name == "two_holders_stalled") return TwoHoldersStalled(options);
+  if (name == "partial_partition") return PartialPartition(options);
+  if (name == "half_cut_link") return HalfCutLink(options);
+  if (name == "isolated_minority") return IsolatedMinority(options);
+  if (name == "clock_skew_plus_1h") return ClockSkew("+1h", options);
+  if (name == "clock_skew_minus_1h") return ClockSkew("-1h", options);
+  if (name == "forward_retried") return ForwardRetried(options);
+  return Error<ScenarioResult>("unknown scenario " + name);
+}
+
+}  // namespace ringlimit::testing::gray

@@ -1,0 +1,68 @@
+// The process-level gray-failure tests of issue 13, each asserting that a key never admits more than its
+// limit (one-day windows: nothing refills during a test) and, where a holder of the key stayed reachable,
+// that no request failed. The scenarios themselves live in gray_scenarios.{h,cc}; bench/nemesis/
+// gray_report runs the same ones and prints what each admitted.
+//
+// NOT IN CTEST YET: on today's code eight of the nine cases fail -- six over-admit, and two stay within
+// the limit but answer from stale copies (rollbacks: owner paused within failure detection, forwarded
+// check retried); only half_cut_link passes. See docs/gray-failures.md for the measured table. Issue 13
+// fixes them. Run them by hand:
+//
+//   scripts/build --target gray_test
+//   build/release/tests/gray/gray_test                       # all (under a minute)
+//   build/release/tests/gray/gray_test --gtest_filter='*Partition*'
+//   RINGLIMIT_GRAY_NODE_FLAGS='--failure-mode closed' build/release/tests/gray/gray_test
+//
+// The partition scenarios need root (a network namespace per node, nftables) and skip otherwise; the
+// clock-skew ones need libfaketime (Debian `faketime`) and skip otherwise. When issue 13 lands, register
+// this binary with gtest_discover_tests in tests/gray/CMakeLists.txt so scripts/test runs it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/gray/gray_scenarios.h"
+
+namespace ringlimit::testing::gray {
+namespace {
+
+class GrayTest : public ::testing::TestWithParam<std::string> {};
+
+std::string Describe(const ScenarioResult& r) {
+  std::string out = r.name + ": checks " + std::to_string(r.checks) + ", admitted " +
+                    std::to_string(r.admitted) + " for a limit of " + std::to_string(r.limit) + ", failed " +
+                    std::to_string(r.failed) + ", rollbacks " + std::to_string(r.rollbacks);
+  if (r.charged_extra) out += ", charged beyond admitted " + std::to_string(*r.charged_extra);
+  if (!r.note.empty()) out += " (" + r.note + ")";
+  out += "\nadmitted checks (ms, phase, entry, owner, remaining):\n";
+  for (const auto& d : r.decisions) {
+    if (d.allowed) {
+      out += "  " + std::to_string(d.at_ms) + " " + d.phase + " " + d.entry + " " + d.owner + " " +
+             std::to_string(d.remaining) + "\n";
+    }
+  }
+  return out;
+}
+
+TEST_P(GrayTest, AdmitsNoMoreThanTheLimit) {
+  if (auto why = Unsupported(GetParam())) GTEST_SKIP() << *why;
+  auto result = RunScenario(GetParam());
+  ASSERT_TRUE(result) << result.error();
+  for (const auto& key : result->keys) {
+    EXPECT_LE(key.admitted, static_cast<int64_t>(key.limit)) << key.key << "\n" << Describe(*result);
+  }
+  EXPECT_EQ(result->rollbacks, 0) << Describe(*result);
+  // Only the isolated minority may fail requests (the side that reaches no holder, under
+  // --failure-mode closed); everywhere else a holder was reachable, directly or through a relay.
+  if (GetParam() != "isolated_minority") {
+    EXPECT_EQ(result->failed, 0) << Describe(*result);
+  }
+  if (result->charged_extra) {
+    EXPECT_EQ(*result->charged_extra, 0) << Describe(*result);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue13, GrayTest, ::testing::ValuesIn(ScenarioNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace ringlimit::testing::gray
