@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "tests/support/http_client.h"
@@ -136,6 +137,20 @@ Result<void> NodeProcess::Launch() {
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   const std::string log = (options_.dir / "ringlimitd.log").string();
+  // The test's environment, with options_.env added or overriding.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    const bool overridden = std::any_of(options_.env.begin(), options_.env.end(), [&](const std::string& o) {
+      return std::string_view(o).substr(0, o.find('=')) == name;
+    });
+    if (!overridden) env.emplace_back(entry);
+  }
+  env.insert(env.end(), options_.env.begin(), options_.env.end());
+  std::vector<char*> envp;
+  for (auto& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
 
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -149,7 +164,7 @@ Result<void> NodeProcess::Launch() {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   pid_ = pid;

@@ -48,6 +48,10 @@ struct NodeProcessOptions {
   // (see pass_data_dir) --data-dir itself; a flag given twice is an error (exit 2).
   std::vector<std::string> args;
 
+  // Extra environment variables of the process, "NAME=value" each, added to (and overriding) the test's
+  // own environment: e.g. LD_PRELOAD and FAKETIME to run it under libfaketime. Default: none.
+  std::vector<std::string> env;
+
   // The --listen address. Default: "127.0.0.1:0" (an ephemeral loopback port; a restart gets a new one).
   std::string listen = "127.0.0.1:0";
 
@@ -101,6 +105,8 @@ class NodeProcess {
   // Starts the process again (after it exited or was killed) with the same flags and directory; the
   // port is a new ephemeral one. Waits for /readyz.
   [[nodiscard]] Result<void> Restart();
+  // The environment of the next Restart (see NodeProcessOptions::env).
+  void set_env(std::vector<std::string> env) { options_.env = std::move(env); }
 
   // Everything the process (all incarnations) wrote to stdout and stderr.
   [[nodiscard]] std::string Log() const;
