@@ -69,7 +69,10 @@ std::string KeyOwnedVia(Cluster& cluster, size_t via, const std::string& owner, 
 // entry node's first attempt times out, it sends the check again to the same owner, and the resumed
 // owner decides the first attempt and answers the retry from its dedup cache. The key is charged once.
 TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
-  auto started = Cluster::Start({.nodes = 3, .args = {"--threads", "2", "--log-level", "debug"}});
+  // Failure detection far slower than the pause: however late the check reaches n1 on a loaded machine,
+  // n2 is never declared dead meanwhile (n1 would then skip it and go straight to the next holder).
+  auto started = Cluster::Start(
+      {.nodes = 3, .args = {"--threads", "2", "--log-level", "debug", "--suspicion-timeout-ms", "20000"}});
   ASSERT_TRUE(started) << started.error();
   Cluster& cluster = **started;
   const std::string key = KeyOwnedVia(cluster, 0, "n2", "dedup-");
