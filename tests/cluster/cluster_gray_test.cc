@@ -130,23 +130,29 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
   EXPECT_GE(hits, 1) << cluster.Logs();
 }
 
-// n3 runs an hour ahead (libfaketime; its steady clock is not faked). The others measure its offset, it
-// measures theirs and refuses to decide: its keys are decided by their next holder, checks sent to it
-// get 503 clock_offset, and a key checked through every node admits exactly its limit. Restarted
-// without the skew, it decides again.
-TEST(ClusterGrayTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
+// n3 runs an hour ahead or behind (libfaketime; its steady clock is not faked). The others measure its
+// offset, it measures theirs and refuses to decide: its keys are decided by their next holder, checks sent to
+// it get 503 clock_offset, and a key checked through every node admits exactly its limit. Restarted without
+// the skew, it decides again.
+class SkewedClockTest : public ::testing::TestWithParam<int> {};  // the skew in hours
+
+TEST_P(SkewedClockTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
+  const int hours = GetParam();
+  const double skew_ms = hours * 3'600'000.;
   const std::string faketime = FaketimeLibrary();
   if (faketime.empty()) GTEST_SKIP() << "libfaketime is not installed (scripts/bootstrap installs it)";
   auto started = Cluster::Start({.nodes = 2});
   ASSERT_TRUE(started) << started.error();
   Cluster& cluster = **started;
-  auto added = cluster.AddNode({}, {"LD_PRELOAD=" + faketime, "FAKETIME=+1h",
-                                    "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"});
+  auto added =
+      cluster.AddNode({}, {"LD_PRELOAD=" + faketime,
+                           std::string("FAKETIME=") + (hours > 0 ? "+" : "") + std::to_string(hours) + "h",
+                           "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"});
   ASSERT_TRUE(added) << added.error();
   const size_t skewed = *added;
   ASSERT_TRUE(cluster.WaitConverged()) << cluster.Logs();
 
-  // Every node sees the offsets: n3 about +1 h from n1, n1 about -1 h from n3; n3 alone refuses.
+  // Every node sees the offsets: n3 about `skew` from n1, n1 about -`skew` from n3; n3 alone refuses.
   auto measured =
       WaitFor("the offsets to be measured", milliseconds(10'000 * kSlowdown), [&](std::string* last) {
         const json::value n1 = ClusterJson(cluster.http_port(0));
@@ -154,13 +160,13 @@ TEST(ClusterGrayTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
         const std::optional<double> n3_from_n1 = OffsetMs(n1, "n3");
         const std::optional<double> n1_from_n3 = OffsetMs(n3, "n1");
         *last = "n1: " + json::serialize(n1) + "\nn3: " + json::serialize(n3);
-        return n3_from_n1 && n1_from_n3 && std::abs(*n3_from_n1 - 3'600'000) < 1'000 &&
-               std::abs(*n1_from_n3 + 3'600'000) < 1'000 && ClockOk(n1) && !ClockOk(n3);
+        return n3_from_n1 && n1_from_n3 && std::abs(*n3_from_n1 - skew_ms) < 1'000 &&
+               std::abs(*n1_from_n3 + skew_ms) < 1'000 && ClockOk(n1) && !ClockOk(n3);
       });
   ASSERT_TRUE(measured) << measured.error();
   const double n3_offset =
       MetricSample(cluster.http_port(0), "ringlimit_clock_offset_seconds", R"(member="n3")").value_or(0);
-  EXPECT_NEAR(n3_offset, 3600, 1) << "n1's /metrics";
+  EXPECT_NEAR(n3_offset, skew_ms / 1000, 1) << "n1's /metrics";
   EXPECT_EQ(MetricSample(cluster.http_port(skewed), "ringlimit_clock_ok").value_or(-1), 0);
   EXPECT_EQ(MetricSample(cluster.http_port(1), "ringlimit_clock_ok").value_or(-1), 1);
 
@@ -193,7 +199,7 @@ TEST(ClusterGrayTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
   EXPECT_GE(MetricSample(cluster.http_port(skewed), "ringlimit_clock_refusals_total").value_or(0), 10);
   EXPECT_NE(cluster.node(skewed).Log().find("clock is off"), std::string::npos) << "n3 logs why";
 
-  // Without the skew n3 decides again. (It is declared dead first: its last incarnation, an hour ahead,
+  // Without the skew n3 decides again. (It is declared dead first: ahead, its last incarnation
   // outranks the restarted one until it refutes, which the dead tombstone makes it do at once.)
   ASSERT_TRUE(cluster.Kill(skewed));
   ASSERT_TRUE(cluster.WaitSeenAs(skewed, {"dead"}, true, milliseconds(15'000 * kSlowdown))) << cluster.Logs();
@@ -221,6 +227,10 @@ TEST(ClusterGrayTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
   ASSERT_EQ(again->status, 200) << again->body;
   EXPECT_FALSE(again->allowed) << "admitted beyond the limit after the skew was removed";
 }
+
+INSTANTIATE_TEST_SUITE_P(Skews, SkewedClockTest, ::testing::Values(1, -1), [](const auto& info) {
+  return info.param > 0 ? std::string("Ahead") : std::string("Behind");
+});
 
 }  // namespace
 }  // namespace ringlimit::testing
