@@ -150,6 +150,7 @@ MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
     case MessageType::kPing: {
       Outgoing ack = MakeMessage(MessageType::kAck, message.from, message.from_address, message.seq);
       ack.message.target = self_.id;
+      ack.message.echo_wall_ns = message.wall_ns;
       if (message.full_state) {
         ack.message.full_state = true;
         ack.message.updates = FullTable();
@@ -161,6 +162,7 @@ MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
       if (message.target == self_.id) {  // odd, but the answer is obvious
         Outgoing ack = MakeMessage(MessageType::kAck, message.from, message.from_address, message.seq);
         ack.message.target = self_.id;
+        ack.message.echo_wall_ns = message.wall_ns;
         out.messages.push_back(std::move(ack));
         break;
       }

@@ -94,6 +94,12 @@ struct Message {
   // used to join and for anti-entropy). Ack: `updates` is the sender's whole table.
   bool full_state = false;
   std::vector<MemberInfo> updates;  // piggybacked gossip
+  // Clock comparison (ring/clock_offset.h). The state machine reads no clock: the network layer stamps
+  // wall_ns on every message it sends (the sender's wall clock, ns since the Unix epoch; 0 = not given),
+  // and an Ack answering a Ping or PingReq directly echoes that message's wall_ns in echo_wall_ns (0 when
+  // relayed), so the prober can estimate the answerer's offset from the exchange.
+  int64_t wall_ns = 0;
+  int64_t echo_wall_ns = 0;
 
   bool operator==(const Message&) const = default;
 };

@@ -203,6 +203,16 @@ TEST_F(MembershipRulesTest, RefutesRumoursAboutItself) {
   }));
 }
 
+TEST_F(MembershipRulesTest, AcksEchoThePingsWallClock) {
+  Gossip({Info("a", 1)});
+  Message ping = Make(MessageType::kPing, 42, "a");
+  ping.wall_ns = 1'795'000'000'000'000'000;
+  MembershipOutput out = m_.Receive(now_, ping);
+  ASSERT_EQ(out.messages.size(), 1u);
+  EXPECT_EQ(out.messages[0].message.echo_wall_ns, ping.wall_ns);
+  EXPECT_EQ(out.messages[0].message.wall_ns, 0);  // stamped by the network layer when sent
+}
+
 TEST_F(MembershipRulesTest, AnswersPingsAndFullStateRequests) {
   Gossip({Info("a", 1), Info("b", 2)});
   Message ping = Make(MessageType::kPing, 42, "a");

@@ -50,6 +50,7 @@ void EncodeCommon(const Message& m, Proto& proto) {
   proto.set_seq(m.seq);
   proto.set_from(m.from);
   proto.set_from_address(m.from_address);
+  proto.set_wall_ns(m.wall_ns);
   EncodeUpdates(m.updates, proto);
 }
 
@@ -58,6 +59,7 @@ void DecodeCommon(const Proto& proto, Message& m) {
   m.seq = proto.seq();
   m.from = proto.from();
   m.from_address = proto.from_address();
+  m.wall_ns = proto.wall_ns();
   DecodeUpdates(proto, m.updates);
 }
 
@@ -102,6 +104,7 @@ WireMessage EncodeMembershipMessage(const Message& message) {
       return Encode<peer::Ack>(peer::METHOD_ACK, message, [](const Message& m, peer::Ack& p) {
         p.set_target(m.target);
         p.set_full_state(m.full_state);
+        p.set_echo_wall_ns(m.echo_wall_ns);
       });
   }
   return WireMessage{};
@@ -122,6 +125,7 @@ std::optional<Message> DecodeMembershipMessage(uint32_t method, std::string_view
       return Decode<peer::Ack>(MessageType::kAck, payload, [](const peer::Ack& p, Message& m) {
         m.target = p.target();
         m.full_state = p.full_state();
+        m.echo_wall_ns = p.echo_wall_ns();
       });
     default:
       return std::nullopt;

@@ -18,6 +18,8 @@ Message Sample(MessageType type) {
   m.target = type == MessageType::kPing ? "" : "n3";
   m.target_address = type == MessageType::kPingReq ? "127.0.0.1:7103" : "";
   m.full_state = type != MessageType::kPingReq;
+  m.wall_ns = 1'795'000'000'123'456'789;
+  m.echo_wall_ns = type == MessageType::kAck ? 1'795'000'000'000'000'001 : 0;
   for (MemberState s : {MemberState::kJoining, MemberState::kAlive, MemberState::kLeaving,
                         MemberState::kSuspect, MemberState::kDead, MemberState::kLeft}) {
     m.updates.push_back(MemberInfo{"n" + std::string(MemberStateName(s)), "127.0.0.1:7001", "127.0.0.1:7101",

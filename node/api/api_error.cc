@@ -24,6 +24,7 @@ http::status StatusOf(ErrorKind kind) {
     case ErrorKind::kUnsupportedMediaType:
       return http::status::unsupported_media_type;
     case ErrorKind::kNotReady:
+    case ErrorKind::kClockOffset:
       return http::status::service_unavailable;
     case ErrorKind::kInternal:
       break;
@@ -51,6 +52,8 @@ std::string_view CodeOf(ErrorKind kind) {
       return "unsupported_media_type";
     case ErrorKind::kNotReady:
       return "not_ready";
+    case ErrorKind::kClockOffset:
+      return "clock_offset";
     case ErrorKind::kInternal:
       break;
   }

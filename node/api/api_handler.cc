@@ -216,6 +216,12 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
     respond(std::move(response));
     return;
   }
+  if (std::optional<std::string> why = router->RefusesToDecide()) {
+    HttpResponse response = ToResponse({ErrorKind::kClockOffset, *why + "; send the check to another node"});
+    metrics.CountRequest(endpoint, response.result_int());
+    respond(std::move(response));
+    return;
+  }
   // A check that may be forwarded: answered when every owner has.
   const size_t question = target.find('?');
   const std::string_view query =

@@ -54,9 +54,19 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
     w.FieldUint("vnodes", m.vnodes);
     w.FieldUint("incarnation", m.incarnation);
     w.FieldDouble("share", m.share);
+    if (m.clock_offset_ms) w.FieldDouble("clock_offset_ms", *m.clock_offset_ms);
+    if (m.clock_uncertainty_ms) w.FieldDouble("clock_uncertainty_ms", *m.clock_uncertainty_ms);
     w.EndObject();
   }
   w.EndArray();
+  w.FieldBool("clock_ok", view.clock.ok);
+  w.Key("clock");
+  w.BeginObject();
+  w.Field("state", view.clock.state);
+  w.FieldDouble("offset_ms", view.clock.offset_ms);
+  w.FieldDouble("max_offset_ms", view.clock.max_offset_ms);
+  w.Field("reason", view.clock.reason);
+  w.EndObject();
   if (!view.replication_mode.empty()) {
     w.Key("replication");
     w.BeginObject();

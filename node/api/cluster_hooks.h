@@ -32,6 +32,10 @@ class CheckRouter {
   // start from what it has -- nothing, or a stale copy after a restart.
   [[nodiscard]] virtual bool Routing() const { return true; }
 
+  // Why this node must not decide checks now (its clock is off from the cluster's), or nullopt. Such a
+  // node answers client checks 503 clock_offset with this message: a client retries at another node.
+  [[nodiscard]] virtual std::optional<std::string> RefusesToDecide() const { return std::nullopt; }
+
   // Brackets one batch's routing and local decisions (DecisionFence, replication/decision_fence.h): call
   // EnterDecisions before Classify and ExitDecisions(pin) once the local decisions have charged the
   // store, so a handoff switch can wait for the decisions routed before it. Request path: lock-free.
@@ -69,6 +73,19 @@ struct ClusterMemberView {
   uint32_t vnodes = 0;
   uint64_t incarnation = 0;
   double share = 0;  // fraction of the token space owned; 0 when not in the ring
+  // Its wall clock minus this node's, as measured from membership traffic, and the measurement's
+  // uncertainty (half its round trip), in ms; unset when not measured (and 0 for this node itself).
+  std::optional<double> clock_offset_ms;
+  std::optional<double> clock_uncertainty_ms;
+};
+
+// This node's clock as it judges it against the members' (ring/clock_offset.h).
+struct ClusterClockView {
+  bool ok = true;            // false: skewed, this node refuses to decide
+  std::string_view state;    // "unknown", "ok", "skewed" (static storage)
+  double offset_ms = 0;      // this node's offset from the members' median (positive: it runs ahead)
+  double max_offset_ms = 0;  // --max-clock-offset-ms (0: the rule is disabled)
+  std::string reason;        // why it judged so
 };
 
 // A handoff of token ranges in progress (replication/handoff.h).
@@ -92,6 +109,7 @@ struct ClusterView {
   // members (unlike ring_version, a per-node count). 0 without a ring.
   uint64_t ring_fingerprint = 0;
   std::vector<ClusterMemberView> members;  // sorted by id
+  ClusterClockView clock;
 };
 
 // GET /v1/ring?key=K.

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -29,6 +30,12 @@ constexpr size_t kMaxNodeIdBytes = 64;
 
 MonoTime Now() {
   return std::chrono::duration_cast<MonoTime>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+int64_t WallClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 uint64_t WallClockMs() {
@@ -74,6 +81,7 @@ std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options)
   if (options.replicas < 1) return "replicas: must be at least 1";
   if (options.leave_timeout.count() <= 0) return "leave timeout: must be positive";
   if (Status status = ring::Validate(options.membership); !status.ok()) return status.message();
+  if (Status status = ring::Validate(options.clock); !status.ok()) return status.message();
   return std::nullopt;
 }
 
@@ -97,6 +105,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
         strand(net::make_strand(io_in)),
         timer(strand),
         leave_timer(strand),
+        clocks(options_in.clock),
         server(io_in, ServerOptions(options_in)),
         client(io_in, ClientOptions(options_in)) {}
 
@@ -104,8 +113,10 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void Begin(ring::MemberInfo self);
   void Arm();
   void OnTick();
-  void Receive(ring::Message message);
+  void Receive(ring::Message message, int64_t received_wall_ns);
   void Process(ring::MembershipOutput out);
+  // Applies the max-offset rule; logs and publishes a change of the clock's health.
+  void JudgeClock();
   void Publish();
   void NoticeRestarts();
   void DoLeave(std::function<void()> on_left);
@@ -132,6 +143,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   std::function<void()> on_left;
   std::shared_ptr<const ring::RingView> published;  // the last view handed to ring_listener
   std::map<std::string, uint64_t> incarnations;     // of the ring members, as last seen
+  ring::ClockOffsets clocks;
 
   // Set before Start, then read on the strand only.
   RingListener ring_listener;
@@ -142,6 +154,9 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   peer::PeerServer server;
   peer::PeerClient client;
 
+  // Written on the strand, read anywhere: whether the clock is judged skewed (ClockRefusal).
+  std::atomic<bool> clock_skewed{false};
+
   // Protected by snapshot_mutex (a pointer copy only).
   mutable std::mutex snapshot_mutex;
   std::shared_ptr<const ClusterSnapshot> snapshot = std::make_shared<ClusterSnapshot>();
@@ -151,13 +166,16 @@ void Cluster::Core::RegisterHandlers() {
   for (uint32_t method : {peer::METHOD_PING, peer::METHOD_PING_REQ, peer::METHOD_ACK}) {
     server.Register(
         method, [weak = weak_from_this(), method](std::string payload, peer::PeerResponder responder) {
+          const int64_t received_wall_ns = WallClockNs();  // as early as possible: it bounds the exchange
           auto message = ring::DecodeMembershipMessage(method, payload);
           // Requests (the final `left` announcements) are acknowledged once queued for the strand.
           if (!responder.one_way()) responder.Reply({});
           if (!message) return;
           auto self = weak.lock();
           if (!self) return;
-          net::post(self->strand, [self, m = std::move(*message)]() mutable { self->Receive(std::move(m)); });
+          net::post(self->strand, [self, m = std::move(*message), received_wall_ns]() mutable {
+            self->Receive(std::move(m), received_wall_ns);
+          });
         });
   }
 }
@@ -179,16 +197,46 @@ void Cluster::Core::Arm() {
 
 void Cluster::Core::OnTick() {
   Process(membership->Tick(Now()));
+  JudgeClock();
   Arm();
 }
 
-void Cluster::Core::Receive(ring::Message message) {
+void Cluster::Core::Receive(ring::Message message, int64_t received_wall_ns) {
   if (stopped || !membership) return;
   Process(membership->Receive(Now(), message));
+  // After the membership's events (which forget the clocks of members that joined or came back).
+  if (message.type == ring::MessageType::kAck && message.echo_wall_ns != 0 && message.wall_ns != 0 &&
+      message.from != options.node_id) {
+    clocks.Add(message.from, Now(),
+               ring::ClockSample{ring::WallTime(message.echo_wall_ns), ring::WallTime(message.wall_ns),
+                                 ring::WallTime(received_wall_ns)});
+  }
+}
+
+void Cluster::Core::JudgeClock() {
+  std::vector<std::string> others;
+  for (const ring::MemberInfo& m : membership->Members()) {
+    if (m.id != options.node_id && ring::IsInRing(m.state)) others.push_back(m.id);
+  }
+  const ring::ClockHealth before = clocks.health();
+  const ring::ClockHealth after = clocks.Evaluate(Now(), others);
+  clock_skewed.store(after == ring::ClockHealth::kSkewed, std::memory_order_release);
+  if (after == before) return;
+  if (after == ring::ClockHealth::kSkewed) {
+    spdlog::error("cluster: this node's clock is off: it refuses to decide checks until it is back: {}",
+                  clocks.reason());
+  } else if (before == ring::ClockHealth::kSkewed) {
+    spdlog::warn("cluster: this node's clock is back within the maximum offset; deciding again: {}",
+                 clocks.reason());
+  } else {
+    spdlog::info("cluster: clock {}: {}", ring::ClockHealthName(after), clocks.reason());
+  }
+  Publish();
 }
 
 void Cluster::Core::Process(ring::MembershipOutput out) {
-  for (const ring::Outgoing& outgoing : out.messages) {
+  for (ring::Outgoing& outgoing : out.messages) {
+    outgoing.message.wall_ns = WallClockNs();
     ring::WireMessage wire = ring::EncodeMembershipMessage(outgoing.message);
     // Best effort: a lost message is what SWIM is built to tolerate.
     (void)client.Send(outgoing.to_address, wire.method, std::move(wire.payload));
@@ -201,6 +249,11 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
     if ((event.kind == ring::MemberEventKind::kLeft || event.kind == ring::MemberEventKind::kForgotten) &&
         m.id != options.node_id) {
       client.Disconnect(m.peer_address);
+    }
+    // Dead, gone or back from a restart: its clock may not be the one measured.
+    if (event.kind != ring::MemberEventKind::kSuspect && event.kind != ring::MemberEventKind::kLeaving &&
+        m.id != options.node_id) {
+      clocks.Forget(m.id);
     }
   }
   std::shared_ptr<const ring::RingView> new_ring;
@@ -270,6 +323,15 @@ void Cluster::Core::Publish() {
   snap->ring = ring.Current();
   snap->joined = membership->joined();
   snap->stats = membership->stats();
+  snap->clock.health = clocks.health();
+  snap->clock.reason = clocks.reason();
+  snap->clock.median_offset = clocks.median_offset();
+  const MonoTime now = Now();
+  for (const ring::MemberInfo& m : snap->members) {
+    if (m.id == options.node_id) continue;
+    if (std::optional<ring::OffsetEstimate> estimate = clocks.Estimate(m.id, now))
+      snap->clock.offsets.emplace(m.id, *estimate);
+  }
   if (snap->members != routed_members) {  // a new routing table only when a member changed
     routed_members = snap->members;
     routing.SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(snap->members));
@@ -424,6 +486,11 @@ bool Cluster::ready() const {
   auto snap = Snapshot();
   return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
          snap->ring->Find(options_.node_id) != nullptr;
+}
+
+std::optional<std::string> Cluster::ClockRefusal() const {
+  if (!core_->clock_skewed.load(std::memory_order_acquire)) return std::nullopt;
+  return "this node's clock is off from the cluster's, so it does not decide: " + Snapshot()->clock.reason;
 }
 
 peer::PeerStats Cluster::ServerStats() const { return core_->server.Stats(); }

@@ -9,6 +9,12 @@
 //   cluster.ring().Current()->Owner(RingToken(key));  // from any thread
 //   cluster.Leave([] { /* left: exit */ });
 //
+// Clocks: every membership message carries the sender's wall-clock time and every Ack echoes the Ping's,
+// so the node estimates each member's clock offset (ring/clock_offset.h) and applies the max-offset rule
+// every tick: a node whose clock is off from most members by more than --max-clock-offset-ms is
+// "skewed" and refuses to decide (ClockRefusal; the Forwarder and the API ask). Snapshot().clock shows
+// the estimates (GET /v1/cluster, /metrics).
+//
 // The member record of this node carries incarnation = wall-clock milliseconds at construction, so a
 // restarted node outranks the tombstone (dead/left) its previous life left in the others' tables.
 //
@@ -26,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +41,7 @@
 
 #include "node/peer/peer_stats.h"
 #include "replication/routing_table.h"
+#include "ring/clock_offset.h"
 #include "ring/membership.h"
 #include "ring/ring_view.h"
 
@@ -66,6 +74,10 @@ struct ClusterOptions {
   // SWIM timings (--probe-interval-ms, --probe-timeout-ms, --suspicion-timeout-ms). Defaults: see
   // ring::MembershipOptions.
   ring::MembershipOptions membership;
+  // Clock comparison: the largest offset from the cluster at which this node decides
+  // (clock.max_offset, --max-clock-offset-ms; 0 disables the rule) and the estimator's filter.
+  // Defaults: see ring::ClockOffsetOptions (500 ms).
+  ring::ClockOffsetOptions clock{};
   // Leave(): how long to wait for the `left` announcements to be delivered before reporting done.
   // Default: 2000 ms.
   std::chrono::milliseconds leave_timeout{2000};
@@ -77,6 +89,14 @@ struct ClusterOptions {
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
 [[nodiscard]] std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options);
 
+// The clocks as this node last judged them.
+struct ClockView {
+  ring::ClockHealth health = ring::ClockHealth::kUnknown;
+  std::string reason;                        // ClockOffsets::reason()
+  std::chrono::nanoseconds median_offset{};  // the members' median offset from this node
+  std::map<std::string, ring::OffsetEstimate, std::less<>> offsets;  // by member id (those measured)
+};
+
 // An immutable picture of the membership, rebuilt on the strand after every change.
 struct ClusterSnapshot {
   ring::MemberInfo self;
@@ -84,6 +104,7 @@ struct ClusterSnapshot {
   std::shared_ptr<const ring::RingView> ring;  // null until this node is in the ring
   bool joined = false;
   ring::MembershipStats stats;
+  ClockView clock;
 
   // The record of `id`, or nullptr. O(log n).
   [[nodiscard]] const ring::MemberInfo* Find(std::string_view id) const;
@@ -155,6 +176,10 @@ class Cluster {
 
   // Joined (not `joining`), in the ring, and not leaving.
   [[nodiscard]] bool ready() const;
+
+  // Why this node must not decide now -- its clock is off from the cluster's beyond the maximum offset
+  // -- or nullopt when it may. One atomic load when it may.
+  [[nodiscard]] std::optional<std::string> ClockRefusal() const;
 
   [[nodiscard]] peer::PeerStats ServerStats() const;
   [[nodiscard]] peer::PeerStats ClientStats() const;

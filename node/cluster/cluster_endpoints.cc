@@ -1,5 +1,7 @@
 #include "node/cluster/cluster_endpoints.h"
 
+#include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "node/cluster/cluster.h"
@@ -26,6 +28,8 @@ node::ClusterMemberView ToView(const ring::MemberInfo& m, const ring::RingView* 
   return out;
 }
 
+double Ms(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e6; }
+
 void Metric(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
   out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
   out->append(name).append(" ").append(type).append("\n");
@@ -35,6 +39,12 @@ void Sample(std::string* out, std::string_view name, std::string_view labels, ui
   out->append(name);
   if (!labels.empty()) out->append("{").append(labels).append("}");
   out->append(" ").append(std::to_string(value)).append("\n");
+}
+
+void SampleDouble(std::string* out, std::string_view name, std::string_view labels, double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.9g", value);
+  out->append(name).append("{").append(labels).append("} ").append(buffer).append("\n");
 }
 
 void PeerSamples(std::string* out, std::string_view side, const peer::PeerStats& s) {
@@ -75,7 +85,21 @@ node::ClusterView ClusterEndpoints::Describe() const {
   out.ring_version = snapshot->ring != nullptr ? snapshot->ring->version() : 0;
   out.ring_fingerprint = snapshot->ring != nullptr ? snapshot->ring->fingerprint() : 0;
   out.members.reserve(snapshot->members.size());
-  for (const ring::MemberInfo& m : snapshot->members) out.members.push_back(ToView(m, snapshot->ring.get()));
+  for (const ring::MemberInfo& m : snapshot->members) {
+    node::ClusterMemberView& member = out.members.emplace_back(ToView(m, snapshot->ring.get()));
+    if (m.id == out.node_id) {
+      member.clock_offset_ms = 0.;
+      member.clock_uncertainty_ms = 0.;
+    } else if (auto it = snapshot->clock.offsets.find(m.id); it != snapshot->clock.offsets.end()) {
+      member.clock_offset_ms = Ms(it->second.offset);
+      member.clock_uncertainty_ms = Ms(it->second.uncertainty);
+    }
+  }
+  out.clock.ok = snapshot->clock.health != ring::ClockHealth::kSkewed;
+  out.clock.state = ring::ClockHealthName(snapshot->clock.health);
+  out.clock.offset_ms = -Ms(snapshot->clock.median_offset);
+  out.clock.max_offset_ms = static_cast<double>(cluster_.options().clock.max_offset.count());
+  out.clock.reason = snapshot->clock.reason;
   if (replicator_ != nullptr && handoff_ != nullptr) {
     out.replication_mode = replication::ToString(replicator_->options().mode);
     out.replicas = replicator_->options().replicas;
@@ -119,10 +143,26 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Metric(out, "ringlimit_cluster_ready", "gauge", "1 once joined and holding a ring.");
   Sample(out, "ringlimit_cluster_ready", "", cluster_.ready() ? 1 : 0);
 
+  Metric(out, "ringlimit_clock_offset_seconds", "gauge",
+         "Each member's wall clock minus this node's, measured from membership traffic (min-RTT filtered).");
+  for (const auto& [id, estimate] : snapshot->clock.offsets) {
+    SampleDouble(out, "ringlimit_clock_offset_seconds", "member=\"" + id + "\"",
+                 static_cast<double>(estimate.offset.count()) / 1e9);
+  }
+  Metric(out, "ringlimit_clock_ok", "gauge",
+         "0 when this node's clock is off from most members' beyond --max-clock-offset-ms: it refuses to "
+         "decide.");
+  Sample(out, "ringlimit_clock_ok", "", snapshot->clock.health == ring::ClockHealth::kSkewed ? 0 : 1);
+
   const ForwarderStats f = forwarder_.stats();
-  Metric(out, "ringlimit_forward_total", "counter",
-         "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
-         "this node, checks decided here for other nodes, and forwarded checks refused while joining.");
+  Metric(out, "ringlimit_clock_refusals_total", "counter",
+         "Checks (forwarded here or a client's) refused because this node's clock is off.");
+  Sample(out, "ringlimit_clock_refusals_total", "", f.clock_refusals);
+  Metric(
+      out, "ringlimit_forward_total", "counter",
+      "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
+      "this node, checks decided here for other nodes, forwarded checks refused while joining, and timed-out "
+      "attempts sent again to the same node.");
   Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
   Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
   Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
@@ -131,6 +171,19 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
   Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);
   Sample(out, "ringlimit_forward_total", "what=\"refused_joining\"", f.refused);
+  Sample(out, "ringlimit_forward_total", "what=\"retried_same\"", f.retried_same);
+  Metric(out, "ringlimit_forward_dedup_total", "counter",
+         "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
+         "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "
+         "dropped early because the cache was full (evicted) or at the end of their ttl (expired).");
+  const std::pair<const char*, uint64_t> dedup[] = {
+      {"inserted", f.dedup.inserted},   {"hits", f.dedup.hits},       {"waits", f.dedup.waits},
+      {"abandoned", f.dedup.abandoned}, {"evicted", f.dedup.evicted}, {"expired", f.dedup.expired},
+  };
+  for (const auto& [what, value] : dedup)
+    Sample(out, "ringlimit_forward_dedup_total", std::string("what=\"") + what + "\"", value);
+  Metric(out, "ringlimit_forward_dedup_entries", "gauge", "Request ids of forwarded checks remembered now.");
+  Sample(out, "ringlimit_forward_dedup_entries", "", f.dedup.size);
 
   const ring::MembershipStats& m = snapshot->stats;
   Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 
 #include "node/cluster/cluster.h"
 #include "node/peer/peer_client.h"
@@ -16,25 +17,64 @@ struct Forwarder::Attempt {
   std::string payload;                 // serialized ForwardCheckRequest
   std::vector<std::string> targets;    // ids, in the order to try
   std::vector<std::string> addresses;  // their peer addresses
-  size_t next = 0;
+  size_t next = 0;                     // the next target to try
+  uint32_t timeout_retries = 0;        // of the current target
   ForwardDone done;
 };
 
-Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
-                     replication::Replicator* replicator, replication::HandoffManager* handoff)
-    : cluster_(cluster),
-      options_(options),
-      decider_(std::move(decider)),
-      replicator_(replicator),
-      handoff_(handoff) {}
+// Where a served check's answer goes: to the sender and, for a first attempt with a request id, into the
+// dedup cache, which hands it to the check's retries. Copyable; every copy answers the same call.
+class Forwarder::Reply {
+ public:
+  Reply(peer::PeerResponder responder, DedupCache* dedup, RequestId id)
+      : responder_(std::move(responder)), dedup_(dedup), id_(id) {}
 
-void Forwarder::RegisterHandlers() {
-  cluster_.server().Register(
-      peer::METHOD_FORWARD_CHECK,
-      [this](std::string payload, peer::PeerResponder responder) { Serve(std::move(payload), responder); });
-}
+  // The check was decided here or by the node it was passed on to: its retries get the same answer.
+  void Answer(std::string payload) const {
+    if (dedup_ != nullptr) dedup_->Finish(id_, payload);
+    responder_.Reply(std::move(payload));
+  }
+  // Answered without a decision (a CHECK_UNAVAILABLE result): forgotten like Refuse.
+  void Decline(std::string payload) const {
+    if (dedup_ != nullptr) dedup_->Abandon(id_);
+    responder_.Reply(std::move(payload));
+  }
+  // Nothing was charged: the check is forgotten, its waiting retries refused; the sender goes on.
+  void Refuse(std::string why) const {
+    if (dedup_ != nullptr) dedup_->Abandon(id_);
+    responder_.Fail(std::move(why));
+  }
+
+ private:
+  peer::PeerResponder responder_;
+  DedupCache* dedup_;  // null: no id, nothing to remember
+  RequestId id_;
+};
 
 namespace {
+
+// Random, never 0 (0 in both halves means "no id").
+uint64_t RandomNonce() {
+  std::random_device device;
+  const uint64_t nonce = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
+  return nonce != 0 ? nonce : 1;
+}
+
+DedupCache::MonoTime SteadyNow() {
+  return std::chrono::duration_cast<DedupCache::MonoTime>(
+      std::chrono::steady_clock::now().time_since_epoch());
+}
+
+// The dedup options in effect: the ttl covers every retry of a check twice over.
+DedupOptions EffectiveDedup(const ForwarderOptions& options) {
+  DedupOptions dedup = options.dedup;
+  dedup.ttl = std::max(dedup.ttl, 2 * (1 + options.timeout_retries) * options.timeout);
+  return dedup;
+}
+
+RequestId IdOf(const peer::ForwardedCheck& check) {
+  return RequestId{check.request_id_hi(), check.request_id_lo()};
+}
 
 // Holds a decision pin (DecisionFence) for its scope: from the routing read to the store's charge.
 class DecisionPin {
@@ -49,19 +89,54 @@ class DecisionPin {
   const uint32_t pin_;
 };
 
-// Decides `request` here and replies once the decisions may be answered (after replication in sync mode).
-void DecideAndReply(const LocalDecider& decider, node::CheckRouter& router,
-                    const peer::ForwardCheckRequest& request, const peer::PeerResponder& responder) {
-  auto response = std::make_shared<peer::ForwardCheckResponse>(decider(request));
+}  // namespace
+
+Status Validate(const ForwarderOptions& options) {
+  if (options.timeout.count() <= 0) return Status::InvalidArgument("forward timeout: must be positive");
+  if (options.max_attempts < 1) return Status::InvalidArgument("forward attempts: must be at least 1");
+  if (options.timeout_retries > 3) return Status::InvalidArgument("forward timeout retries: at most 3");
+  return Validate(options.dedup);
+}
+
+Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
+                     replication::Replicator* replicator, replication::HandoffManager* handoff)
+    : cluster_(cluster),
+      options_(options),
+      decider_(std::move(decider)),
+      replicator_(replicator),
+      handoff_(handoff),
+      request_nonce_(RandomNonce()),
+      dedup_(EffectiveDedup(options)) {}
+
+void Forwarder::RegisterHandlers() {
+  cluster_.server().Register(
+      peer::METHOD_FORWARD_CHECK,
+      [this](std::string payload, peer::PeerResponder responder) { Serve(std::move(payload), responder); });
+}
+
+void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
+  if (std::optional<std::string> why = RefusesToDecide()) {
+    // A skewed clock: every check answered CHECK_UNAVAILABLE, so the sender goes on to the next holder.
+    peer::ForwardCheckResponse response;
+    response.set_from(self_id());
+    for (const peer::ForwardedCheck& check : request.checks()) {
+      peer::ForwardedResult* result = response.add_results();
+      result->set_check_id(check.check_id());
+      result->set_status(peer::CHECK_UNAVAILABLE);
+      result->set_owner(self_id());
+      result->set_error(*why);
+    }
+    reply.Decline(response.SerializeAsString());
+    return;
+  }
+  auto response = std::make_shared<peer::ForwardCheckResponse>(decider_(request));
   std::vector<std::string_view> keys;
   keys.reserve(static_cast<size_t>(request.checks_size()));
   for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
     if (response->results(i).status() == peer::CHECK_OK) keys.push_back(request.checks(i).key());
   }
-  router.Decided(keys, [response, responder] { responder.Reply(response->SerializeAsString()); });
+  Decided(keys, [response, reply] { reply.Answer(response->SerializeAsString()); });
 }
-
-}  // namespace
 
 void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder) {
   auto request = std::make_shared<peer::ForwardCheckRequest>();
@@ -79,6 +154,32 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
     responder.Fail("not joined yet");
     return;
   }
+  // Forward sends one check per request; a check with an id is served once, its retries answered alike.
+  const RequestId id = request->checks_size() == 1 ? IdOf(request->checks(0)) : RequestId{};
+  if (id.empty()) {
+    ServeFirst(request, Reply(responder, nullptr, id));
+    return;
+  }
+  DedupCache::Lookup found = dedup_.Begin(id, SteadyNow(), [responder](std::optional<std::string> answer) {
+    if (answer.has_value()) {
+      responder.Reply(std::move(*answer));
+    } else {
+      responder.Fail("the first attempt of this check charged nothing here: go on");
+    }
+  });
+  switch (found.outcome) {
+    case DedupCache::Outcome::kNew:
+      ServeFirst(request, Reply(responder, &dedup_, id));
+      return;
+    case DedupCache::Outcome::kDone:
+      responder.Reply(std::move(found.answer));
+      return;
+    case DedupCache::Outcome::kWaiting:
+      return;  // answered when the first attempt is
+  }
+}
+
+void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
   const DecisionPin pin(*this);
   if (request->checks_size() == 1 && handoff_ != nullptr) {
     // A key whose range this node is switching to its new owner waits for the switch, then goes to the
@@ -86,13 +187,13 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
     // beyond the hop limit: the owner has the range by then and decides it.
     const ring::Token token = ring::RingToken(request->checks(0).key());
     if (handoff_->Switching(token)) {
-      std::function<void()> resume = [this, request, responder] {
+      std::function<void()> resume = [this, request, reply] {
         const DecisionPin pin(*this);
         const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
         if (decider.empty() || decider == self_id()) {
-          DecideAndReply(decider_, *this, *request, responder);
+          DecideAndReply(*request, reply);
         } else {
-          PassOn(request, responder);
+          PassOn(request, reply);
         }
       };
       if (handoff_->HoldWhileSwitching(token, resume)) return;
@@ -103,47 +204,52 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   if (request->checks_size() == 1) {
     const ring::Token token = ring::RingToken(request->checks(0).key());
     if (PassesOn(request->checks(0).hops(), DeciderOf(token), self_id(), request->from())) {
-      PassOn(request, responder);
+      PassOn(request, reply);
       return;
     }
     if (cluster_.routing().Current().Relinquished(token, self_id())) {
       // Sent back by the node this one handed the key to (its ring still names this node): that node
       // has the counter, this one an older copy. The failure makes the sender decide it.
       refused_.fetch_add(1, std::memory_order_relaxed);
-      responder.Fail("left: the key is decided by its new owner");
+      reply.Refuse("left: the key is decided by its new owner");
       return;
     }
   }
-  DecideAndReply(decider_, *this, *request, responder);
+  DecideAndReply(*request, reply);
 }
 
-void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request,
-                       const peer::PeerResponder& responder) {
+void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
   passed_on_.fetch_add(1, std::memory_order_relaxed);
   peer::ForwardedCheck check = request->checks(0);
   check.set_hops(check.hops() + 1);
-  Forward(std::move(check), [this, request, responder](std::optional<peer::ForwardedResult> result) {
+  Forward(std::move(check), [this, request, reply](std::optional<peer::ForwardedResult> result) {
     if (!result) {
       if (cluster_.routing().Current().Relinquished(ring::RingToken(request->checks(0).key()), self_id())) {
         // This node left the key's range: its copy may be older than the new owner's, so it must not
         // decide. The failure sends the original sender on to the key's next node.
-        responder.Fail("left: the key's new owner did not answer");
+        reply.Refuse("left: the key's new owner did not answer");
         return;
       }
-      DecideAndReply(decider_, *this, *request, responder);
+      DecideAndReply(*request, reply);
       return;
     }
     peer::ForwardCheckResponse response;
     response.set_from(self_id());
     result->set_check_id(request->checks(0).check_id());
     *response.add_results() = std::move(*result);
-    responder.Reply(response.SerializeAsString());
+    reply.Answer(response.SerializeAsString());
   });
 }
 
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
 
 bool Forwarder::Routing() const { return cluster_.routing().Current().ring != nullptr; }
+
+std::optional<std::string> Forwarder::RefusesToDecide() const {
+  std::optional<std::string> why = cluster_.ClockRefusal();
+  if (why) clock_refusals_.fetch_add(1, std::memory_order_relaxed);
+  return why;
+}
 
 uint32_t Forwarder::EnterDecisions() const { return handoff_ != nullptr ? handoff_->EnterDecision() : 0; }
 
@@ -196,6 +302,10 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
   }
+  if (IdOf(check).empty()) {  // an entry node's check; a passed-on one keeps the entry node's id
+    check.set_request_id_hi(request_nonce_);
+    check.set_request_id_lo(next_request_.fetch_add(1, std::memory_order_relaxed));
+  }
   peer::ForwardCheckRequest request;
   request.set_from(self);
   request.set_owner(attempt->targets[0]);
@@ -221,12 +331,17 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     return;
   }
   const size_t index = attempt->next++;
+  attempt->timeout_retries = 0;
   if (index > 0) fallback_next_.fetch_add(1, std::memory_order_relaxed);
+  Call(std::move(attempt), index);
+}
+
+void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   // The payload is needed again if this attempt fails: send a copy.
   std::string payload = attempt->payload;
   cluster_.client().Call(
       attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, attempt](peer::PeerResult result) mutable {
+      [this, attempt, index](peer::PeerResult result) mutable {
         if (result.ok()) {
           peer::ForwardCheckResponse response;
           if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
@@ -236,11 +351,31 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
           }
         }
         failures_.fetch_add(1, std::memory_order_relaxed);
-        spdlog::debug("forward to {} failed: {}", attempt->targets[attempt->next - 1],
+        const std::string& target = attempt->targets[index];
+        spdlog::debug("forward to {} failed: {}", target,
                       result.ok() ? std::string("unusable answer") : result.status().ToString());
+        // Timed out: the node may be paused or slow and may have charged the check. The same node answers
+        // the retry from its dedup cache; the next one would charge it again.
+        if (!result.ok() && result.kind() == peer::PeerErrorKind::kTimeout &&
+            attempt->timeout_retries < options_.timeout_retries && !KnownDead(target)) {
+          ++attempt->timeout_retries;
+          retried_same_.fetch_add(1, std::memory_order_relaxed);
+          Call(std::move(attempt), index);
+          return;
+        }
         Try(std::move(attempt));
       },
       peer::CallOptions{.timeout = options_.timeout});
+}
+
+bool Forwarder::KnownDead(std::string_view id) const {
+  const replication::RoutingTable& table = cluster_.routing().Current();
+  if (table.members == nullptr) return false;
+  const std::vector<ring::MemberInfo>& members = *table.members;  // sorted by id
+  auto it = std::lower_bound(members.begin(), members.end(), id,
+                             [](const ring::MemberInfo& m, std::string_view v) { return m.id < v; });
+  return it != members.end() && it->id == id &&
+         (it->state == ring::MemberState::kDead || it->state == ring::MemberState::kLeft);
 }
 
 ForwarderStats Forwarder::stats() const {
@@ -253,6 +388,9 @@ ForwarderStats Forwarder::stats() const {
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
   s.passed_on = passed_on_.load(std::memory_order_relaxed);
   s.refused = refused_.load(std::memory_order_relaxed);
+  s.retried_same = retried_same_.load(std::memory_order_relaxed);
+  s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
+  s.dedup = dedup_.stats();
   return s;
 }
 

@@ -19,6 +19,26 @@
 // switching to its new owner (HandoffManager::HoldWhileSwitching) is held until the switch is over and then
 // sent to the new owner, whatever its hops and even if that is its sender; the new owner then decides it.
 //
+// Idempotency: Forward gives every check an id unique across the cluster (RequestId: this process's
+// random nonce and a counter) unless it has one (a pass-on keeps the entry node's), and every hop and
+// retry carries it unchanged. A node serving a forwarded check with an id looks it up in its DedupCache
+// (dedup_cache.h) first: a retry of a check it decided is answered with that first decision, a retry of
+// one still in progress waits for it; only a first attempt is decided (or passed on). A first attempt
+// that charged nothing (refused, or its pass-on failed and this node may not decide) is forgotten, and
+// its waiting retries refused, so the sender goes on.
+//
+// Retries: an attempt that timed out is sent again to the same node, up to timeout_retries times, as
+// long as that node is not known dead: the node may be paused or slow rather than gone, and may have
+// charged the first attempt; the same node answers the retry from its dedup cache, where the next node
+// would charge a second time. Any other failure (connection refused, an error or a refusal), or a node
+// known dead, goes to the next node at once. A key's checks thus wait at most
+// max_attempts * (1 + timeout_retries) * timeout before this node decides them itself.
+//
+// Clock: a node whose clock is off from the cluster's (Cluster::ClockRefusal, --max-clock-offset-ms)
+// decides nothing. Forwarded checks it would decide are answered CHECK_UNAVAILABLE (the sender goes on
+// to the key's next holder); it still passes checks on to their decider. The API answers client checks
+// at it 503 clock_offset (RefusesToDecide).
+//
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
 //
@@ -36,7 +56,9 @@
 #include <string>
 #include <string_view>
 
+#include "limiter/status.h"
 #include "node/api/cluster_hooks.h"
+#include "node/cluster/dedup_cache.h"
 #include "node/cluster/routing.h"
 #include "ring/token.h"
 
@@ -60,7 +82,17 @@ struct ForwarderOptions {
   // Nodes tried at most (the owner, then the next alive members of the preference list) before this
   // node decides itself. REQUIRES: >= 1. Default: 2.
   uint32_t max_attempts = 2;
+  // Times an attempt that timed out is sent again to the same node (unless it is known dead) before the
+  // next node is tried; see "Retries" above. REQUIRES: <= 3. Default: 1.
+  uint32_t timeout_retries = 1;
+  // The served checks' request ids remembered (see "Idempotency" above). REQUIRES: valid. The ttl is
+  // raised to 2 * (1 + timeout_retries) * timeout when lower, to cover every retry. Default: see
+  // DedupOptions.
+  DedupOptions dedup{};
 };
+
+// OK when every REQUIRES of `options` holds, else InvalidArgument saying what is wrong.
+[[nodiscard]] Status Validate(const ForwarderOptions& options);
 
 struct ForwarderStats {
   uint64_t forwarded = 0;       // keys sent to another node (first attempts)
@@ -71,6 +103,9 @@ struct ForwarderStats {
   uint64_t served_bad = 0;      // forwarded batches that did not parse
   uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
   uint64_t refused = 0;         // forwarded batches refused because this node was still joining
+  uint64_t retried_same = 0;    // timed-out attempts sent again to the same node
+  uint64_t clock_refusals = 0;  // checks (forwarded or a client's) refused because the clock is off
+  DedupStats dedup;             // the served checks' request ids
 };
 
 // Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
@@ -92,6 +127,7 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
+  [[nodiscard]] std::optional<std::string> RefusesToDecide() const override;
   [[nodiscard]] uint32_t EnterDecisions() const override;
   void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
@@ -106,21 +142,34 @@ class Forwarder final : public node::CheckRouter {
 
  private:
   struct Attempt;
+  class Reply;
+  // Tries the attempt's next target (or decides here when none is left).
   void Try(std::shared_ptr<Attempt> attempt);
+  // Sends the attempt to its target `index`; on a timeout, again to the same one (see "Retries").
+  void Call(std::shared_ptr<Attempt> attempt, size_t index);
+  // Whether the routing table's members say `id` is dead or left.
+  [[nodiscard]] bool KnownDead(std::string_view id) const;
   void Serve(std::string payload, const peer::PeerResponder& responder);
+  // Serve after the dedup lookup: a first attempt.
+  void ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
   // Sends the single check of `request` on to the node that decides it and replies with its answer
   // (or decides it here when no other node answers).
-  void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request,
-              const peer::PeerResponder& responder);
+  void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
+  // Decides `request` here and replies once the decisions may be answered.
+  void DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply);
 
   Cluster& cluster_;
   const ForwarderOptions options_;
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
   replication::HandoffManager* const handoff_;
+  const uint64_t request_nonce_;  // random, never 0: the high half of this process's request ids
 
+  DedupCache dedup_;  // thread-safe
+  std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
-      served_bad_{0}, passed_on_{0}, refused_{0};
+      served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0};
+  mutable std::atomic<uint64_t> clock_refusals_{0};
 };
 
 }  // namespace ringlimit::cluster

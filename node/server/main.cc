@@ -79,6 +79,7 @@ Parsed ParseFlags(int argc, char** argv) {
   const ringlimit::ring::MembershipOptions swim;
   std::string peer_listen;
   int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
+  int64_t max_clock_offset_ms = 0;
   std::string replication_mode;
   int64_t replication_interval_ms = 0;
   po::options_description cluster("Cluster");
@@ -106,7 +107,12 @@ Parsed ParseFlags(int argc, char** argv) {
       "suspicion-timeout-ms", po::value(&suspicion_timeout_ms)->default_value(swim.suspicion_timeout.count()),
       "SWIM: a suspect that does not refute within this is declared dead")(
       "forward-timeout-ms", po::value(&forward_timeout_ms)->default_value(n.forward.timeout.count()),
-      "a check forwarded to its owner that is not answered within this goes to the next node");
+      "a check forwarded to its owner that is not answered within this is sent again to it once (if it is "
+      "not known dead), then goes to the next node")(
+      "max-clock-offset-ms",
+      po::value(&max_clock_offset_ms)->default_value(n.cluster.clock.max_offset.count()),
+      "a node whose wall clock is off from most members' by more than this refuses to decide checks "
+      "(0..86400000; 0 disables the rule)");
 
   po::options_description http("HTTP server");
   http.add_options()("listen", po::value(&listen)->default_value("127.0.0.1:7001"),
@@ -209,6 +215,10 @@ Parsed ParseFlags(int argc, char** argv) {
   n.cluster.membership.probe_timeout = std::chrono::milliseconds(probe_timeout_ms);
   n.cluster.membership.suspicion_timeout = std::chrono::milliseconds(suspicion_timeout_ms);
   n.forward.timeout = std::chrono::milliseconds(forward_timeout_ms);
+  if (max_clock_offset_ms < 0 || max_clock_offset_ms > 86'400'000)
+    return bad("--max-clock-offset-ms: expected 0..86400000 (0 disables the clock offset rule), got " +
+               std::to_string(max_clock_offset_ms));
+  n.cluster.clock.max_offset = std::chrono::milliseconds(max_clock_offset_ms);
   if (auto mode = ringlimit::replication::ParseReplicationMode(replication_mode)) {
     n.replication.mode = *mode;
   } else {

@@ -154,6 +154,7 @@ std::optional<std::string> Node::StartCluster() {
   replication::HandoffOptions handoff = options_.handoff;
   handoff.replicas = replicas;
   if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
+  if (Status status = cluster::Validate(options_.forward); !status.ok()) return status.message();
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
   p.executor = std::make_unique<replication::AsioExecutor>(p.io);
   p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, *p.executor, replication);

@@ -237,17 +237,19 @@ Result<std::unique_ptr<NodeProcess>> Cluster::Launch(const Member& m, std::optio
   options.wrapper = std::move(placement.wrapper);
   options.env = std::move(placement.env);
   options.dir = root_ / m.id;
+  options.env = m.env;
   options.start_timeout = options_.start_timeout;
   auto process = NodeProcess::Start(std::move(options));
   if (!process) return m.id + ": " + process.error();
   return std::move(*process);
 }
 
-Result<size_t> Cluster::AddNode(std::vector<std::string> extra_args) {
+Result<size_t> Cluster::AddNode(std::vector<std::string> extra_args, std::vector<std::string> env) {
   Member m;
   m.id = "n" + std::to_string(nodes_.size() + 1);
   m.extra_args = std::move(extra_args);
   m.address = PlacementOf(m.id).address;
+  m.env = std::move(env);
   // A port another node of this cluster already uses is skipped; others are unlikely to take it in the
   // moment between picking and binding.
   for (int attempt = 0; attempt < 20 && m.peer_port == 0; ++attempt) {

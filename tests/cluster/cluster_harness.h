@@ -148,8 +148,10 @@ class Cluster {
   [[nodiscard]] std::vector<size_t> Running() const;
 
   // Starts one more node (n<size+1>) joining through a running member, and waits until it is ready.
-  // Does not wait for convergence (see WaitConverged). Returns its index.
-  [[nodiscard]] Result<size_t> AddNode(std::vector<std::string> extra_args = {});
+  // Does not wait for convergence (see WaitConverged). Returns its index. `env`: extra environment
+  // variables of its process ("NAME=value"; NodeProcessOptions::env), kept for its restarts.
+  [[nodiscard]] Result<size_t> AddNode(std::vector<std::string> extra_args = {},
+                                       std::vector<std::string> env = {});
 
   // SIGKILL node i and reap it.
   [[nodiscard]] Result<void> Kill(size_t i);
@@ -157,6 +159,8 @@ class Cluster {
   // Starts node i again with the same id, peer port and flags, joining through another running member.
   // Waits until it is ready (not for convergence).
   [[nodiscard]] Result<void> Restart(size_t i);
+  // The extra environment of node i's next restarts (see AddNode).
+  void SetEnv(size_t i, std::vector<std::string> env) { nodes_[i].env = std::move(env); }
 
   // Waits until every running node sees exactly the running nodes as alive (and nothing else alive).
   [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged();
@@ -179,6 +183,7 @@ class Cluster {
     std::string address = "127.0.0.1";
     uint16_t peer_port = 0;
     std::vector<std::string> extra_args;
+    std::vector<std::string> env;
     std::unique_ptr<NodeProcess> process;
   };
 

@@ -8,7 +8,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -122,6 +125,21 @@ inline std::string KeyOwnedBy(const ring::RingView& ring, const std::string& own
     std::string key = prefix + std::to_string(i);
     if (OwnerOf(ring, key) == owner) return key;
   }
+}
+
+// The value of the sample `name{labels}` (labels as written, e.g. `what="hits"`; empty: no labels) in
+// the node's GET /metrics; nullopt when the node does not answer or has no such sample.
+inline std::optional<double> MetricSample(uint16_t http_port, const std::string& name,
+                                          const std::string& labels = "") {
+  HttpClient client(http_port, std::chrono::milliseconds(2000));
+  auto response = client.Get("/metrics");
+  if (!response || response->result_int() != 200) return std::nullopt;
+  const std::string prefix = labels.empty() ? name + " " : name + "{" + labels + "} ";
+  std::istringstream lines(response->body());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(prefix)) return std::strtod(line.c_str() + prefix.size(), nullptr);
+  }
+  return std::nullopt;
 }
 
 }  // namespace ringlimit::testing

@@ -236,13 +236,16 @@ TEST_F(NodeLifecycleTest, HelpAndBadFlags) {
   for (const char* flag :
        {"--listen", "--threads", "--max-keys", "--admin-token", "--key-header", "--headroom-ttl-ms",
         "--max-connections", "--read-timeout-ms", "--idle-timeout-ms", "--max-body-bytes", "--node-id",
-        "--policies", "--config", "--log-level", "--port-file"}) {
+        "--policies", "--config", "--log-level", "--port-file", "--max-clock-offset-ms"}) {
     EXPECT_NE(log.find(flag), std::string::npos) << flag << " is not documented by --help";
   }
   EXPECT_EQ(RunToExit(dir_ / "bad1", {"--no-such-flag"}, &log), 2);
   EXPECT_EQ(RunToExit(dir_ / "bad2", {"--log-level", "loud"}, &log), 2);
   EXPECT_EQ(RunToExit(dir_ / "bad3", {"--read-timeout-ms", "0"}, &log), 2);
   EXPECT_EQ(RunToExit(dir_ / "bad4", {"--threads", "many"}, &log), 2);
+  EXPECT_EQ(RunToExit(dir_ / "bad6", {"--max-clock-offset-ms", "-1"}, &log), 2);
+  EXPECT_NE(log.find("--max-clock-offset-ms: expected 0..86400000"), std::string::npos) << log;
+  EXPECT_EQ(RunToExit(dir_ / "bad7", {"--max-clock-offset-ms", "soon"}, &log), 2);
   ASSERT_TRUE(WriteFile(dir_ / "broken.json", R"({"policies":{"x":{"limits":[{"limit":-1}]}}})"));
   EXPECT_EQ(RunToExit(dir_ / "bad5", {"--policies", (dir_ / "broken.json").string()}, &log), 1);
   EXPECT_NE(log.find("policies"), std::string::npos) << log;

@@ -31,6 +31,7 @@
 #include "replication/cluster_link.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
+#include "ring/clock_offset.h"
 #include "ring/membership.h"
 #include "tests/sim/checker.h"
 #include "tests/sim/sim_node.h"
@@ -60,6 +61,10 @@ struct SimOptions {
   // Forwarder: timeout of one forwarded check, and the nodes tried (ForwarderOptions). Default: 500 ms, 2.
   std::chrono::milliseconds forward_timeout{500};
   uint32_t max_attempts = 2;
+  // Sends of a timed-out forwarded check to the same node (ForwarderOptions::timeout_retries). Default: 1.
+  uint32_t timeout_retries = 1;
+  // The max-offset rule (ClusterOptions::clock, --max-clock-offset-ms). Default: 500 ms.
+  ring::ClockOffsetOptions clock{};
   // The durable tier's flush interval (--flush-interval-ms): what a crash loses. Default: 100 ms.
   std::chrono::milliseconds flush_interval{100};
   // How long a node that has left waits for its own checks before it exits anyway. Default: 5 s.

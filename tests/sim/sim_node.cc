@@ -45,7 +45,8 @@ class SimNode::Link final : public replication::ClusterLink {
 struct SimNode::Attempt {
   std::string payload;               // serialized ForwardCheckRequest
   std::vector<std::string> targets;  // ids, in the order to try
-  size_t next = 0;
+  size_t next = 0;                   // the next target to try
+  uint32_t timeout_retries = 0;      // of the current target
   ForwardDone done;
 };
 
@@ -88,6 +89,12 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   handoff_ = std::make_unique<replication::HandoffManager>(*store_, *link_, *replicator_, *executor_,
                                                            options_.handoff);
   handoff_->Start();
+  // As forwarder.cc: the ttl covers every retry of a check twice over.
+  cluster::DedupOptions dedup;
+  dedup.shards = 1;
+  dedup.ttl = std::max(dedup.ttl, 2 * (1 + options_.timeout_retries) * options_.forward_timeout);
+  dedup_ = std::make_unique<cluster::DedupCache>(dedup);
+  clocks_ = std::make_unique<ring::ClockOffsets>(options_.clock);
 
   ring::MembershipOptions membership_options = options_.membership;
   membership_options.random_seed = world_.Uniform(1, UINT64_MAX);
@@ -107,18 +114,49 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
 
 void SimNode::Tick() {
   Process(membership_->Tick(world_.now()));
+  JudgeClock();
   const auto every = std::max<std::chrono::nanoseconds>(options_.membership.probe_interval / 4,
                                                         std::chrono::milliseconds(1));
   world_.Schedule(world_.now() + every, slot_, life_, [this] { Tick(); });
 }
 
-void SimNode::Receive(const ring::Message& message) { Process(membership_->Receive(world_.now(), message)); }
+void SimNode::Receive(const ring::Message& message) {
+  Process(membership_->Receive(world_.now(), message));
+  // cluster.cc Receive: an Ack answering our Ping is a sample of its sender's clock.
+  if (message.type == ring::MessageType::kAck && message.echo_wall_ns != 0 && message.wall_ns != 0 &&
+      message.from != id_) {
+    clocks_->Add(message.from, world_.now(),
+                 ring::ClockSample{ring::WallTime(message.echo_wall_ns), ring::WallTime(message.wall_ns),
+                                   ring::WallTime(WallNow())});
+  }
+}
+
+// cluster.cc JudgeClock: the max-offset rule over the other ring members.
+void SimNode::JudgeClock() {
+  std::vector<std::string> others;
+  for (const ring::MemberInfo& m : membership_->Members()) {
+    if (m.id != id_ && ring::IsInRing(m.state)) others.push_back(m.id);
+  }
+  const bool skewed = clocks_->Evaluate(world_.now(), others) == ring::ClockHealth::kSkewed;
+  if (skewed != clock_skewed_ && world_.tracing()) {
+    world_.Trace(slot_, TraceKind::kMember,
+                 id_ + (skewed ? " refuses to decide: " : " decides again: ") + clocks_->reason());
+  }
+  clock_skewed_ = skewed;
+}
 
 // cluster.cc Process: send, note the events, and publish a new ring after its handoff overrides.
 void SimNode::Process(ring::MembershipOutput out) {
-  for (const ring::Outgoing& outgoing : out.messages) cluster_.SendMembership(slot_, outgoing);
+  for (ring::Outgoing& outgoing : out.messages) {
+    outgoing.message.wall_ns = WallNow();  // cluster.cc stamps every message it sends
+    cluster_.SendMembership(slot_, outgoing);
+  }
   for (const ring::MemberEvent& event : out.events) {
     world_.Hash(static_cast<uint64_t>(event.kind), event.member.incarnation);
+    if (event.kind != ring::MemberEventKind::kSuspect && event.kind != ring::MemberEventKind::kLeaving &&
+        event.member.id != id_) {
+      clocks_->Forget(event.member.id);  // as cluster.cc: its clock may not be the one measured
+    }
     if (world_.tracing()) {
       world_.Trace(slot_, TraceKind::kMember,
                    id_ + " sees " + event.member.id + " " +
@@ -256,8 +294,8 @@ void SimNode::FailPending(Outcome outcome) {
 // An HTTP check entering here (check_engine.cc RunRouted, one key): decided here when this node decides
 // the key, else forwarded; decided here after all when no other node answers.
 void SimNode::ClientCheck(uint64_t check, size_t key) {
-  if (!routing()) {
-    Answer(check, Outcome::kRefused, 0);  // 503 not_ready
+  if (!routing() || clock_skewed_) {
+    Answer(check, Outcome::kRefused, 0);  // 503 not_ready, or 503 clock_offset
     return;
   }
   pending_.insert(check);
@@ -338,6 +376,10 @@ void SimNode::Forward(peer::ForwardedCheck check, ForwardDone done) {
     attempt->done(std::nullopt);
     return;
   }
+  if (check.request_id_hi() == 0 && check.request_id_lo() == 0) {  // as forwarder.cc: this life's nonce
+    check.set_request_id_hi((static_cast<uint64_t>(slot_ + 1) << 32) | life_);
+    check.set_request_id_lo(next_request_++);
+  }
   peer::ForwardCheckRequest request;
   request.set_from(id_);
   request.set_owner(attempt->targets[0]);
@@ -352,9 +394,18 @@ void SimNode::Try(std::shared_ptr<Attempt> attempt) {
     attempt->done(std::nullopt);
     return;
   }
-  const std::string& target = attempt->targets[attempt->next++];
+  ++attempt->next;
+  attempt->timeout_retries = 0;
+  Call(std::move(attempt));
+}
+
+// forwarder.cc Call: a timed-out attempt goes again to the same node unless it is known dead. The link
+// answers every failure with nullopt; a timeout is a failure that took the whole timeout.
+void SimNode::Call(std::shared_ptr<Attempt> attempt) {
+  const std::string& target = attempt->targets[attempt->next - 1];
+  const MonoTime sent_at = world_.now();
   link_->Send(target, peer::METHOD_FORWARD_CHECK, attempt->payload, options_.forward_timeout,
-              [this, attempt](std::optional<std::string> payload) {
+              [this, attempt, sent_at](std::optional<std::string> payload) {
                 if (payload.has_value()) {
                   peer::ForwardCheckResponse response;
                   if (response.ParseFromString(*payload) && response.results_size() == 1 &&
@@ -362,6 +413,16 @@ void SimNode::Try(std::shared_ptr<Attempt> attempt) {
                     attempt->done(std::move(*response.mutable_results(0)));
                     return;
                   }
+                }
+                const std::string& target = attempt->targets[attempt->next - 1];
+                const std::optional<ring::MemberInfo> info = membership_->Find(target);
+                const bool dead = info.has_value() && (info->state == ring::MemberState::kDead ||
+                                                       info->state == ring::MemberState::kLeft);
+                if (!payload.has_value() && world_.now() - sent_at >= options_.forward_timeout &&
+                    attempt->timeout_retries < options_.timeout_retries && !dead) {
+                  ++attempt->timeout_retries;
+                  Call(attempt);
+                  return;
                 }
                 Try(attempt);
               });
@@ -395,6 +456,17 @@ void SimNode::Serve(std::string payload, Responder respond) {
     respond(std::nullopt);
     return;
   }
+  // forwarder.cc Serve: a retry is answered with its first attempt's answer, or waits for it.
+  const cluster::RequestId id{request->checks(0).request_id_hi(), request->checks(0).request_id_lo()};
+  if (!id.empty()) {
+    cluster::DedupCache::Lookup found = dedup_->Begin(id, world_.now(), respond);
+    if (found.outcome == cluster::DedupCache::Outcome::kDone) {
+      respond(std::move(found.answer));
+      return;
+    }
+    if (found.outcome == cluster::DedupCache::Outcome::kWaiting) return;
+    respond = Remembered(id, std::move(respond));
+  }
   const ring::Token token = ring::RingToken(request->checks(0).key());
   if (handoff_->Switching(token)) {
     std::function<void()> resume = [this, request, respond] {
@@ -418,6 +490,17 @@ void SimNode::Serve(std::string payload, Responder respond) {
   DecideAndReply(request, std::move(respond));
 }
 
+Responder SimNode::Remembered(cluster::RequestId id, Responder respond) {
+  return [this, id, respond = std::move(respond)](std::optional<std::string> answer) {
+    if (answer.has_value()) {
+      dedup_->Finish(id, *answer);
+    } else {
+      dedup_->Abandon(id);
+    }
+    respond(std::move(answer));
+  };
+}
+
 void SimNode::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond) {
   peer::ForwardedCheck check = request->checks(0);
   check.set_hops(check.hops() + 1);
@@ -438,6 +521,10 @@ void SimNode::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, 
 }
 
 void SimNode::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond) {
+  if (clock_skewed_) {  // forwarder.cc: CHECK_UNAVAILABLE, nothing charged; the sender goes on
+    respond(std::nullopt);
+    return;
+  }
   const peer::ForwardedCheck& check = request->checks(0);
   Decide(check.check_id(), check.key(), [this, respond](uint64_t decision) {
     const DecisionRecord& d = cluster_.checker().decision(decision);

@@ -5,10 +5,12 @@
 // replication::Replicator and replication::HandoffManager on the node's SimExecutor, and the Forwarder's
 // routing decisions (node/cluster/routing.h). Mirrored here, because they live inside classes bound to
 // sockets and strands: the ring publication of node/cluster/cluster.cc (Process, NoticeRestarts, Leave),
-// the sequencing of node/cluster/forwarder.cc (hold while switching, try the targets in order, decide
-// locally when none answers, pass on once), the deciding of node/api (one limit per key, charged with
-// limiter::Check at the node's wall-clock time) and the durable tier's periodic flush (to a "disk" map
-// that survives the node).
+// the sequencing of node/cluster/forwarder.cc (hold while switching, try the targets in order, retry a
+// timed-out target, decide locally when none answers, pass on once, answer a check's retries from the
+// dedup cache by its request id, refuse to decide while the clock is off -- a refusal is a failed call
+// here, CHECK_UNAVAILABLE there; both send the sender on at once), the deciding of node/api (one limit per
+// key, charged with limiter::Check at the node's wall-clock time) and the durable tier's periodic flush (to a
+// "disk" map that survives the node).
 //
 // Forward-check protocol of the simulator: a peer::ForwardCheckRequest with one check whose check_id is
 // the Checker's check id; the ForwardCheckResponse's single result carries, in check_id, the id of the
@@ -30,10 +32,12 @@
 #include <utility>
 #include <vector>
 
+#include "node/cluster/dedup_cache.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
+#include "ring/clock_offset.h"
 #include "ring/membership.h"
 #include "ring/ring_view.h"
 #include "storage/memory_store.h"
@@ -100,6 +104,7 @@ class SimNode {
 
   // Membership plumbing (cluster.cc: Process, NoticeRestarts).
   void Tick();
+  void JudgeClock();
   void Process(ring::MembershipOutput out);
   void NoticeRestarts();
   void FinishLeave();
@@ -110,9 +115,12 @@ class SimNode {
   using ForwardDone = std::function<void(std::optional<peer::ForwardedResult>)>;
   void Forward(peer::ForwardedCheck check, ForwardDone done);
   void Try(std::shared_ptr<Attempt> attempt);
+  void Call(std::shared_ptr<Attempt> attempt);
   void Serve(std::string payload, Responder respond);
   void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond);
   void DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond);
+  // `respond`, also remembering the answer of request `id` in the dedup cache (a failure forgets it).
+  Responder Remembered(cluster::RequestId id, Responder respond);
   // Charges check `check` of `key` here, then (after replication in sync mode) calls then(decision id).
   void Decide(uint64_t check, const std::string& key, std::function<void(uint64_t)> then);
   std::string DeciderOf(ring::Token token) const;
@@ -134,6 +142,10 @@ class SimNode {
   std::unique_ptr<Link> link_;
   std::unique_ptr<replication::Replicator> replicator_;
   std::unique_ptr<replication::HandoffManager> handoff_;
+  std::unique_ptr<cluster::DedupCache> dedup_;  // forwarded checks served, by request id
+  std::unique_ptr<ring::ClockOffsets> clocks_;  // the other members' clocks, from membership traffic
+  bool clock_skewed_ = false;                   // this node's clock is off: it decides nothing
+  uint64_t next_request_ = 1;                   // the low half of this life's request ids
 
   // Ring publication (as cluster.cc).
   std::shared_ptr<const ring::RingView> ring_;

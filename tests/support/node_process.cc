@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "tests/support/http_client.h"

@@ -1,0 +1,115 @@
+#include "ring/clock_offset.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace ringlimit::ring {
+
+namespace {
+
+using std::chrono::nanoseconds;
+
+std::string Seconds(nanoseconds d) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.3f s", static_cast<double>(d.count()) / 1e9);
+  return buffer;
+}
+
+nanoseconds Abs(nanoseconds d) { return d < nanoseconds::zero() ? -d : d; }
+
+}  // namespace
+
+Status Validate(const ClockOffsetOptions& options) {
+  if (options.max_offset.count() < 0) return Status::InvalidArgument("max clock offset: must be >= 0");
+  if (options.window < 1) return Status::InvalidArgument("clock sample window: must be >= 1");
+  if (options.max_age.count() <= 0) return Status::InvalidArgument("clock sample max age: must be positive");
+  if (options.max_round_trip.count() <= 0)
+    return Status::InvalidArgument("clock sample max round trip: must be positive");
+  return Status::OK();
+}
+
+std::string_view ClockHealthName(ClockHealth health) {
+  switch (health) {
+    case ClockHealth::kUnknown:
+      return "unknown";
+    case ClockHealth::kOk:
+      return "ok";
+    case ClockHealth::kSkewed:
+      return "skewed";
+  }
+  return "unknown";
+}
+
+ClockOffsets::ClockOffsets(ClockOffsetOptions options) : options_(options) {}
+
+bool ClockOffsets::Add(std::string_view member, MonoTime now, const ClockSample& sample) {
+  const nanoseconds round_trip = sample.received - sample.sent;
+  if (round_trip < nanoseconds::zero() || round_trip > options_.max_round_trip) return false;
+  // t1 - (t0 + t2) / 2, without overflowing on the sum.
+  const nanoseconds offset = sample.answered - sample.sent - round_trip / 2;
+  auto it = samples_.find(member);
+  if (it == samples_.end()) it = samples_.emplace(std::string(member), std::deque<Kept>{}).first;
+  it->second.push_back(Kept{now, offset, round_trip});
+  while (it->second.size() > options_.window) it->second.pop_front();
+  return true;
+}
+
+void ClockOffsets::Forget(std::string_view member) {
+  if (auto it = samples_.find(member); it != samples_.end()) samples_.erase(it);
+}
+
+std::optional<OffsetEstimate> ClockOffsets::Estimate(std::string_view member, MonoTime now) const {
+  auto it = samples_.find(member);
+  if (it == samples_.end()) return std::nullopt;
+  const Kept* best = nullptr;
+  for (const Kept& kept : it->second) {
+    if (now - kept.at > options_.max_age) continue;
+    if (best == nullptr || kept.round_trip < best->round_trip) best = &kept;
+  }
+  if (best == nullptr) return std::nullopt;
+  return OffsetEstimate{best->offset, best->round_trip / 2, best->at};
+}
+
+ClockHealth ClockOffsets::Evaluate(MonoTime now, std::span<const std::string> members) {
+  std::vector<nanoseconds> offsets;
+  size_t beyond = 0;       // certainly beyond max_offset
+  size_t beyond_half = 0;  // certainly beyond max_offset / 2
+  const nanoseconds max = options_.max_offset;
+  for (const std::string& member : members) {
+    std::optional<OffsetEstimate> estimate = Estimate(member, now);
+    if (!estimate) continue;
+    offsets.push_back(estimate->offset);
+    const nanoseconds certain = Abs(estimate->offset) - estimate->uncertainty;
+    if (certain > max) ++beyond;
+    if (certain > max / 2) ++beyond_half;
+  }
+  const size_t n = offsets.size();
+  if (n == 0) {
+    median_ = nanoseconds::zero();
+    health_ = ClockHealth::kUnknown;
+    reason_ = "no clock offset measured yet";
+    return health_;
+  }
+  std::sort(offsets.begin(), offsets.end());
+  median_ = n % 2 == 1 ? offsets[n / 2] : offsets[n / 2 - 1] + (offsets[n / 2] - offsets[n / 2 - 1]) / 2;
+  // The cluster's clocks run `median_` ahead of this one: this node's offset is its negation.
+  const std::string measured =
+      "clock offset " + Seconds(-median_) + " from the median of " + std::to_string(n) + " member(s)";
+  if (max == nanoseconds::zero()) {
+    health_ = ClockHealth::kOk;
+    reason_ = measured + "; the maximum offset rule is disabled";
+    return health_;
+  }
+  // Off: a majority must be certainly beyond the bound; back: no majority beyond half of it.
+  const bool was_skewed = health_ == ClockHealth::kSkewed;
+  const nanoseconds threshold = was_skewed ? max / 2 : max;
+  health_ = 2 * (was_skewed ? beyond_half : beyond) > n ? ClockHealth::kSkewed : ClockHealth::kOk;
+  reason_ = measured +
+            (health_ == ClockHealth::kSkewed ? "; more than half of them are beyond "
+                                             : "; no majority of them beyond ") +
+            Seconds(threshold) + " (--max-clock-offset-ms " + std::to_string(max.count() / 1'000'000) + ")";
+  return health_;
+}
+
+}  // namespace ringlimit::ring

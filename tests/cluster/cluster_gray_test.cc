@@ -1,0 +1,236 @@
+// Gray failures with real processes (issue 13): a forwarded check whose answer is late is retried and
+// charged once (idempotent forwarding), and a node whose wall clock is an hour off refuses to decide
+// (clock discipline, under libfaketime).
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "tests/cluster/cluster_test_util.h"
+
+namespace ringlimit::testing {
+namespace {
+
+namespace json = boost::json;
+using std::chrono::milliseconds;
+
+// GET /v1/cluster from the node at `port` as JSON (null on failure).
+json::value ClusterJson(uint16_t port) {
+  HttpClient client(port, milliseconds(2000));
+  auto response = client.Get("/v1/cluster");
+  if (!response || response->result_int() != 200) return nullptr;
+  return JsonBody(*response);
+}
+
+// The member `id`'s clock_offset_ms in the node's GET /v1/cluster, if measured.
+std::optional<double> OffsetMs(const json::value& cluster, const std::string& id) {
+  if (!cluster.is_object()) return std::nullopt;
+  for (const json::value& m : cluster.at("members").as_array()) {
+    if (StringField(m, "id") != id) continue;
+    if (const json::value* offset = m.as_object().if_contains("clock_offset_ms"))
+      return offset->to_number<double>();
+  }
+  return std::nullopt;
+}
+
+bool ClockOk(const json::value& cluster) { return cluster.is_object() && cluster.at("clock_ok").as_bool(); }
+
+// The libfaketime preload library of the machine, or "" when it is not installed.
+std::string FaketimeLibrary() {
+  for (const char* path :
+       {"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1"}) {
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "";
+}
+
+// A key the cluster (as node `via` sees it) places on `owner`; "" (and a test failure) when it cannot tell.
+std::string KeyOwnedVia(Cluster& cluster, size_t via, const std::string& owner, const std::string& prefix) {
+  auto view = FetchClusterView(cluster.http_port(via));
+  if (!view) {
+    ADD_FAILURE() << view.error();
+    return "";
+  }
+  auto ring = RingOfAlive(*view);
+  if (ring == nullptr || ring->Find(owner) == nullptr) {
+    ADD_FAILURE() << owner << " is not in " << view->node_id << "'s ring";
+    return "";
+  }
+  return KeyOwnedBy(*ring, owner, prefix);
+}
+
+// The owner of a key is paused (SIGSTOP) past the forward timeout but not past failure detection: the
+// entry node's first attempt times out, it sends the check again to the same owner, and the resumed
+// owner decides the first attempt and answers the retry from its dedup cache. The key is charged once.
+TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
+  // Failure detection far slower than the pause: however late the check reaches n1 on a loaded machine,
+  // n2 is never declared dead meanwhile (n1 would then skip it and go straight to the next holder).
+  auto started = Cluster::Start(
+      {.nodes = 3, .args = {"--threads", "2", "--log-level", "debug", "--suspicion-timeout-ms", "20000"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const std::string key = KeyOwnedVia(cluster, 0, "n2", "dedup-");
+  ASSERT_FALSE(key.empty());
+  const CheckSpec spec{.limit = 100};
+  HttpClient n1(cluster.http_port(0), milliseconds(10'000));
+  for (int i = 0; i < 3; ++i) {
+    auto outcome = PostCheck(n1, key, spec);
+    ASSERT_TRUE(outcome) << outcome.error();
+    ASSERT_EQ(outcome->status, 200) << outcome->body;
+    ASSERT_EQ(outcome->owner, "n2");
+  }
+  const double retried_before =
+      MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="retried_same")").value_or(-1);
+  ASSERT_GE(retried_before, 0);
+
+  ASSERT_TRUE(cluster.node(1).Signal(SIGSTOP));
+  // The check goes in while the owner is paused; it is answered once the owner resumes.
+  auto pending = std::async(std::launch::async, [&cluster, &key, &spec] {
+    HttpClient client(cluster.http_port(0), milliseconds(10'000));
+    return PostCheck(client, key, spec);
+  });
+  // The first attempt timed out and the same owner got the check again.
+  auto retried =
+      WaitFor("n1 to retry the paused owner", milliseconds(5'000 * kSlowdown), [&](std::string* last) {
+        const double now =
+            MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="retried_same")")
+                .value_or(-1);
+        *last = "retried_same " + std::to_string(now);
+        return now > retried_before;
+      });
+  ASSERT_TRUE(cluster.node(1).Signal(SIGCONT));
+  auto outcome = pending.get();
+  ASSERT_TRUE(outcome) << outcome.error();
+  ASSERT_TRUE(retried) << retried.error() << "; the check came back " << outcome->status << " "
+                       << outcome->body << "\n"
+                       << cluster.Logs();
+  ASSERT_EQ(outcome->status, 200) << outcome->body;
+  EXPECT_TRUE(outcome->allowed);
+  EXPECT_EQ(outcome->owner, "n2") << "decided by the owner, not a failover";
+  EXPECT_EQ(outcome->remaining, 96u) << "charged once: 100 - 3 - 1";
+
+  // Looked at (cost 0) through every node: one charge.
+  for (size_t i = 0; i < 3; ++i) {
+    HttpClient client(cluster.http_port(i));
+    auto peek = PostCheck(client, key, CheckSpec{.limit = 100, .cost = 0});
+    ASSERT_TRUE(peek) << peek.error();
+    ASSERT_EQ(peek->status, 200) << peek->body;
+    EXPECT_EQ(peek->remaining, 96u) << "through " << cluster.id(i);
+  }
+  // The owner answered the retry from its dedup cache (with the first decision, or after it).
+  const double hits =
+      MetricSample(cluster.http_port(1), "ringlimit_forward_dedup_total", R"(what="hits")").value_or(0) +
+      MetricSample(cluster.http_port(1), "ringlimit_forward_dedup_total", R"(what="waits")").value_or(0);
+  EXPECT_GE(hits, 1) << cluster.Logs();
+}
+
+// n3 runs an hour ahead or behind (libfaketime; its steady clock is not faked). The others measure its
+// offset, it measures theirs and refuses to decide: its keys are decided by their next holder, checks sent to
+// it get 503 clock_offset, and a key checked through every node admits exactly its limit. Restarted without
+// the skew, it decides again.
+class SkewedClockTest : public ::testing::TestWithParam<int> {};  // the skew in hours
+
+TEST_P(SkewedClockTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
+  const int hours = GetParam();
+  const double skew_ms = hours * 3'600'000.;
+  const std::string faketime = FaketimeLibrary();
+  if (faketime.empty()) GTEST_SKIP() << "libfaketime is not installed (scripts/bootstrap installs it)";
+  auto started = Cluster::Start({.nodes = 2});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  auto added =
+      cluster.AddNode({}, {"LD_PRELOAD=" + faketime,
+                           std::string("FAKETIME=") + (hours > 0 ? "+" : "") + std::to_string(hours) + "h",
+                           "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"});
+  ASSERT_TRUE(added) << added.error();
+  const size_t skewed = *added;
+  ASSERT_TRUE(cluster.WaitConverged()) << cluster.Logs();
+
+  // Every node sees the offsets: n3 about `skew` from n1, n1 about -`skew` from n3; n3 alone refuses.
+  auto measured =
+      WaitFor("the offsets to be measured", milliseconds(10'000 * kSlowdown), [&](std::string* last) {
+        const json::value n1 = ClusterJson(cluster.http_port(0));
+        const json::value n3 = ClusterJson(cluster.http_port(skewed));
+        const std::optional<double> n3_from_n1 = OffsetMs(n1, "n3");
+        const std::optional<double> n1_from_n3 = OffsetMs(n3, "n1");
+        *last = "n1: " + json::serialize(n1) + "\nn3: " + json::serialize(n3);
+        return n3_from_n1 && n1_from_n3 && std::abs(*n3_from_n1 - skew_ms) < 1'000 &&
+               std::abs(*n1_from_n3 + skew_ms) < 1'000 && ClockOk(n1) && !ClockOk(n3);
+      });
+  ASSERT_TRUE(measured) << measured.error();
+  const double n3_offset =
+      MetricSample(cluster.http_port(0), "ringlimit_clock_offset_seconds", R"(member="n3")").value_or(0);
+  EXPECT_NEAR(n3_offset, skew_ms / 1000, 1) << "n1's /metrics";
+  EXPECT_EQ(MetricSample(cluster.http_port(skewed), "ringlimit_clock_ok").value_or(-1), 0);
+  EXPECT_EQ(MetricSample(cluster.http_port(1), "ringlimit_clock_ok").value_or(-1), 1);
+
+  // A key n3 owns, checked round robin through every node.
+  const std::string key = KeyOwnedVia(cluster, 0, "n3", "skew-");
+  ASSERT_FALSE(key.empty());
+  const CheckSpec spec{.limit = 10};
+  int admitted = 0, denied = 0, refused = 0;
+  for (int i = 0; i < 30; ++i) {
+    const size_t via = static_cast<size_t>(i) % 3;
+    HttpClient client(cluster.http_port(via));
+    auto outcome = PostCheck(client, key, spec);
+    ASSERT_TRUE(outcome) << outcome.error();
+    if (via == skewed) {
+      EXPECT_EQ(outcome->status, 503) << outcome->body;
+      auto response =
+          client.Post("/v1/check", R"({"checks":[{"key":")" + key + R"(","limit":10,"window_ms":3600000}]})");
+      ASSERT_TRUE(response);
+      EXPECT_EQ(ErrorCode(*response), "clock_offset") << response->body();
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(outcome->status, 200) << outcome->body;
+    EXPECT_NE(outcome->owner, "n3") << "the skewed node decided";
+    (outcome->allowed ? admitted : denied)++;
+  }
+  EXPECT_EQ(admitted, 10) << "exactly the limit through n1 and n2";
+  EXPECT_EQ(denied, 10);
+  EXPECT_EQ(refused, 10);
+  EXPECT_GE(MetricSample(cluster.http_port(skewed), "ringlimit_clock_refusals_total").value_or(0), 10);
+  EXPECT_NE(cluster.node(skewed).Log().find("clock is off"), std::string::npos) << "n3 logs why";
+
+  // Without the skew n3 decides again. (It is declared dead first: ahead, its last incarnation
+  // outranks the restarted one until it refutes, which the dead tombstone makes it do at once.)
+  ASSERT_TRUE(cluster.Kill(skewed));
+  ASSERT_TRUE(cluster.WaitSeenAs(skewed, {"dead"}, true, milliseconds(15'000 * kSlowdown))) << cluster.Logs();
+  cluster.SetEnv(skewed, {});
+  ASSERT_TRUE(cluster.Restart(skewed)) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitConverged()) << cluster.Logs();
+  auto back = WaitFor("n3's clock to be back", milliseconds(10'000 * kSlowdown), [&](std::string* last) {
+    const json::value n3 = ClusterJson(cluster.http_port(skewed));
+    const std::optional<double> n1_from_n3 = OffsetMs(n3, "n1");
+    *last = json::serialize(n3);
+    return ClockOk(n3) && n1_from_n3 && std::abs(*n1_from_n3) < 500;
+  });
+  ASSERT_TRUE(back) << back.error();
+  ASSERT_TRUE(cluster.WaitHandoffsDone(milliseconds(15'000 * kSlowdown))) << cluster.Logs();
+  HttpClient n3(cluster.http_port(skewed));
+  const std::string fresh = KeyOwnedVia(cluster, skewed, "n3", "unskewed-");
+  ASSERT_FALSE(fresh.empty());
+  auto decided = PostCheck(n3, fresh, spec);
+  ASSERT_TRUE(decided) << decided.error();
+  ASSERT_EQ(decided->status, 200) << decided->body;
+  EXPECT_EQ(decided->owner, "n3");
+  // The key it could not decide keeps its count: still exhausted.
+  auto again = PostCheck(n3, key, spec);
+  ASSERT_TRUE(again) << again.error();
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_FALSE(again->allowed) << "admitted beyond the limit after the skew was removed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Skews, SkewedClockTest, ::testing::Values(1, -1), [](const auto& info) {
+  return info.param > 0 ? std::string("Ahead") : std::string("Behind");
+});
+
+}  // namespace
+}  // namespace ringlimit::testing
