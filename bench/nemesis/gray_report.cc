@@ -33,8 +33,8 @@ void PrintRow(const std::string& scenario, const std::string& checks, const std:
 
 void WriteDecisions(std::ofstream& out, const ScenarioResult& r) {
   for (const auto& d : r.decisions) {
-    out << '"' << r.name << "\"," << d.at_ms << ',' << d.phase << ',' << d.key << ',' << d.entry << ',' << d.status
-        << ',' << (d.allowed ? 1 : 0) << ',' << d.remaining << ',' << d.owner << '\n';
+    out << '"' << r.name << "\"," << d.at_ms << ',' << d.phase << ',' << d.key << ',' << d.entry << ','
+        << d.status << ',' << (d.allowed ? 1 : 0) << ',' << d.remaining << ',' << d.owner << '\n';
   }
 }
 
