@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
+#include <functional>
+#include <optional>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 namespace ringlimit::testing {
 namespace {
@@ -48,27 +51,57 @@ ShOutput Sh(const std::string& command) {
 
 bool PidAlive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
-// Runs `remove` + the name for every line of `listing`'s output where `pattern` matches and its group
-// `pid_group` names a process that is gone; the name is the match's group `name_group`.
-void RemoveStale(const std::string& listing, const std::regex& pattern, size_t name_group, size_t pid_group,
+// The name at `at` in `line` when it is one of ours -- kPrefix, the creating pid, then `tag` ('n' and a
+// node number: a namespace; 'b' followed by ':' or '@': a bridge) -- with that pid; nullopt otherwise.
+// (Parsed by hand: GCC 12's <regex> trips -Wmaybe-uninitialized in the sanitizer build.)
+std::optional<std::pair<std::string, long>> OurName(std::string_view line, size_t at, char tag) {
+  const std::string_view prefix(kPrefix);
+  if (at > line.size() || line.substr(at, prefix.size()) != prefix) return std::nullopt;
+  auto digits_from = [&](size_t i) {
+    while (i < line.size() && line[i] >= '0' && line[i] <= '9') ++i;
+    return i;
+  };
+  const size_t pid_begin = at + prefix.size();
+  size_t i = digits_from(pid_begin);
+  if (i == pid_begin || i - pid_begin > 9 || i >= line.size() || line[i] != tag) return std::nullopt;
+  const long pid = std::stol(std::string(line.substr(pid_begin, i - pid_begin)));
+  ++i;
+  if (tag == 'n') {
+    const size_t node_begin = i;
+    i = digits_from(i);
+    if (i == node_begin) return std::nullopt;
+  } else if (i >= line.size() || (line[i] != ':' && line[i] != '@')) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::string(line.substr(at, i - at)), pid);
+}
+
+// Runs `remove` + the name for every line of `listing`'s output that names one of ours (OurName, at the
+// position `where` finds in the line, npos: none) whose creating process is gone.
+void RemoveStale(const std::string& listing, const std::function<size_t(std::string_view)>& where, char tag,
                  const std::string& remove) {
   auto list = Sh(listing);
   if (!list) return;
   std::istringstream lines(*list);
   for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, pattern) && !PidAlive(std::stol(m[pid_group]))) {
-      (void)Sh(remove + m[name_group].str());
-    }
+    const size_t at = where(line);
+    if (at == std::string_view::npos) continue;
+    if (auto name = OurName(line, at, tag); name && !PidAlive(name->second)) (void)Sh(remove + name->first);
   }
 }
 
 // Deletes the namespaces and bridges of earlier runs whose process is gone.
 void CleanStale() {
-  RemoveStale("ip netns list", std::regex(std::string("^(") + kPrefix + "([0-9]+)n[0-9]+)"), 1, 2,
-              "ip netns del ");
-  RemoveStale("ip -o link show type bridge", std::regex(std::string(": (") + kPrefix + "([0-9]+)b)[:@]"), 1,
-              2, "ip link del ");
+  // "rlg123n1 (id: 0)" / "7: rlg123b: <BROADCAST,...>"
+  RemoveStale(
+      "ip netns list", [](std::string_view) -> size_t { return 0; }, 'n', "ip netns del ");
+  RemoveStale(
+      "ip -o link show type bridge",
+      [](std::string_view line) -> size_t {
+        const size_t colon = line.find(": ");
+        return colon == std::string_view::npos ? colon : colon + 2;
+      },
+      'b', "ip link del ");
 }
 
 // A /24 under 10.213.0.0/16 no interface of the root namespace uses yet, derived from the pid.
