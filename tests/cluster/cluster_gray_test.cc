@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/cluster/cluster_test_util.h"
+#include "tests/support/faketime.h"
 
 namespace ringlimit::testing {
 namespace {
@@ -39,16 +40,6 @@ std::optional<double> OffsetMs(const json::value& cluster, const std::string& id
 }
 
 bool ClockOk(const json::value& cluster) { return cluster.is_object() && cluster.at("clock_ok").as_bool(); }
-
-// The libfaketime preload library of the machine, or "" when it is not installed.
-std::string FaketimeLibrary() {
-  for (const char* path :
-       {"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/faketime/libfaketimeMT.so.1"}) {
-    if (std::filesystem::exists(path)) return path;
-  }
-  return "";
-}
 
 // A key the cluster (as node `via` sees it) places on `owner`; "" (and a test failure) when it cannot tell.
 std::string KeyOwnedVia(Cluster& cluster, size_t via, const std::string& owner, const std::string& prefix) {
@@ -139,15 +130,13 @@ class SkewedClockTest : public ::testing::TestWithParam<int> {};  // the skew in
 TEST_P(SkewedClockTest, ANodeWithASkewedClockRefusesToDecideUntilItsClockIsBack) {
   const int hours = GetParam();
   const double skew_ms = hours * 3'600'000.;
-  const std::string faketime = FaketimeLibrary();
-  if (faketime.empty()) GTEST_SKIP() << "libfaketime is not installed (scripts/bootstrap installs it)";
+  if (FaketimeLibrary().empty())
+    GTEST_SKIP() << "libfaketime is not installed (scripts/bootstrap installs it)";
   auto started = Cluster::Start({.nodes = 2});
   ASSERT_TRUE(started) << started.error();
   Cluster& cluster = **started;
   auto added =
-      cluster.AddNode({}, {"LD_PRELOAD=" + faketime,
-                           std::string("FAKETIME=") + (hours > 0 ? "+" : "") + std::to_string(hours) + "h",
-                           "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"});
+      cluster.AddNode({}, FaketimeEnv(std::string(hours > 0 ? "+" : "") + std::to_string(hours) + "h"));
   ASSERT_TRUE(added) << added.error();
   const size_t skewed = *added;
   ASSERT_TRUE(cluster.WaitConverged()) << cluster.Logs();

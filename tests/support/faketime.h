@@ -12,21 +12,37 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace ringlimit::testing {
 
-// Where Debian's faketime package puts the library (multi-threaded variant).
-inline constexpr char kLibFaketimePath[] = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+// Where Debian's faketime package puts the library (the multi-threaded variant first: ringlimitd runs
+// several threads).
+[[nodiscard]] inline std::string FaketimeLibrary() {
+  for (const char* path : {"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                           "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                           "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1"}) {
+    if (access(path, R_OK) == 0) return path;
+  }
+  return "";
+}
 
 // "NAME=value" entries: LD_PRELOAD of libfaketime, FAKETIME="<offset>" (libfaketime's relative form:
 // "+1h", "-3600s", ...), FAKETIME_DONT_FAKE_MONOTONIC=1, and no caching of the offset so it is exact
-// from the first call. Empty if the library is missing.
+// from the first call. In an ASan build the preloaded library comes before the ASan runtime, which ASan
+// refuses by default; ASAN_OPTIONS keeps the caller's options and adds verify_asan_link_order=0.
+// Empty if the library is missing.
 [[nodiscard]] inline std::vector<std::string> FaketimeEnv(const std::string& offset) {
-  if (access(kLibFaketimePath, R_OK) != 0) return {};
-  return {std::string("LD_PRELOAD=") + kLibFaketimePath, "FAKETIME=" + offset,
-          "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"};
+  const std::string library = FaketimeLibrary();
+  if (library.empty()) return {};
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  std::string asan_options = "ASAN_OPTIONS=";
+  if (asan != nullptr && *asan != '\0') asan_options += std::string(asan) + ":";
+  asan_options += "verify_asan_link_order=0";
+  return {"LD_PRELOAD=" + library, "FAKETIME=" + offset, "FAKETIME_DONT_FAKE_MONOTONIC=1",
+          "FAKETIME_NO_CACHE=1", asan_options};
 }
 
 }  // namespace ringlimit::testing
