@@ -445,9 +445,11 @@ void Rebase(const LimitSpec& spec, MergeState& m, Hlc stamp, const State& level)
   m.base = std::move(base);
 }
 
-// Evaluates `request` on the merged state; with `contributor`, charges it (CheckMerged).
+// Evaluates `request` on the merged state; with `state`, charges it on behalf of `contributor`
+// (CheckMerged). `admitted`: whether the whole request was admitted (CheckAllMerged; null: this
+// limit's own verdict decides).
 Decision Evaluate(const LimitSpec& spec, MergeState* state, const MergeState& view_of, const Request& request,
-                  ContributorId contributor, Hlc stamp) {
+                  ContributorId contributor, Hlc stamp, const bool* admitted = nullptr) {
   const Materialized mat = MaterializeAll(spec, view_of);
   const Capacities caps = ComputeCapacities(spec, request.headroom);
   State after;
@@ -455,7 +457,8 @@ Decision Evaluate(const LimitSpec& spec, MergeState* state, const MergeState& vi
   TimeNs decided_at = 0;
   Decision d = internal::WithView(spec, mat.plain, request.now, caps, [&](auto& view) {
     const internal::Verdict v = internal::Judge(view, spec.mode, caps, request.cost);
-    units = internal::ChargeUnits(v, v.allowed, spec.count_denied, request.cost);
+    units = internal::ChargeUnits(v, admitted != nullptr ? *admitted : v.allowed, spec.count_denied,
+                                  request.cost);
     Decision out = internal::Decide(view, v, caps, spec.limit, units);
     decided_at = view.Now();
     if (state != nullptr && units > 0) {
@@ -502,6 +505,16 @@ Decision Evaluate(const LimitSpec& spec, MergeState* state, const MergeState& vi
   return d;
 }
 
+// Another algorithm's copy means nothing under `spec`: start empty, with a base newer than its own.
+void Adopt(const LimitSpec& spec, MergeState& state, Hlc stamp) {
+  if (state.algorithm != spec.algorithm) {
+    const Hlc base = std::max(stamp, state.base.stamp + 1);
+    state = MergeState{};
+    state.algorithm = spec.algorithm;
+    state.base.stamp = base;
+  }
+}
+
 }  // namespace
 
 MergeState Merge(const MergeState& a, const MergeState& b) {
@@ -544,18 +557,101 @@ void MergeInto(MergeState& into, const MergeState& from) {
 
 Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId contributor, Hlc stamp,
                      const Request& request) {
-  if (state.algorithm != spec.algorithm) {
-    // Another algorithm's copy means nothing here: start empty, with a base newer than its own.
-    const Hlc base = std::max(stamp, state.base.stamp + 1);
-    state = MergeState{};
-    state.algorithm = spec.algorithm;
-    state.base.stamp = base;
-  }
+  Adopt(spec, state, stamp);
   return Evaluate(spec, &state, state, request, contributor, stamp);
 }
 
 Decision PeekMerged(const LimitSpec& spec, const MergeState& state, const Request& request) {
   return Evaluate(spec, nullptr, state, request, 0, 0);
+}
+
+bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeState* const> states,
+                    ContributorId contributor, Hlc stamp, const Request& request,
+                    std::span<Decision> decisions) {
+  // Pass 1: every limit's own verdict, nothing changed.
+  bool admitted = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    admitted = admitted && PeekMerged(*specs[i], *states[i], request).allowed;
+  }
+  // Pass 2: charge all (admitted) or only the count_denied limits (refused); the figures describe what
+  // was actually charged, as CheckAll's.
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LimitSpec& spec = *specs[i];
+    MergeState& state = *states[i];
+    if (!admitted && !spec.count_denied) {
+      decisions[i] = Evaluate(spec, nullptr, state, request, 0, 0, &admitted);  // charges nothing
+      continue;
+    }
+    Adopt(spec, state, stamp);
+    decisions[i] = Evaluate(spec, &state, state, request, contributor, stamp, &admitted);
+  }
+  return admitted;
+}
+
+TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state) {
+  if (state.algorithm != spec.algorithm) {
+    return kMinTime;
+  }
+  const Materialized mat = MaterializeAll(spec, state);
+  const TimeNs idle = IdleAt(spec, mat.plain);
+  if (mat.debt_until == kMinTime || idle == kMinTime) {
+    return idle;
+  }
+  return std::max(idle, mat.debt_until);
+}
+
+MergeState FromPlain(const LimitSpec& spec, const State& plain, ContributorId contributor, Hlc stamp) {
+  MergeState m;
+  if (plain.algorithm != spec.algorithm) {
+    return m;
+  }
+  m.algorithm = spec.algorithm;
+  const Capacities caps = ComputeCapacities(spec, 0.);
+  m.newest = internal::WithView(spec, plain, kMinTime, caps, [](auto& view) { return view.Now(); });
+  switch (FamilyOf(spec.algorithm)) {
+    case Family::kDrain:
+      Rebase(spec, m, stamp, plain);
+      return m;
+    case Family::kLog: {
+      Contribution& rec = RecordOf(m, contributor);
+      rec.version = stamp;
+      rec.stamps.assign(plain.tail.begin(), plain.tail.end());
+      std::sort(rec.stamps.begin(), rec.stamps.end());
+      return m;
+    }
+    case Family::kWindow:
+      break;
+  }
+  Contribution& rec = RecordOf(m, contributor);
+  rec.version = stamp;
+  rec.width = CellWidth(spec);
+  const int64_t k = FloorDiv(m.newest, rec.width);
+  const int64_t live = LiveCells(spec);
+  for (int64_t index = k - live + 1; index <= k; ++index) {
+    uint64_t count = PlainCell(spec, plain, index);
+    if (spec.algorithm == Algorithm::kSlidingWindowApprox && index == k - 1) {
+      count = AsCount(plain.word[2]);
+    }
+    if (count > 0) {
+      rec.cells.push_back({index, count});
+    }
+  }
+  if (rec.cells.empty()) {
+    m.contributions.clear();
+  }
+  return m;
+}
+
+uint64_t ChangeDigest(const MergeState& state) {
+  uint64_t sum = 0;
+  for (const Contribution& c : state.contributions) {
+    sum += c.version;
+  }
+  // Mixed so that one field's change cannot cancel another's (not a hash: collisions need a change
+  // of 2^64 in the version sum).
+  return sum ^ (state.base.stamp * 0x9e3779b97f4a7c15ULL) ^
+         (uint64_t{static_cast<uint8_t>(state.algorithm)} << 56) ^
+         (static_cast<uint64_t>(state.contributions.size()) << 48);
 }
 
 void ResetMerged(const LimitSpec& spec, MergeState& state, Hlc stamp) {

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,6 +116,13 @@ void MergeInto(MergeState& into, const MergeState& from);
 Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId contributor, Hlc stamp,
                      const Request& request);
 
+// Several limits of one entity charged all-or-nothing on merged states, as CheckAll (limiter.h) on
+// plain ones: if any limit refuses, none is charged (except count_denied limits, which charge the
+// refused request). Returns true when every limit admitted. REQUIRES: as CheckAll; stamp > 0.
+bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeState* const> states,
+                    ContributorId contributor, Hlc stamp, const Request& request,
+                    std::span<Decision> decisions);
+
 // What CheckMerged would decide, changing nothing.
 [[nodiscard]] Decision PeekMerged(const LimitSpec& spec, const MergeState& state, const Request& request);
 
@@ -122,6 +130,21 @@ Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId con
 // this state is later merged with older copies. Units charged concurrently by a decider that had not
 // seen the reset still count (conservative). REQUIRES: Validate(spec) is nullopt; stamp > 0.
 void ResetMerged(const LimitSpec& spec, MergeState& state, Hlc stamp);
+
+// The instant at which the merged state is back to its initial value if nothing more is charged
+// (IdleAt of Materialize): the storage tier may drop it then. kMinTime-like minimum when initial.
+[[nodiscard]] TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state);
+
+// A plain State (a row written before states were mergeable) as a merged state with the same
+// decisions: buckets as a base level, windows and logs as the record of `contributor` stamped
+// `stamp`. Empty when `plain` was written by another algorithm. REQUIRES: Validate(spec) is nullopt.
+[[nodiscard]] MergeState FromPlain(const LimitSpec& spec, const State& plain, ContributorId contributor,
+                                   Hlc stamp);
+
+// A digest that changes whenever a charge, reset or merge changed what the state records (the
+// algorithm, the base's stamp, the sum of the records' versions, their count): cheap change
+// detection for the storage tier without copying the state.
+[[nodiscard]] uint64_t ChangeDigest(const MergeState& state);
 
 // Garbage collection: drops cells, stamps, records and base entries that can no longer affect a
 // decision under `spec`, judged at the state's own newest instant. Deterministic.

@@ -342,6 +342,42 @@ TEST_P(MergeAllAlgorithms, EncodingRoundTripsAndRejectsGarbage) {
   }
 }
 
+// Several limits of one entity, all-or-nothing: CheckAllMerged decides and reports exactly as CheckAll
+// on plain states, including the figures of a limit not charged because a sibling refused; and a row
+// from before merging (FromPlain) goes on deciding as the plain state would.
+TEST_P(MergeAllAlgorithms, CheckAllMergedAndFromPlainDecideAsThePlainPath) {
+  for (uint64_t seed : kSeeds) {
+    std::mt19937_64 rng(seed);
+    LimitSpec big = Spec(GetParam(), 12, kSecond);
+    big.buckets = 8;
+    LimitSpec small = Spec(GetParam(), 3, kSecond);
+    small.buckets = 8;
+    small.count_denied = seed % 2 == 0;
+    const LimitSpec* specs[] = {&big, &small};
+    State plain[2];
+    MergeState merged[2];
+    State* plain_ptrs[] = {&plain[0], &plain[1]};
+    MergeState* merged_ptrs[] = {&merged[0], &merged[1]};
+    HybridClock clock(0);
+    TimeNs t = kT0;
+    for (int i = 0; i < 200; ++i) {
+      t += static_cast<TimeNs>(rng() % (150 * kMillisecond));
+      const Request request{.cost = 1 + rng() % 2, .now = t};
+      Decision want[2], got[2];
+      const bool plain_all = CheckAll(specs, plain_ptrs, request, want);
+      const bool merged_all = CheckAllMerged(specs, merged_ptrs, 77, clock.Now(t), request, got);
+      ASSERT_EQ(merged_all, plain_all) << "seed " << seed << " op " << i;
+      for (int j = 0; j < 2; ++j) {
+        ASSERT_EQ(got[j].allowed, want[j].allowed) << "seed " << seed << " op " << i << " limit " << j;
+        ASSERT_EQ(got[j].remaining, want[j].remaining) << "seed " << seed << " op " << i << " limit " << j;
+      }
+      if (i == 100) {  // as if read back from a row written before merging
+        for (int j = 0; j < 2; ++j) merged[j] = FromPlain(*specs[j], plain[j], 5, clock.Now(t));
+      }
+    }
+  }
+}
+
 TEST(MergeEncoding, HostileCountsAreRejectedWithoutAllocating) {
   std::string bytes;
   bytes += static_cast<char>(1);  // format

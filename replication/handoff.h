@@ -15,7 +15,7 @@
 //    becomes unreachable (dead, left) or done_timeout passes, B decides from what it has (its replica).
 //  - A node that joins or rejoins sees every range it gains as incoming from its previous owner, so a
 //    restarted node never decides from its stale copy before the current owner has pushed the newer one
-//    (newest version wins in ApplyIfNewer).
+//    (merged in by Absorb: every admission of either copy kept).
 // Graceful leave (Leave): the leaving node hands every range it owns to the owners of the ring without
 // it, then routes every check to them (RouteOverride) until it exits.
 // Re-replication: after a ring change, the owner of each key pushes it to the members that joined its

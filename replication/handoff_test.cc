@@ -20,6 +20,9 @@
 #include "replication/testing/loopback_link.h"
 #include "replication/testing/manual_executor.h"
 #include "storage/memory_store.h"
+#include "storage/testing/charge.h"
+
+using ringlimit::storage_testing::ChargeMerged;
 
 namespace ringlimit::replication {
 namespace {
@@ -61,8 +64,8 @@ void Charge(storage::Store& store, const std::string& key, uint64_t cost = 1) {
   storage::Slot slot{"rps", &spec};
   const limiter::TimeNs now = WallNow();
   store.Update(key, std::span<const storage::Slot>(&slot, 1), now,
-               [&](std::span<limiter::State* const> states) {
-                 limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.});
+               [&](std::span<limiter::MergeState* const> states) {
+                 ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.});
                });
 }
 
@@ -391,7 +394,7 @@ TEST_F(HandoffTest, RejoiningMemberCatchesUpBeforeDeciding) {
   // b was part of the cluster once: it still holds copies of every key, now stale.
   for (int i = 0; i < kKeys; ++i) {
     for (const storage::StoredState& s : StoreOf("a").Get(Key(i)))
-      ASSERT_TRUE(StoreOf("b").ApplyIfNewer(Key(i), s));
+      ASSERT_TRUE(StoreOf("b").Absorb(Key(i), s));
   }
   for (int i = 0; i < kKeys; ++i) Charge(StoreOf("a"), Key(i), 5);
 

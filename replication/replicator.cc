@@ -90,9 +90,8 @@ Status Validate(const ReplicatorOptions& options) {
 // The wire form of a state is its RocksDB value (storage/state_codec.h): one encoding, one validation.
 void ToNamedState(const storage::StoredState& s, peer::NamedState* out) {
   out->set_name(s.name);
-  // IdleAt requires a valid spec (every stored one is; a receiver ignores an invalid one anyway).
-  const limiter::TimeNs expiry = limiter::Validate(s.spec).has_value() ? 0 : limiter::IdleAt(s.spec, s.state);
-  storage::StateToProto(s, expiry, out->mutable_state());
+  // No expiry on the wire: a receiver computes its own when it writes the row.
+  storage::StateToProto(s, 0, out->mutable_state());
 }
 
 std::optional<storage::StoredState> FromNamedState(const peer::NamedState& named) {
@@ -355,7 +354,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       if (update.erased()) static_cast<void>(store.Discard(update.key()));
       for (const peer::NamedState& named : update.states()) {
         std::optional<storage::StoredState> s = FromNamedState(named);
-        if (s.has_value() && store.ApplyIfNewer(update.key(), *s)) {
+        if (s.has_value() && store.Absorb(update.key(), *s)) {
           ++applied;
         } else {
           ++ignored;

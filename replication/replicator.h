@@ -20,9 +20,9 @@
 // sync_timeout passed -- counted, and the answer goes out anyway: availability over durability). The
 // request path calls it after a local decision and answers the client from `done`.
 //
-// Receiving: HandleStateUpdate applies a StateUpdateBatch with Store::ApplyIfNewer (versions decide;
-// repeats and reordering are harmless) -- for live replication, handoff pushes and re-replication alike.
-// It runs on the caller's thread (the peer transport's).
+// Receiving: HandleStateUpdate merges a StateUpdateBatch in with Store::Absorb (a merge keeps every
+// admission; repeats and reordering are harmless) -- for live replication, handoff pushes and re-replication
+// alike. It runs on the caller's thread (the peer transport's).
 //
 // Thread safety: every public method is safe for concurrent use, except Stop (see there). Completions
 // (`done` of Decided, Flush and SendUpdates) run on the executor. Lifetime: the store, the link and the
@@ -104,12 +104,12 @@ struct ReplicatorStats {
 // ring token, `erased` false. `states` is empty when the store holds none.
 [[nodiscard]] peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity);
 
-// One stored state as it travels: name, spec (with its fingerprint), words, tail, version and expiry
-// (limiter::IdleAt). For pushes built from Store::ScanTokenRange.
+// One stored state as it travels: name, spec (with its fingerprint), the merged state's bytes and the
+// version (no expiry: the receiver computes its own). For pushes built from Store::ScanTokenRange.
 void ToNamedState(const storage::StoredState& state, peer::NamedState* out);
 
 // The stored state a NamedState carries, or nullopt when it is not a usable state (unknown algorithm or
-// mode, not 3 words, a spec that fails limiter::Validate).
+// mode, merged bytes limiter::ParseMergeState rejects, a spec that fails limiter::Validate).
 [[nodiscard]] std::optional<storage::StoredState> FromNamedState(const peer::NamedState& named);
 
 class Replicator final : public storage::StateObserver {

@@ -17,6 +17,10 @@
 #include "replication/testing/loopback_link.h"
 #include "ring/token.h"
 #include "storage/memory_store.h"
+#include "storage/testing/charge.h"
+
+using ringlimit::storage_testing::ChargeMerged;
+using ringlimit::storage_testing::Plain;
 
 namespace ringlimit::replication {
 namespace {
@@ -48,8 +52,8 @@ void Charge(storage::Store& store, std::string_view entity, std::string_view nam
   const limiter::TimeNs now = Now();
   storage::Slot slot{name, &spec};
   store.Update(entity, std::span<const storage::Slot>(&slot, 1), now,
-               [&](std::span<limiter::State* const> states) {
-                 static_cast<void>(limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.}));
+               [&](std::span<limiter::MergeState* const> states) {
+                 static_cast<void>(ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.}));
                });
 }
 
@@ -170,11 +174,7 @@ TEST(ReplicatorTest, NamedStateRoundTrip) {
   storage::StoredState s;
   s.name = "rps";
   s.spec = HourSpec(7);
-  s.state.algorithm = limiter::Algorithm::kFixedWindow;
-  s.state.word[0] = 11;
-  s.state.word[1] = -3;
-  s.state.word[2] = 1'700'000'000'000'000'000;
-  s.state.tail = {1, 2, 3};
+  ChargeMerged(s.spec, s.state, {3, 1'700'000'000'000'000'000, 0.});
   s.version = 12345;
   peer::NamedState named;
   ToNamedState(s, &named);
@@ -185,11 +185,11 @@ TEST(ReplicatorTest, NamedStateRoundTrip) {
   EXPECT_EQ(back->spec.window, s.spec.window);
   EXPECT_EQ(back->state, s.state);
   EXPECT_EQ(back->version, 12345u);
-  // Not usable: an invalid spec, a missing word.
+  // Not usable: an invalid spec, merged bytes cut short.
   named.mutable_state()->mutable_spec()->set_limit(0);
   EXPECT_FALSE(FromNamedState(named).has_value());
   ToNamedState(s, &named);
-  named.mutable_state()->mutable_word()->RemoveLast();
+  named.mutable_state()->mutable_merged()->pop_back();
   EXPECT_FALSE(FromNamedState(named).has_value());
 }
 
@@ -201,7 +201,7 @@ TEST(ReplicatorTest, OwnerChangeReachesBothSuccessors) {
   ASSERT_EQ(cluster.store("a").Get(key).size(), 2u);
   EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("b"), key); }));
   EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("c"), key); }));
-  EXPECT_EQ(cluster.store("b").Get(key)[1].state.word[1], 5);  // "rps" after "daily": 5 units counted
+  EXPECT_EQ(Plain(cluster.store("b").Get(key)[1]).word[1], 5);  // "rps" after "daily": 5 units counted
   // Later changes follow.
   Charge(cluster.store("a"), key, "rps", 10);
   EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("b"), key); }));
@@ -288,7 +288,7 @@ TEST(ReplicatorTest, RepeatsAndReorderingAreHarmless) {
   EXPECT_EQ(apply(v1).ignored(), 1u);  // older, after newer
   EXPECT_EQ(apply(v2).ignored(), 1u);  // repeat
   EXPECT_TRUE(SameStates(source.store(), replica.store(), "k"));
-  EXPECT_EQ(replica.store().Get("k")[0].state.word[1], 5);
+  EXPECT_EQ(Plain(replica.store().Get("k")[0]).word[1], 5);
   const ReplicatorStats stats = receiver.stats();
   EXPECT_EQ(stats.received_updates, 3u);
   EXPECT_EQ(stats.applied_states, 1u);
@@ -308,7 +308,7 @@ TEST(ReplicatorTest, MalformedAndInvalidPayloads) {
   storage::StoredState good;
   good.name = "ok";
   good.spec = HourSpec(5);
-  good.state.algorithm = limiter::Algorithm::kFixedWindow;
+  ChargeMerged(good.spec, good.state, {1, 1'700'000'000'000'000'000, 0.});
   good.version = 100;
   storage::StoredState bad = good;
   bad.name = "bad";
@@ -342,7 +342,7 @@ TEST(ReplicatorTest, UnreachableMemberGetsNothingThenCatchesUp) {
   cluster.net().SetReachable("c", true);
   Charge(cluster.store("a"), key);
   EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store("c"), key); }));
-  EXPECT_EQ(cluster.store("c").Get(key)[0].state.word[1], 2);
+  EXPECT_EQ(Plain(cluster.store("c").Get(key)[0]).word[1], 2);
 }
 
 TEST(ReplicatorTest, FailedSendsAreRetriedWhileTheMemberIsReachable) {
@@ -660,7 +660,7 @@ TEST(ReplicatorTest, ConcurrentChangesWhileTheFlusherRuns) {
     for (const char* id : {"b", "c"}) {
       EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(id), key)) << key << " on " << id;
     }
-    total += cluster.store("a").Get(key)[0].state.word[1];
+    total += Plain(cluster.store("a").Get(key)[0]).word[1];
   }
   EXPECT_EQ(total, kThreads * kPerThread);
   EXPECT_EQ(cluster.replicator("a").stats().pending_keys, 0u);

@@ -241,7 +241,7 @@ bool DurableStore::FlushOnce() {
 }
 
 void DurableStore::Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
-                          const std::function<void(std::span<limiter::State* const>)>& fn) {
+                          const std::function<void(std::span<limiter::MergeState* const>)>& fn) {
   memory_->Update(entity, slots, now, fn);
 }
 
@@ -253,8 +253,8 @@ size_t DurableStore::Erase(std::string_view entity, std::optional<std::string_vi
 
 StoreStats DurableStore::Stats() const { return memory_->Stats(); }
 
-bool DurableStore::ApplyIfNewer(std::string_view entity, const StoredState& state) {
-  return memory_->ApplyIfNewer(entity, state);
+bool DurableStore::Absorb(std::string_view entity, const StoredState& state) {
+  return memory_->Absorb(entity, state);
 }
 
 size_t DurableStore::Discard(std::string_view entity) { return memory_->Discard(entity); }

@@ -40,13 +40,13 @@ class DurableStore final : public Store {
 
   // StateStore.
   void Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
-              const std::function<void(std::span<limiter::State* const>)>& fn) override;
+              const std::function<void(std::span<limiter::MergeState* const>)>& fn) override;
   [[nodiscard]] std::vector<StoredState> Get(std::string_view entity) override;
   size_t Erase(std::string_view entity, std::optional<std::string_view> name) override;
   [[nodiscard]] StoreStats Stats() const override;
 
   // Store.
-  bool ApplyIfNewer(std::string_view entity, const StoredState& state) override;
+  bool Absorb(std::string_view entity, const StoredState& state) override;
   // The rows are deleted by the next flush (Flush or Close make it durable now).
   size_t Discard(std::string_view entity) override;
   [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;

@@ -30,7 +30,6 @@ uint64_t NextVersion(uint64_t old_version, limiter::TimeNs now) {
       now <= 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(now / 1'000'000), kVersionMax >> 4);
   return std::min(std::max(old_version + 1, clock << 4), kVersionMax);
 }
-limiter::Algorithm AlgorithmOf(uint64_t meta) { return static_cast<limiter::Algorithm>((meta >> 8) & 0xff); }
 uint64_t Flags(uint64_t meta) { return meta & 0xff; }
 uint64_t Meta(uint64_t version, limiter::Algorithm algorithm, uint64_t flags) {
   return (std::min(version, kVersionMax) << 16) | (uint64_t{static_cast<uint8_t>(algorithm)} << 8) | flags;
@@ -78,7 +77,7 @@ struct MemoryShard::Entry {
   uint32_t lru_prev = kNil;
   uint32_t lru_next = kNil;  // also the free-list link
   uint32_t entity_next = kNil;
-  int64_t word[3] = {0, 0, 0};
+  std::unique_ptr<limiter::MergeState> state;  // never null while the entry is in use
   uint64_t meta = 0;
 };
 
@@ -114,7 +113,7 @@ MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity)
       lru_tail_(kNil),
       heads_(std::make_unique<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>>(0, EntityHash{this},
                                                                                          EntityEq{this})) {
-  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 88, "keep the entry small");
+  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 72, "keep the entry small");
 }
 
 MemoryShard::~MemoryShard() = default;
@@ -137,6 +136,7 @@ uint32_t MemoryShard::Allocate() {
 void MemoryShard::Free(uint32_t index) {
   Entry& e = At(index);
   e.entity = std::string();  // give back a heap buffer if the key was long
+  e.state.reset();
   e.slot = kNil;
   e.lru_next = free_head_;
   free_head_ = index;
@@ -211,8 +211,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   e.token = key.token;
   e.slot = Intern(state.name, state.spec);
   e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
-  std::memcpy(e.word, state.state.word, sizeof(e.word));
-  if (!state.state.tail.empty()) tails_[index] = state.state.tail;
+  e.state = std::make_unique<limiter::MergeState>(state.state);
   uint32_t head = FindHead(key);
   if (head == kNil) {
     heads_->insert(index);
@@ -245,7 +244,6 @@ void MemoryShard::Drop(uint32_t index, DropReason reason) {
     At(prev).entity_next = e.entity_next;
   }
   LruUnlink(index);
-  tails_.erase(index);
   Release(e.slot);
   Free(index);
   keys_.fetch_sub(1, std::memory_order_relaxed);
@@ -253,26 +251,9 @@ void MemoryShard::Drop(uint32_t index, DropReason reason) {
   if (reason == DropReason::kEvicted) evictions_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void MemoryShard::ReadState(uint32_t index, limiter::State& out) const {
-  const Entry& e = At(index);
-  out.algorithm = AlgorithmOf(e.meta);
-  std::memcpy(out.word, e.word, sizeof(e.word));
-  auto it = tails_.find(index);
-  if (it != tails_.end())
-    out.tail = it->second;
-  else
-    out.tail.clear();
-}
-
-void MemoryShard::WriteState(uint32_t index, limiter::State&& state, uint64_t version) {
+void MemoryShard::Changed(uint32_t index, uint64_t version) {
   Entry& e = At(index);
-  e.meta = Meta(version, state.algorithm, Flags(e.meta));
-  std::memcpy(e.word, state.word, sizeof(e.word));
-  if (state.tail.empty()) {
-    tails_.erase(index);
-  } else {
-    tails_[index] = std::move(state.tail);
-  }
+  e.meta = Meta(version, e.state->algorithm, Flags(e.meta));
   MarkDirty(index);
 }
 
@@ -290,7 +271,7 @@ StoredState MemoryShard::Copy(uint32_t index) const {
   StoredState out;
   out.name = slots_[e.slot].name;
   out.spec = slots_[e.slot].spec;
-  ReadState(index, out.state);
+  out.state = *e.state;
   out.version = Version(e.meta);
   return out;
 }
@@ -324,40 +305,41 @@ std::optional<NeedLoad> MemoryShard::Resolve(EntityKey key, std::span<const std:
 }
 
 MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,
-                                         const std::function<void(std::span<limiter::State* const>)>& fn,
+                                         const std::function<void(std::span<limiter::MergeState* const>)>& fn,
                                          const Loaded& loaded, bool want_changes) {
   const size_t n = slots.size();
   boost::container::small_vector<std::string_view, 4> names(n);
   for (size_t i = 0; i < n; ++i) names[i] = slots[i].name;
   boost::container::small_vector<uint32_t, 4> indices(n, kNil);
-  boost::container::small_vector<limiter::State, 4> states(n);
-  boost::container::small_vector<limiter::State*, 4> pointers(n);
+  // States not in memory yet (and a name given twice: the later slot works on a copy and wins).
+  boost::container::small_vector<limiter::MergeState, 4> fresh(n);
+  boost::container::small_vector<limiter::MergeState*, 4> pointers(n);
+  boost::container::small_vector<uint64_t, 4> before(n);
   Outcome outcome;
 
   std::lock_guard lock(mutex_);
   outcome.need = Resolve(key, names, loaded, indices);
   if (outcome.need) return outcome;
   for (size_t i = 0; i < n; ++i) {
-    pointers[i] = &states[i];
+    pointers[i] = &fresh[i];
     if (indices[i] == kNil) continue;
-    ReadState(indices[i], states[i]);
-    const SlotInfo& slot = slots_[At(indices[i]).slot];
-    // Lazy idle drop: a state back to its initial value is as good as none (its entry, and so its
-    // version, is kept because it is about to be used).
-    if (states[i].algorithm != limiter::Algorithm{} && limiter::IdleAt(slot.spec, states[i]) <= now) {
-      states[i] = limiter::State{};
-      idle_drops_.fetch_add(1, std::memory_order_relaxed);
+    bool repeated = false;
+    for (size_t j = 0; j < i; ++j) repeated |= indices[j] == indices[i];
+    if (repeated) {
+      fresh[i] = *At(indices[i]).state;
+    } else {
+      pointers[i] = At(indices[i]).state.get();  // charged in place: no copy on the request path
     }
+    before[i] = limiter::ChangeDigest(*pointers[i]);
   }
-  boost::container::small_vector<limiter::State, 4> before(states.begin(), states.end());
-  fn(std::span<limiter::State* const>(pointers.data(), n));
+  fn(std::span<limiter::MergeState* const>(pointers.data(), n));
 
   for (size_t i = 0; i < n; ++i) {
     uint32_t index = indices[i];
     const limiter::LimitSpec& spec = *slots[i].spec;
-    bool changed = !(states[i] == before[i]);
+    bool changed = index == kNil || limiter::ChangeDigest(*pointers[i]) != before[i];
     if (index == kNil) {
-      if (states[i] == limiter::State{}) continue;  // nothing to keep
+      if (fresh[i].algorithm == limiter::Algorithm{}) continue;  // nothing to keep
       // The same name twice in one call: the later slot's state wins, in one entry.
       index = FindInChain(FindHead(key), slots[i].name);
     }
@@ -376,15 +358,17 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
       }
     }
     if (!changed) continue;
-    WriteState(index, std::move(states[i]), NextVersion(Version(At(index).meta), now));
+    limiter::MergeState& stored = *At(index).state;
+    if (pointers[i] != &stored) stored = std::move(*pointers[i]);
+    limiter::Collect(spec, stored);
+    Changed(index, NextVersion(Version(At(index).meta), now));
     if (want_changes) outcome.changed.push_back(Copy(index));
   }
   outcome.pressure = Trim(now);
   return outcome;
 }
 
-MemoryShard::ApplyOutcome MemoryShard::ApplyIfNewer(EntityKey key, const StoredState& state,
-                                                    const Loaded& loaded) {
+MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& state, const Loaded& loaded) {
   ApplyOutcome outcome;
   std::string_view name = state.name;
   uint32_t index = kNil;
@@ -392,20 +376,27 @@ MemoryShard::ApplyOutcome MemoryShard::ApplyIfNewer(EntityKey key, const StoredS
   outcome.need =
       Resolve(key, std::span<const std::string_view>(&name, 1), loaded, std::span<uint32_t>(&index, 1));
   if (outcome.need) return outcome;
-  if (index != kNil && Version(At(index).meta) >= state.version) return outcome;
   if (index == kNil) {
     index = Insert(key, state, /*on_disk=*/Tombstoned(key, name));
+    limiter::Collect(state.spec, *At(index).state);
+    MarkDirty(index);
   } else {
     Entry& e = At(index);
-    uint32_t old = e.slot;
-    e.slot = Intern(state.name, state.spec);
-    Release(old);
-    limiter::State copy = state.state;
-    WriteState(index, std::move(copy), state.version);
+    limiter::MergeState& stored = *e.state;
+    const limiter::MergeState old = stored;
+    limiter::MergeInto(stored, state.state);
+    // The spec the state was last updated with stays, unless this copy held nothing under it.
+    if (old.algorithm == limiter::Algorithm{} || old.algorithm != slots_[e.slot].spec.algorithm) {
+      uint32_t old_slot = e.slot;
+      e.slot = Intern(state.name, state.spec);
+      Release(old_slot);
+    }
+    limiter::Collect(slots_[e.slot].spec, stored);
+    if (stored == old) return outcome;  // nothing new in it
+    Changed(index, std::max(Version(e.meta) + 1, state.version));
     LruUnlink(index);
     LruPushFront(index);
   }
-  MarkDirty(index);  // (a new entry; WriteState marked a replaced one)
   outcome.applied = true;
   outcome.pressure = Trim(std::numeric_limits<limiter::TimeNs>::min());
   return outcome;
@@ -491,10 +482,9 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
   uint32_t index = lru_tail_;
   for (size_t k = 0; k < max && index != kNil; ++k) {
     uint32_t prev = At(index).lru_prev;
-    limiter::State state;
-    ReadState(index, state);
+    const limiter::MergeState& state = *At(index).state;
     if (state.algorithm == limiter::Algorithm{} ||
-        limiter::IdleAt(slots_[At(index).slot].spec, state) <= now) {
+        limiter::MergedIdleAt(slots_[At(index).slot].spec, state) <= now) {
       Drop(index, DropReason::kIdle);
       ++dropped;
     }
@@ -548,7 +538,7 @@ void MemoryShard::CollectDirty(std::vector<DirtyRecord>& out) {
     r.entity = At(index).entity;
     r.token = At(index).token;
     r.state = Copy(index);
-    r.expiry = limiter::IdleAt(r.state.spec, r.state.state);
+    r.expiry = limiter::MergedIdleAt(r.state.spec, r.state.state);
     out.push_back(std::move(r));
   }
 }
@@ -574,9 +564,7 @@ void MemoryShard::AckFlushed(std::span<const DirtyRecord> records, bool ok) {
     e.meta |= kOnDisk;
     if (Version(e.meta) != r.state.version || !(Flags(e.meta) & kDirty)) continue;
     // Same version is not enough: a state recreated within the same millisecond can reuse a version.
-    limiter::State current;
-    ReadState(index, current);
-    if (!(current == r.state.state) || slots_[e.slot].spec != r.state.spec) continue;
+    if (!(*e.state == r.state.state) || slots_[e.slot].spec != r.state.spec) continue;
     e.meta &= ~kDirty;
     dirty_.erase(index);
     dirty_count_.fetch_sub(1, std::memory_order_relaxed);

@@ -1,9 +1,10 @@
 // MemoryShard: one independently locked part of the memory tier (internal to storage/).
 //
-// Layout (per state, see memory_store.h for the budget): an 88-byte Entry in a chunked slab addressed by
-// 32-bit indices, holding the entity's ring token (computed once, by the caller); a flat hash set of the
-// index of each entity's first entry (its other entries follow through Entry::entity_next), hashed by
-// that stored token; a doubly-linked LRU list through the slab; interned (name, spec) slots.
+// Layout (per state, see memory_store.h for the budget): a 72-byte Entry (its merged state on the heap) in a
+// chunked slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the caller); a
+// flat hash set of the index of each entity's first entry (its other entries follow through
+// Entry::entity_next), hashed by that stored token; a doubly-linked LRU list through the slab; interned
+// (name, spec) slots.
 //
 // Thread safety: every public method takes mutex_ itself; safe for concurrent use. No method does I/O
 // or calls out while holding mutex_ (except the caller's `fn`, which must not block).
@@ -68,16 +69,17 @@ class MemoryShard {
   };
 
   Outcome Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,
-                 const std::function<void(std::span<limiter::State* const>)>& fn, const Loaded& loaded,
+                 const std::function<void(std::span<limiter::MergeState* const>)>& fn, const Loaded& loaded,
                  bool want_changes);
 
-  // Returns true in `applied` when the state was replaced.
+  // Merges `state` into the stored copy (inserting it when there is none). `applied`: the stored copy
+  // changed.
   struct ApplyOutcome {
     std::optional<NeedLoad> need;
     bool applied = false;
     bool pressure = false;
   };
-  ApplyOutcome ApplyIfNewer(EntityKey key, const StoredState& state, const Loaded& loaded);
+  ApplyOutcome Absorb(EntityKey key, const StoredState& state, const Loaded& loaded);
 
   // The current epoch (moves when pending deletes are forgotten), for LoadEntity-based calls.
   uint64_t Epoch();
@@ -151,8 +153,7 @@ class MemoryShard {
   void LruPushFront(uint32_t index);
   uint32_t Insert(EntityKey key, const StoredState& state, bool on_disk);
   void Drop(uint32_t index, DropReason reason);
-  void ReadState(uint32_t index, limiter::State& out) const;
-  void WriteState(uint32_t index, limiter::State&& state, uint64_t version);  // marks dirty
+  void Changed(uint32_t index, uint64_t version);  // sets the version (and algorithm), marks dirty
   void MarkDirty(uint32_t index);
   StoredState Copy(uint32_t index) const;
   bool Tombstoned(EntityKey key, std::string_view name) const;
@@ -183,9 +184,8 @@ class MemoryShard {
   std::unique_ptr<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>> heads_;
   std::vector<SlotInfo> slots_;
   std::vector<uint32_t> free_slots_;
-  boost::unordered_flat_map<std::string, uint32_t> slot_ids_;        // SlotKey(name, spec) -> slot
-  boost::unordered_flat_map<uint32_t, std::vector<int64_t>> tails_;  // entry -> State::tail
-  boost::unordered_flat_set<uint32_t> dirty_;                        // write-back: entries newer than disk
+  boost::unordered_flat_map<std::string, uint32_t> slot_ids_;  // SlotKey(name, spec) -> slot
+  boost::unordered_flat_set<uint32_t> dirty_;                  // write-back: entries newer than disk
   struct Tomb {
     std::string entity;
     ring::Token token;

@@ -96,7 +96,7 @@ MemoryShard& MemoryStore::ShardFor(ring::Token token) const {
 }
 
 void MemoryStore::Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
-                         const std::function<void(std::span<limiter::State* const>)>& fn) {
+                         const std::function<void(std::span<limiter::MergeState* const>)>& fn) {
   EntityKey key{entity, ring::RingToken(entity)};
   MemoryShard& shard = ShardFor(key.token);
   Loaded loaded;
@@ -153,12 +153,12 @@ StoreStats MemoryStore::Stats() const {
   return stats;
 }
 
-bool MemoryStore::ApplyIfNewer(std::string_view entity, const StoredState& state) {
+bool MemoryStore::Absorb(std::string_view entity, const StoredState& state) {
   EntityKey key{entity, ring::RingToken(entity)};
   MemoryShard& shard = ShardFor(key.token);
   Loaded loaded;
   for (;;) {
-    auto outcome = shard.ApplyIfNewer(key, state, loaded);
+    auto outcome = shard.Absorb(key, state, loaded);
     if (outcome.need) {
       LoadMissing(*options_.loader, key, *outcome.need, loaded);
       continue;

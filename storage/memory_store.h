@@ -2,11 +2,11 @@
 // token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
 // so the hot path takes no global lock.
 //
-// Memory: one state costs an 88-byte slab entry (entity key inline up to 15 bytes, its ring token,
-// 48-bit version, 24 bytes of algorithm words, LRU and entity-chain links as 32-bit indices) plus ~6 bytes
-// of hash table;
-// limit names and specs are interned per shard and shared by every state that uses them; only
-// sliding_log and sliding_window keep a tail vector (in a side table).
+// Memory: one state costs a 72-byte slab entry (entity key inline up to 15 bytes, its ring token,
+// 48-bit version, LRU and entity-chain links as 32-bit indices, a pointer to its limiter::MergeState) plus
+// ~6 bytes of hash table, plus the merged state on the heap (one record per node that decided the key:
+// docs/storage.md gives the measured total); limit names and specs are interned per shard and shared by
+// every state that uses them.
 //
 // Range scans (ScanTokenRange, ScanTokenRangeWithDeletes) visit only the shards whose token interval
 // overlaps the range and read each state's stored token. A shard is read in chunks (at most
@@ -87,8 +87,8 @@ struct MemoryStoreOptions {
   size_t shards = 0;
 
   // Incremental idle sweep: every Update examines up to this many least-recently-used states of its
-  // shard and drops those already back to their initial value (limiter::IdleAt <= now). 0 = only on
-  // access and eviction. Default: 2.
+  // shard and drops those already back to their initial value (limiter::MergedIdleAt <= now). 0 = only
+  // by SweepIdle and eviction. Default: 2.
   size_t sweep_per_update = 2;
 };
 
@@ -98,7 +98,7 @@ struct DirtyRecord {
   ring::Token token = 0;
   bool erase = false;          // true: delete the row (entity, state.name); state.name is the only field set
   StoredState state;           // the state to write (erase == false)
-  limiter::TimeNs expiry = 0;  // limiter::IdleAt(state.spec, state.state): the row may go after it
+  limiter::TimeNs expiry = 0;  // limiter::MergedIdleAt(state.spec, state.state): the row may go after it
 };
 
 class MemoryStore final : public Store {
@@ -111,13 +111,13 @@ class MemoryStore final : public Store {
 
   // StateStore.
   void Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
-              const std::function<void(std::span<limiter::State* const>)>& fn) override;
+              const std::function<void(std::span<limiter::MergeState* const>)>& fn) override;
   [[nodiscard]] std::vector<StoredState> Get(std::string_view entity) override;
   size_t Erase(std::string_view entity, std::optional<std::string_view> name) override;
   [[nodiscard]] StoreStats Stats() const override;
 
   // Store.
-  bool ApplyIfNewer(std::string_view entity, const StoredState& state) override;
+  bool Absorb(std::string_view entity, const StoredState& state) override;
   // Write-back mode: the rows on disk get pending deletes, applied by the next flush.
   size_t Discard(std::string_view entity) override;
   [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;
@@ -126,7 +126,7 @@ class MemoryStore final : public Store {
   void Close() override {}
   [[nodiscard]] DurabilityStats Durability() const override { return {}; }
 
-  // Drops the idle states (limiter::IdleAt <= now) among the `max_per_shard` least recently used of
+  // Drops the idle states (limiter::MergedIdleAt <= now) among the `max_per_shard` least recently used of
   // every shard, one shard lock at a time; returns how many. The per-Update sweep only runs where there
   // is traffic: the durable tier calls this every flush interval (and fully before its last flush); a
   // memory-only node may call it from a timer. Counted in StoreStats::idle_drops.

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "storage/memory_shard.h"
+#include "storage/testing/charge.h"
+
+using ringlimit::storage_testing::ChargeMerged;
 
 namespace ringlimit::storage {
 namespace {
@@ -42,9 +45,10 @@ limiter::Decision Charge(StateStore& store, std::string_view entity, std::string
                          const LimitSpec& spec, limiter::TimeNs now, uint64_t cost = 1) {
   Slot slot{name, &spec};
   limiter::Decision decision;
-  store.Update(entity, std::span<const Slot>(&slot, 1), now, [&](std::span<State* const> states) {
-    decision = limiter::Check(spec, *states[0], limiter::Request{cost, now, 0.});
-  });
+  store.Update(entity, std::span<const Slot>(&slot, 1), now,
+               [&](std::span<limiter::MergeState* const> states) {
+                 decision = ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.});
+               });
   return decision;
 }
 
@@ -73,10 +77,10 @@ TEST(MemoryStoreTest, SeveralLimitsOfOneEntityInNameOrder) {
   LimitSpec b = Spec(Algorithm::kGcra, 10, kSecond);
   LimitSpec c = Spec(Algorithm::kSlidingWindow, 10, kSecond);
   Slot slots[] = {{"zeta", &a}, {"alpha", &b}, {"mid", &c}};
-  store.Update("e", slots, kT0, [&](std::span<State* const> states) {
-    limiter::Check(a, *states[0], {1, kT0, 0.});
-    limiter::Check(b, *states[1], {1, kT0, 0.});
-    limiter::Check(c, *states[2], {1, kT0, 0.});
+  store.Update("e", slots, kT0, [&](std::span<limiter::MergeState* const> states) {
+    ChargeMerged(a, *states[0], {1, kT0, 0.});
+    ChargeMerged(b, *states[1], {1, kT0, 0.});
+    ChargeMerged(c, *states[2], {1, kT0, 0.});
   });
   auto states = store.Get("e");
   ASSERT_EQ(states.size(), 3u);
@@ -84,7 +88,7 @@ TEST(MemoryStoreTest, SeveralLimitsOfOneEntityInNameOrder) {
   EXPECT_EQ(states[1].name, "mid");
   EXPECT_EQ(states[2].name, "zeta");
   EXPECT_EQ(states[1].spec.algorithm, Algorithm::kSlidingWindow);
-  EXPECT_FALSE(states[1].state.tail.empty());  // the sub-buckets survived the round trip
+  EXPECT_FALSE(states[1].state.contributions.empty());  // the record survived the round trip
 
   EXPECT_EQ(store.Erase("e", "mid"), 1u);
   EXPECT_EQ(store.Get("e").size(), 2u);
@@ -113,7 +117,9 @@ TEST(MemoryStoreTest, StateIsKeptAcrossCallsForEveryAlgorithm) {
       local_allowed += limiter::Check(spec, local, {1, kT0 + i * kMillisecond, 0.}).allowed ? 1 : 0;
     }
     EXPECT_EQ(allowed, local_allowed);
-    EXPECT_EQ(store.Get("k").at(0).state, local);
+    EXPECT_EQ(
+        limiter::Peek(spec, local, {0, kT0 + 8 * kMillisecond, 0.}).remaining,
+        limiter::PeekMerged(spec, store.Get("k").at(0).state, {0, kT0 + 8 * kMillisecond, 0.}).remaining);
   }
 }
 
@@ -121,14 +127,14 @@ TEST(MemoryStoreTest, SameNameTwiceInOneCallKeepsOneState) {
   MemoryStore store;
   LimitSpec spec = Spec(Algorithm::kFixedWindow, 10, kSecond);
   Slot slots[] = {{"n", &spec}, {"n", &spec}};
-  store.Update("k", slots, kT0, [&](std::span<State* const> states) {
-    limiter::Check(spec, *states[0], {1, kT0, 0.});
-    limiter::Check(spec, *states[1], {2, kT0, 0.});
+  store.Update("k", slots, kT0, [&](std::span<limiter::MergeState* const> states) {
+    ChargeMerged(spec, *states[0], {1, kT0, 0.});
+    ChargeMerged(spec, *states[1], {2, kT0, 0.});
   });
   auto states = store.Get("k");
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(store.Stats().keys, 1u);
-  EXPECT_EQ(limiter::Peek(spec, states[0].state, {0, kT0, 0.}).remaining, 8u);  // the later slot wins
+  EXPECT_EQ(limiter::PeekMerged(spec, states[0].state, {0, kT0, 0.}).remaining, 8u);  // the later slot wins
 }
 
 TEST(MemoryStoreTest, SpecChangeKeepsStateAndRecordsNewSpec) {
@@ -157,7 +163,8 @@ TEST(MemoryStoreTest, IdleStatesAreDroppedBySweepAndOnAccess) {
   EXPECT_EQ(store.Stats().idle_drops, 1u);
   EXPECT_TRUE(store.Get("old").empty());
 
-  // On access: the idle state is treated as initial (full bucket again).
+  // On access: the idle state decides as an initial one (full bucket again); it is dropped only by a sweep
+  // (the merged record stays until then, at no cost to the decision).
   MemoryStoreOptions no_sweep;
   no_sweep.shards = 1;
   no_sweep.sweep_per_update = 0;
@@ -167,7 +174,7 @@ TEST(MemoryStoreTest, IdleStatesAreDroppedBySweepAndOnAccess) {
   auto d = Charge(lazy, "k", "n", spec, kT0 + 10 * kSecond);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 4u);
-  EXPECT_EQ(lazy.Stats().idle_drops, 1u);
+  EXPECT_EQ(lazy.Stats().idle_drops, 0u);
 }
 
 TEST(MemoryStoreTest, SweepIdleDropsIdleStatesWithoutTraffic) {
@@ -370,40 +377,47 @@ TEST(MemoryStoreTest, RecreatedStatesGetGreaterVersions) {
   MemoryStore replica;
   StoredState old = store.Get("k")[0];
   old.version = last;
-  old.state = State{};
-  EXPECT_FALSE(store.ApplyIfNewer("k", old));
+  old.state = limiter::MergeState{};
+  EXPECT_FALSE(store.Absorb("k", old));
   EXPECT_EQ(store.Get("k")[0].version, ClockVersion(now));
-  EXPECT_TRUE(replica.ApplyIfNewer("k", old));
-  EXPECT_TRUE(replica.ApplyIfNewer("k", store.Get("k")[0]));
+  EXPECT_TRUE(replica.Absorb("k", old));
+  EXPECT_TRUE(replica.Absorb("k", store.Get("k")[0]));
   EXPECT_EQ(replica.Get("k")[0].version, ClockVersion(now));
 }
 
-TEST(MemoryStoreTest, ApplyIfNewerOrdersByVersion) {
+TEST(MemoryStoreTest, AbsorbMergesCopiesAndKeepsEveryAdmission) {
   MemoryStore store;
-  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  LimitSpec spec = Spec(Algorithm::kFixedWindow, 10, 60 * kSecond);
+  // Another node's copy: 3 units it admitted.
   StoredState incoming{"n", spec, {}, 7};
-  limiter::Check(spec, incoming.state, {2, kT0, 0.});
-  EXPECT_TRUE(store.ApplyIfNewer("k", incoming));
-  EXPECT_FALSE(store.ApplyIfNewer("k", incoming));  // same version: not newer
-  StoredState older = incoming;
-  older.version = 3;
-  older.state = State{};
-  EXPECT_FALSE(store.ApplyIfNewer("k", older));
+  for (int i = 0; i < 3; ++i) ChargeMerged(spec, incoming.state, {1, kT0, 0.}, /*contributor=*/99);
+  EXPECT_TRUE(store.Absorb("k", incoming));
+  EXPECT_FALSE(store.Absorb("k", incoming));                       // the same copy again: nothing new
+  EXPECT_FALSE(store.Absorb("k", StoredState{"n", spec, {}, 3}));  // an empty (older) copy: nothing new
   auto states = store.Get("k");
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(states[0].version, 7u);
   EXPECT_EQ(states[0].state, incoming.state);
-  // The next local change continues from the applied version (the clock is older here)...
-  Charge(store, "k", "n", spec, kT0);
-  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0));
-  // ...and from an applied version ahead of the clock, +1.
-  StoredState ahead = incoming;
+  // This node charges 2 more while the other node, unaware, charges 4 more on its copy: merging either
+  // way round counts all 9 -- neither copy rolls the other back, whatever the versions say.
+  Charge(store, "k", "n", spec, kT0, 2);
+  for (int i = 0; i < 4; ++i) ChargeMerged(spec, incoming.state, {1, kT0, 0.}, /*contributor=*/99);
+  incoming.version = 1;  // an older version changes nothing: merging does not look at it
+  EXPECT_TRUE(store.Absorb("k", incoming));
+  EXPECT_EQ(limiter::PeekMerged(spec, store.Get("k")[0].state, {0, kT0, 0.}).remaining, 1u);
+  MemoryStore other;
+  ASSERT_TRUE(other.Absorb("k", incoming));
+  EXPECT_TRUE(other.Absorb("k", store.Get("k")[0]));
+  EXPECT_EQ(other.Get("k")[0].state, store.Get("k")[0].state);
+  EXPECT_EQ(Charge(store, "k", "n", spec, kT0, 2).allowed, false);  // 9 + 2 > 10
+  EXPECT_EQ(Charge(store, "k", "n", spec, kT0, 1).allowed, true);
+  // The local version keeps increasing past whatever was absorbed.
+  StoredState ahead = store.Get("k")[0];
   ahead.version = ClockVersion(kT0) + 100;
-  EXPECT_TRUE(store.ApplyIfNewer("k", ahead));
-  ASSERT_EQ(store.Get("k").size(), 1u);
-  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 100);  // kept as given
-  Charge(store, "k", "n", spec, kT0);
-  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 101);
+  ChargeMerged(spec, ahead.state, {0, kT0 + kMillisecond, 0.}, /*contributor=*/98);  // (charges nothing)
+  ahead.state.base.stamp += 1;  // a copy that differs: a newer reset base
+  EXPECT_TRUE(store.Absorb("k", ahead));
+  EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 100);
 }
 
 TEST(MemoryStoreTest, ScanTokenRangeSelectsByRingToken) {

@@ -1,5 +1,8 @@
 #include "storage/state_codec.h"
 
+#include <algorithm>
+
+#include "limiter/merge.h"
 #include "limiter/spec_wire.h"
 #include "state.pb.h"
 
@@ -10,28 +13,40 @@ void StateToProto(const StoredState& s, limiter::TimeNs expiry, state::StoredSta
   limiter::SpecToProto(s.spec, out->mutable_spec());
   out->set_fingerprint(limiter::Fingerprint(s.spec));
   out->set_state_algorithm(limiter::AlgorithmToProto(s.state.algorithm));
-  for (int64_t w : s.state.word) out->add_word(w);
-  out->mutable_tail()->Add(s.state.tail.begin(), s.state.tail.end());
+  out->set_merged(limiter::EncodeMergeState(s.state));
   out->set_version(s.version);
   out->set_expiry_ns(expiry);
 }
 
 std::optional<StoredState> StateFromProto(std::string_view name, const state::StoredState& msg) {
-  if (msg.word_size() != 3) return std::nullopt;
   StoredState s;
-  // ALGORITHM_UNSPECIFIED is valid here: the state was never written (State::algorithm{}).
-  if (msg.state_algorithm() != state::ALGORITHM_UNSPECIFIED) {
-    Result<limiter::Algorithm> algorithm = limiter::AlgorithmFromProto(msg.state_algorithm());
-    if (!algorithm.ok()) return std::nullopt;
-    s.state.algorithm = *algorithm;
-  }
   Result<limiter::LimitSpec> spec = limiter::SpecFromProto(msg.spec());
   if (!spec.ok()) return std::nullopt;
   s.name = std::string(name);
   s.spec = *spec;
-  for (int i = 0; i < 3; ++i) s.state.word[i] = msg.word(i);
-  s.state.tail.assign(msg.tail().begin(), msg.tail().end());
   s.version = msg.version();
+  if (!msg.merged().empty()) {
+    if (!limiter::AlgorithmFromProto(msg.state_algorithm()).ok() &&
+        msg.state_algorithm() != state::ALGORITHM_UNSPECIFIED)
+      return std::nullopt;
+    Result<limiter::MergeState> merged = limiter::ParseMergeState(msg.merged());
+    if (!merged.ok()) return std::nullopt;
+    s.state = std::move(*merged);
+    return s;
+  }
+  // A row from before mergeable states (or a state never written: no words at all).
+  if (msg.word_size() == 0 && msg.state_algorithm() == state::ALGORITHM_UNSPECIFIED) return s;
+  if (msg.word_size() != 3) return std::nullopt;
+  limiter::State plain;
+  // ALGORITHM_UNSPECIFIED is valid here: the state was never written (State::algorithm{}).
+  if (msg.state_algorithm() != state::ALGORITHM_UNSPECIFIED) {
+    Result<limiter::Algorithm> algorithm = limiter::AlgorithmFromProto(msg.state_algorithm());
+    if (!algorithm.ok()) return std::nullopt;
+    plain.algorithm = *algorithm;
+  }
+  for (int i = 0; i < 3; ++i) plain.word[i] = msg.word(i);
+  plain.tail.assign(msg.tail().begin(), msg.tail().end());
+  s.state = limiter::FromPlain(s.spec, plain, kLegacyContributor, std::max<uint64_t>(1, msg.version()));
   return s;
 }
 

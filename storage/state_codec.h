@@ -5,6 +5,7 @@
 #ifndef RINGLIMIT_STORAGE_STATE_CODEC_H_
 #define RINGLIMIT_STORAGE_STATE_CODEC_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,10 @@ class StoredState;
 
 namespace ringlimit::storage {
 
+// The contributor id of what a pre-merge row had recorded (no node incarnation draws it: ids drawn at
+// random are checked against it).
+inline constexpr uint64_t kLegacyContributor = 1;
+
 // Serialises `state` (its name is in the row key, not in the value) with its expiry (Unix ns).
 [[nodiscard]] std::string EncodeStateValue(const StoredState& state, limiter::TimeNs expiry);
 
@@ -30,7 +35,9 @@ namespace ringlimit::storage {
 // The same two conversions on the message itself, for a state that travels inside another message
 // (peer.NamedState) without a detour through bytes. `*out` is overwritten.
 void StateToProto(const StoredState& state, limiter::TimeNs expiry, state::StoredState* out);
-// nullopt when `message` is not a valid state (wrong word count, unknown enum number, invalid spec).
+// nullopt when `message` is not a valid state (bad merged bytes, wrong word count, unknown enum number,
+// invalid spec). A row written before states were mergeable (words, no merged bytes) is read as
+// limiter::FromPlain on behalf of kLegacyContributor.
 [[nodiscard]] std::optional<StoredState> StateFromProto(std::string_view name,
                                                         const state::StoredState& message);
 

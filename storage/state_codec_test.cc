@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include "limiter/spec_wire.h"
 #include "state.pb.h"
+#include "storage/testing/charge.h"
+
+using ringlimit::storage_testing::ChargeMerged;
 
 namespace ringlimit::storage {
 namespace {
@@ -17,10 +21,9 @@ StoredState Sample() {
   s.spec.buckets = 6;
   s.spec.mode = limiter::Mode::kSoft;
   s.spec.soft_pct = 10;
-  s.state.algorithm = limiter::Algorithm::kSlidingWindow;
-  s.state.word[0] = 1'700'000'000LL * limiter::kSecond;
-  s.state.word[1] = 7;
-  s.state.tail = {1, 2, 3, 4, 5, 6, 7};
+  for (int i = 0; i < 7; ++i) {
+    ChargeMerged(s.spec, s.state, {1, 1'700'000'000LL * limiter::kSecond + i * limiter::kSecond, 0.});
+  }
   s.version = 42;
   return s;
 }
@@ -39,10 +42,10 @@ TEST(StateCodec, RoundTrip) {
 
 TEST(StateCodec, AStateNeverWrittenKeepsNoAlgorithm) {
   StoredState s = Sample();
-  s.state = limiter::State{};
+  s.state = limiter::MergeState{};
   std::optional<StoredState> back = DecodeStateValue("api", EncodeStateValue(s, 0));
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->state, limiter::State{});
+  EXPECT_EQ(back->state, limiter::MergeState{});
 }
 
 TEST(StateCodec, UnknownEnumNumbersAndInvalidSpecsAreRejected) {
@@ -63,9 +66,49 @@ TEST(StateCodec, UnknownEnumNumbersAndInvalidSpecsAreRejected) {
   m.mutable_spec()->set_limit(0);
   EXPECT_FALSE(DecodeStateValue("api", m.SerializeAsString()));
   m = good;
-  m.add_word(0);  // 4 words
+  m.mutable_merged()->pop_back();  // cut short
+  EXPECT_FALSE(DecodeStateValue("api", m.SerializeAsString()));
+  m = good;
+  m.clear_merged();
+  for (int i = 0; i < 4; ++i) m.add_word(0);  // a row from before merged states, with 4 words
   EXPECT_FALSE(DecodeStateValue("api", m.SerializeAsString()));
   EXPECT_FALSE(DecodeStateValue("api", "\xff\xff not a message"));
+}
+
+// A row written before states were mergeable (plain words, no merged bytes) reads back as a merged
+// state that decides exactly as the plain one would, for every algorithm.
+TEST(StateCodec, ARowFromBeforeMergedStatesDecidesAsItDid) {
+  const limiter::TimeNs t0 = 1'700'000'000LL * limiter::kSecond;
+  for (limiter::Algorithm a :
+       {limiter::Algorithm::kFixedWindow, limiter::Algorithm::kSlidingLog, limiter::Algorithm::kSlidingWindow,
+        limiter::Algorithm::kSlidingWindowApprox, limiter::Algorithm::kTokenBucket,
+        limiter::Algorithm::kLeakyBucket, limiter::Algorithm::kGcra}) {
+    SCOPED_TRACE(std::string(limiter::AlgorithmName(a)));
+    limiter::LimitSpec spec;
+    spec.algorithm = a;
+    spec.limit = 10;
+    spec.window = 60 * limiter::kSecond;
+    if (a == limiter::Algorithm::kSlidingWindow) spec.buckets = 6;
+    limiter::State plain;
+    // Spread over two windows, so the approximation's previous window and the buckets' drain count.
+    for (int i = 0; i < 14; ++i) limiter::Check(spec, plain, {1, t0 + i * 7 * limiter::kSecond, 0.});
+    state::StoredState row;
+    limiter::SpecToProto(spec, row.mutable_spec());
+    row.set_state_algorithm(limiter::AlgorithmToProto(plain.algorithm));
+    for (int64_t w : plain.word) row.add_word(w);
+    row.mutable_tail()->Add(plain.tail.begin(), plain.tail.end());
+    row.set_version(77);
+    std::optional<StoredState> back = DecodeStateValue("api", row.SerializeAsString());
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->version, 77u);
+    for (int k = 0; k < 30; ++k) {
+      const limiter::TimeNs at = t0 + 98 * limiter::kSecond + k * 3 * limiter::kSecond;
+      const limiter::Decision want = limiter::Check(spec, plain, {1, at, 0.});
+      const limiter::Decision got = ChargeMerged(spec, back->state, {1, at, 0.});
+      ASSERT_EQ(got.allowed, want.allowed) << "check " << k;
+      ASSERT_EQ(got.remaining, want.remaining) << "check " << k;
+    }
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "limiter/limiter.h"
+#include "limiter/merge.h"
 
 namespace ringlimit::storage {
 
@@ -33,9 +34,9 @@ struct Slot {
 // A copy of one stored state, as returned by Get.
 struct StoredState {
   std::string name;
-  limiter::LimitSpec spec;  // the spec the state was last updated with
-  limiter::State state;
-  uint64_t version = 0;  // increases by at least 1 on every change (replication orders by it)
+  limiter::LimitSpec spec;    // the spec the state was last updated with
+  limiter::MergeState state;  // every decider's record (limiter/merge.h); copies merge, never overwrite
+  uint64_t version = 0;       // this store's change counter: increases by at least 1 on every change
 };
 
 struct StoreStats {
@@ -48,13 +49,14 @@ class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Loads the states of `entity` named by `slots` (the initial State when absent), calls
-  // fn(states) -- states[i] belongs to slots[i] -- and keeps whatever fn changed, bumping versions.
+  // Loads the states of `entity` named by `slots` (an empty MergeState when absent), calls
+  // fn(states) -- states[i] belongs to slots[i] -- and keeps whatever fn changed (charged with
+  // limiter::CheckMerged and friends, detected by limiter::ChangeDigest), bumping versions.
   // The whole call is atomic with respect to other calls on the same entity.
   // `fn` must not block, do I/O, or call back into the store.
   // `now` is the current time; it lets the store drop idle states and compute expiries.
   virtual void Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
-                      const std::function<void(std::span<limiter::State* const>)>& fn) = 0;
+                      const std::function<void(std::span<limiter::MergeState* const>)>& fn) = 0;
 
   // Every stored state of `entity`, in name order.
   [[nodiscard]] virtual std::vector<StoredState> Get(std::string_view entity) = 0;

@@ -24,14 +24,15 @@ namespace ringlimit::storage {
 //
 // Calls happen on the thread that made the change, after the change is committed and outside every
 // store lock, so an observer may call Get on the store. Calls for the same entity are not ordered
-// between threads: order by StoredState::version. An observer must be cheap (it runs on the request
+// between threads; each call carries the whole merged state, so a late one changes nothing (merging is
+// idempotent). An observer must be cheap (it runs on the request
 // path) and must not block on I/O; queue the work instead. It must outlive the store.
 class StateObserver {
  public:
   virtual ~StateObserver() = default;
 
-  // `state` was created or changed by Update. (ApplyIfNewer does not notify: what a peer sent is not
-  // sent back out.)
+  // `state` was created or changed by Update. (Absorb does not notify: what a peer sent is not
+  // sent back out; its holders got it from the same sender.)
   virtual void OnChanged(std::string_view entity, const StoredState& state) = 0;
 
   // The state `name` of `entity` was removed by Erase (not by idle dropping or eviction, which are
@@ -60,10 +61,11 @@ struct DurabilityStats {
 
 class Store : public StateStore {
  public:
-  // Replaces the stored state (entity, state.name) with `state` if the store has no such state or holds
-  // an older version (version < state.version). Returns true if it did. Used by replication and handoff.
-  // REQUIRES: limiter::Validate(state.spec) returned nullopt.
-  virtual bool ApplyIfNewer(std::string_view entity, const StoredState& state) = 0;
+  // Merges `state` into the stored state (entity, state.name) (limiter::MergeInto: every admission either
+  // copy recorded is kept), or stores it when there is none. Returns true if the stored state changed.
+  // Commutative and idempotent: a copy received twice, late or out of order changes nothing more. Used
+  // by replication, handoff and catch-up. REQUIRES: limiter::Validate(state.spec) returned nullopt.
+  virtual bool Absorb(std::string_view entity, const StoredState& state) = 0;
 
   // Removes every state of `entity` from memory and disk WITHOUT telling the observer: the key moved to
   // other nodes (handoff cleanup), so this is not an erase to replicate. Returns how many were removed.
@@ -79,7 +81,7 @@ class Store : public StateStore {
   // between, so Update, Get and the rest run concurrently with it. What it guarantees under concurrent
   // calls:
   //  - a state present for the whole scan and not changed during it is returned exactly once, as it is.
-  //    "Changed" means an Update that changed it, ApplyIfNewer, Erase, Discard or an idle drop; memory
+  //    "Changed" means an Update that changed it, Absorb, Erase, Discard or an idle drop; memory
   //    eviction and reloading from disk (durable tier) are not changes, a memory-only eviction removes;
   //  - a state created, changed or removed during the scan is returned at most once, with a version it
   //    had at some moment during the scan, or not at all;

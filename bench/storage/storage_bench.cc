@@ -28,6 +28,9 @@
 #include "storage/durable_store.h"
 #include "storage/memory_store.h"
 #include "storage/open.h"
+#include "storage/testing/charge.h"
+
+using ringlimit::storage_testing::ChargeMerged;
 
 namespace {
 
@@ -86,8 +89,8 @@ void Charge(storage::StateStore& store, std::string_view entity, const limiter::
             limiter::TimeNs now, uint64_t cost = 1) {
   storage::Slot slot{"per_hour", &spec};
   store.Update(entity, std::span<const storage::Slot>(&slot, 1), now,
-               [&](std::span<limiter::State* const> s) {
-                 limiter::Check(spec, *s[0], limiter::Request{cost, now, 0.});
+               [&](std::span<limiter::MergeState* const> s) {
+                 ChargeMerged(spec, *s[0], limiter::Request{cost, now, 0.});
                });
 }
 

@@ -7,11 +7,16 @@
 
 #include <atomic>
 
+#include "limiter/hlc.h"
+#include "limiter/merge.h"
 #include "node/api/api_handler.h"
 #include "node/api/cluster_hooks.h"
 #include "node/api/headroom.h"
 
 namespace ringlimit::node {
+
+// A random contributor id: never 0 or storage::kLegacyContributor.
+limiter::ContributorId DrawContributorId();
 
 struct ApiContext {
   ApiContext(storage::StateStore& store_in, Clock clock_in, Policies& policies_in, Metrics& metrics_in,
@@ -24,6 +29,11 @@ struct ApiContext {
 
   storage::StateStore& store;
   const Clock clock;
+  // Whom this node's charges are recorded for in a merged state (limiter/merge.h): drawn at random
+  // per process, so every incarnation of a node has its own record; and the hybrid clock that stamps
+  // them (stamps only need to increase per contributor; the wall clock keeps them near real time).
+  const limiter::ContributorId contributor = DrawContributorId();
+  mutable limiter::HybridClock hlc{0};  // thread-safe (one atomic word)
   Policies& policies;
   Metrics& metrics;
   const ApiOptions options;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <random>
 
 #include "node/api/admin_handlers.h"
 #include "node/api/api_context.h"
@@ -15,6 +16,7 @@
 #include "node/api/gubernator_handlers.h"
 #include "node/api/keys_handlers.h"
 #include "node/api/metrics.h"
+#include "storage/state_codec.h"
 
 namespace ringlimit::node {
 
@@ -155,6 +157,14 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
 }
 
 }  // namespace
+
+limiter::ContributorId DrawContributorId() {
+  std::random_device device;
+  for (;;) {
+    const limiter::ContributorId id = (uint64_t{device()} << 32) | device();
+    if (id > storage::kLegacyContributor) return id;
+  }
+}
 
 Clock SystemClock() {
   return [] {

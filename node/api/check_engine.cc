@@ -311,29 +311,32 @@ void CheckBatch::RunGroup(std::span<const size_t> group, limiter::TimeNs now) {
     bool uniform;
     limiter::TimeNs now;
   } work{this, group, uniform, now};
-  context_.store.Update(first.key, slots_, now, [w = &work](std::span<limiter::State* const> states) {
+  context_.store.Update(first.key, slots_, now, [w = &work](std::span<limiter::MergeState* const> states) {
     CheckBatch& b = *w->self;
     const size_t count = w->group.size();
+    const limiter::ContributorId me = b.context_.contributor;
+    const limiter::Hlc stamp = b.context_.hlc.Now(w->now);
     bool all = true;
     if (w->uniform) {
       const PendingCheck& c0 = b.checks_[w->group[0]];
-      all = limiter::CheckAll(b.specs_, states,
-                              limiter::Request{.cost = c0.cost, .now = w->now, .headroom = c0.headroom},
-                              b.group_decisions_);
+      all = limiter::CheckAllMerged(b.specs_, states, me, stamp,
+                                    limiter::Request{.cost = c0.cost, .now = w->now, .headroom = c0.headroom},
+                                    b.group_decisions_);
     } else {
       // Mixed costs (or a reset): peek every limit first, then charge all only if all admit.
       for (size_t j = 0; j < count; ++j) {
         const PendingCheck& c = b.checks_[w->group[j]];
-        if (c.reset) *states[j] = limiter::State{};
-        b.group_decisions_[j] = limiter::Peek(
+        if (c.reset) limiter::ResetMerged(*c.spec, *states[j], stamp);
+        b.group_decisions_[j] = limiter::PeekMerged(
             *c.spec, *states[j], limiter::Request{.cost = c.cost, .now = w->now, .headroom = c.headroom});
         all = all && b.group_decisions_[j].allowed;
       }
       for (size_t j = 0; j < count; ++j) {
         const PendingCheck& c = b.checks_[w->group[j]];
         if (all || (c.spec->count_denied && !b.group_decisions_[j].allowed)) {
-          b.group_decisions_[j] = limiter::Check(
-              *c.spec, *states[j], limiter::Request{.cost = c.cost, .now = w->now, .headroom = c.headroom});
+          b.group_decisions_[j] =
+              limiter::CheckMerged(*c.spec, *states[j], me, stamp,
+                                   limiter::Request{.cost = c.cost, .now = w->now, .headroom = c.headroom});
         }
       }
     }

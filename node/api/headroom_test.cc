@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,7 +62,12 @@ TEST(HeadroomTest, ReadsRacingWritesSeeWholeSignals) {
       }
     });
   }
-  for (int i = 0; i < 20'000; ++i) {
+  // At least 20,000 writes, and on until the readers have read a while (on a loaded machine they may not
+  // have been scheduled at all during the first 20,000), bounded by a deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < 20'000 || (reads.load(std::memory_order_relaxed) < 1'000 &&
+                                 std::chrono::steady_clock::now() < deadline);
+       ++i) {
     ASSERT_TRUE(i % 2 == 0 ? headroom.Set("api", 0.75, kNow - 1, kNow)
                            : headroom.Set("api", 0.25, kNow + 1, kNow));
     if (i % 100 == 0) {

@@ -50,7 +50,7 @@ HttpResponse HandleKeysGet(const ApiContext& context, std::string_view encoded_k
   w.Key("states");
   w.BeginArray();
   for (const storage::StoredState& s : states) {
-    const limiter::Decision d = limiter::Peek(s.spec, s.state, limiter::Request{.cost = 0, .now = now});
+    const limiter::Decision d = limiter::PeekMerged(s.spec, s.state, limiter::Request{.cost = 0, .now = now});
     w.BeginObject();
     w.Field("name", s.name);
     w.Field("algorithm", limiter::AlgorithmName(s.spec.algorithm));

@@ -81,7 +81,7 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   store_options.write_back = true;  // as the durable tier drives it: the flush below is the disk
   store_options.shards = 4;         // not derived from the machine's threads
   store_ = std::make_unique<storage::MemoryStore>(store_options);
-  for (const auto& [where, state] : disk_) static_cast<void>(store_->ApplyIfNewer(where.first, state));
+  for (const auto& [where, state] : disk_) static_cast<void>(store_->Absorb(where.first, state));
   link_ = std::make_unique<Link>(*this);
   replicator_ = std::make_unique<replication::Replicator>(*store_, *link_, *executor_, options_.replication);
   store_->SetObserver(replicator_.get());
@@ -330,8 +330,10 @@ void SimNode::Decide(uint64_t check, const std::string& key, std::function<void(
   limiter::Decision decision;
   const storage::Slot slot{kLimitName, &spec};
   store_->Update(key, std::span<const storage::Slot>(&slot, 1), now,
-                 [&](std::span<limiter::State* const> states) {
-                   decision = limiter::Check(spec, *states[0], limiter::Request{.cost = 1, .now = now});
+                 [&](std::span<limiter::MergeState* const> states) {
+                   // One contributor per life (as a restarted ringlimitd draws a new one).
+                   decision = limiter::CheckMerged(spec, *states[0], Contributor(), hlc_.Now(now),
+                                                   limiter::Request{.cost = 1, .now = now});
                  });
   const uint64_t id = checker.Decided(check, slot_, world_.now(), decision);
   world_.Hash(id, decision.remaining * 2 + (decision.allowed ? 1 : 0));

@@ -9,8 +9,8 @@
 // timed-out target, decide locally when none answers, pass on once, answer a check's retries from the
 // dedup cache by its request id, refuse to decide while the clock is off -- a refusal is a failed call
 // here, CHECK_UNAVAILABLE there; both send the sender on at once), the deciding of node/api (one limit per
-// key, charged with limiter::Check at the node's wall-clock time) and the durable tier's periodic flush (to a
-// "disk" map that survives the node).
+// key, charged with limiter::CheckMerged at the node's wall-clock time) and the durable tier's periodic flush
+// (to a "disk" map that survives the node).
 //
 // Forward-check protocol of the simulator: a peer::ForwardCheckRequest with one check whose check_id is
 // the Checker's check id; the ForwardCheckResponse's single result carries, in check_id, the id of the
@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "limiter/hlc.h"
 #include "node/cluster/dedup_cache.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
@@ -132,6 +133,11 @@ class SimNode {
   const SimOptions& options_;
   const int slot_;
   const uint64_t life_;
+  limiter::HybridClock hlc_{0};  // stamps this life's charges
+  // This life's contributor id in merged states: unique per (slot, life), never storage::kLegacyContributor.
+  [[nodiscard]] limiter::ContributorId Contributor() const {
+    return (static_cast<uint64_t>(slot_ + 1) << 40) | (life_ + 2);
+  }
   const std::string id_;
   Disk& disk_;
 
