@@ -25,6 +25,7 @@ http::status StatusOf(ErrorKind kind) {
       return http::status::unsupported_media_type;
     case ErrorKind::kNotReady:
     case ErrorKind::kClockOffset:
+    case ErrorKind::kUnavailable:
       return http::status::service_unavailable;
     case ErrorKind::kInternal:
       break;
@@ -54,6 +55,8 @@ std::string_view CodeOf(ErrorKind kind) {
       return "not_ready";
     case ErrorKind::kClockOffset:
       return "clock_offset";
+    case ErrorKind::kUnavailable:
+      return "unavailable";
     case ErrorKind::kInternal:
       break;
   }

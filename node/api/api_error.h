@@ -25,6 +25,7 @@ enum class ErrorKind : uint8_t {
   kUnsupportedMediaType,  // 415 unsupported_media_type: POST/PUT body not declared as JSON
   kNotReady,              // 503 not_ready: /readyz before the node is ready, a check before it joined
   kClockOffset,           // 503 clock_offset: a check at a node whose clock is off from the cluster's
+  kUnavailable,           // 503 unavailable: no holder of a key answered (--failure-mode closed)
   kInternal,              // 500 internal: a bug; logged
 };
 

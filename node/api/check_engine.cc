@@ -258,6 +258,21 @@ bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
                              std::string_view self_id) {
   const auto [begin, end] = groups_[g];
   const std::span<const size_t> group(order_.data() + begin, end - begin);
+  if (result && result->status() == peer::CHECK_UNAVAILABLE) {
+    // The router refused it (no holder answered, --failure-mode closed): nothing was charged anywhere.
+    if (!unavailable_) {
+      std::string message = "key ";
+      AppendJsonString(&message, checks_[group[0]].key);
+      unavailable_ = ApiError{ErrorKind::kUnavailable, message + ": " + result->error()};
+    }
+    unavailable_checks_.resize(checks_.size(), 0);
+    for (size_t i : group) {
+      unavailable_checks_[i] = 1;
+      decisions_[i] = limiter::Decision{};
+    }
+    all_allowed_ = false;
+    return false;
+  }
   if (!result || result->status() != peer::CHECK_OK ||
       static_cast<size_t>(result->decisions_size()) != group.size()) {
     RunGroup(group, now);  // nobody else could decide: this node does (owners_ already say so)

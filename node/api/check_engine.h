@@ -83,6 +83,12 @@ class CheckBatch {
   [[nodiscard]] std::span<const std::string_view> owners() const { return owners_; }
   [[nodiscard]] std::span<const limiter::Decision> decisions() const { return decisions_; }
   [[nodiscard]] bool all_allowed() const { return all_allowed_; }
+  // RunRouted: set when a key could not be decided at all (no holder answered under --failure-mode
+  // closed): the error to answer (503 unavailable); unavailable(i) says which checks it concerns.
+  [[nodiscard]] const std::optional<ApiError>& unavailable() const { return unavailable_; }
+  [[nodiscard]] bool unavailable(size_t check) const {
+    return check < unavailable_checks_.size() && unavailable_checks_[check] != 0;
+  }
   void Reserve(size_t n);
 
  private:
@@ -121,7 +127,9 @@ class CheckBatch {
   std::function<void()> done_;
 
   bool all_allowed_ = true;
-  std::string_view last_policy_;  // metrics lookup cache
+  std::optional<ApiError> unavailable_;
+  std::vector<uint8_t> unavailable_checks_;  // per check (RunRouted), 1: not decided
+  std::string_view last_policy_;             // metrics lookup cache
   DecisionCounters* last_counters_ = nullptr;
 };
 

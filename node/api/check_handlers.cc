@@ -228,6 +228,7 @@ Prepared PrepareCheckGet(const ApiContext& context, const HttpRequest& request, 
 // The response once every decision of `job` is in.
 HttpResponse Finish(const CheckJob& job) {
   const CheckBatch& batch = job.batch;
+  if (batch.unavailable()) return ToResponse(*batch.unavailable());
   std::string body;
   WriteCheckResponse(batch, &body);
   if (!job.is_get) return JsonOk(http::status::ok, std::move(body));

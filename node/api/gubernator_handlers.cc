@@ -276,6 +276,10 @@ HttpResponse Finish(const GubernatorJob& job) {
       WriteResp(&w, req.hits() > 0, 0, 0, now_ms + req.duration(), "");
     } else {
       const CheckBatch& batch = *job.rounds[static_cast<size_t>(round)];
+      if (batch.unavailable(static_cast<size_t>(index))) {
+        WriteResp(&w, false, 0, 0, 0, batch.unavailable()->message);
+        continue;
+      }
       const limiter::Decision& d = batch.decisions()[static_cast<size_t>(index)];
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
       const std::string_view owner =

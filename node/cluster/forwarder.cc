@@ -19,6 +19,7 @@ struct Forwarder::Attempt {
   std::vector<std::string> addresses;  // their peer addresses
   size_t next = 0;                     // the next target to try
   uint32_t timeout_retries = 0;        // of the current target
+  ring::Token token = 0;               // the key's
   ForwardDone done;
 };
 
@@ -214,6 +215,12 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
       reply.Refuse("left: the key is decided by its new owner");
       return;
     }
+    if (options_.failure_mode == FailureMode::kClosed && !HoldsCopy(token)) {
+      // Out of hops at a node with no copy of the key: the sender goes on to the next holder.
+      closed_.fetch_add(1, std::memory_order_relaxed);
+      reply.Refuse("not a holder of the key (--failure-mode closed)");
+      return;
+    }
   }
   DecideAndReply(*request, reply);
 }
@@ -228,6 +235,12 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
         // This node left the key's range: its copy may be older than the new owner's, so it must not
         // decide. The failure sends the original sender on to the key's next node.
         reply.Refuse("left: the key's new owner did not answer");
+        return;
+      }
+      if (options_.failure_mode == FailureMode::kClosed &&
+          !HoldsCopy(ring::RingToken(request->checks(0).key()))) {
+        closed_.fetch_add(1, std::memory_order_relaxed);
+        reply.Refuse("no holder of the key answered (--failure-mode closed)");
         return;
       }
       DecideAndReply(*request, reply);
@@ -288,6 +301,7 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   const std::string& self = cluster_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
+  attempt->token = token;
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
   std::span<const ring::MemberInfo> members;
@@ -326,6 +340,20 @@ void Forwarder::Decided(std::span<const std::string_view> keys, std::function<vo
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
   if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == cluster_.self_id()) {
+    if (!HoldsCopy(attempt->token)) {
+      // No holder answered and this node has no copy of the key (its turn in the preference list, if it
+      // has one, is past the holders').
+      if (options_.failure_mode == FailureMode::kClosed) {
+        closed_.fetch_add(1, std::memory_order_relaxed);
+        peer::ForwardedResult refused;
+        refused.set_status(peer::CHECK_UNAVAILABLE);
+        refused.set_owner(cluster_.self_id());
+        refused.set_error("no holder of the key answered (--failure-mode closed)");
+        attempt->done(std::move(refused));
+        return;
+      }
+      fallback_open_.fetch_add(1, std::memory_order_relaxed);
+    }
     fallback_local_.fetch_add(1, std::memory_order_relaxed);
     attempt->done(std::nullopt);
     return;
@@ -368,6 +396,13 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
       peer::CallOptions{.timeout = options_.timeout});
 }
 
+bool Forwarder::HoldsCopy(ring::Token token) const {
+  const replication::RoutingTable& table = cluster_.routing().Current();
+  std::optional<std::string> route_override;
+  if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
+  return HoldsKey(token, cluster_.self_id(), route_override, table.ring.get(), cluster_.options().replicas);
+}
+
 bool Forwarder::KnownDead(std::string_view id) const {
   const replication::RoutingTable& table = cluster_.routing().Current();
   if (table.members == nullptr) return false;
@@ -384,6 +419,8 @@ ForwarderStats Forwarder::stats() const {
   s.failures = failures_.load(std::memory_order_relaxed);
   s.fallback_next = fallback_next_.load(std::memory_order_relaxed);
   s.fallback_local = fallback_local_.load(std::memory_order_relaxed);
+  s.fallback_open = fallback_open_.load(std::memory_order_relaxed);
+  s.closed = closed_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
   s.passed_on = passed_on_.load(std::memory_order_relaxed);

@@ -10,14 +10,17 @@
 // left.
 //
 // Routing of one key: the decider first; if it does not answer (connection refused, timeout, overloaded,
-// error), the next alive member of the key's preference list; if that is this node, or nobody answers
-// within max_attempts, this node decides itself (availability over exactness, counted as a local
-// fallback). A node receiving a forwarded check decides it itself, unless its own routing names another
-// node and the check has made fewer than kMaxHops hops: then it passes it on once (a range being handed
-// over, or a sender with a stale ring). A check never makes more than kMaxHops hops: the last receiver
-// answers from its own view, so there is no forwarding loop. Exception: a check of a range this node is
-// switching to its new owner (HandoffManager::HoldWhileSwitching) is held until the switch is over and then
-// sent to the new owner, whatever its hops and even if that is its sender; the new owner then decides it.
+// error), the next alive member of the key's preference list, until every holder (the first --replicas of
+// the list) was tried; if that reaches this node, it decides itself from its copy. If nobody answers and
+// this node holds no copy, --failure-mode says what happens: `open` decides from this node's own (empty
+// or stale) copy, which later merges into the holders' state, `closed` refuses the check. Either way it
+// never silently replaces the holders' count: states merge (limiter/merge.h). A node receiving a forwarded
+// check decides it itself, unless its own routing names another node and the check has made fewer than
+// kMaxHops hops: then it passes it on once (a range being handed over, or a sender with a stale ring). A
+// check never makes more than kMaxHops hops: the last receiver answers from its own view, so there is no
+// forwarding loop. Exception: a check of a range this node is switching to its new owner
+// (HandoffManager::HoldWhileSwitching) is held until the switch is over and then sent to the new owner,
+// whatever its hops and even if that is its sender; the new owner then decides it.
 //
 // Idempotency: Forward gives every check an id unique across the cluster (RequestId: this process's
 // random nonce and a counter) unless it has one (a pass-on keeps the entry node's), and every hop and
@@ -75,13 +78,25 @@ namespace ringlimit::cluster {
 
 class Cluster;
 
+// What a node does with a check when no holder of its key answered and it holds no copy itself.
+enum class FailureMode : uint8_t {
+  kOpen,    // decide it from this node's own copy (admits; the state merges into the holders' later)
+  kClosed,  // refuse it: 503 unavailable to a client, CHECK_UNAVAILABLE to a forwarding node
+};
+
 struct ForwarderOptions {
   // --- Affects behaviour ---
   // Timeout of one forwarded check (--forward-timeout-ms), per attempt. Default: 500 ms.
   std::chrono::milliseconds timeout{500};
-  // Nodes tried at most (the owner, then the next alive members of the preference list) before this
-  // node decides itself. REQUIRES: >= 1. Default: 2.
+  // Nodes tried at least (the owner, then the next alive members of the preference list) before this
+  // node decides itself; every holder of the key (the first --replicas of the list) is tried in any case.
+  // REQUIRES: >= 1. Default: 2.
   uint32_t max_attempts = 2;
+  // --failure-mode: when no holder answered and this node holds no copy of the key. Default: kOpen -- a
+  // rate limiter that cannot reach its state should not take the API it protects down with it (Envoy's
+  // rate limit filter fails open by default too); what it admits is counted (fallback_open) and merges
+  // into the holders' count when they are back.
+  FailureMode failure_mode = FailureMode::kOpen;
   // Times an attempt that timed out is sent again to the same node (unless it is known dead) before the
   // next node is tried; see "Retries" above. REQUIRES: <= 3. Default: 1.
   uint32_t timeout_retries = 1;
@@ -99,6 +114,8 @@ struct ForwarderStats {
   uint64_t failures = 0;        // attempts that got no usable answer
   uint64_t fallback_next = 0;   // attempts sent to the next node after a failure
   uint64_t fallback_local = 0;  // keys decided here because no other node answered
+  uint64_t fallback_open = 0;   // ... of which this node held no copy (--failure-mode open)
+  uint64_t closed = 0;          // keys refused because no holder answered (--failure-mode closed)
   uint64_t served = 0;          // checks other nodes forwarded to this one
   uint64_t served_bad = 0;      // forwarded batches that did not parse
   uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
@@ -147,6 +164,8 @@ class Forwarder final : public node::CheckRouter {
   void Try(std::shared_ptr<Attempt> attempt);
   // Sends the attempt to its target `index`; on a timeout, again to the same one (see "Retries").
   void Call(std::shared_ptr<Attempt> attempt, size_t index);
+  // Whether this node holds a copy of the key of `token` (routing.h HoldsKey on the current table).
+  [[nodiscard]] bool HoldsCopy(ring::Token token) const;
   // Whether the routing table's members say `id` is dead or left.
   [[nodiscard]] bool KnownDead(std::string_view id) const;
   void Serve(std::string payload, const peer::PeerResponder& responder);
@@ -168,7 +187,7 @@ class Forwarder final : public node::CheckRouter {
   DedupCache dedup_;  // thread-safe
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
-      served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0};
+      served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
 };
 

@@ -20,7 +20,7 @@ std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view se
                                           uint32_t max_attempts) {
   std::vector<ForwardTarget> targets;
   auto add = [&](const std::string& id, bool first) {
-    if (targets.size() >= max_attempts) return;
+    if (targets.size() >= std::max<size_t>(max_attempts, replicas)) return;
     if (std::any_of(targets.begin(), targets.end(), [&](const ForwardTarget& t) { return t.id == id; }))
       return;
     const ring::MemberInfo* info = FindMember(members, id);
@@ -37,6 +37,16 @@ std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view se
     for (const ring::RingMember* member : ring->PreferenceList(token, r)) add(member->id, targets.empty());
   }
   return targets;
+}
+
+bool HoldsKey(ring::Token token, std::string_view self, const std::optional<std::string>& route_override,
+              const ring::RingView* ring, size_t replicas) {
+  if (route_override.has_value() && *route_override == self) return true;
+  if (ring == nullptr) return false;
+  for (const ring::RingMember* member : ring->PreferenceList(token, replicas)) {
+    if (member->id == self) return true;
+  }
+  return false;
 }
 
 bool PassesOn(uint32_t hops, std::string_view decider, std::string_view self, std::string_view from) {

@@ -37,7 +37,8 @@ struct ForwardTarget {
   bool operator==(const ForwardTarget&) const = default;
 };
 
-// The members a forwarded check of `token` is tried on, in order, at most `max_attempts` of them:
+// The members a forwarded check of `token` is tried on, in order, at most max(`max_attempts`, `replicas`)
+// of them, so that every holder of the key gets its turn before anyone decides from a copy that is not one:
 //  - the decider first -- `route_override` when set, else the owner on `ring` -- whatever its state (a
 //    false suspicion must not split its keys), as long as its peer address is known;
 //  - then the next members of the key's preference list (length max(replicas, max_attempts)) that are
@@ -50,6 +51,12 @@ struct ForwardTarget {
                                                         const ring::RingView* ring,
                                                         std::span<const ring::MemberInfo> members,
                                                         size_t replicas, uint32_t max_attempts);
+
+// Whether `self` holds a copy of `token`'s key: it is among the first `replicas` members of the key's
+// preference list on `ring`, or it is `route_override` (the range's decider while it moves).
+[[nodiscard]] bool HoldsKey(ring::Token token, std::string_view self,
+                            const std::optional<std::string>& route_override, const ring::RingView* ring,
+                            size_t replicas);
 
 // Whether a node receiving a forwarded check of one key, sent by `from` after `hops` hops, passes it on
 // to `decider` (its routing table's RoutingTable::Decider) instead of deciding it: only below the hop limit,

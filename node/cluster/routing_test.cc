@@ -37,10 +37,19 @@ TEST(RoutingTest, TargetsAreTheDeciderThenLiveOrSuspectSuccessors) {
   for (const char* id : {"a", "b", "c", "d"}) members.push_back(Member(id, MemberState::kAlive));
   const std::string self = "zz";  // an entry node outside the preference list
 
+  // Every holder (replicas 3) is tried, even with fewer max_attempts.
   auto targets = ForwardTargets(token, self, std::nullopt, ring.get(), members, 3, 2);
-  ASSERT_EQ(targets.size(), 2u);
+  ASSERT_EQ(targets.size(), 3u);
   EXPECT_EQ(targets[0], (ForwardTarget{pref[0], "peer/" + pref[0]}));
   EXPECT_EQ(targets[1].id, pref[1]);
+  EXPECT_EQ(targets[2].id, pref[2]);
+  // More attempts than holders: the next members of the ring after them.
+  EXPECT_EQ(ForwardTargets(token, self, std::nullopt, ring.get(), members, 1, 2).size(), 2u);
+  EXPECT_TRUE(HoldsKey(token, pref[0], std::nullopt, ring.get(), 1));
+  EXPECT_FALSE(HoldsKey(token, pref[1], std::nullopt, ring.get(), 1));
+  EXPECT_TRUE(HoldsKey(token, pref[1], std::nullopt, ring.get(), 2));
+  EXPECT_TRUE(HoldsKey(token, self, self, ring.get(), 1));  // the override decides the moving range
+  EXPECT_FALSE(HoldsKey(token, self, std::nullopt, nullptr, 3));
 
   // A dead owner is still tried first; a dead successor is skipped, a suspect one is not.
   for (MemberInfo& m : members) {
@@ -54,7 +63,7 @@ TEST(RoutingTest, TargetsAreTheDeciderThenLiveOrSuspectSuccessors) {
 
   // An override comes first; an unknown member is never a target.
   targets = ForwardTargets(token, self, std::string("nobody"), ring.get(), members, 3, 2);
-  ASSERT_EQ(targets.size(), 2u);
+  ASSERT_EQ(targets.size(), 2u);      // pref[0] (dead but the owner) and pref[2]
   EXPECT_EQ(targets[0].id, pref[0]);  // the first one added is the decider, whatever its state
   targets = ForwardTargets(token, self, std::string(pref[1]), ring.get(), members, 3, 3);
   ASSERT_EQ(targets.size(), 2u);

@@ -81,6 +81,7 @@ Parsed ParseFlags(int argc, char** argv) {
   int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
   int64_t max_clock_offset_ms = 0;
   std::string replication_mode;
+  std::string failure_mode;
   int64_t replication_interval_ms = 0;
   po::options_description cluster("Cluster");
   cluster.add_options()("peer-listen", po::value(&peer_listen)->default_value("127.0.0.1:7101"),
@@ -109,6 +110,10 @@ Parsed ParseFlags(int argc, char** argv) {
       "forward-timeout-ms", po::value(&forward_timeout_ms)->default_value(n.forward.timeout.count()),
       "a check forwarded to its owner that is not answered within this is sent again to it once (if it is "
       "not known dead), then goes to the next node")(
+      "failure-mode", po::value(&failure_mode)->default_value("open"),
+      "when no holder of a key answers and this node holds no copy: open decides from this node's own copy "
+      "(merged into the holders' count later; counted in ringlimit_forward_total{what=\"fallback_open\"}), "
+      "closed answers 503 unavailable")(
       "max-clock-offset-ms",
       po::value(&max_clock_offset_ms)->default_value(n.cluster.clock.max_offset.count()),
       "a node whose wall clock is off from most members' by more than this refuses to decide checks "
@@ -219,6 +224,13 @@ Parsed ParseFlags(int argc, char** argv) {
     return bad("--max-clock-offset-ms: expected 0..86400000 (0 disables the clock offset rule), got " +
                std::to_string(max_clock_offset_ms));
   n.cluster.clock.max_offset = std::chrono::milliseconds(max_clock_offset_ms);
+  if (failure_mode == "open") {
+    n.forward.failure_mode = ringlimit::cluster::FailureMode::kOpen;
+  } else if (failure_mode == "closed") {
+    n.forward.failure_mode = ringlimit::cluster::FailureMode::kClosed;
+  } else {
+    return bad("--failure-mode: expected open or closed, got " + failure_mode);
+  }
   if (auto mode = ringlimit::replication::ParseReplicationMode(replication_mode)) {
     n.replication.mode = *mode;
   } else {

@@ -121,6 +121,57 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
   EXPECT_GE(hits, 1) << cluster.Logs();
 }
 
+// --failure-mode: with one copy per key (--replicas 1) and its holder paused (not yet declared dead), a
+// node holding no copy refuses the key's checks under `closed` (503 unavailable, JSON error, counted) and
+// decides them from its own copy under `open` (counted as fallback_open). Once the holder resumes, its
+// checks are decided by it again.
+class FailureModeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FailureModeTest, ANodeWithNoCopyFollowsTheFailureModeWhenNoHolderAnswers) {
+  const bool closed = GetParam() == "closed";
+  auto started = Cluster::Start({.nodes = 3,
+                                 .args = {"--threads", "2", "--replicas", "1", "--failure-mode", GetParam(),
+                                          "--forward-timeout-ms", "200", "--suspicion-timeout-ms", "60000"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const std::string key = KeyOwnedVia(cluster, 0, "n2", "mode-");
+  ASSERT_FALSE(key.empty());
+  const CheckSpec spec{.limit = 10};
+  HttpClient n1(cluster.http_port(0), milliseconds(20'000));
+  auto first = PostCheck(n1, key, spec);
+  ASSERT_TRUE(first) << first.error();
+  ASSERT_EQ(first->status, 200) << first->body;
+  ASSERT_EQ(first->owner, "n2");
+
+  ASSERT_TRUE(cluster.node(1).Signal(SIGSTOP));
+  auto during = PostCheck(n1, key, spec);
+  ASSERT_TRUE(cluster.node(1).Signal(SIGCONT));
+  ASSERT_TRUE(during) << during.error();
+  if (closed) {
+    EXPECT_EQ(during->status, 503) << during->body;
+    EXPECT_NE(during->body.find(R"("code":"unavailable")"), std::string::npos) << during->body;
+    EXPECT_GE(MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="closed")").value_or(0),
+              1);
+  } else {
+    EXPECT_EQ(during->status, 200) << during->body;
+    EXPECT_TRUE(during->allowed);
+    EXPECT_NE(during->owner, "n2");
+    const double open =
+        MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="fallback_open")").value_or(0) +
+        MetricSample(cluster.http_port(2), "ringlimit_forward_total", R"(what="fallback_open")").value_or(0);
+    EXPECT_GE(open, 1);
+  }
+  // The holder is back: it decides, from its own count (plus, under open, what was admitted meanwhile once
+  // that copy has merged in).
+  auto after = PostCheck(n1, key, spec);
+  ASSERT_TRUE(after) << after.error();
+  ASSERT_EQ(after->status, 200) << after->body;
+  EXPECT_EQ(after->owner, "n2");
+  EXPECT_LE(after->remaining, 8u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, FailureModeTest, ::testing::Values("closed", "open"));
+
 // n3 runs an hour ahead or behind (libfaketime; its steady clock is not faked). The others measure its
 // offset, it measures theirs and refuses to decide: its keys are decided by their next holder, checks sent to
 // it get 503 clock_offset, and a key checked through every node admits exactly its limit. Restarted without

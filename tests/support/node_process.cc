@@ -224,7 +224,20 @@ Result<void> NodeProcess::WaitReady() {
 Result<void> NodeProcess::Signal(int signal) {
   if (!running()) return std::string("the node is not running");
   if (kill(pid_, signal) != 0) return std::string("kill: ") + std::strerror(errno);
-  return {};
+  if (signal != SIGSTOP) return {};
+  // kill() returns before every thread has stopped: wait until the kernel reports the process stopped
+  // ('T' in /proc/<pid>/stat), so that nothing it answers afterwards was sent after the call.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size()) return {};  // gone: nothing to wait for
+    if (line[paren + 2] == 'T' || line[paren + 2] == 't') return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the next look at the condition
+  }
+  return std::string("the process did not stop within 10 s");
 }
 
 Result<int> NodeProcess::WaitExit(std::chrono::milliseconds timeout) {

@@ -110,6 +110,7 @@ class NodeProcess {
   void set_env(std::vector<std::string> env) { options_.env = std::move(env); }
 
   // Sends `signal` (SIGTERM, SIGINT, SIGHUP, SIGKILL, ...) to the running process.
+  // SIGSTOP returns once the kernel reports the process stopped (every thread), not when it was sent.
   [[nodiscard]] Result<void> Signal(int signal);
 
   // Waits for the process to exit. Returns its exit code, or 128 + signal number if a signal killed
