@@ -523,36 +523,51 @@ MergeState Merge(const MergeState& a, const MergeState& b) {
   return out;
 }
 
-void MergeInto(MergeState& into, const MergeState& from) {
+bool MergeInto(MergeState& into, const MergeState& from) {
   if (from.algorithm == Algorithm{}) {
-    return;
+    return false;
   }
   if (into.algorithm != from.algorithm) {
     if (into.algorithm == Algorithm{} ||
         std::tie(into.base.stamp, into.algorithm) < std::tie(from.base.stamp, from.algorithm)) {
       into = from;
+      return true;
     }
-    return;
+    return false;
   }
-  into.newest = std::max(into.newest, from.newest);
+  bool changed = false;
+  if (from.newest > into.newest) {
+    into.newest = from.newest;
+    changed = true;
+  }
   if (BaseLess(into.base, from.base)) {
     into.base = from.base;
+    changed = true;
   }
-  std::vector<Contribution> joined;
-  joined.reserve(into.contributions.size() + from.contributions.size());
-  size_t i = 0, j = 0;
-  const auto& x = into.contributions;
-  const auto& y = from.contributions;
-  while (i < x.size() || j < y.size()) {
-    if (j == y.size() || (i < x.size() && x[i].id < y[j].id)) {
-      joined.push_back(std::move(into.contributions[i++]));
-    } else if (i == x.size() || y[j].id < x[i].id) {
-      joined.push_back(y[j++]);
-    } else {
-      joined.push_back(Join(x[i++], y[j++]));
+  // Records by id, in place: a replica's copy usually differs by one newer record, which is assigned over
+  // the old one (reusing its buffers) rather than rebuilding the list.
+  std::vector<Contribution>& x = into.contributions;
+  size_t i = 0;
+  for (const Contribution& c : from.contributions) {
+    while (i < x.size() && x[i].id < c.id) {
+      ++i;
     }
+    if (i == x.size() || x[i].id != c.id) {
+      x.insert(x.begin() + static_cast<std::ptrdiff_t>(i), c);
+      changed = true;
+    } else if (c.version > x[i].version) {
+      x[i] = c;
+      changed = true;
+    } else if (c.version == x[i].version && !(c == x[i])) {
+      Contribution joined = Join(x[i], c);
+      if (!(joined == x[i])) {
+        x[i] = std::move(joined);
+        changed = true;
+      }
+    }
+    ++i;
   }
-  into.contributions = std::move(joined);
+  return changed;
 }
 
 Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId contributor, Hlc stamp,

@@ -107,7 +107,8 @@ struct MergeState {
 
 // The join of two copies. Commutative, associative, idempotent (for copies of one algorithm).
 [[nodiscard]] MergeState Merge(const MergeState& a, const MergeState& b);
-void MergeInto(MergeState& into, const MergeState& from);
+// Merges `from` into `into`; returns whether `into` changed.
+bool MergeInto(MergeState& into, const MergeState& from);
 
 // Check (limiter.h) against the merged total, charging on behalf of `contributor`. `stamp` is the
 // contributor's HLC now (the record's version; buckets also rebase with it). A state written under

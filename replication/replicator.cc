@@ -464,7 +464,7 @@ void Replicator::Abandon() {
   core_->running.store(false);
 }
 
-void Replicator::OnChanged(std::string_view entity, const storage::StoredState& /*state*/) {
+void Replicator::OnChanged(std::string_view entity, std::string_view /*name*/, uint64_t /*version*/) {
   core_->Mark(entity, false);
 }
 

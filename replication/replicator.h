@@ -129,7 +129,7 @@ class Replicator final : public storage::StateObserver {
   void Stop();
 
   // storage::StateObserver (request path: O(1), no I/O).
-  void OnChanged(std::string_view entity, const storage::StoredState& state) override;
+  void OnChanged(std::string_view entity, std::string_view name, uint64_t version) override;
   void OnErased(std::string_view entity, std::string_view name) override;
 
   // This node just decided (charged) checks of `keys`. Calls `done` exactly once, possibly on another

@@ -687,15 +687,15 @@ TEST(ReplicatorTest, OnChangedCost) {
     for (int i = 0; i < calls; ++i) fn(i);
     return (thread_ns() - start) / calls;
   };
-  storage::StoredState state;
   {
     // Without a flusher: after the first pass over the keys every call finds its key already dirty.
     ExecutorThread idle_exec;
     Replicator idle(cluster.store("a"), cluster.net().member("a"), idle_exec.executor(), options);
-    const double hot = ns_per_call(500'000, [&](int i) { idle.OnChanged(keys[i % keys.size()], state); });
+    const double hot = ns_per_call(500'000, [&](int i) { idle.OnChanged(keys[i % keys.size()], "rps", 1); });
     std::printf("OnChanged without a flusher: %.1f ns CPU per call\n", hot);
   }
-  const double on_changed = ns_per_call(500'000, [&](int i) { r.OnChanged(keys[i % keys.size()], state); });
+  const double on_changed =
+      ns_per_call(500'000, [&](int i) { r.OnChanged(keys[i % keys.size()], "rps", 1); });
   storage::MemoryStore plain;  // no observer
   const double update = ns_per_call(200'000, [&](int i) { Charge(plain, keys[i % keys.size()]); });
   const double observed =

@@ -362,7 +362,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     if (pointers[i] != &stored) stored = std::move(*pointers[i]);
     limiter::Collect(spec, stored);
     Changed(index, NextVersion(Version(At(index).meta), now));
-    if (want_changes) outcome.changed.push_back(Copy(index));
+    if (want_changes) outcome.changed.push_back({std::string(slots[i].name), Version(At(index).meta)});
   }
   outcome.pressure = Trim(now);
   return outcome;
@@ -383,16 +383,16 @@ MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& 
   } else {
     Entry& e = At(index);
     limiter::MergeState& stored = *e.state;
-    const limiter::MergeState old = stored;
-    limiter::MergeInto(stored, state.state);
     // The spec the state was last updated with stays, unless this copy held nothing under it.
-    if (old.algorithm == limiter::Algorithm{} || old.algorithm != slots_[e.slot].spec.algorithm) {
+    const bool adopt_spec =
+        stored.algorithm == limiter::Algorithm{} || stored.algorithm != slots_[e.slot].spec.algorithm;
+    if (!limiter::MergeInto(stored, state.state)) return outcome;  // nothing new in it
+    if (adopt_spec) {
       uint32_t old_slot = e.slot;
       e.slot = Intern(state.name, state.spec);
       Release(old_slot);
     }
     limiter::Collect(slots_[e.slot].spec, stored);
-    if (stored == old) return outcome;  // nothing new in it
     Changed(index, std::max(Version(e.meta) + 1, state.version));
     LruUnlink(index);
     LruPushFront(index);
@@ -483,8 +483,10 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
   for (size_t k = 0; k < max && index != kNil; ++k) {
     uint32_t prev = At(index).lru_prev;
     const limiter::MergeState& state = *At(index).state;
+    // (At the earliest instant only an empty state is idle: no need to materialise the others.)
     if (state.algorithm == limiter::Algorithm{} ||
-        limiter::MergedIdleAt(slots_[At(index).slot].spec, state) <= now) {
+        (now != std::numeric_limits<limiter::TimeNs>::min() &&
+         limiter::MergedIdleAt(slots_[At(index).slot].spec, state) <= now)) {
       Drop(index, DropReason::kIdle);
       ++dropped;
     }

@@ -36,6 +36,12 @@ inline size_t ShardIndex(ring::Token token, size_t shard_count) {
   return static_cast<size_t>((static_cast<unsigned __int128>(token) * shard_count) >> 64);
 }
 
+// A state an Update changed (for StateObserver::OnChanged).
+struct ChangeNotice {
+  std::string name;
+  uint64_t version = 0;
+};
+
 struct EntityKey {
   std::string_view entity;
   ring::Token token = 0;
@@ -63,9 +69,9 @@ class MemoryShard {
   MemoryShard& operator=(const MemoryShard&) = delete;
 
   struct Outcome {
-    std::optional<NeedLoad> need;      // set: nothing was done; load these names and call again
-    std::vector<StoredState> changed;  // copies of the changed states, when want_changes
-    bool pressure = false;             // over the bound with nothing clean to evict
+    std::optional<NeedLoad> need;       // set: nothing was done; load these names and call again
+    std::vector<ChangeNotice> changed;  // the changed states' names and versions, when want_changes
+    bool pressure = false;              // over the bound with nothing clean to evict
   };
 
   Outcome Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,

@@ -107,7 +107,7 @@ void MemoryStore::Update(std::string_view entity, std::span<const Slot> slots, l
       continue;
     }
     if (outcome.pressure && options_.on_pressure) options_.on_pressure();
-    for (const StoredState& s : outcome.changed) observer_->OnChanged(entity, s);
+    for (const ChangeNotice& c : outcome.changed) observer_->OnChanged(entity, c.name, c.version);
     return;
   }
 }

@@ -225,8 +225,8 @@ TEST(MemoryStoreTest, BoundIsSplitAcrossShards) {
 
 class RecordingObserver : public StateObserver {
  public:
-  void OnChanged(std::string_view entity, const StoredState& state) override {
-    changes.push_back(std::string(entity) + "/" + state.name + "@" + std::to_string(state.version));
+  void OnChanged(std::string_view entity, std::string_view name, uint64_t version) override {
+    changes.push_back(std::string(entity) + "/" + std::string(name) + "@" + std::to_string(version));
   }
   void OnErased(std::string_view entity, std::string_view name) override {
     erased.push_back(std::string(entity) + "/" + std::string(name));

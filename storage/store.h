@@ -31,9 +31,10 @@ class StateObserver {
  public:
   virtual ~StateObserver() = default;
 
-  // `state` was created or changed by Update. (Absorb does not notify: what a peer sent is not
-  // sent back out; its holders got it from the same sender.)
-  virtual void OnChanged(std::string_view entity, const StoredState& state) = 0;
+  // The state `name` of `entity` was created or changed by Update and now has `version` (Get has it; no
+  // copy is made for the call, which runs on the request path). (Absorb does not notify: what a peer sent is
+  // not sent back out; its holders got it from the same sender.)
+  virtual void OnChanged(std::string_view entity, std::string_view name, uint64_t version) = 0;
 
   // The state `name` of `entity` was removed by Erase (not by idle dropping or eviction, which are
   // local memory decisions and do not change what the state means).
