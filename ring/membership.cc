@@ -263,7 +263,10 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
     const bool newer = update.incarnation > self_.incarnation;
     const bool contradicts = update.incarnation == self_.incarnation &&
                              (update.state != self_.state || !SameIdentity(update, self_));
-    if (newer || contradicts) Refute(update.incarnation);
+    if (newer || contradicts) {
+      if (update.state == MemberState::kDead) out.declared_dead = true;
+      Refute(update.incarnation);
+    }
     return false;
   }
   auto it = members_.find(update.id);

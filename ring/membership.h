@@ -131,6 +131,9 @@ struct MembershipOutput {
   std::vector<Outgoing> messages;
   std::vector<MemberEvent> events;
   bool ring_changed = false;  // RingMembers() differs from before the call: rebuild the RingView
+  // A rumour said this node is dead (it was paused or cut off long enough), and it refuted it: the others
+  // dropped it from their rings meanwhile and its ranges were decided elsewhere.
+  bool declared_dead = false;
 };
 
 struct MembershipOptions {

@@ -28,6 +28,12 @@ namespace {
 
 constexpr size_t kMaxNodeIdBytes = 64;
 
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 MonoTime Now() {
   return std::chrono::duration_cast<MonoTime>(std::chrono::steady_clock::now().time_since_epoch());
 }
@@ -119,6 +125,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void JudgeClock();
   void Publish();
   void NoticeRestarts();
+  void CatchUpAfterDeath();
   void DoLeave(std::function<void()> on_left);
   void FinishLeave();
   void LeaveDone();
@@ -156,6 +163,37 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   // Written on the strand, read anywhere: whether the clock is judged skewed (ClockRefusal).
   std::atomic<bool> clock_skewed{false};
+  // The pause fence (Cluster::Paused): the steady time (ns) of the last membership tick (0: none yet), and
+  // until when this node stays fenced after a gap was seen. Any thread.
+  std::atomic<int64_t> last_tick_ns{0};
+  std::atomic<int64_t> fenced_until_ns{0};
+  std::atomic<uint64_t> fences{0};
+  // Whether the gap since the last tick says this process was paused; fences it if so. Any thread.
+  bool SeesPause(int64_t now_ns) {
+    const int64_t last = last_tick_ns.load(std::memory_order_acquire);
+    if (last == 0 || now_ns - last <= PauseGapNs()) return false;
+    const int64_t until = now_ns + FenceWindowNs();
+    int64_t current = fenced_until_ns.load(std::memory_order_relaxed);
+    while (current < until && !fenced_until_ns.compare_exchange_weak(current, until)) {
+    }
+    if (current < now_ns) {  // a new fence, not one already running
+      fences.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn(
+          "cluster: {} ms since the last membership tick: this process was paused; not deciding for "
+          "{} ms, until membership has caught up",
+          (now_ns - last) / 1'000'000, FenceWindowNs() / 1'000'000);
+    }
+    return true;
+  }
+  // A gap this long between ticks (every probe_interval / 4) means the process was stopped, not busy.
+  int64_t PauseGapNs() const {
+    return std::max<int64_t>(500'000'000,
+                             10 * std::chrono::nanoseconds(options.membership.probe_interval).count() / 4);
+  }
+  // Long enough for a probe round trip (which tells a node declared dead that it was).
+  int64_t FenceWindowNs() const {
+    return 2 * std::chrono::nanoseconds(options.membership.probe_interval).count();
+  }
 
   // Protected by snapshot_mutex (a pointer copy only).
   mutable std::mutex snapshot_mutex;
@@ -196,6 +234,9 @@ void Cluster::Core::Arm() {
 }
 
 void Cluster::Core::OnTick() {
+  const int64_t now_ns = SteadyNs();
+  static_cast<void>(SeesPause(now_ns));
+  last_tick_ns.store(now_ns, std::memory_order_release);
   Process(membership->Tick(Now()));
   JudgeClock();
   Arm();
@@ -283,6 +324,25 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
     Publish();
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
+  if (out.declared_dead) CatchUpAfterDeath();
+}
+
+// This node was declared dead (paused, or cut off, past failure detection) and refuted it. Its own ring
+// never lost it, but the others' did: their successors decided its ranges meanwhile, and they will hand them
+// back when they see it alive again, as to a joining node. So take its ranges as incoming, like a joining
+// node, instead of deciding them from its memory from before the pause: tell the listener as if it had left
+// and joined again.
+void Cluster::Core::CatchUpAfterDeath() {
+  const std::shared_ptr<const ring::RingView> current = ring.Current();
+  if (!ring_listener || current == nullptr || current->Find(options.node_id) == nullptr) return;
+  std::vector<ring::RingMember> others;
+  for (const ring::RingMember& member : current->members())
+    if (member.id != options.node_id) others.push_back(member);
+  auto without = ring::RingView::Create(0, std::move(others));
+  if (!without.ok()) return;
+  spdlog::warn(
+      "cluster: this node was declared dead and refuted it: waiting for its ranges to be handed back");
+  ring_listener(std::move(without).value(), current);
 }
 
 // A member that restarted before anyone declared it dead comes back with a much higher incarnation (its
@@ -487,6 +547,14 @@ bool Cluster::ready() const {
   return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
          snap->ring->Find(options_.node_id) != nullptr;
 }
+
+bool Cluster::Paused() const {
+  const int64_t now_ns = SteadyNs();
+  if (core_->SeesPause(now_ns)) return true;
+  return now_ns < core_->fenced_until_ns.load(std::memory_order_acquire);
+}
+
+uint64_t Cluster::PauseFences() const { return core_->fences.load(std::memory_order_relaxed); }
 
 std::optional<std::string> Cluster::ClockRefusal() const {
   if (!core_->clock_skewed.load(std::memory_order_acquire)) return std::nullopt;

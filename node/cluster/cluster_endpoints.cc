@@ -162,7 +162,9 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       out, "ringlimit_forward_total", "counter",
       "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
       "this node (fallback_open: of a key this node holds no copy of, --failure-mode open), checks refused "
-      "because no holder answered (--failure-mode closed), checks decided here for other nodes, forwarded "
+      "because no holder answered (--failure-mode closed), checks sent on or declined because this node was "
+      "just "
+      "paused (paused), checks decided here for other nodes, forwarded "
       "checks refused while joining, and timed-out attempts sent again to the same node.");
   Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
   Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
@@ -170,6 +172,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"fallback_local\"", f.fallback_local);
   Sample(out, "ringlimit_forward_total", "what=\"fallback_open\"", f.fallback_open);
   Sample(out, "ringlimit_forward_total", "what=\"closed\"", f.closed);
+  Sample(out, "ringlimit_forward_total", "what=\"paused\"", f.paused);
   Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
   Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
   Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);

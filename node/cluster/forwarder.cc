@@ -116,8 +116,14 @@ void Forwarder::RegisterHandlers() {
 }
 
 void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
-  if (std::optional<std::string> why = RefusesToDecide()) {
-    // A skewed clock: every check answered CHECK_UNAVAILABLE, so the sender goes on to the next holder.
+  std::optional<std::string> why = RefusesToDecide();
+  if (!why && cluster_.Paused()) {
+    paused_.fetch_add(1, std::memory_order_relaxed);
+    why = "this node was just paused and is catching up: it does not decide yet";
+  }
+  if (why) {
+    // A skewed clock or a pause: every check answered CHECK_UNAVAILABLE, so the sender goes on to the next
+    // holder.
     peer::ForwardCheckResponse response;
     response.set_from(self_id());
     for (const peer::ForwardedCheck& check : request.checks()) {
@@ -278,6 +284,10 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
   remote->assign(keys.size(), 0);
   const replication::RoutingTable& table = cluster_.routing().Current();
   if (table.ring == nullptr || table.ring->empty()) return;
+  if (cluster_.Paused()) {  // nothing is decided here for now: every key goes to a holder (Forward)
+    remote->assign(keys.size(), 1);
+    return;
+  }
   const std::string& self = cluster_.self_id();
   for (size_t i = 0; i < keys.size(); ++i)
     (*remote)[i] = table.Decider(ring::RingToken(keys[i])) != self ? 1 : 0;
@@ -312,6 +322,16 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     attempt->addresses.push_back(std::move(target.peer_address));
   }
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
+  if (cluster_.Paused()) {
+    // Just paused: this node's copy may be behind what its holders decided meanwhile. Its turn is skipped;
+    // when no other holder answers, it still decides (below, or in Try).
+    auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
+    if (self_at != attempt->targets.end()) {
+      paused_.fetch_add(1, std::memory_order_relaxed);
+      attempt->addresses.erase(attempt->addresses.begin() + (self_at - attempt->targets.begin()));
+      attempt->targets.erase(self_at);
+    }
+  }
   if (attempt->targets.empty() || attempt->targets[0] == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
@@ -421,6 +441,7 @@ ForwarderStats Forwarder::stats() const {
   s.fallback_local = fallback_local_.load(std::memory_order_relaxed);
   s.fallback_open = fallback_open_.load(std::memory_order_relaxed);
   s.closed = closed_.load(std::memory_order_relaxed);
+  s.paused = paused_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
   s.passed_on = passed_on_.load(std::memory_order_relaxed);

@@ -37,6 +37,9 @@
 // known dead, goes to the next node at once. A key's checks thus wait at most
 // max_attempts * (1 + timeout_retries) * timeout before this node decides them itself.
 //
+// Pause: a node that sees it was just paused (Cluster::Paused) decides nothing for a moment: its client
+// checks go to the key's other holders first, checks forwarded to it are declined (CHECK_UNAVAILABLE).
+//
 // Clock: a node whose clock is off from the cluster's (Cluster::ClockRefusal, --max-clock-offset-ms)
 // decides nothing. Forwarded checks it would decide are answered CHECK_UNAVAILABLE (the sender goes on
 // to the key's next holder); it still passes checks on to their decider. The API answers client checks
@@ -116,6 +119,7 @@ struct ForwarderStats {
   uint64_t fallback_local = 0;  // keys decided here because no other node answered
   uint64_t fallback_open = 0;   // ... of which this node held no copy (--failure-mode open)
   uint64_t closed = 0;          // keys refused because no holder answered (--failure-mode closed)
+  uint64_t paused = 0;          // checks sent on (or declined) because this node was just paused
   uint64_t served = 0;          // checks other nodes forwarded to this one
   uint64_t served_bad = 0;      // forwarded batches that did not parse
   uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
@@ -188,6 +192,7 @@ class Forwarder final : public node::CheckRouter {
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
       served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
+  mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
 };
 

@@ -187,6 +187,7 @@ void SimNode::Process(ring::MembershipOutput out) {
     handoff_->routing().SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(std::move(members)));
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
+  if (out.declared_dead) CatchUpAfterDeath();
   if (options_.notify_members_changed && !out.events.empty()) handoff_->OnMembersChanged();
 }
 
@@ -215,6 +216,18 @@ void SimNode::NoticeRestarts() {
     world_.Trace(slot_, TraceKind::kRing, id_ + " notices that " + id + " restarted");
     handoff_->OnRingChanged(std::move(without).value(), ring_);
   }
+}
+
+// cluster.cc CatchUpAfterDeath: declared dead and refuted, this node takes its ranges as incoming.
+void SimNode::CatchUpAfterDeath() {
+  if (ring_ == nullptr || ring_->Find(id_) == nullptr) return;
+  std::vector<ring::RingMember> others;
+  for (const ring::RingMember& member : ring_->members())
+    if (member.id != id_) others.push_back(member);
+  auto without = ring::RingView::Create(0, std::move(others));
+  if (!without.ok()) return;
+  world_.Trace(slot_, TraceKind::kRing, id_ + " was declared dead: takes its ranges as incoming");
+  handoff_->OnRingChanged(std::move(without).value(), ring_);
 }
 
 void SimNode::Leave(std::function<void()> exited) {

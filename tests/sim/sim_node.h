@@ -108,6 +108,7 @@ class SimNode {
   void JudgeClock();
   void Process(ring::MembershipOutput out);
   void NoticeRestarts();
+  void CatchUpAfterDeath();
   void FinishLeave();
   void MaybeExit();
   void FlushDisk();
