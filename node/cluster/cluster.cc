@@ -185,10 +185,13 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
     }
     return true;
   }
-  // A gap this long between ticks (every probe_interval / 4) means the process was stopped, not busy.
+  // A gap this long between ticks (every probe_interval / 4) means the process was stopped, not busy, and
+  // long enough for the others to have suspected it and started deciding its keys elsewhere: half the
+  // suspicion timeout, at least 500 ms. (A shorter pause is covered by the retry to the same owner and its
+  // dedup cache.)
   int64_t PauseGapNs() const {
     return std::max<int64_t>(500'000'000,
-                             10 * std::chrono::nanoseconds(options.membership.probe_interval).count() / 4);
+                             std::chrono::nanoseconds(options.membership.suspicion_timeout).count() / 2);
   }
   // Long enough for a probe round trip (which tells a node declared dead that it was).
   int64_t FenceWindowNs() const {

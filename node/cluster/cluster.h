@@ -182,10 +182,10 @@ class Cluster {
   [[nodiscard]] std::optional<std::string> ClockRefusal() const;
 
   // The pause fence: true while this node must not decide because its process was just paused (stopped by
-  // the scheduler, a VM or SIGSTOP) -- seen as a gap of more than max(500 ms, 10 ticks) since its last
-  // membership tick -- and for 2 probe intervals after, long enough for one membership round trip to tell
-  // it whether it was declared dead meanwhile (then its ranges become incoming: CatchUpAfterDeath). Until
-  // then its checks go to their next holder. Two atomic loads and a clock read.
+  // the scheduler, a VM or SIGSTOP) -- seen as a gap of more than max(500 ms, suspicion timeout / 2) since
+  // its last membership tick -- and for 2 probe intervals after, long enough for one membership round trip to
+  // tell it whether it was declared dead meanwhile (then its ranges become incoming: CatchUpAfterDeath).
+  // Until then its checks go to their next holder. Two atomic loads and a clock read.
   [[nodiscard]] bool Paused() const;
   [[nodiscard]] uint64_t PauseFences() const;  // fences so far
 
