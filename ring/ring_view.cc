@@ -213,4 +213,13 @@ std::vector<RangeMove> RingView::Diff(const RingView& from, const RingView& to) 
   return out;
 }
 
+Result<std::shared_ptr<const RingView>> RingView::Without(std::string_view id) const {
+  std::vector<RingMember> others;
+  others.reserve(members().size());
+  for (const RingMember& member : members()) {
+    if (member.id != id) others.push_back(member);
+  }
+  return Create(0, std::move(others));
+}
+
 }  // namespace ringlimit::ring

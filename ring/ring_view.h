@@ -90,6 +90,10 @@ class RingView {
   [[nodiscard]] static Result<std::shared_ptr<const RingView>> Create(uint64_t version,
                                                                       std::vector<RingMember> members);
 
+  // This view without member `id` (version 0; the same view's members otherwise): how the ring looked to
+  // the others before `id` joined, for handing a (re)joining member its ranges. Errors: as Create.
+  [[nodiscard]] Result<std::shared_ptr<const RingView>> Without(std::string_view id) const;
+
   // Compatibility shim over Create for node/cluster/ and replication/ (see RingBuildResult).
   [[nodiscard]] static RingBuildResult Build(uint64_t version, std::vector<RingMember> members);
 

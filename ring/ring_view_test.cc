@@ -111,6 +111,22 @@ TEST(RingViewTest, RemovingANodeMovesOnlyItsKeys) {
   }
 }
 
+TEST(RingViewTest, WithoutIsTheRingBuiltWithoutTheMember) {
+  auto ring = MustBuild(Members(5), 7);
+  std::vector<RingMember> fewer = Members(5);
+  fewer.erase(fewer.begin() + 2);
+  auto expected = MustBuild(fewer, 0);
+  auto without = ring->Without("n3");
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ((*without)->members().size(), 4u);
+  EXPECT_EQ((*without)->Find("n3"), nullptr);
+  for (int i = 0; i < 2'000; ++i) {
+    const Token t = RingToken(KeyName(i));
+    EXPECT_EQ((*without)->Owner(t)->id, expected->Owner(t)->id);
+  }
+  EXPECT_EQ(ring->Without("nobody").value()->members().size(), 5u);  // not a member: the same members
+}
+
 TEST(RingViewTest, RemovedKeysGoToTheirOldSecondReplica) {
   // With vnodes, a departed member's arcs fall to the next member clockwise: its successor in the
   // preference list. That is what makes successor replication useful for failover.

@@ -338,10 +338,7 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
 void Cluster::Core::CatchUpAfterDeath() {
   const std::shared_ptr<const ring::RingView> current = ring.Current();
   if (!ring_listener || current == nullptr || current->Find(options.node_id) == nullptr) return;
-  std::vector<ring::RingMember> others;
-  for (const ring::RingMember& member : current->members())
-    if (member.id != options.node_id) others.push_back(member);
-  auto without = ring::RingView::Create(0, std::move(others));
+  auto without = current->Without(options.node_id);
   if (!without.ok()) return;
   spdlog::warn(
       "cluster: this node was declared dead and refuted it: waiting for its ranges to be handed back");
@@ -369,10 +366,7 @@ void Cluster::Core::NoticeRestarts() {
   incarnations = std::move(seen);
   if (!ring_listener || current == nullptr) return;
   for (const std::string& id : restarted) {
-    std::vector<ring::RingMember> others;
-    for (const ring::RingMember& member : current->members())
-      if (member.id != id) others.push_back(member);
-    auto without = ring::RingView::Create(0, std::move(others));
+    auto without = current->Without(id);
     if (!without.ok()) continue;
     spdlog::info("cluster: {} restarted without leaving the ring: handing its ranges back", id);
     ring_listener(std::move(without).value(), current);

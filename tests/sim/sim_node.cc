@@ -208,10 +208,7 @@ void SimNode::NoticeRestarts() {
   incarnations_ = std::move(seen);
   if (ring_ == nullptr) return;
   for (const std::string& id : restarted) {
-    std::vector<ring::RingMember> others;
-    for (const ring::RingMember& member : ring_->members())
-      if (member.id != id) others.push_back(member);
-    auto without = ring::RingView::Create(0, std::move(others));
+    auto without = ring_->Without(id);
     if (!without.ok()) continue;
     world_.Trace(slot_, TraceKind::kRing, id_ + " notices that " + id + " restarted");
     handoff_->OnRingChanged(std::move(without).value(), ring_);
@@ -221,10 +218,7 @@ void SimNode::NoticeRestarts() {
 // cluster.cc CatchUpAfterDeath: declared dead and refuted, this node takes its ranges as incoming.
 void SimNode::CatchUpAfterDeath() {
   if (ring_ == nullptr || ring_->Find(id_) == nullptr) return;
-  std::vector<ring::RingMember> others;
-  for (const ring::RingMember& member : ring_->members())
-    if (member.id != id_) others.push_back(member);
-  auto without = ring::RingView::Create(0, std::move(others));
+  auto without = ring_->Without(id_);
   if (!without.ok()) return;
   world_.Trace(slot_, TraceKind::kRing, id_ + " was declared dead: takes its ranges as incoming");
   handoff_->OnRingChanged(std::move(without).value(), ring_);
