@@ -167,7 +167,6 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   // until when this node stays fenced after a gap was seen. Any thread.
   std::atomic<int64_t> last_tick_ns{0};
   std::atomic<int64_t> fenced_until_ns{0};
-  std::atomic<uint64_t> fences{0};
   // Whether the gap since the last tick says this process was paused; fences it if so. Any thread.
   bool SeesPause(int64_t now_ns) {
     const int64_t last = last_tick_ns.load(std::memory_order_acquire);
@@ -177,7 +176,6 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
     while (current < until && !fenced_until_ns.compare_exchange_weak(current, until)) {
     }
     if (current < now_ns) {  // a new fence, not one already running
-      fences.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn(
           "cluster: {} ms since the last membership tick: this process was paused; not deciding for "
           "{} ms, until membership has caught up",
@@ -550,8 +548,6 @@ bool Cluster::Paused() const {
   if (core_->SeesPause(now_ns)) return true;
   return now_ns < core_->fenced_until_ns.load(std::memory_order_acquire);
 }
-
-uint64_t Cluster::PauseFences() const { return core_->fences.load(std::memory_order_relaxed); }
 
 std::optional<std::string> Cluster::ClockRefusal() const {
   if (!core_->clock_skewed.load(std::memory_order_acquire)) return std::nullopt;

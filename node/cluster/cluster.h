@@ -187,7 +187,6 @@ class Cluster {
   // tell it whether it was declared dead meanwhile (then its ranges become incoming: CatchUpAfterDeath).
   // Until then its checks go to their next holder. Two atomic loads and a clock read.
   [[nodiscard]] bool Paused() const;
-  [[nodiscard]] uint64_t PauseFences() const;  // fences so far
 
   [[nodiscard]] peer::PeerStats ServerStats() const;
   [[nodiscard]] peer::PeerStats ClientStats() const;
