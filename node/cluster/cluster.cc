@@ -151,6 +151,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   std::shared_ptr<const ring::RingView> published;  // the last view handed to ring_listener
   std::map<std::string, uint64_t> incarnations;     // of the ring members, as last seen
   ring::ClockOffsets clocks;
+  MonoTime last_clock_pings{};  // when members without a clock estimate were last pinged for one
 
   // Set before Start, then read on the strand only.
   RingListener ring_listener;
@@ -184,17 +185,24 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
     return true;
   }
   // A gap this long between ticks (every probe_interval / 4) means the process was stopped, not busy, and
-  // long enough for the others to have suspected it and started deciding its keys elsewhere: half the
-  // suspicion timeout, at least 500 ms. (A shorter pause is covered by the retry to the same owner and its
-  // dedup cache.)
+  // long enough for another holder to have decided its keys: its forwards timed out (takeover_after), or
+  // the others suspected it (half the suspicion timeout); at least 500 ms. (Within a shorter pause the
+  // senders are still waiting for it or retrying it, and a check whose sender gave up is not decided:
+  // Forwarder, "Deadlines".)
   int64_t PauseGapNs() const {
-    return std::max<int64_t>(500'000'000,
-                             std::chrono::nanoseconds(options.membership.suspicion_timeout).count() / 2);
+    int64_t gap = std::chrono::nanoseconds(options.membership.suspicion_timeout).count() / 2;
+    if (options.takeover_after.count() > 0)
+      gap = std::min<int64_t>(gap, std::chrono::nanoseconds(options.takeover_after).count());
+    return std::max<int64_t>(500'000'000, gap);
   }
   // Long enough for a probe round trip (which tells a node declared dead that it was).
   int64_t FenceWindowNs() const {
     return 2 * std::chrono::nanoseconds(options.membership.probe_interval).count();
   }
+
+  // The members' clock offsets as estimated at the last tick (ClockOffsetOf). Protected by offsets_mutex.
+  mutable std::mutex offsets_mutex;
+  std::map<std::string, ring::OffsetEstimate, std::less<>> offsets;
 
   // Protected by snapshot_mutex (a pointer copy only).
   mutable std::mutex snapshot_mutex;
@@ -257,11 +265,39 @@ void Cluster::Core::Receive(ring::Message message, int64_t received_wall_ns) {
 
 void Cluster::Core::JudgeClock() {
   std::vector<std::string> others;
+  std::vector<std::string> unmeasured_addresses;
+  const MonoTime now = Now();
   for (const ring::MemberInfo& m : membership->Members()) {
-    if (m.id != options.node_id && ring::IsInRing(m.state)) others.push_back(m.id);
+    if (m.id == options.node_id || !ring::IsInRing(m.state)) continue;
+    others.push_back(m.id);
+    if (!clocks.Estimate(m.id, now)) unmeasured_addresses.push_back(m.peer_address);
   }
   const ring::ClockHealth before = clocks.health();
-  const ring::ClockHealth after = clocks.Evaluate(Now(), others);
+  const ring::ClockHealth after = clocks.Evaluate(now, others);
+  std::map<std::string, ring::OffsetEstimate, std::less<>> estimates;
+  for (const std::string& id : others) {
+    if (std::optional<ring::OffsetEstimate> estimate = clocks.Estimate(id, now))
+      estimates.emplace(id, *estimate);
+  }
+  // A member just met, or not probed for long (a large cluster probes each member rarely), is pinged for
+  // its clock at once rather than at its turn: forwarded checks from it are judged against its offset
+  // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator.
+  if (!unmeasured_addresses.empty() && now - last_clock_pings >= options.membership.probe_interval) {
+    last_clock_pings = now;
+    for (const std::string& address : unmeasured_addresses) {
+      ring::Message ping;
+      ping.type = ring::MessageType::kPing;
+      ping.from = options.node_id;
+      ping.from_address = membership->self().peer_address;
+      ping.wall_ns = WallClockNs();
+      ring::WireMessage wire = ring::EncodeMembershipMessage(ping);
+      (void)client.Send(address, wire.method, std::move(wire.payload));
+    }
+  }
+  {
+    const std::lock_guard<std::mutex> lock(offsets_mutex);
+    offsets.swap(estimates);
+  }
   clock_skewed.store(after == ring::ClockHealth::kSkewed, std::memory_order_release);
   if (after == before) return;
   if (after == ring::ClockHealth::kSkewed) {
@@ -547,6 +583,13 @@ bool Cluster::Paused() const {
   const int64_t now_ns = SteadyNs();
   if (core_->SeesPause(now_ns)) return true;
   return now_ns < core_->fenced_until_ns.load(std::memory_order_acquire);
+}
+
+std::optional<ring::OffsetEstimate> Cluster::ClockOffsetOf(std::string_view member) const {
+  const std::lock_guard<std::mutex> lock(core_->offsets_mutex);
+  auto it = core_->offsets.find(member);
+  if (it == core_->offsets.end()) return std::nullopt;
+  return it->second;
 }
 
 std::optional<std::string> Cluster::ClockRefusal() const {

@@ -78,6 +78,11 @@ struct ClusterOptions {
   // (clock.max_offset, --max-clock-offset-ms; 0 disables the rule) and the estimator's filter.
   // Defaults: see ring::ClockOffsetOptions (500 ms).
   ring::ClockOffsetOptions clock{};
+  // How soon after a key's owner stops answering another holder may decide the key: the forwarder's
+  // (1 + timeout_retries) * timeout (the node sets it). A pause of this process longer than this, or than
+  // half the suspicion timeout, and at least 500 ms, fences it (Paused). Default: 0 (not given: the
+  // suspicion timeout alone).
+  std::chrono::milliseconds takeover_after{0};
   // Leave(): how long to wait for the `left` announcements to be delivered before reporting done.
   // Default: 2000 ms.
   std::chrono::milliseconds leave_timeout{2000};
@@ -182,11 +187,16 @@ class Cluster {
   [[nodiscard]] std::optional<std::string> ClockRefusal() const;
 
   // The pause fence: true while this node must not decide because its process was just paused (stopped by
-  // the scheduler, a VM or SIGSTOP) -- seen as a gap of more than max(500 ms, suspicion timeout / 2) since
-  // its last membership tick -- and for 2 probe intervals after, long enough for one membership round trip to
-  // tell it whether it was declared dead meanwhile (then its ranges become incoming: CatchUpAfterDeath).
-  // Until then its checks go to their next holder. Two atomic loads and a clock read.
+  // the scheduler, a VM or SIGSTOP) -- seen as a gap of more than max(500 ms, min(suspicion timeout / 2,
+  // takeover_after)) since its last membership tick, when another holder may have decided its keys -- and for
+  // 2 probe intervals after, long enough for one membership round trip to tell it whether it was declared
+  // dead meanwhile (then its ranges become incoming: CatchUpAfterDeath). Until then its checks go to their
+  // next holder. Two atomic loads and a clock read.
   [[nodiscard]] bool Paused() const;
+
+  // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership
+  // tick; nullopt when it has not been measured (or not lately). Thread-safe: a mutex held for a lookup.
+  [[nodiscard]] std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const;
 
   [[nodiscard]] peer::PeerStats ServerStats() const;
   [[nodiscard]] peer::PeerStats ClientStats() const;

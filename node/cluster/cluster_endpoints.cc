@@ -165,7 +165,8 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       "because no holder answered (--failure-mode closed), checks sent on or declined because this node was "
       "just "
       "paused (paused), checks decided here for other nodes, forwarded "
-      "checks refused while joining, and timed-out attempts sent again to the same node.");
+      "checks refused while joining, timed-out attempts sent again to the same node, and forwarded checks "
+      "not decided because their sender had given up on them (expired).");
   Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
   Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
   Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
@@ -178,6 +179,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);
   Sample(out, "ringlimit_forward_total", "what=\"refused_joining\"", f.refused);
   Sample(out, "ringlimit_forward_total", "what=\"retried_same\"", f.retried_same);
+  Sample(out, "ringlimit_forward_total", "what=\"expired\"", f.expired);
   Metric(out, "ringlimit_forward_dedup_total", "counter",
          "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
          "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "

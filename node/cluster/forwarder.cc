@@ -20,6 +20,7 @@ struct Forwarder::Attempt {
   size_t next = 0;                     // the next target to try
   uint32_t timeout_retries = 0;        // of the current target
   ring::Token token = 0;               // the key's
+  int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
   ForwardDone done;
 };
 
@@ -73,6 +74,21 @@ DedupOptions EffectiveDedup(const ForwarderOptions& options) {
   return dedup;
 }
 
+int64_t WallNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// An attempt's deadline stamp: fields of ForwardCheckRequest encoded alone, so that appended to the
+// encoded request they set (or, on a retry, reset) those fields without encoding the request again.
+std::string DeadlineStamp(std::chrono::milliseconds wait) {
+  peer::ForwardCheckRequest stamp;
+  stamp.set_sent_wall_ns(WallNow());
+  stamp.set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(wait.count(), UINT32_MAX)));
+  return stamp.SerializeAsString();
+}
+
 RequestId IdOf(const peer::ForwardedCheck& check) {
   return RequestId{check.request_id_hi(), check.request_id_lo()};
 }
@@ -117,6 +133,7 @@ void Forwarder::RegisterHandlers() {
 
 void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
   std::optional<std::string> why = RefusesToDecide();
+  if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
   if (!why && cluster_.Paused()) {
     paused_.fetch_add(1, std::memory_order_relaxed);
     why = "this node was just paused and is catching up: it does not decide yet";
@@ -159,6 +176,10 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   if (!Routing()) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     responder.Fail("not joined yet");
+    return;
+  }
+  if (SenderGaveUp(*request)) {
+    responder.Fail("the sender gave up on this attempt before it was served");
     return;
   }
   // Forward sends one check per request; a check with an id is served once, its retries answered alike.
@@ -235,34 +256,54 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
   passed_on_.fetch_add(1, std::memory_order_relaxed);
   peer::ForwardedCheck check = request->checks(0);
   check.set_hops(check.hops() + 1);
-  Forward(std::move(check), [this, request, reply](std::optional<peer::ForwardedResult> result) {
-    if (!result) {
-      if (cluster_.routing().Current().Relinquished(ring::RingToken(request->checks(0).key()), self_id())) {
-        // This node left the key's range: its copy may be older than the new owner's, so it must not
-        // decide. The failure sends the original sender on to the key's next node.
-        reply.Refuse("left: the key's new owner did not answer");
-        return;
-      }
-      if (options_.failure_mode == FailureMode::kClosed &&
-          !HoldsCopy(ring::RingToken(request->checks(0).key()))) {
-        closed_.fetch_add(1, std::memory_order_relaxed);
-        reply.Refuse("no holder of the key answered (--failure-mode closed)");
-        return;
-      }
-      DecideAndReply(*request, reply);
-      return;
-    }
-    peer::ForwardCheckResponse response;
-    response.set_from(self_id());
-    result->set_check_id(request->checks(0).check_id());
-    *response.add_results() = std::move(*result);
-    reply.Answer(response.SerializeAsString());
-  });
+  ForwardBefore(std::move(check), SenderDeadline(*request).value_or(0),
+                [this, request, reply](std::optional<peer::ForwardedResult> result) {
+                  if (!result) {
+                    if (cluster_.routing().Current().Relinquished(ring::RingToken(request->checks(0).key()),
+                                                                  self_id())) {
+                      // This node left the key's range: its copy may be older than the new owner's, so it
+                      // must not decide. The failure sends the original sender on to the key's next node.
+                      reply.Refuse("left: the key's new owner did not answer");
+                      return;
+                    }
+                    if (options_.failure_mode == FailureMode::kClosed &&
+                        !HoldsCopy(ring::RingToken(request->checks(0).key()))) {
+                      closed_.fetch_add(1, std::memory_order_relaxed);
+                      reply.Refuse("no holder of the key answered (--failure-mode closed)");
+                      return;
+                    }
+                    DecideAndReply(*request, reply);
+                    return;
+                  }
+                  peer::ForwardCheckResponse response;
+                  response.set_from(self_id());
+                  result->set_check_id(request->checks(0).check_id());
+                  *response.add_results() = std::move(*result);
+                  reply.Answer(response.SerializeAsString());
+                });
 }
 
 const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
 
 bool Forwarder::Routing() const { return cluster_.routing().Current().ring != nullptr; }
+
+std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest& request) const {
+  if (request.sent_wall_ns() == 0 || request.wait_ms() == 0) return std::nullopt;
+  const std::optional<ring::OffsetEstimate> offset = cluster_.ClockOffsetOf(request.from());
+  if (!offset) return std::nullopt;
+  // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
+  // that reading; a quarter of the wait is left for the answer's way back.
+  const int64_t wait_ns = static_cast<int64_t>(request.wait_ms()) * 1'000'000;
+  return request.sent_wall_ns() - offset->offset.count() - offset->uncertainty.count() + wait_ns -
+         wait_ns / 4;
+}
+
+bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
+  const std::optional<int64_t> deadline = SenderDeadline(request);
+  if (!deadline || WallNow() < *deadline) return false;
+  expired_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
 
 std::optional<std::string> Forwarder::RefusesToDecide() const {
   std::optional<std::string> why = cluster_.ClockRefusal();
@@ -294,13 +335,17 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
 }
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
+  ForwardBefore(std::move(check), 0, std::move(done));
+}
+
+void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_ns, ForwardDone done) {
   const ring::Token token = ring::RingToken(check.key());
   if (handoff_ != nullptr && handoff_->Switching(token)) {
     // This node is switching the key's range to its new owner: route it once that is over.
     auto parked =
         std::make_shared<std::pair<peer::ForwardedCheck, ForwardDone>>(std::move(check), std::move(done));
-    std::function<void()> resume = [this, parked] {
-      Forward(std::move(parked->first), std::move(parked->second));
+    std::function<void()> resume = [this, parked, deadline_wall_ns] {
+      ForwardBefore(std::move(parked->first), deadline_wall_ns, std::move(parked->second));
     };
     if (handoff_->HoldWhileSwitching(token, resume)) return;
     check = std::move(parked->first);
@@ -312,6 +357,7 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
   attempt->token = token;
+  attempt->deadline_wall_ns = deadline_wall_ns;
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
   std::span<const ring::MemberInfo> members;
@@ -385,8 +431,19 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
 }
 
 void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
-  // The payload is needed again if this attempt fails: send a copy.
-  std::string payload = attempt->payload;
+  std::chrono::milliseconds wait = options_.timeout;
+  if (attempt->deadline_wall_ns != 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::nanoseconds(attempt->deadline_wall_ns - WallNow()));
+    if (left.count() <= 0) {
+      // The upstream sender has given up: no answer from here reaches it.
+      attempt->done(std::nullopt);
+      return;
+    }
+    wait = std::min(wait, left);
+  }
+  // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline.
+  std::string payload = attempt->payload + DeadlineStamp(wait);
   cluster_.client().Call(
       attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload),
       [this, attempt, index](peer::PeerResult result) mutable {
@@ -413,7 +470,7 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
         }
         Try(std::move(attempt));
       },
-      peer::CallOptions{.timeout = options_.timeout});
+      peer::CallOptions{.timeout = wait});
 }
 
 bool Forwarder::HoldsCopy(ring::Token token) const {
@@ -448,6 +505,7 @@ ForwarderStats Forwarder::stats() const {
   s.refused = refused_.load(std::memory_order_relaxed);
   s.retried_same = retried_same_.load(std::memory_order_relaxed);
   s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
+  s.expired = expired_.load(std::memory_order_relaxed);
   s.dedup = dedup_.stats();
   return s;
 }

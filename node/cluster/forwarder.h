@@ -37,6 +37,13 @@
 // known dead, goes to the next node at once. A key's checks thus wait at most
 // max_attempts * (1 + timeout_retries) * timeout before this node decides them itself.
 //
+// Deadlines: every attempt carries the sender's wall clock when it was sent and how long it waits for the
+// answer (ForwardCheckRequest.sent_wall_ns / wait_ms). A node about to serve or decide a forwarded check
+// whose sender -- by the clock offset membership measured for it -- has given up (the receiver was paused
+// with the attempt in its socket, or it sat in a queue) charges nothing and refuses it: the sender has
+// already sent it on to the next holder, which charges it. The cut-off leaves a quarter of the wait (and
+// the offset's uncertainty) for the answer's way back. A sender whose offset is not measured is not judged.
+//
 // Pause: a node that sees it was just paused (Cluster::Paused) decides nothing for a moment: its client
 // checks go to the key's other holders first, checks forwarded to it are declined (CHECK_UNAVAILABLE).
 //
@@ -125,6 +132,7 @@ struct ForwarderStats {
   uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
   uint64_t refused = 0;         // forwarded batches refused because this node was still joining
   uint64_t retried_same = 0;    // timed-out attempts sent again to the same node
+  uint64_t expired = 0;         // forwarded checks not decided: their sender had given up on them
   uint64_t clock_refusals = 0;  // checks (forwarded or a client's) refused because the clock is off
   DedupStats dedup;             // the served checks' request ids
 };
@@ -149,6 +157,11 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
   [[nodiscard]] std::optional<std::string> RefusesToDecide() const override;
+  // When the sender of `request` gives up on it, less the answer's way back (see "Deadlines"), on this
+  // node's wall clock; nullopt when not judged (no stamp, or the sender's offset is not measured).
+  [[nodiscard]] std::optional<int64_t> SenderDeadline(const peer::ForwardCheckRequest& request) const;
+  // Whether that deadline has passed; counts it if so.
+  [[nodiscard]] bool SenderGaveUp(const peer::ForwardCheckRequest& request) const;
   [[nodiscard]] uint32_t EnterDecisions() const override;
   void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
@@ -165,6 +178,9 @@ class Forwarder final : public node::CheckRouter {
   struct Attempt;
   class Reply;
   // Tries the attempt's next target (or decides here when none is left).
+  // Forward, for a check whose upstream sender gives up at `deadline_wall_ns` (this node's wall clock; 0:
+  // none): no attempt waits past it, and none starts after it.
+  void ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_ns, ForwardDone done);
   void Try(std::shared_ptr<Attempt> attempt);
   // Sends the attempt to its target `index`; on a timeout, again to the same one (see "Retries").
   void Call(std::shared_ptr<Attempt> attempt, size_t index);
@@ -194,6 +210,7 @@ class Forwarder final : public node::CheckRouter {
       served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
+  mutable std::atomic<uint64_t> expired_{0};
 };
 
 }  // namespace ringlimit::cluster

@@ -142,6 +142,7 @@ std::optional<std::string> Node::StartCluster() {
   cluster::ClusterOptions options = options_.cluster;
   options.node_id = node_id_;
   options.http_address = options_.http.address + ":" + std::to_string(http_port());
+  options.takeover_after = (1 + options_.forward.timeout_retries) * options_.forward.timeout;
   const uint32_t replicas = options.replicas;
   p.cluster = std::make_unique<cluster::Cluster>(p.io, std::move(options));
 
