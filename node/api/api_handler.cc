@@ -226,8 +226,10 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
     respond(std::move(response));
     return;
   }
-  if (std::optional<std::string> why = router->RefusesToDecide()) {
-    HttpResponse response = ToResponse({ErrorKind::kClockOffset, *why + "; send the check to another node"});
+  if (std::optional<CheckRouter::Refusal> why = router->RefusesToDecide()) {
+    const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
+                                                                                  : ErrorKind::kClockOffset;
+    HttpResponse response = ToResponse({kind, why->message + "; send the check to another node"});
     metrics.CountRequest(endpoint, response.result_int());
     respond(std::move(response));
     return;

@@ -32,9 +32,17 @@ class CheckRouter {
   // start from what it has -- nothing, or a stale copy after a restart.
   [[nodiscard]] virtual bool Routing() const { return true; }
 
-  // Why this node must not decide checks now (its clock is off from the cluster's), or nullopt. Such a
-  // node answers client checks 503 clock_offset with this message: a client retries at another node.
-  [[nodiscard]] virtual std::optional<std::string> RefusesToDecide() const { return std::nullopt; }
+  // Why this node must not decide checks now, or nullopt. Such a node answers client checks 503 with
+  // this message (clock_offset or unavailable): a client retries at another node.
+  struct Refusal {
+    enum class Reason : uint8_t {
+      kClockOffset = 1,  // its clock is off from the cluster's (--max-clock-offset-ms)
+      kMinority = 2,     // it reaches only a minority of the cluster (--failure-mode closed)
+    };
+    Reason reason = Reason::kClockOffset;
+    std::string message;
+  };
+  [[nodiscard]] virtual std::optional<Refusal> RefusesToDecide() const { return std::nullopt; }
 
   // Brackets one batch's routing and local decisions (DecisionFence, replication/decision_fence.h): call
   // EnterDecisions before Classify and ExitDecisions(pin) once the local decisions have charged the

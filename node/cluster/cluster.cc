@@ -123,6 +123,8 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void Process(ring::MembershipOutput out);
   // Applies the max-offset rule; logs and publishes a change of the clock's health.
   void JudgeClock();
+  // Whether this node reaches a majority of the members it knows (MinorityRefusal); logs a change.
+  void JudgeQuorum();
   void Publish();
   void NoticeRestarts();
   void CatchUpAfterDeath();
@@ -164,6 +166,10 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   // Written on the strand, read anywhere: whether the clock is judged skewed (ClockRefusal).
   std::atomic<bool> clock_skewed{false};
+  // Written on the strand, read anywhere: the last quorum judgement (MinorityRefusal).
+  std::atomic<bool> in_minority{false};
+  std::atomic<size_t> minority_reached{0};
+  std::atomic<size_t> minority_known{0};
   // The pause fence (Cluster::Paused): the steady time (ns) of the last membership tick (0: none yet), and
   // until when this node stays fenced after a gap was seen. Any thread.
   std::atomic<int64_t> last_tick_ns{0};
@@ -248,7 +254,34 @@ void Cluster::Core::OnTick() {
   last_tick_ns.store(now_ns, std::memory_order_release);
   Process(membership->Tick(Now()));
   JudgeClock();
+  JudgeQuorum();
   Arm();
+}
+
+void Cluster::Core::JudgeQuorum() {
+  size_t known = 0;
+  size_t reached = 0;
+  for (const ring::MemberInfo& m : membership->Members()) {
+    if (m.state == ring::MemberState::kJoining || m.state == ring::MemberState::kLeft) continue;
+    ++known;
+    if (m.state != ring::MemberState::kDead) ++reached;
+  }
+  const bool minority = known > 0 && 2 * reached <= known;
+  if (minority_reached.load(std::memory_order_relaxed) == reached &&
+      minority_known.load(std::memory_order_relaxed) == known &&
+      in_minority.load(std::memory_order_relaxed) == minority) {
+    return;
+  }
+  minority_reached.store(reached, std::memory_order_relaxed);
+  minority_known.store(known, std::memory_order_relaxed);
+  if (in_minority.exchange(minority, std::memory_order_acq_rel) != minority) {
+    if (minority) {
+      spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", reached, known);
+    } else {
+      spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", reached,
+                   known);
+    }
+  }
 }
 
 void Cluster::Core::Receive(ring::Message message, int64_t received_wall_ns) {
@@ -590,6 +623,13 @@ std::optional<ring::OffsetEstimate> Cluster::ClockOffsetOf(std::string_view memb
   auto it = core_->offsets.find(member);
   if (it == core_->offsets.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<std::string> Cluster::MinorityRefusal() const {
+  if (!core_->in_minority.load(std::memory_order_acquire)) return std::nullopt;
+  return "this node reaches " + std::to_string(core_->minority_reached.load(std::memory_order_relaxed)) +
+         " of the " + std::to_string(core_->minority_known.load(std::memory_order_relaxed)) +
+         " members it knows, a minority, so it does not decide (--failure-mode closed)";
 }
 
 std::optional<std::string> Cluster::ClockRefusal() const {

@@ -194,6 +194,13 @@ class Cluster {
   // next holder. Two atomic loads and a clock read.
   [[nodiscard]] bool Paused() const;
 
+  // Why this node is on the minority side of the cluster now -- it reaches (alive or suspect, itself
+  // included) no more than half of the members it knows (those plus the dead ones not yet forgotten) --
+  // or nullopt. Judged every membership tick. Under --failure-mode closed such a node decides nothing
+  // (Forwarder::RefusesToDecide): the majority side takes its keys over once it declares it dead. One
+  // atomic load when it is not.
+  [[nodiscard]] std::optional<std::string> MinorityRefusal() const;
+
   // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership
   // tick; nullopt when it has not been measured (or not lately). Thread-safe: a mutex held for a lookup.
   [[nodiscard]] std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const;

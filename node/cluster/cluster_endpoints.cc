@@ -158,6 +158,10 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Metric(out, "ringlimit_clock_refusals_total", "counter",
          "Checks (forwarded here or a client's) refused because this node's clock is off.");
   Sample(out, "ringlimit_clock_refusals_total", "", f.clock_refusals);
+  Metric(out, "ringlimit_minority_refusals_total", "counter",
+         "Checks (forwarded here or a client's) refused because this node reaches only a minority of the "
+         "cluster (--failure-mode closed).");
+  Sample(out, "ringlimit_minority_refusals_total", "", f.minority_refusals);
   Metric(
       out, "ringlimit_forward_total", "counter",
       "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "

@@ -132,7 +132,8 @@ void Forwarder::RegisterHandlers() {
 }
 
 void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
-  std::optional<std::string> why = RefusesToDecide();
+  std::optional<std::string> why;
+  if (std::optional<Refusal> refusal = RefusesToDecide()) why = std::move(refusal->message);
   if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
   if (!why && cluster_.Paused()) {
     paused_.fetch_add(1, std::memory_order_relaxed);
@@ -305,10 +306,18 @@ bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
   return true;
 }
 
-std::optional<std::string> Forwarder::RefusesToDecide() const {
-  std::optional<std::string> why = cluster_.ClockRefusal();
-  if (why) clock_refusals_.fetch_add(1, std::memory_order_relaxed);
-  return why;
+std::optional<node::CheckRouter::Refusal> Forwarder::RefusesToDecide() const {
+  if (std::optional<std::string> why = cluster_.ClockRefusal()) {
+    clock_refusals_.fetch_add(1, std::memory_order_relaxed);
+    return Refusal{Refusal::Reason::kClockOffset, std::move(*why)};
+  }
+  if (options_.failure_mode == FailureMode::kClosed) {
+    if (std::optional<std::string> why = cluster_.MinorityRefusal()) {
+      minority_refusals_.fetch_add(1, std::memory_order_relaxed);
+      return Refusal{Refusal::Reason::kMinority, std::move(*why)};
+    }
+  }
+  return std::nullopt;
 }
 
 uint32_t Forwarder::EnterDecisions() const { return handoff_ != nullptr ? handoff_->EnterDecision() : 0; }
@@ -381,6 +390,17 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   if (attempt->targets.empty() || attempt->targets[0] == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
+  }
+  // This node, when it holds a copy, goes last: its copy may lack what the decider did since (the decider
+  // replicates elsewhere when it cannot reach this node), and another holder that can reach the decider
+  // passes the check on to it -- a relay around a cut link -- or decides it from a copy the decider
+  // could reach.
+  if (auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
+      self_at != attempt->targets.end()) {
+    const auto index = self_at - attempt->targets.begin();
+    std::rotate(self_at, self_at + 1, attempt->targets.end());
+    std::rotate(attempt->addresses.begin() + index, attempt->addresses.begin() + index + 1,
+                attempt->addresses.end());
   }
   if (IdOf(check).empty()) {  // an entry node's check; a passed-on one keeps the entry node's id
     check.set_request_id_hi(request_nonce_);
@@ -506,6 +526,7 @@ ForwarderStats Forwarder::stats() const {
   s.retried_same = retried_same_.load(std::memory_order_relaxed);
   s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
   s.expired = expired_.load(std::memory_order_relaxed);
+  s.minority_refusals = minority_refusals_.load(std::memory_order_relaxed);
   s.dedup = dedup_.stats();
   return s;
 }

@@ -11,8 +11,10 @@
 //
 // Routing of one key: the decider first; if it does not answer (connection refused, timeout, overloaded,
 // error), the next alive member of the key's preference list, until every holder (the first --replicas of
-// the list) was tried; if that reaches this node, it decides itself from its copy. If nobody answers and
-// this node holds no copy, --failure-mode says what happens: `open` decides from this node's own (empty
+// the list) was tried -- this node last, when it is one of them: another holder that still reaches the
+// decider passes the check on to it (a relay around a link cut between this node and the decider), or
+// decides from a copy the decider replicated to -- and then this node decides from its own. If nobody answers
+// and this node holds no copy, --failure-mode says what happens: `open` decides from this node's own (empty
 // or stale) copy, which later merges into the holders' state, `closed` refuses the check. Either way it
 // never silently replaces the holders' count: states merge (limiter/merge.h). A node receiving a forwarded
 // check decides it itself, unless its own routing names another node and the check has made fewer than
@@ -51,6 +53,11 @@
 // decides nothing. Forwarded checks it would decide are answered CHECK_UNAVAILABLE (the sender goes on
 // to the key's next holder); it still passes checks on to their decider. The API answers client checks
 // at it 503 clock_offset (RefusesToDecide).
+//
+// Quorum: under --failure-mode closed, a node that reaches only a minority of the cluster
+// (Cluster::MinorityRefusal: a partition's smaller side, or a node cut off) decides nothing either, the
+// same way (the API answers 503 unavailable); the majority side takes its keys over once it declares it
+// dead. Under `open` it goes on deciding, and what it admits merges into the majority's counts on healing.
 //
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
@@ -120,21 +127,22 @@ struct ForwarderOptions {
 [[nodiscard]] Status Validate(const ForwarderOptions& options);
 
 struct ForwarderStats {
-  uint64_t forwarded = 0;       // keys sent to another node (first attempts)
-  uint64_t failures = 0;        // attempts that got no usable answer
-  uint64_t fallback_next = 0;   // attempts sent to the next node after a failure
-  uint64_t fallback_local = 0;  // keys decided here because no other node answered
-  uint64_t fallback_open = 0;   // ... of which this node held no copy (--failure-mode open)
-  uint64_t closed = 0;          // keys refused because no holder answered (--failure-mode closed)
-  uint64_t paused = 0;          // checks sent on (or declined) because this node was just paused
-  uint64_t served = 0;          // checks other nodes forwarded to this one
-  uint64_t served_bad = 0;      // forwarded batches that did not parse
-  uint64_t passed_on = 0;       // forwarded checks this node passed on to the node its routing names
-  uint64_t refused = 0;         // forwarded batches refused because this node was still joining
-  uint64_t retried_same = 0;    // timed-out attempts sent again to the same node
-  uint64_t expired = 0;         // forwarded checks not decided: their sender had given up on them
-  uint64_t clock_refusals = 0;  // checks (forwarded or a client's) refused because the clock is off
-  DedupStats dedup;             // the served checks' request ids
+  uint64_t forwarded = 0;          // keys sent to another node (first attempts)
+  uint64_t failures = 0;           // attempts that got no usable answer
+  uint64_t fallback_next = 0;      // attempts sent to the next node after a failure
+  uint64_t fallback_local = 0;     // keys decided here because no other node answered
+  uint64_t fallback_open = 0;      // ... of which this node held no copy (--failure-mode open)
+  uint64_t closed = 0;             // keys refused because no holder answered (--failure-mode closed)
+  uint64_t paused = 0;             // checks sent on (or declined) because this node was just paused
+  uint64_t served = 0;             // checks other nodes forwarded to this one
+  uint64_t served_bad = 0;         // forwarded batches that did not parse
+  uint64_t passed_on = 0;          // forwarded checks this node passed on to the node its routing names
+  uint64_t refused = 0;            // forwarded batches refused because this node was still joining
+  uint64_t retried_same = 0;       // timed-out attempts sent again to the same node
+  uint64_t expired = 0;            // forwarded checks not decided: their sender had given up on them
+  uint64_t clock_refusals = 0;     // checks (forwarded or a client's) refused because the clock is off
+  uint64_t minority_refusals = 0;  // ... because this node reaches only a minority (--failure-mode closed)
+  DedupStats dedup;                // the served checks' request ids
 };
 
 // Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
@@ -156,7 +164,7 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
-  [[nodiscard]] std::optional<std::string> RefusesToDecide() const override;
+  [[nodiscard]] std::optional<Refusal> RefusesToDecide() const override;
   // When the sender of `request` gives up on it, less the answer's way back (see "Deadlines"), on this
   // node's wall clock; nullopt when not judged (no stamp, or the sender's offset is not measured).
   [[nodiscard]] std::optional<int64_t> SenderDeadline(const peer::ForwardCheckRequest& request) const;
@@ -210,6 +218,7 @@ class Forwarder final : public node::CheckRouter {
       served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
+  mutable std::atomic<uint64_t> minority_refusals_{0};
   mutable std::atomic<uint64_t> expired_{0};
 };
 

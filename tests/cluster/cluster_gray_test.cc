@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,62 @@ TEST_P(FailureModeTest, ANodeWithNoCopyFollowsTheFailureModeWhenNoHolderAnswers)
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, FailureModeTest, ::testing::Values("closed", "open"));
+
+// A node left reaching only a minority of the cluster (its two peers killed and declared dead) decides
+// nothing under --failure-mode closed -- it may be the smaller side of a partition while the others decide
+// its keys -- and answers 503 unavailable (counted); under `open` it goes on deciding.
+class MinorityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MinorityTest, ANodeReachingOnlyAMinorityFollowsTheFailureMode) {
+  const bool closed = GetParam() == "closed";
+  auto started = Cluster::Start(
+      {.nodes = 3,
+       .args = {"--threads", "2", "--failure-mode", GetParam(), "--suspicion-timeout-ms", "500"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const CheckSpec spec{.limit = 10};
+  HttpClient n1(cluster.http_port(0), milliseconds(20'000));
+  auto before = PostCheck(n1, "minority-key", spec);
+  ASSERT_TRUE(before) << before.error();
+  ASSERT_EQ(before->status, 200) << before->body;
+
+  ASSERT_TRUE(cluster.Kill(1));
+  ASSERT_TRUE(cluster.Kill(2));
+  auto dead = WaitFor("n1 to see n2 and n3 dead", milliseconds(10'000 * kSlowdown), [&](std::string* last) {
+    auto view = FetchClusterView(cluster.http_port(0));
+    if (!view) {
+      *last = view.error();
+      return false;
+    }
+    *last = "dead: " + std::to_string(view->IdsInState("dead").size());
+    return view->IdsInState("dead").size() == 2;
+  });
+  ASSERT_TRUE(dead) << dead.error();
+  // Judged at the next membership tick: polled, not assumed.
+  std::optional<CheckOutcome> during;
+  auto judged =
+      WaitFor("n1's answer to follow the mode", milliseconds(5'000 * kSlowdown), [&](std::string* last) {
+        auto outcome = PostCheck(n1, "minority-key", spec);
+        if (!outcome) {
+          *last = outcome.error();
+          return false;
+        }
+        during = *outcome;
+        *last = std::to_string(during->status) + " " + during->body;
+        return closed ? during->status == 503 : during->status == 200;
+      });
+  ASSERT_TRUE(judged) << judged.error() << "\n" << cluster.Logs();
+  if (closed) {
+    EXPECT_NE(during->body.find(R"("code":"unavailable")"), std::string::npos) << during->body;
+    EXPECT_NE(during->body.find("minority"), std::string::npos) << during->body;
+    EXPECT_GE(MetricSample(cluster.http_port(0), "ringlimit_minority_refusals_total", "").value_or(0), 1);
+  } else {
+    EXPECT_TRUE(during->allowed);
+    EXPECT_EQ(during->owner, "n1");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MinorityTest, ::testing::Values("closed", "open"));
 
 // n3 runs an hour ahead or behind (libfaketime; its steady clock is not faked). The others measure its
 // offset, it measures theirs and refuses to decide: its keys are decided by their next holder, checks sent to
