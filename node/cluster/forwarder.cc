@@ -391,17 +391,6 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
   }
-  // This node, when it holds a copy, goes last: its copy may lack what the decider did since (the decider
-  // replicates elsewhere when it cannot reach this node), and another holder that can reach the decider
-  // passes the check on to it -- a relay around a cut link -- or decides it from a copy the decider
-  // could reach.
-  if (auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
-      self_at != attempt->targets.end()) {
-    const auto index = self_at - attempt->targets.begin();
-    std::rotate(self_at, self_at + 1, attempt->targets.end());
-    std::rotate(attempt->addresses.begin() + index, attempt->addresses.begin() + index + 1,
-                attempt->addresses.end());
-  }
   if (IdOf(check).empty()) {  // an entry node's check; a passed-on one keeps the entry node's id
     check.set_request_id_hi(request_nonce_);
     check.set_request_id_lo(next_request_.fetch_add(1, std::memory_order_relaxed));

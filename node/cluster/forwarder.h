@@ -11,9 +11,7 @@
 //
 // Routing of one key: the decider first; if it does not answer (connection refused, timeout, overloaded,
 // error), the next alive member of the key's preference list, until every holder (the first --replicas of
-// the list) was tried -- this node last, when it is one of them: another holder that still reaches the
-// decider passes the check on to it (a relay around a link cut between this node and the decider), or
-// decides from a copy the decider replicated to -- and then this node decides from its own. If nobody answers
+// the list) was tried; if that reaches this node, it decides itself from its copy. If nobody answers
 // and this node holds no copy, --failure-mode says what happens: `open` decides from this node's own (empty
 // or stale) copy, which later merges into the holders' state, `closed` refuses the check. Either way it
 // never silently replaces the holders' count: states merge (limiter/merge.h). A node receiving a forwarded
