@@ -170,7 +170,9 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       "just "
       "paused (paused), checks decided here for other nodes, forwarded "
       "checks refused while joining, timed-out attempts sent again to the same node, and forwarded checks "
-      "not decided because their sender had given up on them (expired).");
+      "not decided because their sender had given up on them (expired), checks sent through another member "
+      "because their decider was unreachable from here (relayed) and such checks passed on for another node "
+      "(relays_served).");
   Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
   Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
   Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
@@ -184,6 +186,8 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"refused_joining\"", f.refused);
   Sample(out, "ringlimit_forward_total", "what=\"retried_same\"", f.retried_same);
   Sample(out, "ringlimit_forward_total", "what=\"expired\"", f.expired);
+  Sample(out, "ringlimit_forward_total", "what=\"relayed\"", f.relayed);
+  Sample(out, "ringlimit_forward_total", "what=\"relays_served\"", f.relays_served);
   Metric(out, "ringlimit_forward_dedup_total", "counter",
          "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
          "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "

@@ -21,6 +21,7 @@ struct Forwarder::Attempt {
   uint32_t timeout_retries = 0;        // of the current target
   ring::Token token = 0;               // the key's
   int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
+  bool relay_tried = false;            // the decider was tried through another member (see "Relays")
   ForwardDone done;
 };
 
@@ -209,6 +210,10 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
 }
 
 void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
+  if (!request->relay_to().empty()) {
+    RelayOn(request, reply);
+    return;
+  }
   const DecisionPin pin(*this);
   if (request->checks_size() == 1 && handoff_ != nullptr) {
     // A key whose range this node is switching to its new owner waits for the switch, then goes to the
@@ -439,18 +444,22 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
   Call(std::move(attempt), index);
 }
 
+std::optional<std::chrono::milliseconds> Forwarder::WaitBefore(int64_t deadline_wall_ns) const {
+  if (deadline_wall_ns == 0) return options_.timeout;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(deadline_wall_ns - WallNow()));
+  if (left.count() <= 0) return std::nullopt;
+  return std::min(options_.timeout, left);
+}
+
 void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
-  std::chrono::milliseconds wait = options_.timeout;
-  if (attempt->deadline_wall_ns != 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::nanoseconds(attempt->deadline_wall_ns - WallNow()));
-    if (left.count() <= 0) {
-      // The upstream sender has given up: no answer from here reaches it.
-      attempt->done(std::nullopt);
-      return;
-    }
-    wait = std::min(wait, left);
+  const std::optional<std::chrono::milliseconds> waits = WaitBefore(attempt->deadline_wall_ns);
+  if (!waits) {
+    // The upstream sender has given up: no answer from here reaches it.
+    attempt->done(std::nullopt);
+    return;
   }
+  const std::chrono::milliseconds wait = *waits;
   // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline.
   std::string payload = attempt->payload + DeadlineStamp(wait);
   cluster_.client().Call(
@@ -477,9 +486,103 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
           Call(std::move(attempt), index);
           return;
         }
+        // Unreachable from here (not declining): perhaps only from here.
+        if (index == 0 && !attempt->relay_tried && !result.ok() && !KnownDead(target) &&
+            (result.kind() == peer::PeerErrorKind::kTimeout ||
+             result.kind() == peer::PeerErrorKind::kConnectionLost ||
+             result.kind() == peer::PeerErrorKind::kUnavailable)) {
+          Relay(std::move(attempt));
+          return;
+        }
         Try(std::move(attempt));
       },
       peer::CallOptions{.timeout = wait});
+}
+
+void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
+  attempt->relay_tried = true;
+  const std::string& self = cluster_.self_id();
+  const std::string decider = attempt->targets[0];
+  // The next holder when it is another node (it would be tried next anyway), else any other alive member.
+  std::string relay_address;
+  if (attempt->targets.size() > 1 && attempt->targets[1] != self) {
+    relay_address = attempt->addresses[1];
+  } else {
+    const replication::RoutingTable& table = cluster_.routing().Current();
+    if (table.members != nullptr) {
+      for (const ring::MemberInfo& m : *table.members) {
+        if (m.id != self && m.id != decider && m.state == ring::MemberState::kAlive &&
+            !m.peer_address.empty()) {
+          relay_address = m.peer_address;
+          break;
+        }
+      }
+    }
+  }
+  const std::optional<std::chrono::milliseconds> wait = WaitBefore(attempt->deadline_wall_ns);
+  if (relay_address.empty() || !wait) {
+    Try(std::move(attempt));
+    return;
+  }
+  relayed_.fetch_add(1, std::memory_order_relaxed);
+  peer::ForwardCheckRequest relay;
+  relay.set_relay_to(decider);
+  std::string payload = attempt->payload + relay.SerializeAsString() + DeadlineStamp(*wait);
+  cluster_.client().Call(
+      relay_address, peer::METHOD_FORWARD_CHECK, std::move(payload),
+      [this, attempt](peer::PeerResult result) mutable {
+        if (result.ok()) {
+          peer::ForwardCheckResponse response;
+          if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
+              response.results(0).status() == peer::CHECK_OK) {
+            attempt->done(std::move(*response.mutable_results(0)));
+            return;
+          }
+        }
+        failures_.fetch_add(1, std::memory_order_relaxed);
+        Try(std::move(attempt));
+      },
+      peer::CallOptions{.timeout = *wait});
+}
+
+void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
+  const std::string& to = request->relay_to();
+  std::string address;
+  const replication::RoutingTable& table = cluster_.routing().Current();
+  if (table.members != nullptr && to != self_id()) {
+    for (const ring::MemberInfo& m : *table.members) {
+      if (m.id == to && ring::IsInRing(m.state)) address = m.peer_address;
+    }
+  }
+  const std::optional<int64_t> deadline = SenderDeadline(*request);
+  const std::optional<std::chrono::milliseconds> wait = WaitBefore(deadline.value_or(0));
+  if (address.empty() || request->checks_size() != 1 || !wait) {
+    reply.Refuse("relay: " + to + " is not a member this node can pass the check on to");
+    return;
+  }
+  relays_served_.fetch_add(1, std::memory_order_relaxed);
+  peer::ForwardCheckRequest onward;
+  onward.set_from(self_id());
+  onward.set_owner(to);
+  *onward.add_checks() = request->checks(0);
+  onward.mutable_checks(0)->set_hops(request->checks(0).hops() + 1);
+  std::string payload = onward.SerializeAsString() + DeadlineStamp(*wait);
+  cluster_.client().Call(
+      address, peer::METHOD_FORWARD_CHECK, std::move(payload),
+      [this, request, reply](peer::PeerResult result) {
+        if (result.ok()) {
+          peer::ForwardCheckResponse response;
+          if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
+              response.results(0).status() == peer::CHECK_OK) {
+            response.set_from(self_id());
+            response.mutable_results(0)->set_check_id(request->checks(0).check_id());
+            reply.Answer(response.SerializeAsString());
+            return;
+          }
+        }
+        reply.Refuse("relay: " + request->relay_to() + " did not answer");
+      },
+      peer::CallOptions{.timeout = *wait});
 }
 
 bool Forwarder::HoldsCopy(ring::Token token) const {
@@ -516,6 +619,8 @@ ForwarderStats Forwarder::stats() const {
   s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
   s.expired = expired_.load(std::memory_order_relaxed);
   s.minority_refusals = minority_refusals_.load(std::memory_order_relaxed);
+  s.relayed = relayed_.load(std::memory_order_relaxed);
+  s.relays_served = relays_served_.load(std::memory_order_relaxed);
   s.dedup = dedup_.stats();
   return s;
 }

@@ -37,6 +37,14 @@
 // known dead, goes to the next node at once. A key's checks thus wait at most
 // max_attempts * (1 + timeout_retries) * timeout before this node decides them itself.
 //
+// Relays: when the decider does not answer at the transport level (timeout, connection lost or refused)
+// and is not known dead, the check is first sent to one other alive member -- the next holder if it is
+// not this node, else any other -- as a relay request (ForwardCheckRequest.relay_to = the decider): the
+// relay passes it on to the decider and answers with its answer, or refuses; it never decides it. Only
+// then does the check go on to the next holder. So a link cut between this node and the decider (both
+// ways, or one way) costs a forward timeout or two, not a second decider. A decider that answers but
+// declines (CHECK_UNAVAILABLE: paused, clock off) is not relayed to: it is reachable.
+//
 // Deadlines: every attempt carries the sender's wall clock when it was sent and how long it waits for the
 // answer (ForwardCheckRequest.sent_wall_ns / wait_ms). A node about to serve or decide a forwarded check
 // whose sender -- by the clock offset membership measured for it -- has given up (the receiver was paused
@@ -138,6 +146,8 @@ struct ForwarderStats {
   uint64_t refused = 0;            // forwarded batches refused because this node was still joining
   uint64_t retried_same = 0;       // timed-out attempts sent again to the same node
   uint64_t expired = 0;            // forwarded checks not decided: their sender had given up on them
+  uint64_t relayed = 0;            // checks sent through another member because the decider was unreachable
+  uint64_t relays_served = 0;      // relay requests this node passed on to their decider for another node
   uint64_t clock_refusals = 0;     // checks (forwarded or a client's) refused because the clock is off
   uint64_t minority_refusals = 0;  // ... because this node reaches only a minority (--failure-mode closed)
   DedupStats dedup;                // the served checks' request ids
@@ -197,6 +207,13 @@ class Forwarder final : public node::CheckRouter {
   void Serve(std::string payload, const peer::PeerResponder& responder);
   // Serve after the dedup lookup: a first attempt.
   void ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
+  // Sends the attempt through another member to its decider (see "Relays"); goes on with Try if it fails.
+  void Relay(std::shared_ptr<Attempt> attempt);
+  // Serves a relay request: passes it on to request.relay_to() and answers with its answer, or refuses.
+  void RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
+  // The wait of an attempt that must end by `deadline_wall_ns` (0: none): the forward timeout, or less;
+  // nullopt when the deadline has passed.
+  [[nodiscard]] std::optional<std::chrono::milliseconds> WaitBefore(int64_t deadline_wall_ns) const;
   // Sends the single check of `request` on to the node that decides it and replies with its answer
   // (or decides it here when no other node answers).
   void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
@@ -218,6 +235,7 @@ class Forwarder final : public node::CheckRouter {
   mutable std::atomic<uint64_t> clock_refusals_{0};
   mutable std::atomic<uint64_t> minority_refusals_{0};
   mutable std::atomic<uint64_t> expired_{0};
+  std::atomic<uint64_t> relayed_{0}, relays_served_{0};
 };
 
 }  // namespace ringlimit::cluster

@@ -162,11 +162,19 @@ TEST_P(FailureModeTest, ANodeWithNoCopyFollowsTheFailureModeWhenNoHolderAnswers)
     EXPECT_GE(open, 1);
   }
   // The holder is back: it decides, from its own count (plus, under open, what was admitted meanwhile once
-  // that copy has merged in).
-  auto after = PostCheck(n1, key, spec);
-  ASSERT_TRUE(after) << after.error();
-  ASSERT_EQ(after->status, 200) << after->body;
-  EXPECT_EQ(after->owner, "n2");
+  // that copy has merged in) -- once its pause fence is over (polled).
+  std::optional<CheckOutcome> after;
+  auto back = WaitFor("n2 to decide again", milliseconds(5'000 * kSlowdown), [&](std::string* last) {
+    auto outcome = PostCheck(n1, key, spec);
+    if (!outcome) {
+      *last = outcome.error();
+      return false;
+    }
+    after = *outcome;
+    *last = std::to_string(outcome->status) + " " + outcome->owner + " " + outcome->body;
+    return outcome->status == 200 && outcome->owner == "n2";
+  });
+  ASSERT_TRUE(back) << back.error();
   EXPECT_LE(after->remaining, 8u);
 }
 

@@ -3,11 +3,12 @@
 // that no request failed. The scenarios themselves live in gray_scenarios.{h,cc}; bench/nemesis/
 // gray_report runs the same ones and prints what each admitted.
 //
-// NOT ALL IN CTEST YET: the partitions still over-admit or roll back (a relay around a cut link and the
-// leases of issue 13 are not built yet), and with asynchronous replication most cases still see rollbacks;
-// see docs/gray-failures.md for the measured table. In ctest (tests/gray/CMakeLists.txt,
+// NOT ALL IN CTEST YET: the isolated minority still over-admits (both sides decide in the moments before
+// either can tell: issue 13's leases are not built yet), and with asynchronous replication most cases still
+// see rollbacks; see docs/gray-failures.md for the measured table. In ctest (tests/gray/CMakeLists.txt,
 // GrayTest.SyncClosed), exact with --replication sync --failure-mode closed: the owner paused past and
-// within failure detection, a forwarded check retried, two of three holders stalled, the clock skewed.
+// within failure detection, a forwarded check retried, two of three holders stalled, a partial partition, a
+// half-cut link (relayed), the clock skewed.
 // Run them by hand:
 //
 //   scripts/build --target gray_test
