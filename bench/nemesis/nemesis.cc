@@ -25,7 +25,8 @@
 // recorded in) and failed requests.
 //
 // Partitions need root (network namespaces, nftables: tests/support/netns.h); skew needs libfaketime.
-// Without them those classes are left out (printed). Not run by scripts/test yet.
+// Without them those classes are left out (printed). scripts/test runs 2 minutes of it with
+// --replication sync --failure-mode closed, asserting the classes promised exact there (--exact).
 #include <signal.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +70,7 @@ struct Flags {
   int keys = 500;
   uint64_t limit = 20;
   std::string record;
+  std::set<std::string> exact;  // classes promised exact: any over-admission or rollback fails the run
 };
 
 // Where the clients send their checks: the running nodes, republished by the nemesis after each step.
@@ -149,9 +152,9 @@ class Nemesis {
     stop_ = true;
     for (auto& t : clients) t.join();
     for (size_t i : paused_) (void)cluster_->node(i).Signal(SIGCONT);
-    Report();
+    const bool kept = Report();
     cluster_.reset();  // before the fabric: the nodes leave their namespaces first
-    return 0;
+    return kept ? 0 : 3;
   }
 
  private:
@@ -332,7 +335,8 @@ class Nemesis {
     int64_t checks = 0, over = 0, rollbacks = 0, failed = 0;
   };
 
-  void Report() {
+  // Prints the table; false when a class of --exact over-admitted or rolled back.
+  bool Report() {
     const auto decisions = recorder_.Snapshot();
     std::map<std::string, ClassFigures> by_class;
     std::map<std::string, int64_t> admitted;
@@ -368,6 +372,14 @@ class Nemesis {
     std::printf("| %-10s | %6s | %8lld | %15lld | %9lld | %6lld |\n", "total", "",
                 static_cast<long long>(total.checks), static_cast<long long>(total.over),
                 static_cast<long long>(total.rollbacks), static_cast<long long>(total.failed));
+    bool kept = true;
+    for (const std::string& name : flags_.exact) {
+      const ClassFigures& f = by_class[name];
+      if (f.over == 0 && f.rollbacks == 0) continue;
+      std::printf("FAIL: %s is promised exact: %lld over-admissions, %lld rollbacks\n", name.c_str(),
+                  static_cast<long long>(f.over), static_cast<long long>(f.rollbacks));
+      kept = false;
+    }
     if (!flags_.record.empty()) {
       std::ofstream out(flags_.record);
       out << "at_ms,fault,key,entry,status,allowed,remaining,owner\n";
@@ -376,6 +388,7 @@ class Nemesis {
             << (d.allowed ? 1 : 0) << ',' << d.remaining << ',' << d.owner << '\n';
       }
     }
+    return kept;
   }
 
   Flags flags_;
@@ -401,9 +414,13 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     if (arg == "--help" || arg == "-h" || value == nullptr) {
-      std::cout << "usage: nemesis [--minutes N] [--seed S] [--nodes 5] [--max-nodes 7] [--clients 4] "
-                   "[--keys 500]\n"
-                   "               [--limit 20] [--record FILE.csv]\n";
+      std::cout
+          << "usage: nemesis [--minutes N] [--seed S] [--nodes 5] [--max-nodes 7] [--clients 4] "
+             "[--keys 500]\n"
+             "               [--limit 20] [--record FILE.csv] [--exact CLASS,CLASS...]\n"
+             "--exact: fault classes promised exact (e.g. none,pause,add,remove): an over-admission or a\n"
+             "rollback labelled with one of them fails the run (exit 3). Node flags: "
+             "RINGLIMIT_GRAY_NODE_FLAGS.\n";
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
     ++i;
@@ -423,6 +440,11 @@ int main(int argc, char** argv) {
       flags.limit = std::strtoull(value, nullptr, 10);
     } else if (arg == "--record") {
       flags.record = value;
+    } else if (arg == "--exact") {
+      std::istringstream names(value);
+      for (std::string name; std::getline(names, name, ',');) {
+        if (!name.empty()) flags.exact.insert(name);
+      }
     } else {
       std::cerr << "unknown flag " << arg << '\n';
       return 2;
