@@ -90,6 +90,18 @@ std::string DeadlineStamp(std::chrono::milliseconds wait) {
   return stamp.SerializeAsString();
 }
 
+// The one decided result in a forward's answer, or nullopt: the call failed, or the answer is a refusal
+// (CHECK_UNAVAILABLE) or does not parse as one result.
+std::optional<peer::ForwardedResult> DecidedResult(const peer::PeerResult& result) {
+  if (!result.ok()) return std::nullopt;
+  peer::ForwardCheckResponse response;
+  if (!response.ParseFromString(result.payload()) || response.results_size() != 1 ||
+      response.results(0).status() != peer::CHECK_OK) {
+    return std::nullopt;
+  }
+  return std::move(*response.mutable_results(0));
+}
+
 RequestId IdOf(const peer::ForwardedCheck& check) {
   return RequestId{check.request_id_hi(), check.request_id_lo()};
 }
@@ -465,13 +477,9 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   cluster_.client().Call(
       attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload),
       [this, attempt, index](peer::PeerResult result) mutable {
-        if (result.ok()) {
-          peer::ForwardCheckResponse response;
-          if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
-              response.results(0).status() == peer::CHECK_OK) {
-            attempt->done(std::move(*response.mutable_results(0)));
-            return;
-          }
+        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+          attempt->done(std::move(*decided));
+          return;
         }
         failures_.fetch_add(1, std::memory_order_relaxed);
         const std::string& target = attempt->targets[index];
@@ -531,13 +539,9 @@ void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
   cluster_.client().Call(
       relay_address, peer::METHOD_FORWARD_CHECK, std::move(payload),
       [this, attempt](peer::PeerResult result) mutable {
-        if (result.ok()) {
-          peer::ForwardCheckResponse response;
-          if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
-              response.results(0).status() == peer::CHECK_OK) {
-            attempt->done(std::move(*response.mutable_results(0)));
-            return;
-          }
+        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+          attempt->done(std::move(*decided));
+          return;
         }
         failures_.fetch_add(1, std::memory_order_relaxed);
         Try(std::move(attempt));
@@ -570,15 +574,13 @@ void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& reques
   cluster_.client().Call(
       address, peer::METHOD_FORWARD_CHECK, std::move(payload),
       [this, request, reply](peer::PeerResult result) {
-        if (result.ok()) {
+        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
           peer::ForwardCheckResponse response;
-          if (response.ParseFromString(result.payload()) && response.results_size() == 1 &&
-              response.results(0).status() == peer::CHECK_OK) {
-            response.set_from(self_id());
-            response.mutable_results(0)->set_check_id(request->checks(0).check_id());
-            reply.Answer(response.SerializeAsString());
-            return;
-          }
+          response.set_from(self_id());
+          decided->set_check_id(request->checks(0).check_id());
+          *response.add_results() = std::move(*decided);
+          reply.Answer(response.SerializeAsString());
+          return;
         }
         reply.Refuse("relay: " + request->relay_to() + " did not answer");
       },
