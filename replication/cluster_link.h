@@ -44,6 +44,16 @@ class ClusterLink {
   // lock that `reply` takes.
   virtual void Send(std::string_view id, peer::Method method, std::string payload,
                     std::chrono::milliseconds timeout, Reply reply) = 0;
+
+  // Sends a serialized StateUpdateBatch to member `id` like Send, but when `id` has not answered within
+  // `direct` (a cut link, perhaps cut only between these two nodes) sends it once more through another
+  // member, which passes it on and answers with its acknowledgement, within what is left of `timeout`.
+  // Default: Send.
+  virtual void SendRelayed(std::string_view id, std::string payload, std::chrono::milliseconds direct,
+                           std::chrono::milliseconds timeout, Reply reply) {
+    (void)direct;
+    Send(id, peer::METHOD_STATE_UPDATE, std::move(payload), timeout, std::move(reply));
+  }
 };
 
 }  // namespace ringlimit::replication

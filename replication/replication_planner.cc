@@ -59,8 +59,9 @@ ReplicationActions ReplicationPlanner::Decided(MonoTime now, const ClusterView& 
     ++stats_.sync_waits;
     Waiter& w = waiters_[wait.waiter];
     w.deadline = now + options_.sync_timeout;
-    w.acked.assign(wait.keys.size(), false);
-    w.remaining = wait.keys.size();
+    w.optional_until = now + options_.sync_timeout / 5;
+    w.needed.assign(wait.keys.size(), 0);
+    w.remaining = 0;
     for (size_t i = 0; i < wait.keys.size(); ++i) {
       sync_keys_.emplace_back(wait.keys[i], Slot{wait.waiter, static_cast<uint32_t>(i)});
     }
@@ -93,8 +94,8 @@ ReplicationActions ReplicationPlanner::Flush(MonoTime now, const ClusterView& vi
   return out;
 }
 
-ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterView& view, uint64_t id,
-                                                  bool ok) {
+ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterView& view, uint64_t id, bool ok,
+                                                  std::span<const std::string> stale) {
   ReplicationActions out;
   auto it = in_flight_.find(id);
   if (it == in_flight_.end()) {
@@ -110,9 +111,26 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
     stats_.updates_acked += batch.keys.size();
     stats_.lag = now - batch.oldest;
     stats_.max_lag = std::max(stats_.max_lag, stats_.lag);
-    for (const Slot& s : batch.slots) AckSlot(s, out);
+    for (const Waiting& w : batch.waiting) {
+      const std::string& key = batch.keys[w.key].key;
+      if (std::find(stale.begin(), stale.end(), key) != stale.end()) {
+        FailSlot(w.slot, out);
+      } else {
+        AckSlot(w.slot, w.optional, out);
+      }
+    }
   } else {
     ++stats_.send_failures;
+    if (options_.ack_all) {
+      // A holder after the decider did not take the decision: unacked. One before it: no answer is fine.
+      for (const Waiting& w : batch.waiting) {
+        if (w.optional) {
+          AckSlot(w.slot, true, out);
+        } else {
+          FailSlot(w.slot, out);
+        }
+      }
+    }
     for (auto& [fid, f] : flushes_) {
       if (id >= f.first_batch && id <= f.last_batch) ++f.failures;
     }
@@ -164,7 +182,7 @@ ReplicationActions ReplicationPlanner::Stop(MonoTime /*now*/) {
   stopped_ = true;
   for (auto& [id, w] : waiters_) {
     ++stats_.sync_timeouts;
-    out.waiters_done.push_back(id);
+    out.waiters_unacked.push_back(id);
   }
   waiters_.clear();
   for (auto& [id, f] : flushes_) out.flushes_done.emplace_back(id, false);
@@ -187,8 +205,8 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   struct Job {
     bool erased = false;
     std::vector<Slot> slots;
-    std::string successor;  // sync: the replica whose acknowledgement answers the slots
-    bool successor_known = false;
+    std::vector<std::string> successors;    // sync: the replicas whose acknowledgements answer the slots
+    std::vector<std::string> predecessors;  // ack_all: the holders before this node, asked for news
   };
   std::map<std::string, Job, std::less<>> jobs;
   const MonoTime oldest = dirty_since_.value_or(now);
@@ -207,6 +225,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   };
   std::map<std::string, std::vector<std::string_view>> per_target;  // member -> keys (views into jobs)
   std::map<std::string, std::set<std::string_view>> targeted;
+  std::set<uint64_t> awaited;  // waiters whose keys this pass registered
   for (auto& [key, job] : jobs) {
     preference(key);
     for (const ring::RingMember* m : pref) {
@@ -215,20 +234,30 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     if (!job.slots.empty()) {
       // The successor: the first reachable member after this node in the preference list, i.e. the node
       // that takes the key over if this one dies (an acknowledgement from another replica would leave the
-      // successor with an older count).
+      // successor with an older count). With ack_all: every reachable member after this node (all of
+      // them when this node holds no copy), i.e. every holder that could decide the key after it.
       const auto me = std::find_if(pref.begin(), pref.end(),
                                    [&](const ring::RingMember* m) { return m->id == view.self; });
-      const size_t start = me == pref.end() ? 0 : static_cast<size_t>(me - pref.begin()) + 1;
-      for (size_t k = 0; k < pref.size() && job.successor.empty(); ++k) {
-        const ring::RingMember* m = pref[(start + k) % pref.size()];
-        if (reachable(m->id)) job.successor = m->id;
+      if (options_.ack_all) {
+        for (auto m = pref.begin(); m != pref.end(); ++m) {
+          if (m == me || !reachable((*m)->id)) continue;
+          (me == pref.end() || m > me ? job.successors : job.predecessors).push_back((*m)->id);
+        }
+      } else {
+        const size_t start = me == pref.end() ? 0 : static_cast<size_t>(me - pref.begin()) + 1;
+        for (size_t k = 0; k < pref.size() && job.successors.empty(); ++k) {
+          const ring::RingMember* m = pref[(start + k) % pref.size()];
+          if (reachable(m->id)) job.successors.push_back(m->id);
+        }
       }
-      if (job.successor.empty()) {  // no replica to wait for
-        for (const Slot& s : job.slots) AckSlot(s, out);
-        job.slots.clear();
+      for (const Slot& s : job.slots) {
+        Await(s, job.successors.size(), job.predecessors.size());
+        awaited.insert(s.waiter);
       }
     }
   }
+  // A caller none of whose keys has a replica to wait for is answered now.
+  for (uint64_t waiter : awaited) FinishIfAnswered(waiter, out);
 
   // Due retries, for their member only, while it is reachable and still a replica of the key.
   std::map<std::string, bool, std::less<>> retry_erased;  // keys only in retries: their erased flag
@@ -244,7 +273,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
       }
       auto job = jobs.find(key);
       if (job == jobs.end()) {
-        job = jobs.emplace(key, Job{erased, {}, {}, false}).first;
+        job = jobs.emplace(key, Job{erased, {}, {}, {}}).first;
       } else {
         job->second.erased |= erased;
       }
@@ -262,10 +291,17 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
       for (size_t k = start; k < end; ++k) {
         Job& job = jobs.find(keys[k])->second;
         batch.keys.push_back(DirtyKey{std::string(keys[k]), job.erased});
-        if (job.successor == id) batch.slots.insert(batch.slots.end(), job.slots.begin(), job.slots.end());
+        const auto key_index = static_cast<uint32_t>(batch.keys.size() - 1);
+        const bool after =
+            std::find(job.successors.begin(), job.successors.end(), id) != job.successors.end();
+        const bool before =
+            std::find(job.predecessors.begin(), job.predecessors.end(), id) != job.predecessors.end();
+        if (after || before) {
+          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, before});
+        }
       }
       // Batches that carry Decided keys are never held back: their callers wait.
-      if (!force && batch.slots.empty() && t.in_flight >= kMaxInFlightPerTarget) {
+      if (!force && batch.waiting.empty() && t.in_flight >= kMaxInFlightPerTarget) {
         for (const DirtyKey& k : batch.keys) MarkInto(t.retry, k.key, k.erased);
         continue;
       }
@@ -273,29 +309,59 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
       const uint64_t id_ = ++last_batch_;
       stats_.updates_sent += batch.keys.size();
       ++stats_.batches_sent;
-      out.ship.push_back(ShipBatch{id_, id, batch.keys});
+      out.ship.push_back(ShipBatch{id_, id, batch.keys, !batch.waiting.empty()});
       in_flight_.emplace(id_, std::move(batch));
     }
   }
 }
 
-void ReplicationPlanner::AckSlot(const Slot& slot, ReplicationActions& out) {
+void ReplicationPlanner::Await(const Slot& slot, size_t acks, size_t optional) {
+  auto it = waiters_.find(slot.waiter);
+  if (it == waiters_.end() || slot.index >= it->second.needed.size()) return;
+  Waiter& w = it->second;
+  if (acks > 0) {
+    if (w.needed[slot.index] == 0) ++w.remaining;
+    w.needed[slot.index] = static_cast<uint32_t>(acks);
+  }
+  w.optional_left += optional;
+}
+
+void ReplicationPlanner::AckSlot(const Slot& slot, bool optional, ReplicationActions& out) {
   auto it = waiters_.find(slot.waiter);
   if (it == waiters_.end()) return;
   Waiter& w = it->second;
-  if (slot.index >= w.acked.size() || w.acked[slot.index]) return;
-  w.acked[slot.index] = true;
-  if (--w.remaining == 0) {
-    out.waiters_done.push_back(slot.waiter);
-    waiters_.erase(it);
+  if (optional) {
+    if (w.optional_left > 0) --w.optional_left;
+  } else if (slot.index < w.needed.size() && w.needed[slot.index] > 0) {
+    if (--w.needed[slot.index] == 0) --w.remaining;
   }
+  FinishIfAnswered(slot.waiter, out);
+}
+
+void ReplicationPlanner::FailSlot(const Slot& slot, ReplicationActions& out) {
+  auto it = waiters_.find(slot.waiter);
+  if (it == waiters_.end()) return;
+  out.waiters_unacked.push_back(slot.waiter);
+  waiters_.erase(it);
+}
+
+void ReplicationPlanner::FinishIfAnswered(uint64_t waiter, ReplicationActions& out) {
+  auto it = waiters_.find(waiter);
+  if (it == waiters_.end() || it->second.remaining > 0 || it->second.optional_left > 0) return;
+  out.waiters_done.push_back(waiter);
+  waiters_.erase(it);
 }
 
 void ReplicationPlanner::ExpireWaiters(MonoTime now, ReplicationActions& out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (it->second.deadline <= now) {
-      ++stats_.sync_timeouts;
+    const Waiter& w = it->second;
+    if (w.remaining == 0 && now >= w.optional_until) {
+      // Every holder after the decider has it; the ones before did not answer in time (paused, cut).
       out.waiters_done.push_back(it->first);
+      it = waiters_.erase(it);
+    } else if (w.deadline <= now) {
+      ++stats_.sync_timeouts;
+      out.waiters_unacked.push_back(it->first);
       it = waiters_.erase(it);
     } else {
       ++it;
@@ -336,7 +402,7 @@ void ReplicationPlanner::FinishFlushes(MonoTime now, const ClusterView& /*view*/
 void ReplicationPlanner::SetWake(ReplicationActions& out) const {
   std::optional<MonoTime> at = pass_at_;
   auto earliest = [&](MonoTime t) { at = at.has_value() ? std::min(*at, t) : t; };
-  for (const auto& [id, w] : waiters_) earliest(w.deadline);
+  for (const auto& [id, w] : waiters_) earliest(w.remaining == 0 ? w.optional_until : w.deadline);
   for (const auto& [id, f] : flushes_) {
     earliest(f.deadline);
     if (f.again_at.has_value()) earliest(*f.again_at);

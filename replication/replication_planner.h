@@ -62,11 +62,14 @@ struct ShipBatch {
   uint64_t id = 0;
   std::string target;
   std::vector<DirtyKey> keys;
+  bool awaited = false;  // Decided callers wait for its acknowledgement
 };
 
 struct ReplicationActions {
   std::vector<ShipBatch> ship;
-  std::vector<uint64_t> waiters_done;                   // Decided calls that may be answered now
+  std::vector<uint64_t> waiters_done;  // Decided calls that may be answered now
+  std::vector<uint64_t>
+      waiters_unacked;  // Decided calls answered without every acknowledgement they wait for
   std::vector<std::pair<uint64_t, bool>> flushes_done;  // Flush calls that are over: id, everything acked
   // When to call Timer next (replaces any earlier instant); nullopt: nothing is due.
   std::optional<MonoTime> wake_at;
@@ -83,6 +86,13 @@ struct PlannerOptions {
   std::chrono::nanoseconds interval{2'000'000};        // async batching window. REQUIRES: > 0
   std::chrono::nanoseconds sync_timeout{250'000'000};  // longest wait of a Decided call
   size_t max_batch = 512;                              // keys per batch. REQUIRES: >= 1
+  // Sync mode: a Decided key waits for every reachable member after this node in its preference list
+  // (every holder that could take it over), not only the first; a failed batch answers its waiters
+  // unacked at once. The holders before this node (it decides because they did not answer, or declined)
+  // are sent the keys too and waited for up to sync_timeout / 5: a missing answer is fine, but one saying
+  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. For
+  // --failure-mode closed.
+  bool ack_all = false;
 };
 
 struct PlannerStats {
@@ -118,7 +128,10 @@ class ReplicationPlanner {
   // to a reachable member, the flush ships again every `interval`.
   [[nodiscard]] ReplicationActions Flush(MonoTime now, const ClusterView& view, uint64_t flush,
                                          MonoTime deadline);
-  [[nodiscard]] ReplicationActions BatchReply(MonoTime now, const ClusterView& view, uint64_t batch, bool ok);
+  // `stale`: keys of the batch whose receiver held admissions the batch lacked (StateUpdateAck.newer):
+  // their waiters are answered unacked (ack_all).
+  [[nodiscard]] ReplicationActions BatchReply(MonoTime now, const ClusterView& view, uint64_t batch, bool ok,
+                                              std::span<const std::string> stale = {});
   [[nodiscard]] ReplicationActions Timer(MonoTime now, const ClusterView& view);
   // Stops: every waiting Decided and Flush is answered (flushes not ok); later replies retry nothing.
   [[nodiscard]] ReplicationActions Stop(MonoTime now);
@@ -132,13 +145,20 @@ class ReplicationPlanner {
   };
   struct Waiter {
     MonoTime deadline{};
-    std::vector<bool> acked;
-    size_t remaining = 0;
+    MonoTime optional_until{};     // ack_all: how long to wait for the holders before the decider
+    std::vector<uint32_t> needed;  // per key: acknowledgements still awaited
+    size_t remaining = 0;          // keys with needed > 0
+    size_t optional_left = 0;      // answers still awaited from holders before the decider
+  };
+  struct Waiting {  // a Decided key in a batch
+    Slot slot;
+    uint32_t key = 0;       // index in the batch's keys
+    bool optional = false;  // ack_all: the target is a holder before the decider (see Pass)
   };
   struct Batch {
     std::string target;
     std::vector<DirtyKey> keys;
-    std::vector<Slot> slots;  // Decided keys whose successor is this batch's target
+    std::vector<Waiting> waiting;  // Decided keys that wait for this batch's target
     MonoTime oldest{};
   };
   struct Target {
@@ -156,7 +176,10 @@ class ReplicationPlanner {
   };
 
   void Pass(MonoTime now, const ClusterView& view, bool force, ReplicationActions& out);
-  void AckSlot(const Slot& slot, ReplicationActions& out);
+  void Await(const Slot& slot, size_t acks, size_t optional);
+  void AckSlot(const Slot& slot, bool optional, ReplicationActions& out);
+  void FailSlot(const Slot& slot, ReplicationActions& out);
+  void FinishIfAnswered(uint64_t waiter, ReplicationActions& out);
   void FinishFlushes(MonoTime now, const ClusterView& view, ReplicationActions& out);
   void ExpireWaiters(MonoTime now, ReplicationActions& out);
   [[nodiscard]] bool RetryPending() const;

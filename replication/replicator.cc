@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "limiter/limiter.h"
+#include "limiter/merge.h"
 #include "replication/replication_planner.h"
 #include "ring/token.h"
 #include "state.pb.h"
@@ -118,7 +119,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   // A Decided call in sync mode, queued for the executor.
   struct SyncCall {
     std::vector<std::string> keys;
-    std::function<void()> done;
+    std::function<void(bool)> done;
     SyncCall* next = nullptr;
   };
 
@@ -137,7 +138,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         link(l),
         executor(e),
         options(o),
-        planner(PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch}),
+        planner(PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch, o.ack_all}),
         timer(e.NewTimer()) {
     accepting.store(options.replicas > 1);
   }
@@ -160,7 +161,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
 
   // Sync mode: queues a caller for the executor. Lock-free; the first caller queued since the executor
   // last took the queue posts one event for all of them (under load, one pass ships many callers' keys).
-  void QueueSync(std::span<const std::string_view> keys, std::function<void()> done) {
+  void QueueSync(std::span<const std::string_view> keys, std::function<void(bool)> done) {
     auto* call = new SyncCall{std::vector<std::string>(keys.begin(), keys.end()), std::move(done), nullptr};
     SyncCall* head = sync_calls.load(std::memory_order_relaxed);
     do {
@@ -228,9 +229,22 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     Apply(planner.Timer(executor.Now(), View(ring)));
   }
 
-  void OnReply(uint64_t batch, bool ok) {
+  void OnReply(uint64_t batch, bool ok, const std::vector<std::string>& stale) {
     const auto ring = link.ring();
-    Apply(planner.BatchReply(executor.Now(), View(ring), batch, ok));
+    Apply(planner.BatchReply(executor.Now(), View(ring), batch, ok, stale));
+  }
+
+  // A StateUpdateAck's `newer` copies (want_newer): merged into the store; returns their keys.
+  std::vector<std::string> AbsorbNewer(const peer::StateUpdateAck& ack) {
+    std::vector<std::string> keys;
+    for (const peer::StateUpdate& update : ack.newer()) {
+      for (const peer::NamedState& named : update.states()) {
+        if (std::optional<storage::StoredState> s = FromNamedState(named)) store.Absorb(update.key(), *s);
+      }
+      keys.push_back(update.key());
+    }
+    newer_received.fetch_add(keys.size(), std::memory_order_relaxed);
+    return keys;
   }
 
   // Carries out what the planner decided.
@@ -249,6 +263,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         peer::StateUpdateBatch header;
         header.set_from(link.self_id());
         header.set_ring_fingerprint(fingerprint);
+        if (b.awaited && options.ack_all) header.set_want_newer(true);
         std::string payload = header.SerializeAsString();
         size_t carried = 0;
         for (const DirtyKey& k : b.keys) {
@@ -267,21 +282,32 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
           queue.push_back(planner.BatchReply(executor.Now(), View(ring), b.id, true));
           continue;
         }
-        link.Send(b.target, peer::METHOD_STATE_UPDATE, std::move(payload), options.send_timeout,
-                  [weak = weak_from_this(), id = b.id](std::optional<std::string> reply) {
-                    peer::StateUpdateAck ack;
-                    const bool ok = reply.has_value() && ack.ParseFromString(*reply);
-                    if (auto core = weak.lock())
-                      core->executor.Post([core, id, ok] { core->OnReply(id, ok); });
-                  });
+        auto reply = [weak = weak_from_this(), id = b.id](std::optional<std::string> reply) {
+          peer::StateUpdateAck ack;
+          const bool ok = reply.has_value() && ack.ParseFromString(*reply);
+          auto core = weak.lock();
+          if (core == nullptr) return;
+          std::vector<std::string> stale;
+          if (ok && ack.newer_size() > 0) stale = core->AbsorbNewer(ack);  // before the waiters are told
+          core->executor.Post([core, id, ok, stale = std::move(stale)] { core->OnReply(id, ok, stale); });
+        };
+        if (b.awaited && options.ack_all) {
+          link.SendRelayed(b.target, std::move(payload), options.sync_timeout * 2 / 5, options.send_timeout,
+                           std::move(reply));
+        } else {
+          link.Send(b.target, peer::METHOD_STATE_UPDATE, std::move(payload), options.send_timeout,
+                    std::move(reply));
+        }
       }
-      for (uint64_t w : a.waiters_done) {
+      auto answer = [this](uint64_t w, bool acked) {
         auto it = waiters.find(w);
-        if (it == waiters.end()) continue;
-        std::function<void()> done = std::move(it->second);
+        if (it == waiters.end()) return;
+        std::function<void(bool)> done = std::move(it->second);
         waiters.erase(it);
-        done();
-      }
+        done(acked);
+      };
+      for (uint64_t w : a.waiters_done) answer(w, true);
+      for (uint64_t w : a.waiters_unacked) answer(w, false);
       for (auto [f, ok] : a.flushes_done) {
         auto it = flushes.find(f);
         if (it == flushes.end()) continue;
@@ -350,8 +376,12 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     }
     uint64_t applied = 0;
     uint64_t ignored = 0;
+    peer::StateUpdateAck ack;
     for (const peer::StateUpdate& update : batch.updates()) {
       if (update.erased()) static_cast<void>(store.Discard(update.key()));
+      bool newer_here = false;  // want_newer: this copy held admissions the update lacks
+      std::vector<storage::StoredState> held;
+      if (batch.want_newer()) held = store.Get(update.key());
       for (const peer::NamedState& named : update.states()) {
         std::optional<storage::StoredState> s = FromNamedState(named);
         if (s.has_value() && store.Absorb(update.key(), *s)) {
@@ -359,12 +389,18 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         } else {
           ++ignored;
         }
+        if (s.has_value() && !newer_here) {
+          // Merged with what was held, the state is the update's own unless the held copy had more.
+          for (const storage::StoredState& h : held) {
+            if (h.name == s->name && !(limiter::Merge(h.state, s->state) == s->state)) newer_here = true;
+          }
+        }
       }
+      if (newer_here) *ack.add_newer() = MakeStateUpdate(store, update.key());
     }
     received_updates.fetch_add(static_cast<uint64_t>(batch.updates_size()), std::memory_order_relaxed);
     applied_states.fetch_add(applied, std::memory_order_relaxed);
     ignored_states.fetch_add(ignored, std::memory_order_relaxed);
-    peer::StateUpdateAck ack;
     ack.set_applied(applied);
     ack.set_ignored(ignored);
     return ack.SerializeAsString();
@@ -394,6 +430,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     s.applied_states = applied_states.load();
     s.ignored_states = ignored_states.load();
     s.bad_batches = bad_batches.load();
+    s.newer_received = newer_received.load();
     return s;
   }
 
@@ -414,14 +451,15 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   std::atomic<uint64_t> applied_states{0};
   std::atomic<uint64_t> ignored_states{0};
   std::atomic<uint64_t> bad_batches{0};
-  std::mutex stats_mu;  // guards planner_stats (a copy published after every event)
+  std::atomic<uint64_t> newer_received{0};  // keys whose replica answered a newer copy (want_newer)
+  std::mutex stats_mu;                      // guards planner_stats (a copy published after every event)
   PlannerStats planner_stats;
 
   // On the executor.
   ReplicationPlanner planner;
   std::unique_ptr<Executor::Timer> timer;
   uint64_t next_id = 0;
-  std::map<uint64_t, std::function<void()>> waiters;      // Decided calls, by planner waiter id
+  std::map<uint64_t, std::function<void(bool)>> waiters;  // Decided calls, by planner waiter id
   std::map<uint64_t, std::function<void(bool)>> flushes;  // Flush calls, by planner flush id
 };
 
@@ -470,10 +508,11 @@ void Replicator::OnChanged(std::string_view entity, std::string_view /*name*/, u
 
 void Replicator::OnErased(std::string_view entity, std::string_view /*name*/) { core_->Mark(entity, true); }
 
-void Replicator::Decided(std::span<const std::string_view> keys, std::function<void()> done) {
+void Replicator::Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
   if (options_.mode != ReplicationMode::kSync || !core_->accepting.load() || !core_->running.load() ||
       keys.empty()) {
-    done();
+    // Stopping with ack_all: the holders are not told, so the caller must not answer as if they were.
+    done(!(options_.ack_all && core_->stop_called.load()));
     return;
   }
   core_->QueueSync(keys, std::move(done));

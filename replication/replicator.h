@@ -68,6 +68,12 @@ struct ReplicatorOptions {
   // Sync mode: how long Decided waits for a replica's acknowledgement before answering anyway.
   // REQUIRES: >= 0. Default: 250 ms.
   std::chrono::milliseconds sync_timeout{250};
+  // Sync mode: Decided waits for every reachable holder after this node in a key's preference list
+  // (every node that could decide the key after it), not only the successor, and reports whether they
+  // all acknowledged; a holder that does not answer directly within 2/5 of sync_timeout is sent the
+  // batch through another member. Set by --failure-mode closed, which answers 503 rather than an
+  // admission not every such holder has. Default: false.
+  bool ack_all = false;
   // Timeout of one StateUpdateBatch send. REQUIRES: >= 1 ms. Default: 2000 ms.
   std::chrono::milliseconds send_timeout{2000};
 
@@ -91,6 +97,9 @@ struct ReplicatorStats {
   uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet, and failed ones awaiting a retry
   uint64_t sync_waits = 0;     // Decided calls that waited for an acknowledgement (sync mode)
   uint64_t sync_timeouts = 0;  // of those, answered after sync_timeout without one
+  // ack_all: keys whose holder answered a copy with admissions this node's lacked (merged in; the
+  // decision that waited was not answered as an admission)
+  uint64_t newer_received = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
   double max_lag_seconds = 0;  // since start
   // Receiving side (every StateUpdateBatch: replication, handoff, re-replication).
@@ -132,10 +141,11 @@ class Replicator final : public storage::StateObserver {
   void OnChanged(std::string_view entity, std::string_view name, uint64_t version) override;
   void OnErased(std::string_view entity, std::string_view name) override;
 
-  // This node just decided (charged) checks of `keys`. Calls `done` exactly once, possibly on another
-  // thread, possibly before returning: at once in async mode, with R == 1 or when no replica is
-  // reachable; in sync mode once every key's successor (see top) acknowledged or sync_timeout passed.
-  void Decided(std::span<const std::string_view> keys, std::function<void()> done);
+  // This node just decided (charged) checks of `keys`. Calls done(acked) exactly once, possibly on
+  // another thread, possibly before returning: at once in async mode, with R == 1 or when no replica is
+  // reachable (acked true); in sync mode once every key's successor (every holder after this node, with
+  // ack_all) acknowledged (acked true) or sync_timeout passed or, with ack_all, a send failed (false).
+  void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done);
 
   // A crash, for the simulator: stops at once, ships nothing, answers nothing, never blocks. What is
   // queued on the executor is the executor owner's to drop. Idempotent; Stop does nothing after it.

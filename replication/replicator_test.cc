@@ -46,15 +46,16 @@ limiter::LimitSpec HourSpec(uint64_t limit = 1'000'000) {
 }
 
 // Charges `cost` units of limit `name` of `entity`.
-void Charge(storage::Store& store, std::string_view entity, std::string_view name = "rps",
-            uint64_t cost = 1) {
+void Charge(storage::Store& store, std::string_view entity, std::string_view name = "rps", uint64_t cost = 1,
+            limiter::ContributorId contributor = storage_testing::kTestContributor) {
   static const limiter::LimitSpec spec = HourSpec();
   const limiter::TimeNs now = Now();
   storage::Slot slot{name, &spec};
-  store.Update(entity, std::span<const storage::Slot>(&slot, 1), now,
-               [&](std::span<limiter::MergeState* const> states) {
-                 static_cast<void>(ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.}));
-               });
+  store.Update(
+      entity, std::span<const storage::Slot>(&slot, 1), now,
+      [&](std::span<limiter::MergeState* const> states) {
+        static_cast<void>(ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.}, contributor));
+      });
 }
 
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
@@ -142,7 +143,7 @@ ReplicatorOptions SyncOptions(std::chrono::milliseconds sync_timeout) {
 // Calls Decided(keys) on `r`; the returned counter counts the calls of `done`.
 std::shared_ptr<std::atomic<int>> Decide(Replicator& r, std::vector<std::string_view> keys) {
   auto done = std::make_shared<std::atomic<int>>(0);
-  r.Decided(keys, [done] { ++*done; });
+  r.Decided(keys, [done](bool) { ++*done; });
   return done;
 }
 
@@ -498,6 +499,115 @@ TEST(ReplicatorTest, SyncDecidedAnswersAfterTheTimeoutWithoutReplicas) {
   EXPECT_EQ(done->load(), 1);
 }
 
+// Decided(keys) on `r` that records the answer: calls, and how many said acked.
+struct Answers {
+  std::atomic<int> calls{0};
+  std::atomic<int> acked{0};
+};
+std::shared_ptr<Answers> DecideRecorded(Replicator& r, std::vector<std::string_view> keys) {
+  auto answers = std::make_shared<Answers>();
+  r.Decided(keys, [answers](bool acked) {
+    if (acked) ++answers->acked;
+    ++answers->calls;
+  });
+  return answers;
+}
+
+ReplicatorOptions AckAllOptions(std::chrono::milliseconds sync_timeout) {
+  ReplicatorOptions options = SyncOptions(sync_timeout);
+  options.ack_all = true;
+  return options;
+}
+
+TEST(ReplicatorTest, AckAllWaitsForEveryHolderAfterTheDecider) {
+  Cluster cluster(AckAllOptions(30s));
+  cluster.PauseReplicas(true);
+  const std::string key = cluster.KeyOwnedBy("a");
+  const auto pref = cluster.net().member("a").ring()->PreferenceList(ring::RingToken(key), 3);
+  ASSERT_EQ(pref.size(), 3u);
+  Charge(cluster.store("a"), key);
+  auto answers = DecideRecorded(cluster.replicator("a"), {key});
+  cluster.net().SetPaused(pref[1]->id, false);  // the successor alone is not enough
+  EXPECT_TRUE(WaitFor([&] { return SameStates(cluster.store("a"), cluster.store(pref[1]->id), key); }));
+  std::this_thread::sleep_for(100ms);  // a negative: the third holder did not answer, so no answer yet
+  EXPECT_EQ(answers->calls.load(), 0);
+  cluster.net().SetPaused(pref[2]->id, false);
+  EXPECT_TRUE(WaitFor([&] { return answers->calls.load() == 1; }));
+  EXPECT_EQ(answers->acked.load(), 1);
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(pref[2]->id), key));
+}
+
+TEST(ReplicatorTest, AckAllAHolderDecidingAfterTheOwnerWaitsOnlyForTheHoldersAfterIt) {
+  Cluster cluster(AckAllOptions(1s));
+  const std::string key = cluster.KeyOwnedBy("a");
+  const auto pref = cluster.net().member("a").ring()->PreferenceList(ring::RingToken(key), 3);
+  ASSERT_EQ(pref.size(), 3u);
+  // The second holder decides (its owner did not answer): only the third can take the key over from it.
+  cluster.net().SetPaused("a", true);
+  const std::string second = pref[1]->id;
+  Charge(cluster.store(second), key);
+  auto answers = DecideRecorded(cluster.replicator(second), {key});
+  EXPECT_TRUE(WaitFor([&] { return answers->calls.load() == 1; }));
+  EXPECT_EQ(answers->acked.load(), 1);
+  EXPECT_TRUE(SameStates(cluster.store(second), cluster.store(pref[2]->id), key));
+  cluster.net().SetPaused("a", false);
+  EXPECT_TRUE(FlushAndWait(cluster.replicator(second), 5s));
+  // The owner answers, holding admissions the second holder lacks (it decided them while the second's
+  // copy was cut off): the second holder's decision is not acked, and it merges the owner's copy.
+  cluster.store("a").SetObserver(nullptr);
+  Charge(cluster.store("a"), key, "rps", 3, /*contributor=*/3);
+  cluster.store("a").SetObserver(&cluster.replicator("a"));
+  Charge(cluster.store(second), key);
+  auto revealed = DecideRecorded(cluster.replicator(second), {key});
+  EXPECT_TRUE(WaitFor([&] { return revealed->calls.load() == 1; }));
+  EXPECT_EQ(revealed->acked.load(), 0);
+  EXPECT_TRUE(SameStates(cluster.store(second), cluster.store("a"), key));
+}
+
+TEST(ReplicatorTest, AckAllAnswersUnackedWhenAHolderDoesNotAnswer) {
+  Cluster cluster(AckAllOptions(100ms));
+  const std::string key = cluster.KeyOwnedBy("a");
+  const auto pref = cluster.net().member("a").ring()->PreferenceList(ring::RingToken(key), 3);
+  ASSERT_EQ(pref.size(), 3u);
+  cluster.net().SetPaused(pref[2]->id, true);
+  Charge(cluster.store("a"), key);
+  auto answers = DecideRecorded(cluster.replicator("a"), {key});
+  EXPECT_TRUE(WaitFor([&] { return answers->calls.load() == 1; }));
+  EXPECT_EQ(answers->acked.load(), 0);
+  EXPECT_EQ(cluster.replicator("a").stats().sync_timeouts, 1u);
+  // A holder that is gone (unreachable: declared dead) is not waited for.
+  cluster.net().SetReachable(pref[2]->id, false);
+  Charge(cluster.store("a"), key);
+  auto again = DecideRecorded(cluster.replicator("a"), {key});
+  EXPECT_TRUE(WaitFor([&] { return again->calls.load() == 1; }));
+  EXPECT_EQ(again->acked.load(), 1);
+  cluster.net().SetPaused(pref[2]->id, false);
+}
+
+TEST(ReplicatorTest, AckAllAHolderWithAdmissionsTheDeciderLacksAnswersThemAndTheDecisionIsNotAcked) {
+  Cluster cluster(AckAllOptions(30s));
+  const std::string key = cluster.KeyOwnedBy("a");
+  const auto pref = cluster.net().member("a").ring()->PreferenceList(ring::RingToken(key), 3);
+  ASSERT_EQ(pref.size(), 3u);
+  const std::string second = pref[1]->id;
+  // The second holder decided the key while "a" could not be reached, and its replication to "a" never
+  // arrived: charged with no observer, "a" lacks it.
+  cluster.store(second).SetObserver(nullptr);
+  Charge(cluster.store(second), key, "rps", 5, /*contributor=*/2);
+  cluster.store(second).SetObserver(&cluster.replicator(second));
+  Charge(cluster.store("a"), key);
+  auto answers = DecideRecorded(cluster.replicator("a"), {key});
+  EXPECT_TRUE(WaitFor([&] { return answers->calls.load() == 1; }));
+  EXPECT_EQ(answers->acked.load(), 0);  // not answered as an admission
+  // ... and "a" merged the holder's copy: the next decision starts from both.
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(second), key));
+  EXPECT_GE(cluster.replicator("a").stats().newer_received, 1u);
+  Charge(cluster.store("a"), key);
+  auto next = DecideRecorded(cluster.replicator("a"), {key});
+  EXPECT_TRUE(WaitFor([&] { return next->calls.load() == 1; }));
+  EXPECT_EQ(next->acked.load(), 1);
+}
+
 TEST(ReplicatorTest, SyncDecidedAnswersAtOnceWhenNothingIsToWaitFor) {
   {
     Cluster cluster(SyncOptions(30s));
@@ -530,7 +640,7 @@ TEST(ReplicatorTest, ConcurrentDecidedCallsAreEachAnsweredOnce) {
         const std::string key = "sync:" + std::to_string(t) + ":" + std::to_string(i % 50);
         Charge(cluster.store("a"), key);
         const std::string_view keys[] = {key};
-        cluster.replicator("a").Decided(keys, [&] { ++done; });
+        cluster.replicator("a").Decided(keys, [&](bool) { ++done; });
       }
     });
   }
@@ -560,7 +670,7 @@ TEST(ReplicatorTest, SyncCallersQueuedTogetherShareOnePass) {
   std::atomic<int> done{0};
   for (const std::string& key : keys) {
     const std::string_view one[] = {key};
-    cluster.replicator("a").Decided(one, [&] { ++done; });
+    cluster.replicator("a").Decided(one, [&](bool) { ++done; });
   }
   release.set_value();
   EXPECT_TRUE(WaitFor([&] { return done.load() == kCalls; }));

@@ -198,7 +198,13 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
     local_keys.reserve(groups_.size() - forwards.size());
     for (size_t g = 0; g < groups_.size(); ++g)
       if (remote[g] == 0) local_keys.push_back(keys[g]);
-    router.Decided(local_keys, [this] { FinishOne(); });
+    router.Decided(local_keys, [this, remote = std::move(remote)](bool acked) {
+      if (!acked) {
+        for (size_t g = 0; g < groups_.size(); ++g)
+          if (remote[g] == 0) Unacked(g);
+      }
+      FinishOne();
+    });
   }
   for (size_t i = 0; i < forwards.size(); ++i) {
     const size_t g = forwarded_groups[i];
@@ -213,13 +219,25 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
                        // Decided here after all: the answer waits for replication like any local one.
                        pending_.fetch_add(1, std::memory_order_relaxed);
                        const std::string_view key = checks_[order_[groups_[g].first]].key;
-                       router.Decided(std::span<const std::string_view>(&key, 1), [this] { FinishOne(); });
+                       router.Decided(std::span<const std::string_view>(&key, 1), [this, g](bool acked) {
+                         if (!acked) Unacked(g);
+                         FinishOne();
+                       });
                      }
                      FinishOne();
                    });
   }
   FinishOne();
   return std::nullopt;
+}
+
+void CheckBatch::Unacked(size_t g) {
+  std::lock_guard lock(mutex_);
+  const auto [begin, end] = groups_[g];
+  const std::span<const size_t> group(order_.data() + begin, end - begin);
+  // A denial stands (it admitted nothing); an admission the key's holders do not all have is not given.
+  if (std::none_of(group.begin(), group.end(), [&](size_t i) { return decisions_[i].allowed; })) return;
+  MarkUnavailable(group, "its holders did not all acknowledge the decision (--failure-mode closed)");
 }
 
 void CheckBatch::FinishOne() {
@@ -254,23 +272,28 @@ peer::ForwardedCheck CheckBatch::MakeForwarded(size_t g, limiter::TimeNs now) co
   return out;
 }
 
+void CheckBatch::MarkUnavailable(std::span<const size_t> group, std::string_view why) {
+  if (!unavailable_) {
+    std::string message = "key ";
+    AppendJsonString(&message, checks_[group[0]].key);
+    unavailable_ = ApiError{ErrorKind::kUnavailable, message + ": " + std::string(why)};
+  }
+  unavailable_checks_.resize(checks_.size(), 0);
+  for (size_t i : group) {
+    unavailable_checks_[i] = 1;
+    decisions_[i] = limiter::Decision{};
+  }
+  all_allowed_ = false;
+}
+
 bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
                              std::string_view self_id) {
   const auto [begin, end] = groups_[g];
   const std::span<const size_t> group(order_.data() + begin, end - begin);
-  if (result && result->status() == peer::CHECK_UNAVAILABLE) {
-    // The router refused it (no holder answered, --failure-mode closed): nothing was charged anywhere.
-    if (!unavailable_) {
-      std::string message = "key ";
-      AppendJsonString(&message, checks_[group[0]].key);
-      unavailable_ = ApiError{ErrorKind::kUnavailable, message + ": " + result->error()};
-    }
-    unavailable_checks_.resize(checks_.size(), 0);
-    for (size_t i : group) {
-      unavailable_checks_[i] = 1;
-      decisions_[i] = limiter::Decision{};
-    }
-    all_allowed_ = false;
+  if (result && (result->status() == peer::CHECK_UNAVAILABLE || result->status() == peer::CHECK_UNACKED)) {
+    // The router refused it (no holder answered, --failure-mode closed): nothing was charged anywhere. Or
+    // (unacked) the decider charged it but not every holder acknowledged: not answered as an admission.
+    MarkUnavailable(group, result->error());
     return false;
   }
   if (!result || result->status() != peer::CHECK_OK ||

@@ -103,6 +103,11 @@ class CheckBatch {
                    std::string_view self_id);
   void CountDecision(const PendingCheck& c, const limiter::Decision& d);
   void FinishOne();
+  // Local group g's decision was not acknowledged by every holder (--failure-mode closed): unless it
+  // admitted nothing, it is answered 503.
+  void Unacked(size_t g);
+  // Marks `group`'s checks unavailable (503 `why`): no decision is answered for them.
+  void MarkUnavailable(std::span<const size_t> group, std::string_view why);
   std::optional<ApiError> ValidateKey(std::string_view key) const;
   DecisionCounters* CountersFor(std::string_view policy);
 

@@ -63,12 +63,14 @@ class CheckRouter {
   // answer, to the next alive node of the key's preference list.
   virtual void Forward(peer::ForwardedCheck check, ForwardDone done) = 0;
 
-  // This node has just decided (charged) the checks of `keys` itself. Calls `done` exactly once, when the
-  // answer may be sent: at once, or -- synchronous replication -- once a replica has acknowledged the new
-  // states (possibly on another thread). `keys` are valid only during the call.
-  virtual void Decided(std::span<const std::string_view> keys, std::function<void()> done) {
+  // This node has just decided (charged) the checks of `keys` itself. Calls done(acked) exactly once,
+  // when the answer may be sent: at once, or -- synchronous replication -- once a replica has
+  // acknowledged the new states (possibly on another thread). acked false: under --failure-mode closed,
+  // not every holder that could decide the keys next acknowledged them, so an admission must not be
+  // answered (503). `keys` are valid only during the call.
+  virtual void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
     (void)keys;
-    done();
+    done(true);
   }
 };
 

@@ -264,7 +264,7 @@ void Cluster::Core::JudgeQuorum() {
   for (const ring::MemberInfo& m : membership->Members()) {
     if (m.state == ring::MemberState::kJoining || m.state == ring::MemberState::kLeft) continue;
     ++known;
-    if (m.state != ring::MemberState::kDead) ++reached;
+    if (m.state != ring::MemberState::kDead && m.state != ring::MemberState::kSuspect) ++reached;
   }
   const bool minority = known > 0 && 2 * reached <= known;
   if (minority_reached.load(std::memory_order_relaxed) == reached &&
@@ -367,6 +367,9 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
       clocks.Forget(m.id);
     }
   }
+  // Before the ring without the members just declared dead is published: a node that now reaches only a
+  // minority must not decide keys whose other holders that smaller ring leaves on its side.
+  if (!out.events.empty()) JudgeQuorum();
   std::shared_ptr<const ring::RingView> new_ring;
   if (out.ring_changed) {
     auto built = ring::RingView::Create(++ring_version, membership->RingMembers());

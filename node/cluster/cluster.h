@@ -194,11 +194,14 @@ class Cluster {
   // next holder. Two atomic loads and a clock read.
   [[nodiscard]] bool Paused() const;
 
-  // Why this node is on the minority side of the cluster now -- it reaches (alive or suspect, itself
-  // included) no more than half of the members it knows (those plus the dead ones not yet forgotten) --
-  // or nullopt. Judged every membership tick. Under --failure-mode closed such a node decides nothing
-  // (Forwarder::RefusesToDecide): the majority side takes its keys over once it declares it dead. One
-  // atomic load when it is not.
+  // Why this node is on the minority side of the cluster now -- it reaches (alive or leaving, itself
+  // included; not suspect) no more than half of the members it knows (those plus the suspect ones and the
+  // dead ones not yet forgotten) -- or nullopt. Judged every membership tick and on every membership
+  // change, before a ring without newly dead members is published. Under --failure-mode closed such a node
+  // decides nothing (Forwarder::RefusesToDecide): the majority side takes its keys over once it declares
+  // it dead. Suspects count as not reached so that a cut-off node stops deciding as soon as it suspects the
+  // others, before it declares them dead and its ring makes it the holder of their keys (the majority side
+  // declares it dead no sooner: a suspicion timeout after suspecting it). One atomic load when it is not.
   [[nodiscard]] std::optional<std::string> MinorityRefusal() const;
 
   // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership

@@ -6,6 +6,7 @@
 
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/replication_link.h"
 #include "node/cluster/replication_status.h"
 #include "node/peer/peer_stats.h"
 #include "replication/handoff.h"
@@ -127,7 +128,8 @@ node::KeyPlacementView ClusterEndpoints::Place(std::string_view key) const {
 void ClusterEndpoints::Leave() { cluster_.Leave(on_left_); }
 
 void ClusterEndpoints::AppendMetrics(std::string* out) const {
-  if (replicator_ != nullptr && handoff_ != nullptr) AppendReplicationMetrics(*replicator_, *handoff_, out);
+  if (replicator_ != nullptr && handoff_ != nullptr)
+    AppendReplicationMetrics(*replicator_, *handoff_, link_, out);
   const auto snapshot = cluster_.Snapshot();
   Metric(out, "ringlimit_cluster_members", "gauge", "Members this node knows, by state (self included).");
   const std::vector<size_t> counts = snapshot->CountByState();
@@ -162,6 +164,10 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Checks (forwarded here or a client's) refused because this node reaches only a minority of the "
          "cluster (--failure-mode closed).");
   Sample(out, "ringlimit_minority_refusals_total", "", f.minority_refusals);
+  Metric(out, "ringlimit_unacked_decisions_total", "counter",
+         "Decisions of this node answered 503 rather than as admissions because not every holder that could "
+         "decide the key next acknowledged them in time (--replication sync --failure-mode closed).");
+  Sample(out, "ringlimit_unacked_decisions_total", "", f.unacked);
   Metric(
       out, "ringlimit_forward_total", "counter",
       "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "

@@ -21,6 +21,7 @@ namespace ringlimit::cluster {
 
 class Cluster;
 class Forwarder;
+class ReplicationLink;
 
 class ClusterEndpoints final : public node::ClusterInfo {
  public:
@@ -37,9 +38,11 @@ class ClusterEndpoints final : public node::ClusterInfo {
   void AppendMetrics(std::string* out) const override;
 
   // Adds replication's figures to /v1/cluster and /metrics. Call before serving; both must outlive this.
-  void SetReplication(const replication::Replicator* replicator, const replication::HandoffManager* handoff) {
+  void SetReplication(const replication::Replicator* replicator, const replication::HandoffManager* handoff,
+                      const ReplicationLink* link) {
     replicator_ = replicator;
     handoff_ = handoff;
+    link_ = link;
   }
 
  private:
@@ -48,6 +51,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
   const std::function<void()> on_left_;
   const replication::Replicator* replicator_ = nullptr;
   const replication::HandoffManager* handoff_ = nullptr;
+  const ReplicationLink* link_ = nullptr;
 };
 
 }  // namespace ringlimit::cluster

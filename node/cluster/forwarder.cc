@@ -90,13 +90,15 @@ std::string DeadlineStamp(std::chrono::milliseconds wait) {
   return stamp.SerializeAsString();
 }
 
-// The one decided result in a forward's answer, or nullopt: the call failed, or the answer is a refusal
-// (CHECK_UNAVAILABLE) or does not parse as one result.
+// The one decided result in a forward's answer (CHECK_OK, or CHECK_UNACKED: charged, answered 503, not
+// to be tried elsewhere), or nullopt: the call failed, or the answer is a refusal (CHECK_UNAVAILABLE) or
+// does not parse as one result.
 std::optional<peer::ForwardedResult> DecidedResult(const peer::PeerResult& result) {
   if (!result.ok()) return std::nullopt;
   peer::ForwardCheckResponse response;
   if (!response.ParseFromString(result.payload()) || response.results_size() != 1 ||
-      response.results(0).status() != peer::CHECK_OK) {
+      (response.results(0).status() != peer::CHECK_OK &&
+       response.results(0).status() != peer::CHECK_UNACKED)) {
     return std::nullopt;
   }
   return std::move(*response.mutable_results(0));
@@ -173,7 +175,19 @@ void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const R
   for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
     if (response->results(i).status() == peer::CHECK_OK) keys.push_back(request.checks(i).key());
   }
-  Decided(keys, [response, reply] { reply.Answer(response->SerializeAsString()); });
+  Decided(keys, [this, response, reply](bool acked) {
+    if (!acked) {
+      // Charged here, but not every holder that could decide these keys next has it: not an admission.
+      for (peer::ForwardedResult& result : *response->mutable_results()) {
+        if (result.status() != peer::CHECK_OK || !result.allowed()) continue;
+        result.set_status(peer::CHECK_UNACKED);
+        result.clear_decisions();
+        result.set_allowed(false);
+        result.set_error("its holders did not all acknowledge the decision (--failure-mode closed)");
+      }
+    }
+    reply.Answer(response->SerializeAsString());
+  });
 }
 
 void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder) {
@@ -422,16 +436,36 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   Try(std::move(attempt));
 }
 
-void Forwarder::Decided(std::span<const std::string_view> keys, std::function<void()> done) {
+void Forwarder::Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
   if (replicator_ == nullptr || keys.empty()) {
-    done();
+    done(true);
     return;
   }
-  replicator_->Decided(keys, std::move(done));
+  if (options_.failure_mode != FailureMode::kClosed) {
+    // Open: the answer goes out whatever the replicas said (availability first).
+    replicator_->Decided(keys, [done = std::move(done)](bool) { done(true); });
+    return;
+  }
+  replicator_->Decided(keys, [this, done = std::move(done)](bool acked) {
+    if (!acked) unacked_.fetch_add(1, std::memory_order_relaxed);
+    done(acked);
+  });
 }
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
   if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == cluster_.self_id()) {
+    // This node's turn, perhaps seconds after the check came in (timeouts, retries): judged again now. A
+    // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of
+    // keys it has no copy of.
+    // (A node just paused still decides here when no other holder answered: see ForwardBefore.)
+    if (std::optional<Refusal> refusal = RefusesToDecide()) {
+      peer::ForwardedResult refused;
+      refused.set_status(peer::CHECK_UNAVAILABLE);
+      refused.set_owner(cluster_.self_id());
+      refused.set_error(std::move(refusal->message));
+      attempt->done(std::move(refused));
+      return;
+    }
     if (!HoldsCopy(attempt->token)) {
       // No holder answered and this node has no copy of the key (its turn in the preference list, if it
       // has one, is past the holders').
@@ -621,6 +655,7 @@ ForwarderStats Forwarder::stats() const {
   s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
   s.expired = expired_.load(std::memory_order_relaxed);
   s.minority_refusals = minority_refusals_.load(std::memory_order_relaxed);
+  s.unacked = unacked_.load(std::memory_order_relaxed);
   s.relayed = relayed_.load(std::memory_order_relaxed);
   s.relays_served = relays_served_.load(std::memory_order_relaxed);
   s.dedup = dedup_.stats();

@@ -150,7 +150,9 @@ struct ForwarderStats {
   uint64_t relays_served = 0;      // relay requests this node passed on to their decider for another node
   uint64_t clock_refusals = 0;     // checks (forwarded or a client's) refused because the clock is off
   uint64_t minority_refusals = 0;  // ... because this node reaches only a minority (--failure-mode closed)
-  DedupStats dedup;                // the served checks' request ids
+  // Decisions of this node answered 503 because not every holder after it acknowledged them (closed).
+  uint64_t unacked = 0;
+  DedupStats dedup;  // the served checks' request ids
 };
 
 // Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
@@ -182,7 +184,7 @@ class Forwarder final : public node::CheckRouter {
   void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
-  void Decided(std::span<const std::string_view> keys, std::function<void()> done) override;
+  void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) override;
 
   // The node that decides the key with ring token `token` now: this node's id, another member's id, or
   // empty when this node holds no ring.
@@ -234,6 +236,7 @@ class Forwarder final : public node::CheckRouter {
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
   mutable std::atomic<uint64_t> minority_refusals_{0};
+  std::atomic<uint64_t> unacked_{0};
   mutable std::atomic<uint64_t> expired_{0};
   std::atomic<uint64_t> relayed_{0}, relays_served_{0};
 };

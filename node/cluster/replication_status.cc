@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "node/cluster/replication_link.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
 
@@ -37,7 +38,8 @@ void Gauge(std::string* out, std::string_view name, std::string_view help, doubl
 }  // namespace
 
 void AppendReplicationMetrics(const replication::Replicator& replicator,
-                              const replication::HandoffManager& handoff, std::string* out) {
+                              const replication::HandoffManager& handoff, const ReplicationLink* link,
+                              std::string* out) {
   const replication::ReplicatorStats r = replicator.stats();
   Counter(out, "ringlimit_replication_updates_sent_total",
           "Key states shipped to replicas (one per key and replica).", r.updates_sent);
@@ -62,6 +64,19 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
   Counter(out, "ringlimit_replication_sync_timeouts_total",
           "Sync-mode decisions answered without an acknowledgement (timeout or no replica).",
           r.sync_timeouts);
+  Counter(out, "ringlimit_replication_newer_copies_total",
+          "Keys whose holder answered a sync-mode batch with a copy holding admissions this node's lacked "
+          "(--failure-mode closed): merged in, and the decision waiting for it answered 503.",
+          r.newer_received);
+  if (link != nullptr) {
+    Family(out, "ringlimit_replication_relayed_batches_total", "counter",
+           "Sync-mode batches (--failure-mode closed) sent through another member because their holder did "
+           "not answer directly (relayed), and batches this node passed on for others (served).");
+    Sample(out, "ringlimit_replication_relayed_batches_total", "what=\"relayed\"",
+           std::to_string(link->relayed()));
+    Sample(out, "ringlimit_replication_relayed_batches_total", "what=\"served\"",
+           std::to_string(link->relays_served()));
+  }
 
   const replication::HandoffStats h = handoff.stats();
   Counter(out, "ringlimit_handoff_keys_total", "Keys pushed to their new owner by outgoing handoffs.",

@@ -15,9 +15,13 @@ class Replicator;
 
 namespace ringlimit::cluster {
 
+class ReplicationLink;
+
 // Appends the ringlimit_replication_* and ringlimit_handoff* families (docs/operations.md) to `out`.
+// `link` (may be null) adds the relayed batches.
 void AppendReplicationMetrics(const replication::Replicator& replicator,
-                              const replication::HandoffManager& handoff, std::string* out);
+                              const replication::HandoffManager& handoff, const ReplicationLink* link,
+                              std::string* out);
 
 // The handoffs in progress, for GET /v1/cluster.
 [[nodiscard]] std::vector<node::ClusterHandoffView> DescribeHandoffs(

@@ -150,6 +150,8 @@ std::optional<std::string> Node::StartCluster() {
   // successors; the handoff manager follows the ring.
   replication::ReplicatorOptions replication = options_.replication;
   replication.replicas = replicas;
+  // Closed: an admission is answered only once every holder that could decide the key next has it.
+  replication.ack_all = options_.forward.failure_mode == cluster::FailureMode::kClosed;
   if (Status status = replication::Validate(replication); !status.ok())
     return "replication: " + status.message();
   replication::HandoffOptions handoff = options_.handoff;
@@ -164,7 +166,7 @@ std::optional<std::string> Node::StartCluster() {
   p.store->SetObserver(p.replicator.get());
   p.replicator->Start();
   p.handoff->Start();
-  cluster::RegisterReplicationHandlers(*p.cluster, *p.replicator, *p.handoff);
+  cluster::RegisterReplicationHandlers(*p.cluster, *p.link, *p.replicator, *p.handoff);
   replication::HandoffManager& manager = *p.handoff;
   // The handoff publishes each ring into the routing table itself, with the overrides of the change.
   p.cluster->SetRingListener(
@@ -191,7 +193,7 @@ std::optional<std::string> Node::StartCluster() {
   p.forwarder->RegisterHandlers();
   std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
   p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, std::move(on_left));
-  p.endpoints->SetReplication(p.replicator.get(), p.handoff.get());
+  p.endpoints->SetReplication(p.replicator.get(), p.handoff.get(), p.link.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
   if (auto started = p.cluster->Start(); !started) return started.error();

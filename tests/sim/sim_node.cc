@@ -352,7 +352,7 @@ void SimNode::Decide(uint64_t check, const std::string& key, std::function<void(
   }
   // Forwarder::Decided: the answer waits for replication in sync mode.
   const std::string_view keys[] = {key};
-  replicator_->Decided(keys, [then = std::move(then), id] { then(id); });
+  replicator_->Decided(keys, [then = std::move(then), id](bool) { then(id); });
 }
 
 // forwarder.cc Forward: held while this node switches the key's range, else tried on the targets.
