@@ -43,7 +43,19 @@ const std::vector<FaultClass> kClasses = {
     {"partition", Promise::kReport, "a minority cut off, then healed"},
     {"half_cut", Promise::kReport, "one direction of one link cut, then restored"},
     {"skew", Promise::kExact, "one node's wall clock 1 h ahead: exact"},
+    {"pause_closed", Promise::kExact,
+     "pause, with --replication sync --failure-mode closed: exact (admissions need every later holder)"},
+    {"partition_closed", Promise::kExact, "partition, with sync + closed: exact (the minority answers 503)"},
+    {"half_cut_closed", Promise::kExact, "half_cut, with sync + closed: exact"},
 };
+
+// The fault of a class: "pause_closed" injects what "pause" does, in another mode.
+std::string_view FaultOf(std::string_view name) {
+  constexpr std::string_view kClosed = "_closed";
+  if (name.size() > kClosed.size() && name.substr(name.size() - kClosed.size()) == kClosed)
+    return name.substr(0, name.size() - kClosed.size());
+  return name;
+}
 
 std::string At(MonoTime t) {
   char buf[32];
@@ -97,6 +109,11 @@ class Run {
     SimOptions o;
     o.slots = kInitialNodes + 2;
     if (c.name == "crash_sync") o.replication.mode = replication::ReplicationMode::kSync;
+    if (FaultOf(c.name) != c.name) {  // node.cc under --replication sync --failure-mode closed
+      o.closed = true;
+      o.replication.mode = replication::ReplicationMode::kSync;
+      o.replication.ack_all = true;
+    }
     return o;
   }
 
@@ -178,7 +195,7 @@ class Run {
   // The class's faults, at seed-chosen instants of the load window; everything healed by its end.
   void Faults() {
     World& w = cluster_.world();
-    const std::string_view name = class_.name;
+    const std::string_view name = FaultOf(class_.name);
     auto at = [&](uint64_t lo_ms, uint64_t hi_ms) { return load_start_ + Ms(w.Uniform(lo_ms, hi_ms)); };
     if (name == "lossy") {
       w.At(load_start_, [this] {

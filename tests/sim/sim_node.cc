@@ -301,16 +301,20 @@ void SimNode::FailPending(Outcome outcome) {
 // An HTTP check entering here (check_engine.cc RunRouted, one key): decided here when this node decides
 // the key, else forwarded; decided here after all when no other node answers.
 void SimNode::ClientCheck(uint64_t check, size_t key) {
-  if (!routing() || clock_skewed_) {
-    Answer(check, Outcome::kRefused, 0);  // 503 not_ready, or 503 clock_offset
+  if (!routing() || clock_skewed_ || (options_.closed && Minority())) {
+    Answer(check, Outcome::kRefused, 0);  // 503 not_ready, clock_offset or unavailable
     return;
   }
   pending_.insert(check);
   const std::string& name = cluster_.checker().keys()[key].key;
   const std::string decider = DeciderOf(ring::RingToken(name));
-  auto answer = [this, check](uint64_t decision) {
-    Answer(check, cluster_.checker().decision(decision).allowed ? Outcome::kAllowed : Outcome::kDenied,
-           decision);
+  auto answer = [this, check](uint64_t decision, bool acked) {
+    const bool allowed = cluster_.checker().decision(decision).allowed;
+    if (allowed && !acked) {  // check_engine.cc Unacked: 503, the charge stays
+      Answer(check, Outcome::kRefused, 0);
+      return;
+    }
+    Answer(check, allowed ? Outcome::kAllowed : Outcome::kDenied, decision);
   };
   if (decider.empty() || decider == id_) {
     Decide(check, name, answer);
@@ -323,14 +327,39 @@ void SimNode::ClientCheck(uint64_t check, size_t key) {
   forwarded.set_hops(1);
   Forward(std::move(forwarded), [this, check, name, answer](std::optional<peer::ForwardedResult> result) {
     if (result.has_value()) {
-      answer(result->check_id());
+      answer(result->check_id(), result->status() != peer::CHECK_UNACKED);
+      return;
+    }
+    if (!MayDecideLocally(ring::RingToken(name))) {
+      Answer(check, Outcome::kRefused, 0);  // 503 unavailable: no holder answered
       return;
     }
     Decide(check, name, answer);
   });
 }
 
-void SimNode::Decide(uint64_t check, const std::string& key, std::function<void(uint64_t)> then) {
+bool SimNode::Minority() const {
+  size_t known = 0;
+  size_t reached = 0;
+  for (const ring::MemberInfo& m : membership_->Members()) {
+    if (m.state == ring::MemberState::kJoining || m.state == ring::MemberState::kLeft) continue;
+    ++known;
+    if (m.state != ring::MemberState::kDead && m.state != ring::MemberState::kSuspect) ++reached;
+  }
+  return known > 0 && 2 * reached <= known;
+}
+
+bool SimNode::MayDecideLocally(ring::Token token) const {
+  if (!options_.closed) return true;
+  if (Minority()) return false;
+  if (ring_ == nullptr) return false;
+  for (const ring::RingMember* m : ring_->PreferenceList(token, options_.replication.replicas)) {
+    if (m->id == id_) return true;
+  }
+  return false;
+}
+
+void SimNode::Decide(uint64_t check, const std::string& key, std::function<void(uint64_t, bool)> then) {
   Checker& checker = cluster_.checker();
   const limiter::LimitSpec& spec = checker.keys()[checker.check(check).key].spec;
   const limiter::TimeNs now = WallNow();
@@ -352,7 +381,9 @@ void SimNode::Decide(uint64_t check, const std::string& key, std::function<void(
   }
   // Forwarder::Decided: the answer waits for replication in sync mode.
   const std::string_view keys[] = {key};
-  replicator_->Decided(keys, [then = std::move(then), id](bool) { then(id); });
+  const bool closed = options_.closed;
+  replicator_->Decided(keys,
+                       [then = std::move(then), id, closed](bool acked) { then(id, acked || !closed); });
 }
 
 // forwarder.cc Forward: held while this node switches the key's range, else tried on the targets.
@@ -418,7 +449,8 @@ void SimNode::Call(std::shared_ptr<Attempt> attempt) {
                 if (payload.has_value()) {
                   peer::ForwardCheckResponse response;
                   if (response.ParseFromString(*payload) && response.results_size() == 1 &&
-                      response.results(0).status() == peer::CHECK_OK) {
+                      (response.results(0).status() == peer::CHECK_OK ||
+                       response.results(0).status() == peer::CHECK_UNACKED)) {
                     attempt->done(std::move(*response.mutable_results(0)));
                     return;
                   }
@@ -515,8 +547,13 @@ void SimNode::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, 
   check.set_hops(check.hops() + 1);
   Forward(std::move(check), [this, request, respond](std::optional<peer::ForwardedResult> result) {
     if (!result.has_value()) {
-      if (handoff_->routing().Current().Relinquished(ring::RingToken(request->checks(0).key()), id_)) {
+      const ring::Token token = ring::RingToken(request->checks(0).key());
+      if (handoff_->routing().Current().Relinquished(token, id_)) {
         respond(std::nullopt);  // left: the original sender goes on to the key's next node
+        return;
+      }
+      if (!MayDecideLocally(token)) {  // closed: no copy here, or a minority
+        respond(std::nullopt);
         return;
       }
       DecideAndReply(request, respond);
@@ -530,18 +567,20 @@ void SimNode::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, 
 }
 
 void SimNode::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond) {
-  if (clock_skewed_) {  // forwarder.cc: CHECK_UNAVAILABLE, nothing charged; the sender goes on
+  if (clock_skewed_ || (options_.closed && Minority())) {
+    // forwarder.cc: CHECK_UNAVAILABLE, nothing charged; the sender goes on
     respond(std::nullopt);
     return;
   }
   const peer::ForwardedCheck& check = request->checks(0);
-  Decide(check.check_id(), check.key(), [this, respond](uint64_t decision) {
+  Decide(check.check_id(), check.key(), [this, respond](uint64_t decision, bool acked) {
     const DecisionRecord& d = cluster_.checker().decision(decision);
     peer::ForwardCheckResponse response;
     response.set_from(id_);
     peer::ForwardedResult* result = response.add_results();
     result->set_check_id(decision);
-    result->set_status(peer::CHECK_OK);
+    // forwarder.cc DecideAndReply: an admission not every later holder acknowledged comes back unacked.
+    result->set_status(d.allowed && !acked ? peer::CHECK_UNACKED : peer::CHECK_OK);
     result->set_owner(id_);
     result->set_allowed(d.allowed);
     peer::LimitDecision* limit = result->add_decisions();

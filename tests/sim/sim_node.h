@@ -124,7 +124,15 @@ class SimNode {
   // `respond`, also remembering the answer of request `id` in the dedup cache (a failure forgets it).
   Responder Remembered(cluster::RequestId id, Responder respond);
   // Charges check `check` of `key` here, then (after replication in sync mode) calls then(decision id).
-  void Decide(uint64_t check, const std::string& key, std::function<void(uint64_t)> then);
+  // Decides `key` here; then(decision, acked): acked false when, under closed, not every holder after
+  // this node acknowledged it (forwarder.cc Decided).
+  void Decide(uint64_t check, const std::string& key, std::function<void(uint64_t, bool)> then);
+  // cluster.cc JudgeQuorum: this node reaches (alive or leaving, itself included) no more than half of the
+  // members it knows. Only consulted under closed.
+  [[nodiscard]] bool Minority() const;
+  // forwarder.cc RefusesToDecide + HoldsCopy: under closed, whether this node may decide `token` itself
+  // when no other node answered.
+  [[nodiscard]] bool MayDecideLocally(ring::Token token) const;
   std::string DeciderOf(ring::Token token) const;
   void Answer(uint64_t check, Outcome outcome, uint64_t decision);
 
