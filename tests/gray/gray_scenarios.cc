@@ -450,7 +450,14 @@ Result<ScenarioResult> RunCut(const CutScenario& scenario, const ScenarioOptions
     Bed::Hold(scenario.period);
   }
   bed->Aftermath({{key, kLimit}});
-  return Summarize(scenario.name, *bed, {{key, kLimit}});
+  ScenarioResult result = Summarize(scenario.name, *bed, {{key, kLimit}});
+  std::set<std::string> holders;
+  for (size_t i : found->preference) holders.insert(bed->cluster().id(i));
+  result.without_copy = 0;
+  for (const Decision& d : result.decisions) {
+    if (d.key == key && d.allowed && !d.owner.empty() && holders.count(d.owner) == 0) ++*result.without_copy;
+  }
+  return result;
 }
 
 // An entry list for CutScenario::cut (a Result whose value is a vector of indexes).

@@ -107,6 +107,9 @@ struct ScenarioResult {
   // Charged minus admitted (limit - remaining as the owner reports it at the end, minus the checks
   // answered as admitted); > 0 means a check was charged more than once. nullopt when not measured.
   std::optional<int64_t> charged_extra;
+  // Admissions decided by a node holding no copy of the key (a fallback under --failure-mode open, which
+  // merges back when the holders return): the bound `open` prints. Measured by the partition scenarios.
+  std::optional<int64_t> without_copy;
   std::string note;  // what happened that the figures do not say
   std::vector<KeyFigures> keys;
   std::vector<Decision> decisions;  // every decision, for --record
