@@ -78,6 +78,17 @@ bool SameStates(storage::Store& a, storage::Store& b, std::string_view entity) {
   return true;
 }
 
+// Same merged states (names and words; versions are each store's own) in both stores for `entity`.
+bool SameCounts(storage::Store& a, storage::Store& b, std::string_view entity) {
+  const auto x = a.Get(entity);
+  const auto y = b.Get(entity);
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].name != y[i].name || !(x[i].state == y[i].state)) return false;
+  }
+  return true;
+}
+
 // Members a, b, c (or as given), each with a MemoryStore and a started Replicator as its store's observer
 // and its METHOD_STATE_UPDATE handler.
 class Cluster {
@@ -561,7 +572,7 @@ TEST(ReplicatorTest, AckAllAHolderDecidingAfterTheOwnerWaitsOnlyForTheHoldersAft
   auto revealed = DecideRecorded(cluster.replicator(second), {key});
   EXPECT_TRUE(WaitFor([&] { return revealed->calls.load() == 1; }));
   EXPECT_EQ(revealed->acked.load(), 0);
-  EXPECT_TRUE(SameStates(cluster.store(second), cluster.store("a"), key));
+  EXPECT_TRUE(SameCounts(cluster.store(second), cluster.store("a"), key));
 }
 
 TEST(ReplicatorTest, AckAllAnswersUnackedWhenAHolderDoesNotAnswer) {
@@ -600,7 +611,7 @@ TEST(ReplicatorTest, AckAllAHolderWithAdmissionsTheDeciderLacksAnswersThemAndThe
   EXPECT_TRUE(WaitFor([&] { return answers->calls.load() == 1; }));
   EXPECT_EQ(answers->acked.load(), 0);  // not answered as an admission
   // ... and "a" merged the holder's copy: the next decision starts from both.
-  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store(second), key));
+  EXPECT_TRUE(SameCounts(cluster.store("a"), cluster.store(second), key));
   EXPECT_GE(cluster.replicator("a").stats().newer_received, 1u);
   Charge(cluster.store("a"), key);
   auto next = DecideRecorded(cluster.replicator("a"), {key});
