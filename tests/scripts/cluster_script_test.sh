@@ -108,6 +108,14 @@ sees_alive() {
     sleep 0.1
   done
 }
+# sees_dead I WANT: node I's dead set becomes WANT within 10 s (failure detection: ~2 s).
+sees_dead() {
+  local deadline=$((SECONDS + 10))
+  until [[ "$(seen_in_state "$1" dead 2>/dev/null)" == "$2" ]]; do
+    ((SECONDS < deadline)) || { echo "    n$1 sees dead: $(seen_in_state "$1" dead 2>&1)"; return 1; }
+    sleep 0.1
+  done
+}
 
 # Counters that must survive every reshaping: key surv:K is charged CHARGE[K] units of a token bucket of
 # 10 per day (no refill worth a unit during the test) before `add`; after add, kill, start and remove a
@@ -171,6 +179,9 @@ counters_survive 1 2 3 4
 
 run 0 kill n2
 kill -0 "$(cat "$RINGLIMIT_CLUSTER_DIR/n2/pid")" 2>/dev/null && fail "n2 still running after kill"
+# Until every node has declared n2 dead, two of them may each decide one of its keys (each falls back to
+# the next holder on its own ring): one owner per key is promised after failure detection.
+for i in 1 3 4; do sees_dead "$i" "n2" || fail "n$i does not see n2 dead"; done
 checks_work_on 1 3 4
 counters_survive 1 3 4
 run 0 kill n2  # rerun: already dead, still succeeds
