@@ -56,6 +56,16 @@ bool IsInRing(MemberState state) {
   return state == MemberState::kAlive || state == MemberState::kSuspect || state == MemberState::kLeaving;
 }
 
+Reach ReachOf(std::span<const MemberInfo> members) {
+  Reach reach;
+  for (const MemberInfo& m : members) {
+    if (m.state == MemberState::kJoining || m.state == MemberState::kLeft) continue;
+    ++reach.known;
+    if (m.state == MemberState::kAlive || m.state == MemberState::kLeaving) ++reach.reached;
+  }
+  return reach;
+}
+
 bool Supersedes(const MemberInfo& update, const MemberInfo& current) {
   if (update.incarnation != current.incarnation) return update.incarnation > current.incarnation;
   return static_cast<uint8_t>(update.state) > static_cast<uint8_t>(current.state);

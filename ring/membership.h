@@ -34,6 +34,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,18 @@ struct MemberInfo {
 
   bool operator==(const MemberInfo&) const = default;
 };
+
+// How much of the cluster a node reaches, judged from its own member table (the majority rule of
+// --failure-mode closed): `known` counts every member but joining and left ones, `reached` the alive and
+// leaving ones (the node itself included). Suspects count as not reached, so that a cut-off node stops
+// deciding as soon as it suspects the others, before it declares them dead.
+struct Reach {
+  size_t known = 0;
+  size_t reached = 0;
+  // No more than half of the known members reached.
+  [[nodiscard]] bool minority() const { return known > 0 && 2 * reached <= known; }
+};
+[[nodiscard]] Reach ReachOf(std::span<const MemberInfo> members);
 
 // Whether `update` supersedes `current` (both about the same member): a higher incarnation, or the same
 // incarnation and a higher state rank.

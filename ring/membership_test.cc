@@ -90,6 +90,27 @@ TEST(MemberStateTest, Precedence) {
   EXPECT_FALSE(Supersedes(Info("a", 3, S::kDead), Info("a", 3, S::kLeft)));
 }
 
+TEST(MemberStateTest, ReachCountsSuspectsAndTheDeadAsNotReached) {
+  using S = MemberState;
+  // 5 known (joining and left ones are not), 2 reached: a minority.
+  const std::vector<MemberInfo> cut = {
+      Info("a", 1, S::kAlive),   Info("b", 1, S::kLeaving), Info("c", 1, S::kSuspect), Info("d", 1, S::kDead),
+      Info("e", 1, S::kSuspect), Info("f", 1, S::kJoining), Info("g", 1, S::kLeft)};
+  const Reach reach = ReachOf(cut);
+  EXPECT_EQ(reach.known, 5u);
+  EXPECT_EQ(reach.reached, 2u);
+  EXPECT_TRUE(reach.minority());
+  // 3 of 5: a majority. Half exactly (2 of 4) is not.
+  EXPECT_FALSE(ReachOf(std::vector<MemberInfo>{Info("a", 1, S::kAlive), Info("b", 1, S::kAlive),
+                                               Info("c", 1, S::kAlive), Info("d", 1, S::kDead),
+                                               Info("e", 1, S::kSuspect)})
+                   .minority());
+  EXPECT_TRUE(ReachOf(std::vector<MemberInfo>{Info("a", 1, S::kAlive), Info("b", 1, S::kAlive),
+                                              Info("c", 1, S::kDead), Info("d", 1, S::kSuspect)})
+                  .minority());
+  EXPECT_FALSE(ReachOf({}).minority());
+}
+
 TEST(MembershipOptionsTest, Validation) {
   EXPECT_TRUE(Validate(MembershipOptions{}).ok());
   MembershipOptions o;

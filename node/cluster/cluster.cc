@@ -259,14 +259,10 @@ void Cluster::Core::OnTick() {
 }
 
 void Cluster::Core::JudgeQuorum() {
-  size_t known = 0;
-  size_t reached = 0;
-  for (const ring::MemberInfo& m : membership->Members()) {
-    if (m.state == ring::MemberState::kJoining || m.state == ring::MemberState::kLeft) continue;
-    ++known;
-    if (m.state != ring::MemberState::kDead && m.state != ring::MemberState::kSuspect) ++reached;
-  }
-  const bool minority = known > 0 && 2 * reached <= known;
+  const ring::Reach reach = ring::ReachOf(membership->Members());
+  const size_t known = reach.known;
+  const size_t reached = reach.reached;
+  const bool minority = reach.minority();
   if (minority_reached.load(std::memory_order_relaxed) == reached &&
       minority_known.load(std::memory_order_relaxed) == known &&
       in_minority.load(std::memory_order_relaxed) == minority) {

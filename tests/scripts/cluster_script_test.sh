@@ -99,23 +99,18 @@ checks_work_on() {
 }
 # Node $1's view: the ids in state $2, comma-separated.
 seen_in_state() { curl -fsS --max-time 5 "$(http "$1")/v1/cluster" | jq -r --arg s "$2" '[.members[] | select(.state == $s) | .id] | sort | join(",")'; }
-# sees_alive I WANT: node I's alive set becomes WANT within 10 s. Polled, because on a loaded machine
-# a live member can be suspected for a moment (SWIM: it refutes within a probe period or two).
-sees_alive() {
+# sees I STATE WANT: the members node I sees in STATE become WANT (ids, sorted, comma-separated) within
+# 10 s. Polled, because on a loaded machine a live member can be suspected for a moment (SWIM: it refutes
+# within a probe period or two), and declaring a killed one dead takes failure detection (~2 s).
+sees() {
   local deadline=$((SECONDS + 10))
-  until [[ "$(seen_in_state "$1" alive 2>/dev/null)" == "$2" ]]; do
-    ((SECONDS < deadline)) || { echo "    n$1 sees alive: $(seen_in_state "$1" alive 2>&1)"; return 1; }
+  until [[ "$(seen_in_state "$1" "$2" 2>/dev/null)" == "$3" ]]; do
+    ((SECONDS < deadline)) || { echo "    n$1 sees $2: $(seen_in_state "$1" "$2" 2>&1)"; return 1; }
     sleep 0.1
   done
 }
-# sees_dead I WANT: node I's dead set becomes WANT within 10 s (failure detection: ~2 s).
-sees_dead() {
-  local deadline=$((SECONDS + 10))
-  until [[ "$(seen_in_state "$1" dead 2>/dev/null)" == "$2" ]]; do
-    ((SECONDS < deadline)) || { echo "    n$1 sees dead: $(seen_in_state "$1" dead 2>&1)"; return 1; }
-    sleep 0.1
-  done
-}
+sees_alive() { sees "$1" alive "$2"; }
+sees_dead() { sees "$1" dead "$2"; }
 
 # Counters that must survive every reshaping: key surv:K is charged CHARGE[K] units of a token bucket of
 # 10 per day (no refill worth a unit during the test) before `add`; after add, kill, start and remove a

@@ -338,16 +338,7 @@ void SimNode::ClientCheck(uint64_t check, size_t key) {
   });
 }
 
-bool SimNode::Minority() const {
-  size_t known = 0;
-  size_t reached = 0;
-  for (const ring::MemberInfo& m : membership_->Members()) {
-    if (m.state == ring::MemberState::kJoining || m.state == ring::MemberState::kLeft) continue;
-    ++known;
-    if (m.state != ring::MemberState::kDead && m.state != ring::MemberState::kSuspect) ++reached;
-  }
-  return known > 0 && 2 * reached <= known;
-}
+bool SimNode::Minority() const { return ring::ReachOf(membership_->Members()).minority(); }
 
 bool SimNode::MayDecideLocally(ring::Token token) const {
   if (!options_.closed) return true;
