@@ -9,7 +9,8 @@
 //
 //   Mark(keys)        keys this node changed (the driver drains the request path's dirty set into it)
 //   Changed(now)      something is dirty: a pass is due within `interval` (async mode batching)
-//   Decided(...)      sync mode: callers wait for their keys' successors; shipped at once, in one pass
+//   Decided(...)      sync mode: callers wait for their keys' successors (with ack_all: every holder after
+//                     this node, and a short while for those before it); shipped at once, in one pass
 //   Flush(...)        ship everything pending now; answered once it is all acknowledged (or deadline)
 //   BatchReply(...)   a batch was acknowledged or failed (failed keys are retried while the member is
 //                     reachable and still a replica of the key, with exponential backoff)

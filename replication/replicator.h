@@ -17,8 +17,11 @@
 // Sending (sync mode): Decided(keys, done) ships the keys' states at once and calls `done` only when, for
 // every key, its successor acknowledged -- the first reachable replica after this node in the key's
 // preference list, the node that takes the key over if this one dies (or no replica is reachable, or
-// sync_timeout passed -- counted, and the answer goes out anyway: availability over durability). The
-// request path calls it after a local decision and answers the client from `done`.
+// sync_timeout passed -- counted, and the answer goes out anyway: availability over durability). With
+// ack_all (--failure-mode closed) it waits for every reachable holder after this node instead, and
+// done(false) says one did not acknowledge, or a holder before this node answered a copy with admissions
+// this one lacked (merged in): the caller answers 503 rather than an admission. The request path calls it
+// after a local decision and answers the client from `done`.
 //
 // Receiving: HandleStateUpdate merges a StateUpdateBatch in with Store::Absorb (a merge keeps every
 // admission; repeats and reordering are harmless) -- for live replication, handoff pushes and re-replication
