@@ -31,6 +31,7 @@ bool IsWindow(Algorithm a) {
 
 class Writer {
  public:
+  explicit Writer(size_t capacity) { out_.reserve(capacity); }
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) { Put(v, 4); }
   void U64(uint64_t v) { Put(v, 8); }
@@ -86,8 +87,30 @@ Status Corrupt(std::string_view what) { return Status::Corruption("merge state",
 
 }  // namespace
 
+namespace {
+
+// The exact size EncodeMergeState writes (reserved up front: one allocation per state).
+size_t EncodedSize(const MergeState& s) {
+  size_t n = 2;
+  if (s.algorithm == Algorithm{}) return n;
+  n += 8 + 8 + 8 + 8 + 8 + 4 + s.base.included.size() * 40 + 4;
+  for (const Contribution& c : s.contributions) {
+    n += 16;
+    if (IsWindow(s.algorithm)) {
+      n += 8 + 4 + c.cells.size() * 16;
+    } else if (s.algorithm == Algorithm::kSlidingLog) {
+      n += 4 + c.stamps.size() * 8;
+    } else {
+      n += 24;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string EncodeMergeState(const MergeState& s) {
-  Writer w;
+  Writer w(EncodedSize(s));
   w.U8(kFormat);
   w.U8(static_cast<uint8_t>(s.algorithm));
   if (s.algorithm == Algorithm{}) {

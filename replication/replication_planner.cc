@@ -1,6 +1,7 @@
 #include "replication/replication_planner.h"
 
 #include <algorithm>
+#include <boost/unordered/unordered_flat_map.hpp>
 #include <set>
 
 namespace ringlimit::replication {
@@ -203,18 +204,35 @@ PlannerStats ReplicationPlanner::stats() const {
 
 void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force, ReplicationActions& out) {
   struct Job {
+    std::string key;
     bool erased = false;
+    bool retry_only = false;  // came from retries alone: not yet sent to every reachable holder
     std::vector<Slot> slots;
     std::vector<std::string> successors;    // sync: the replicas whose acknowledgements answer the slots
     std::vector<std::string> predecessors;  // ack_all: the holders before this node, asked for news
   };
-  std::map<std::string, Job, std::less<>> jobs;
+  // Jobs never move once added (reserved for every key this pass can see), so views of their keys stay valid.
+  size_t most = dirty_.size() + sync_keys_.size();
+  for (const auto& [id, t] : targets_) most += t.retry.size();
+  std::vector<Job> jobs;
+  jobs.reserve(most);
+  boost::unordered_flat_map<std::string_view, uint32_t> index;  // key -> its job
+  index.reserve(most);
+  auto job_of = [&](std::string_view key, bool& added) -> Job& {
+    added = false;
+    if (auto it = index.find(key); it != index.end()) return jobs[it->second];
+    added = true;
+    jobs.push_back(Job{std::string(key), false, false, {}, {}, {}});
+    index.emplace(jobs.back().key, static_cast<uint32_t>(jobs.size() - 1));
+    return jobs.back();
+  };
   const MonoTime oldest = dirty_since_.value_or(now);
-  for (auto& [key, erased] : dirty_) jobs[key].erased |= erased;
+  bool added = false;
+  for (auto& [key, erased] : dirty_) job_of(key, added).erased |= erased;
   dirty_.clear();
   dirty_since_.reset();
   pass_at_.reset();
-  for (auto& [key, slot] : sync_keys_) jobs[key].slots.push_back(slot);
+  for (auto& [key, slot] : sync_keys_) job_of(key, added).slots.push_back(slot);
   sync_keys_.clear();
 
   ReachableCache reachable(view);
@@ -223,13 +241,13 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     pref.clear();
     if (view.ring != nullptr) pref = view.ring->PreferenceList(ring::RingToken(key), options_.replicas);
   };
-  std::map<std::string, std::vector<std::string_view>> per_target;  // member -> keys (views into jobs)
-  std::map<std::string, std::set<std::string_view>> targeted;
+  std::map<std::string, std::vector<uint32_t>, std::less<>> per_target;  // member -> its jobs
   std::set<uint64_t> awaited;  // waiters whose keys this pass registered
-  for (auto& [key, job] : jobs) {
-    preference(key);
+  for (uint32_t j = 0; j < jobs.size(); ++j) {
+    Job& job = jobs[j];
+    preference(job.key);
     for (const ring::RingMember* m : pref) {
-      if (reachable(m->id) && targeted[m->id].insert(key).second) per_target[m->id].push_back(key);
+      if (reachable(m->id)) per_target[m->id].push_back(j);
     }
     if (!job.slots.empty()) {
       // The successor: the first reachable member after this node in the preference list, i.e. the node
@@ -259,8 +277,8 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   // A caller none of whose keys has a replica to wait for is answered now.
   for (uint64_t waiter : awaited) FinishIfAnswered(waiter, out);
 
-  // Due retries, for their member only, while it is reachable and still a replica of the key.
-  std::map<std::string, bool, std::less<>> retry_erased;  // keys only in retries: their erased flag
+  // Due retries, for their member only, while it is reachable and still a replica of the key. A key this
+  // pass already ships went to every reachable holder, this member included.
   for (auto& [id, t] : targets_) {
     if (t.retry.empty() || (!force && now < t.retry_at)) continue;
     auto keys = std::move(t.retry);
@@ -271,26 +289,25 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
       if (std::none_of(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == id; })) {
         continue;
       }
-      auto job = jobs.find(key);
-      if (job == jobs.end()) {
-        job = jobs.emplace(key, Job{erased, {}, {}, {}}).first;
-      } else {
-        job->second.erased |= erased;
-      }
-      if (targeted[id].insert(job->first).second) per_target[id].push_back(job->first);
+      Job& job = job_of(key, added);
+      if (added) job.retry_only = true;
+      if (!job.retry_only) continue;
+      job.erased |= erased;
+      per_target[id].push_back(static_cast<uint32_t>(&job - jobs.data()));
     }
   }
 
-  for (auto& [id, keys] : per_target) {
+  for (auto& [id, js] : per_target) {
     Target& t = targets_[id];
-    for (size_t start = 0; start < keys.size(); start += options_.max_batch) {
-      const size_t end = std::min(keys.size(), start + options_.max_batch);
+    for (size_t start = 0; start < js.size(); start += options_.max_batch) {
+      const size_t end = std::min(js.size(), start + options_.max_batch);
       Batch batch;
       batch.target = id;
       batch.oldest = oldest;
+      batch.keys.reserve(end - start);
       for (size_t k = start; k < end; ++k) {
-        Job& job = jobs.find(keys[k])->second;
-        batch.keys.push_back(DirtyKey{std::string(keys[k]), job.erased});
+        const Job& job = jobs[js[k]];
+        batch.keys.push_back(DirtyKey{job.key, job.erased});
         const auto key_index = static_cast<uint32_t>(batch.keys.size() - 1);
         const bool after =
             std::find(job.successors.begin(), job.successors.end(), id) != job.successors.end();

@@ -101,10 +101,15 @@ std::optional<storage::StoredState> FromNamedState(const peer::NamedState& named
 
 peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity) {
   peer::StateUpdate update;
-  update.set_key(std::string(entity));
-  update.set_token(ring::RingToken(entity));
-  for (const storage::StoredState& s : store.Get(entity)) ToNamedState(s, update.add_states());
+  FillStateUpdate(store, entity, &update);
   return update;
+}
+
+void FillStateUpdate(storage::Store& store, std::string_view entity, peer::StateUpdate* out) {
+  out->Clear();
+  out->set_key(entity.data(), entity.size());
+  out->set_token(ring::RingToken(entity));
+  for (const storage::StoredState& s : store.Get(entity)) ToNamedState(s, out->add_states());
 }
 
 // ---------------------------------------------------------------------------------------------- Core
@@ -212,13 +217,12 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     wake_posted.store(false, std::memory_order_release);  // a change after this posts again
     std::vector<DirtyKey> keys;
     for (DirtyShard& shard : shards) {
-      DirtyMap taken;
-      {
-        std::lock_guard lock(shard.mu);
-        if (shard.keys.empty()) continue;
-        taken.swap(shard.keys);
-      }
-      for (auto& [key, erased] : taken) keys.push_back(DirtyKey{key, erased});
+      // Copied out and cleared rather than swapped with an empty map: the shard keeps its capacity, so the
+      // request path does not grow the map from nothing again after every pass.
+      std::lock_guard lock(shard.mu);
+      if (shard.keys.empty()) continue;
+      for (auto& [key, erased] : shard.keys) keys.push_back(DirtyKey{key, erased});
+      shard.keys.clear();
     }
     planner.Mark(executor.Now(), keys);
   }
@@ -269,10 +273,10 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         for (const DirtyKey& k : b.keys) {
           auto [it, inserted] = bytes.try_emplace(k.key);
           if (inserted) {
-            peer::StateUpdate update = MakeStateUpdate(store, k.key);
-            update.set_erased(k.erased);
+            FillStateUpdate(store, k.key, &scratch);  // reused: Clear() keeps its allocations
+            scratch.set_erased(k.erased);
             // A key with no states left that was not erased needs nothing from its replicas.
-            if (k.erased || update.states_size() > 0) it->second = update.SerializeAsString();
+            if (k.erased || scratch.states_size() > 0) scratch.SerializeToString(&it->second);
           }
           if (it->second.empty()) continue;
           AppendUpdate(payload, it->second);
@@ -369,7 +373,14 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   // ------------------------------------------------------------------------------ receiving (any thread)
 
   std::optional<std::string> HandleStateUpdate(std::string_view payload) {
-    peer::StateUpdateBatch batch;
+    // Parsed on an arena that starts on the stack: one batch is a few hundred small messages and strings,
+    // allocated and freed together.
+    alignas(16) char first_block[8192];
+    google::protobuf::ArenaOptions arena_options;
+    arena_options.initial_block = first_block;
+    arena_options.initial_block_size = sizeof first_block;
+    google::protobuf::Arena arena(arena_options);
+    peer::StateUpdateBatch& batch = *google::protobuf::Arena::CreateMessage<peer::StateUpdateBatch>(&arena);
     if (!batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
       bad_batches.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
@@ -459,6 +470,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   ReplicationPlanner planner;
   std::unique_ptr<Executor::Timer> timer;
   uint64_t next_id = 0;
+  peer::StateUpdate scratch;                              // Apply's message for each shipped key, reused
   std::map<uint64_t, std::function<void(bool)>> waiters;  // Decided calls, by planner waiter id
   std::map<uint64_t, std::function<void(bool)>> flushes;  // Flush calls, by planner flush id
 };

@@ -115,6 +115,8 @@ struct ReplicatorStats {
 // The StateUpdate of `entity` as `store` holds it now: every state (name, spec, words, version), the
 // ring token, `erased` false. `states` is empty when the store holds none.
 [[nodiscard]] peer::StateUpdate MakeStateUpdate(storage::Store& store, std::string_view entity);
+// The same into `out` (cleared first; a reused message keeps its allocations).
+void FillStateUpdate(storage::Store& store, std::string_view entity, peer::StateUpdate* out);
 
 // One stored state as it travels: name, spec (with its fingerprint), the merged state's bytes and the
 // version (no expiry: the receiver computes its own). For pushes built from Store::ScanTokenRange.
