@@ -30,6 +30,7 @@ constexpr char kAlgorithm[] = "token_bucket";
 constexpr milliseconds kDeadBound{15'000};
 constexpr milliseconds kSettleBound{30'000};
 constexpr milliseconds kRequestTimeout{5'000};
+constexpr char kAftermath[] = "aftermath";  // the phase of the checks after the faults healed
 
 // A scenario's failure to set up or drive the cluster (not a measurement).
 template <class T>
@@ -210,7 +211,7 @@ class Bed {
     } else if (auto settled = cluster_->WaitHandoffsDone(kSettleBound); !settled) {
       Note("handoffs still running after the faults");
     }
-    recorder_.SetPhase("aftermath");
+    recorder_.SetPhase(kAftermath);
     const auto running = cluster_->Running();
     std::vector<std::unique_ptr<HttpClient>> clients;
     for (size_t i : running) {
@@ -293,6 +294,7 @@ ScenarioResult Summarize(const std::string& name, Bed& bed,
     result.over += f.over();
     result.failed += f.failed;
     result.rollbacks += f.rollbacks;
+    result.healed_over += f.healed_over();
     result.keys.push_back(std::move(f));
   }
   result.note = bed.note();
@@ -655,6 +657,7 @@ KeyFigures Figure(const std::vector<Decision>& decisions, const std::string& key
     }
     if (!d.allowed) continue;
     ++f.admitted;
+    if (d.phase == kAftermath) ++f.admitted_after_heal;
     if (!answered.insert(d.remaining).second) ++f.rollbacks;
   }
   return f;

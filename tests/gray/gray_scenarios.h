@@ -17,6 +17,7 @@
 #ifndef RINGLIMIT_TESTS_GRAY_GRAY_SCENARIOS_H_
 #define RINGLIMIT_TESTS_GRAY_GRAY_SCENARIOS_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -86,8 +87,18 @@ struct KeyFigures {
   // concurrent answers are recorded; a repeat means the count went back up (rolled back, or two deciders
   // counted from the same point).
   int64_t rollbacks = 0;
+  // Admitted in the aftermath (the checks sent once the faults were over and the cluster had settled).
+  int64_t admitted_after_heal = 0;
   [[nodiscard]] int64_t over() const {
     return admitted > static_cast<int64_t>(limit) ? admitted - static_cast<int64_t>(limit) : 0;
+  }
+  // Aftermath admissions beyond what the merged count allowed: once the sides' copies have merged, a key
+  // admits only limit - (everything admitted before), or nothing when that went over. Must be 0 in every
+  // mode: what `open` over-admits during a fault is bounded by the fault, never carried past it.
+  [[nodiscard]] int64_t healed_over() const {
+    const int64_t before = admitted - admitted_after_heal;
+    const int64_t allowed = std::max<int64_t>(0, static_cast<int64_t>(limit) - before);
+    return std::max<int64_t>(0, admitted_after_heal - allowed);
   }
 };
 
@@ -104,6 +115,7 @@ struct ScenarioResult {
   int64_t over = 0;    // summed per key: max(0, admitted - limit)
   int64_t failed = 0;
   int64_t rollbacks = 0;
+  int64_t healed_over = 0;  // summed per key: KeyFigures::healed_over()
   // Charged minus admitted (limit - remaining as the owner reports it at the end, minus the checks
   // answered as admitted); > 0 means a check was charged more than once. nullopt when not measured.
   std::optional<int64_t> charged_extra;
