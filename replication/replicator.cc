@@ -151,7 +151,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   // ------------------------------------------------------------------------------ any thread
 
   void Mark(std::string_view entity, bool erased) {
-    if (!accepting.load(std::memory_order_relaxed)) return;
+    if (!accepting.load(std::memory_order_relaxed) || !peers.load(std::memory_order_relaxed)) return;
     {
       DirtyShard& shard = shards[KeyHash{}(entity) % kDirtyShards];
       std::lock_guard lock(shard.mu);
@@ -453,6 +453,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
 
   // Any thread.
   std::atomic<bool> accepting{false};  // OnChanged marks keys (R > 1, not stopping)
+  std::atomic<bool> peers{true};       // the ring has other members (SetPeers)
   std::atomic<bool> running{false};    // started and not stopped: Decided waits in sync mode
   std::atomic<bool> stop_called{false};
   std::atomic<bool> wake_posted{false};        // a Changed event is posted and the set not drained since
@@ -519,6 +520,8 @@ void Replicator::OnChanged(std::string_view entity, std::string_view /*name*/, u
 }
 
 void Replicator::OnErased(std::string_view entity, std::string_view /*name*/) { core_->Mark(entity, true); }
+
+void Replicator::SetPeers(bool any) { core_->peers.store(any, std::memory_order_relaxed); }
 
 void Replicator::Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
   if (options_.mode != ReplicationMode::kSync || !core_->accepting.load() || !core_->running.load() ||

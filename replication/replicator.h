@@ -142,6 +142,12 @@ class Replicator final : public storage::StateObserver {
   // most about send_timeout + 1 s). Must not be called on the executor. Idempotent.
   void Stop();
 
+  // Whether the ring has members besides this node (default true). While it has none, changes are not
+  // even marked: there is nobody to ship them to, and when members arrive the ring change's handoff and
+  // re-replication scan the store and push everything the new holders need. Call before the ring change
+  // is handed to the handoff.
+  void SetPeers(bool any);
+
   // storage::StateObserver (request path: O(1), no I/O).
   void OnChanged(std::string_view entity, std::string_view name, uint64_t version) override;
   void OnErased(std::string_view entity, std::string_view name) override;

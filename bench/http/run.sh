@@ -1,30 +1,54 @@
 #!/usr/bin/env bash
-# HTTP benchmark: ringlimitd vs nginx limit_req, in one run, on this machine.
+# HTTP benchmark of issue 14: server CPU per rate-limit check, ringlimitd vs nginx limit_req vs a bare
+# Boost.Beast server, measured in one run on this machine.
 #
-#   bench/http/run.sh                 # 10 s per scenario
-#   DURATION=30s CONNECTIONS=32 bench/http/run.sh
+#   bench/http/run.sh                      # 3 runs x 5 s per cell: about 5 minutes
+#   DURATION=1s REPEAT=1 bench/http/run.sh # smoke run
 #
-# Builds ringlimitd if needed (RINGLIMIT_BUILD_DIR, default build/release; or RINGLIMITD=path), installs wrk and nginx-light
-# if missing, then measures, with the server pinned to CPU $SERVER_CPU and wrk to CPU $CLIENT_CPU:
-#   1. GET /v1/check, one hot key                 ringlimitd vs nginx limit_req keyed by $arg_key
-#   2. GET /v1/check, 100k keys (wrk Lua script)  ringlimitd vs nginx limit_req keyed by $arg_key
-#   3. POST /v1/check, 100 checks per request     ringlimitd only, reported as decisions/s
-# and prints req/s, p50, p99 and the ratio ringlimitd/nginx. Targets (issue 3): ratio >= 1.0 with
-# p99 < 1 ms; >= 1M decisions/s. Both servers run one thread/worker on one core and answer every
-# request with a limiter decision; limits are set high enough that every request is admitted, so both
-# do the same work (look up the key, update its counter, answer 200).
+# Servers, each started alone, pinned to CPU $SERVER_CPU with one thread / one worker:
+#   nginx limit_req        nginx 1 worker, limit_req keyed by $arg_key, answering 200 (empty_gif) or 429
+#   naive Beast            bench/http/naive_http_server: Beast HTTP/1.1, keep-alive, "200 ok", no limiter
+#   ringlimitd memory      ringlimitd --threads 1, counters in memory only
+#   ringlimitd --data-dir  ringlimitd --threads 1 --data-dir <tmp dir> (RocksDB write-back)
+# Scenarios, GET /v1/check from `wrk -t1 -c$CONNECTIONS --latency` (keep-alive) pinned to CPU $CLIENT_CPU:
+#   hot key, allowed       one key, limit 1e9 per s: every request is admitted
+#   N keys, allowed        $KEYS keys drawn uniformly at random (wrk Lua script), same limit
+#   hot key, denied        one key, limit 1 per day (nginx: a second zone, rate=1r/m, no burst): all but
+#                          the first request get 429
+#   N keys, denied         the same over $KEYS keys: all but the first request per key get 429
+# The naive server has no limiter, so no denied rows ("-"). Plus, ringlimitd only: POST /v1/check with 100
+# checks per request on 100 distinct keys, reported per decision.
+#
+# Measured for every wrk run: req/s and p99 (wrk --latency); server CPU per check = the utime + stime of the
+# server's processes (/proc/PID/stat fields 14 and 15; nginx: master + worker), read right before and
+# right after the run, over the requests wrk completed (x100 for POST); wrk's own user + sys CPU (bash
+# `time`) as a % of one CPU over the run -- near 100% means the client, not the server, bounds req/s --
+# and the share of non-2xx answers. Each cell is the median of $REPEAT runs (per column). The ratio is a
+# row's CPU per check over nginx's in the same scenario. Ends with the targets of issue 14, MET / NOT MET:
+# ringlimitd memory-only CPU per check <= nginx's with p99 <= 1 ms in each of the four scenarios;
+# --data-dir <= 1.10x memory-only at N keys allowed; POST >= 1,000,000 decisions/s (memory-only).
+#
+# Knobs (environment, defaults): DURATION=5s REPEAT=3 CONNECTIONS=32 KEYS=100000 SERVER_CPU=1 CLIENT_CPU=0
+#   RINGLIMIT_BUILD_DIR=build/release, RINGLIMITD=$RINGLIMIT_BUILD_DIR/node/server/ringlimitd
+# Builds ringlimitd and naive_http_server if missing (scripts/build), installs wrk, nginx-light, taskset
+# and curl if missing (apt-get). Work files live in a temporary directory removed on exit.
 set -euo pipefail
+shopt -s inherit_errexit
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-here="$root/bench/http"
 build_dir=${RINGLIMIT_BUILD_DIR:-$root/build/release}
-duration=${DURATION:-10s}
+duration=${DURATION:-5s}
+repeat=${REPEAT:-3}
 connections=${CONNECTIONS:-32}
-server_cpu=${SERVER_CPU:-0}
-client_cpu=${CLIENT_CPU:-1}
 keys=${KEYS:-100000}
+server_cpu=${SERVER_CPU:-1}
+client_cpu=${CLIENT_CPU:-0}
 
 log() { echo "bench/http: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer, not '$repeat'"
+[[ $keys =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$keys'"
 
 # --- Prerequisites --------------------------------------------------------------------------------
 missing=()
@@ -46,24 +70,44 @@ if [[ ! -x "$ringlimitd" ]]; then
   log "building ringlimitd in $build_dir"
   RINGLIMIT_BUILD_DIR="$build_dir" "$root/scripts/build" --target ringlimitd >&2
 fi
+naive=$build_dir/bench/http/naive_http_server
+if [[ ! -x "$naive" ]]; then
+  log "building naive_http_server in $build_dir"
+  # A build directory configured before bench/http had a CMakeLists.txt does not know the target yet.
+  if [[ -f "$build_dir/CMakeCache.txt" ]]; then cmake "$build_dir" >&2; fi
+  RINGLIMIT_BUILD_DIR="$build_dir" "$root/scripts/build" --target naive_http_server >&2
+fi
 if [[ $(nproc) -lt 2 ]]; then
   log "warning: fewer than 2 CPUs; server and wrk share one"
   client_cpu=$server_cpu
 fi
+clk_tck=$(getconf CLK_TCK)
 
 work=$(mktemp -d /tmp/ringlimit-bench-http.XXXXXX)
 server_pid=""
+server_pids=()  # every process whose CPU is the server's (nginx: master and worker)
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
+# --- Servers --------------------------------------------------------------------------------------
 # Polls `curl URL` until it answers (any HTTP status) or 15 s pass.
 wait_http() {
   local url=$1 deadline=$((SECONDS + 15))
   until curl -s -o /dev/null "$url"; do
-    if ((SECONDS > deadline)); then log "no answer from $url"; return 1; fi
+    ((SECONDS <= deadline)) || { log "no answer from $url"; return 1; }
+    sleep 0.05
+  done
+}
+
+# Polls until FILE is non-empty or 15 s pass; on timeout shows LOG and fails.
+wait_file() {
+  local file=$1 log_file=$2 deadline=$((SECONDS + 15))
+  until [[ -s "$file" ]]; do
+    ((SECONDS <= deadline)) || { log "server did not start:"; cat "$log_file" >&2; return 1; }
+    kill -0 "$server_pid" 2>/dev/null || { log "server exited:"; cat "$log_file" >&2; return 1; }
     sleep 0.05
   done
 }
@@ -72,25 +116,163 @@ stop_server() {
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   server_pid=""
+  server_pids=()
 }
 
-# Runs wrk and prints "req/s p50_ms p99_ms non2xx" (latencies converted to milliseconds).
-run_wrk() {
-  local out
-  out=$(taskset -c "$client_cpu" wrk -t1 -c"$connections" -d"$duration" --latency "$@")
-  echo "$out" >>"$work/wrk.log"
-  echo "$out" | awk '
+# Starts ringlimitd with the flags of this benchmark plus "$@"; sets server_pid, server_pids and port.
+start_ringlimitd() {
+  local peer=()
+  if "$ringlimitd" --help 2>/dev/null | grep -q -- "--peer-listen "; then peer=(--peer-listen 127.0.0.1:0); fi
+  rm -f "$work/port.json"
+  taskset -c "$server_cpu" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$work/port.json" --threads 1 \
+    --log-level warn --max-keys 2000000 --max-connections 100000 "${peer[@]}" "$@" >"$work/ringlimitd.log" 2>&1 &
+  server_pid=$!
+  server_pids=("$server_pid")
+  wait_file "$work/port.json" "$work/ringlimitd.log"
+  port=$(sed -E 's/.*"http":([0-9]+).*/\1/' "$work/port.json")
+  wait_http "http://127.0.0.1:$port/readyz"
+}
+
+start_naive() {
+  taskset -c "$server_cpu" "$naive" --port 0 >"$work/naive.port" 2>"$work/naive.log" &
+  server_pid=$!
+  server_pids=("$server_pid")
+  wait_file "$work/naive.port" "$work/naive.log"
+  port=$(<"$work/naive.port")
+  wait_http "http://127.0.0.1:$port/"
+}
+
+# What a user would run instead: nginx's limit_req keyed by the same query argument, one worker,
+# answering 200 (empty_gif: a content handler, so limit_req's phase runs) or 429 when limited.
+# /v1/check admits everything (zone "allowed"); /v1/denied admits one request per key per minute.
+start_nginx() {
+  local candidate
+  port=""
+  for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+  done
+  [[ -n "$port" ]] || die "no free port for nginx"
+  mkdir -p "$work/nginx"
+  cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  limit_req_zone \$arg_key zone=allowed:64m rate=1000000r/s;
+  limit_req_zone \$arg_key zone=denied:64m rate=1r/m;
+  limit_req_status 429;
+  limit_req_log_level info;  # below error_log's level: refusals are not written to the log
+  server {
+    listen 127.0.0.1:$port;
+    location = /v1/check {
+      limit_req zone=allowed burst=1000000 nodelay;
+      empty_gif;
+    }
+    location = /v1/denied {
+      limit_req zone=denied;
+      empty_gif;
+    }
+  }
+}
+EOF
+  taskset -c "$server_cpu" "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" >"$work/nginx/stdout.log" 2>&1 &
+  server_pid=$!
+  wait_http "http://127.0.0.1:$port/v1/check?key=warmup"
+  local workers
+  workers=$(pgrep -P "$server_pid") || die "nginx has no worker process"
+  read -ra server_pids <<<"$server_pid $(echo "$workers" | xargs)"
+}
+
+# --- Measurement ----------------------------------------------------------------------------------
+# Prints the clock ticks (utime + stime) the processes in server_pids have used so far.
+cpu_ticks() {
+  local pid stat fields total=0
+  for pid in "${server_pids[@]}"; do
+    stat=$(<"/proc/$pid/stat")
+    read -ra fields <<<"${stat##*) }"  # fields from the 3rd on, past "(comm)": utime is 14, stime 15
+    total=$((total + fields[11] + fields[12]))
+  done
+  echo "$total"
+}
+
+# One wrk run against the running server, wrk arguments "$@", PER_REQUEST checks per request ($1).
+# Prints "req/s p99_ms cpu_us_per_check wrk_cpu_pct non2xx_pct".
+measure_once() {
+  local per_request=$1 before after times TIMEFORMAT='%R %U %S'  # `time`: real, user, sys seconds
+  shift
+  before=$(cpu_ticks)
+  if ! { time taskset -c "$client_cpu" wrk -t1 -c"$connections" -d"$duration" --latency "$@" >"$work/wrk.out" 2>&1; } \
+    2>"$work/wrk.time"; then
+    cat "$work/wrk.out" >&2
+    die "wrk $* failed"
+  fi
+  after=$(cpu_ticks)
+  times=$(<"$work/wrk.time")
+  {
+    echo "== wrk $* (server CPU ticks $before -> $after, wrk real/user/sys $times)"
+    cat "$work/wrk.out"
+  } >>"$work/wrk.log"
+  awk -v ticks=$((after - before)) -v hz="$clk_tck" -v per="$per_request" -v times="$times" '
     function ms(v) {
       if (v ~ /us$/) { sub(/us$/, "", v); return v / 1000 }
       if (v ~ /ms$/) { sub(/ms$/, "", v); return v + 0 }
+      if (v ~ /m$/)  { sub(/m$/, "", v);  return v * 60000 }
       if (v ~ /s$/)  { sub(/s$/, "", v);  return v * 1000 }
       return v
     }
-    $1 == "50%" { p50 = ms($2) }
+    $2 == "requests" && $3 == "in" { requests = $1 }
     $1 == "99%" { p99 = ms($2) }
     /^Requests\/sec:/ { rps = $2 }
     /Non-2xx or 3xx responses:/ { non2xx = $NF }
-    END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, non2xx + 0 }'
+    /^ *Socket errors:/ { socket_errors = $0 }
+    END {
+      if (requests <= 0) { print "wrk completed no request" > "/dev/stderr"; exit 1 }
+      if (socket_errors != "") {
+        sub(/^ */, "", socket_errors)
+        print "bench/http: warning: wrk " socket_errors > "/dev/stderr"
+      }
+      split(times, t, " ")  # real user sys, in seconds
+      printf "%.1f %.4f %.4f %.1f %.2f\n", rps, p99, ticks / hz * 1e6 / (requests * per),
+             (t[1] > 0 ? (t[2] + t[3]) / t[1] * 100 : 0), non2xx / requests * 100
+    }' "$work/wrk.out"
+}
+
+# Reads lines of numbers and prints the median of each column (mean of the middle two for an even count).
+median() {
+  awk '
+    { for (c = 1; c <= NF; c++) value[c, NR] = $c + 0; columns = NF }
+    END {
+      for (c = 1; c <= columns; c++) {
+        for (r = 1; r <= NR; r++) {  # insertion sort of column c into sorted[1..r]
+          x = value[c, r]
+          for (i = r - 1; i > 0 && sorted[i] > x; i--) sorted[i + 1] = sorted[i]
+          sorted[i + 1] = x
+        }
+        m = NR % 2 ? sorted[(NR + 1) / 2] : (sorted[NR / 2] + sorted[NR / 2 + 1]) / 2
+        printf "%s%.4f", (c > 1 ? " " : ""), m
+      }
+      print ""
+    }'
+}
+
+# results[server|scenario] = "req/s p99_ms cpu_us_per_check wrk_cpu_pct non2xx_pct" (medians).
+declare -A results
+# measure SERVER SCENARIO PER_REQUEST wrk-arguments...: $repeat runs, stores the medians.
+measure() {
+  local server=$1 scenario=$2 per_request=$3 i
+  shift 3
+  log "$server, $scenario: $repeat x $duration"
+  results["$server|$scenario"]=$(for ((i = 0; i < repeat; i++)); do measure_once "$per_request" "$@"; done | median)
 }
 
 # --- Lua scripts ----------------------------------------------------------------------------------
@@ -125,90 +307,124 @@ request = function()
 end
 EOF
 
-# --- ringlimitd -----------------------------------------------------------------------------------
-log "ringlimitd: $ringlimitd (1 thread on CPU $server_cpu), wrk on CPU $client_cpu, $connections connections, $duration each"
-extra=()
-if "$ringlimitd" --help 2>/dev/null | grep -q -- "--peer-listen "; then extra=(--peer-listen 127.0.0.1:0); fi
-taskset -c "$server_cpu" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$work/port.json" --threads 1 \
-  --log-level warn --max-keys 2000000 --max-connections 100000 "${extra[@]}" >"$work/ringlimitd.log" 2>&1 &
-server_pid=$!
-deadline=$((SECONDS + 15))
-until [[ -s "$work/port.json" ]]; do
-  ((SECONDS > deadline)) && { log "ringlimitd did not start"; cat "$work/ringlimitd.log" >&2; exit 1; }
-  sleep 0.05
-done
-rl_port=$(sed -E 's/.*"http":([0-9]+).*/\1/' "$work/port.json")
-wait_http "http://127.0.0.1:$rl_port/readyz"
-rl_params="name=bench&algorithm=token_bucket&limit=1000000000&window_ms=1000"
-rl_hot=$(run_wrk "http://127.0.0.1:$rl_port/v1/check?key=hot&$rl_params")
-rl_many=$(run_wrk -s "$work/keys.lua" "http://127.0.0.1:$rl_port/v1/check?$rl_params")
-rl_batch=$(run_wrk -s "$work/batch.lua" "http://127.0.0.1:$rl_port/v1/check")
+# --- Runs -----------------------------------------------------------------------------------------
+allow_params="name=bench&algorithm=token_bucket&limit=1000000000&window_ms=1000"
+deny_params="name=denied&algorithm=token_bucket&limit=1&window_ms=86400000"
+scenarios=(hot_allowed many_allowed hot_denied many_denied)
+declare -A scenario_name=([hot_allowed]="hot key, allowed" [many_allowed]="$keys keys, allowed"
+  [hot_denied]="hot key, denied" [many_denied]="$keys keys, denied")
+servers=(nginx naive memory data_dir)
+declare -A server_name=([nginx]="nginx limit_req" [naive]="naive Beast" [memory]="ringlimitd memory"
+  [data_dir]="ringlimitd --data-dir")
+if ((keys % 1000 == 0)); then
+  scenario_name[many_allowed]="$((keys / 1000))k keys, allowed"
+  scenario_name[many_denied]="$((keys / 1000))k keys, denied"
+fi
+
+# measure_get SERVER ALLOWED_URL DENIED_URL: the four GET scenarios (DENIED_URL empty: allowed ones only).
+# The URLs end in a query; the hot key is appended as &key=hot, the Lua script appends &key=kN.
+measure_get() {
+  local server=$1 allowed=$2 denied=$3
+  measure "$server" hot_allowed 1 "$allowed&key=hot"
+  measure "$server" many_allowed 1 -s "$work/keys.lua" "$allowed"
+  [[ -n "$denied" ]] || return 0
+  measure "$server" hot_denied 1 "$denied&key=hot"
+  measure "$server" many_denied 1 -s "$work/keys.lua" "$denied"
+}
+
+log "servers on CPU $server_cpu, wrk -t1 -c$connections on CPU $client_cpu, $repeat x $duration per cell"
+start_nginx
+measure_get nginx "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/denied?$deny_params"
 stop_server
 
-# --- nginx limit_req ------------------------------------------------------------------------------
-# What a user would run instead: nginx's limit_req keyed by the same query argument, one worker,
-# answering 200 (empty_gif: a content handler, so limit_req's phase runs) or 429 when limited.
-nginx_port=""
-for _ in $(seq 1 50); do
-  candidate=$((20000 + RANDOM % 40000))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then nginx_port=$candidate; break; fi
-done
-[[ -n "$nginx_port" ]] || { log "no free port for nginx"; exit 1; }
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
-  limit_req_zone \$arg_key zone=ratelimit:64m rate=1000000r/s;
-  limit_req_status 429;
-  server {
-    listen 127.0.0.1:$nginx_port;
-    location /v1/check {
-      limit_req zone=ratelimit burst=1000000 nodelay;
-      empty_gif;
-    }
-  }
-}
-EOF
-taskset -c "$server_cpu" "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" >"$work/nginx/stdout.log" 2>&1 &
-server_pid=$!
-wait_http "http://127.0.0.1:$nginx_port/v1/check?key=warmup"
-ng_hot=$(run_wrk "http://127.0.0.1:$nginx_port/v1/check?key=hot&$rl_params")
-ng_many=$(run_wrk -s "$work/keys.lua" "http://127.0.0.1:$nginx_port/v1/check?$rl_params")
+start_naive
+measure_get naive "http://127.0.0.1:$port/v1/check?$allow_params" ""
+stop_server
+
+start_ringlimitd
+measure_get memory "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
+measure memory post 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check"
+stop_server
+
+start_ringlimitd --data-dir "$work/rocksdb"
+measure_get data_dir "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
+measure data_dir post 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check"
 stop_server
 
 # --- Report ---------------------------------------------------------------------------------------
-report() {
-  local name=$1 rl=$2 ng=$3
-  read -r rl_rps rl_p50 rl_p99 rl_bad <<<"$rl"
-  read -r ng_rps ng_p50 ng_p99 ng_bad <<<"$ng"
-  local ratio
-  ratio=$(awk -v a="$rl_rps" -v b="$ng_rps" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-  printf "%-26s %12s %9s %9s %8s\n" "$name ringlimitd" "$rl_rps" "$rl_p50" "$rl_p99" "$rl_bad"
-  printf "%-26s %12s %9s %9s %8s\n" "$name nginx limit_req" "$ng_rps" "$ng_p50" "$ng_p99" "$ng_bad"
-  local verdict="MET"
-  if awk -v r="$ratio" -v p="$rl_p99" 'BEGIN { exit !(r < 1.0 || p >= 1.0) }'; then verdict="NOT MET"; fi
-  printf "%-26s %12s   (target >= 1.0 with ringlimitd p99 < 1 ms: %s)\n" "$name ratio" "$ratio" "$verdict"
+# field SERVER SCENARIO N: the Nth median (1 req/s, 2 p99 ms, 3 CPU us per check, 4 wrk CPU %, 5 non-2xx %).
+field() {
+  local values
+  read -ra values <<<"${results["$1|$2"]}"
+  echo "${values[$(($3 - 1))]}"
 }
 
+notes=()
 echo
-echo "ringlimit HTTP benchmark: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
-echo "server on CPU $server_cpu (1 thread / 1 worker), wrk -t1 -c$connections -d$duration on CPU $client_cpu"
-printf "%-26s %12s %9s %9s %8s\n" "scenario" "req/s" "p50 ms" "p99 ms" "non-2xx"
-report "GET hot key" "$rl_hot" "$ng_hot"
-report "GET ${keys} keys" "$rl_many" "$ng_many"
-read -r b_rps b_p50 b_p99 b_bad <<<"$rl_batch"
-decisions=$(awk -v r="$b_rps" 'BEGIN { printf "%.0f", r * 100 }')
-printf "%-26s %12s %9s %9s %8s\n" "POST 100 checks/request" "$b_rps" "$b_p50" "$b_p99" "$b_bad"
-verdict=$(awk -v d="$decisions" 'BEGIN { print (d >= 1000000 ? "MET" : "NOT MET") }')
-printf "%-26s %12s   (target >= 1,000,000: %s)\n" "POST decisions/s" "$decisions" "$verdict"
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+echo "ringlimit HTTP benchmark (issue 14): $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($cpu_model)"
+echo "servers on CPU $server_cpu (1 thread / 1 worker), wrk -t1 -c$connections keep-alive on CPU $client_cpu;" \
+  "each cell the median of $repeat x $duration"
+echo
+echo "| server | scenario | req/s | p99 ms | server CPU µs per check | CPU per check vs nginx | wrk CPU % | non-2xx % |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for scenario in "${scenarios[@]}"; do
+  for server in "${servers[@]}"; do
+    if [[ -z "${results["$server|$scenario"]:-}" ]]; then
+      echo "| ${server_name[$server]} | ${scenario_name[$scenario]} | - | - | - | - | - | - |"
+      continue
+    fi
+    read -r rps p99 cpu wrk_cpu non2xx <<<"${results["$server|$scenario"]}"
+    ratio=$(awk -v a="$cpu" -v b="$(field nginx "$scenario" 3)" \
+      'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')
+    printf "| %s | %s | %.0f | %.3f | %.2f | %s | %.0f | %.1f |\n" "${server_name[$server]}" \
+      "${scenario_name[$scenario]}" "$rps" "$p99" "$cpu" "$ratio" "$wrk_cpu" "$non2xx"
+    row="${server_name[$server]}, ${scenario_name[$scenario]}"
+    if awk -v w="$wrk_cpu" 'BEGIN { exit !(w >= 95) }'; then
+      notes+=("$row: wrk at ${wrk_cpu%.*}% CPU, the client bounds req/s")
+    fi
+    case $scenario in
+      *_allowed) expected="n == 0" what="none" ;;
+      *_denied) expected="n >= 90" what="nearly all" ;;
+    esac
+    if ! awk -v n="$non2xx" "BEGIN { exit !($expected) }"; then
+      notes+=("$row: $(printf %.1f "$non2xx")% non-2xx answers, expected $what")
+    fi
+  done
+done
+
+echo
+echo "| server | scenario | req/s | decisions/s | p99 ms | server CPU µs per decision | wrk CPU % | non-2xx % |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for server in memory data_dir; do
+  read -r rps p99 cpu wrk_cpu non2xx <<<"${results["$server|post"]}"
+  printf "| %s | POST, 100 checks per request | %.0f | %.0f | %.3f | %.3f | %.0f | %.1f |\n" "${server_name[$server]}" \
+    "$rps" "$(awk -v r="$rps" 'BEGIN { printf "%.0f", r * 100 }')" "$p99" "$cpu" "$wrk_cpu" "$non2xx"
+  if awk -v n="$non2xx" 'BEGIN { exit !(n > 0) }'; then
+    notes+=("${server_name[$server]}, POST: $(printf %.1f "$non2xx")% non-2xx answers, expected none")
+  fi
+done
+
+if ((${#notes[@]} > 0)); then
+  echo
+  printf "note: %s\n" "${notes[@]}"
+fi
+
+# verdict CONDITION: MET if awk finds the condition true. Ratios are judged unrounded and shown to 3 decimals,
+# so a ratio printed as 1.10x in the table can be NOT MET against <= 1.10.
+verdict() { if awk "BEGIN { exit !($1) }"; then echo "MET"; else echo "NOT MET"; fi; }
+# ratio A B: A / B to 6 decimals (99 when B is 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (b > 0 ? a / b : 99) }'; }
+echo
+echo "Targets (issue 14):"
+for scenario in "${scenarios[@]}"; do
+  r=$(ratio "$(field memory "$scenario" 3)" "$(field nginx "$scenario" 3)")
+  p99=$(field memory "$scenario" 2)
+  printf "  ringlimitd memory CPU per check <= nginx's, p99 <= 1 ms, %-19s %6.3fx, p99 %.3f ms: %s\n" \
+    "${scenario_name[$scenario]}:" "$r" "$p99" "$(verdict "$r <= 1.0 && $p99 <= 1.0")"
+done
+r=$(ratio "$(field data_dir many_allowed 3)" "$(field memory many_allowed 3)")
+printf "  ringlimitd --data-dir CPU per check <= 1.10x memory-only, %s: %.3fx: %s\n" \
+  "${scenario_name[many_allowed]}" "$r" "$(verdict "$r <= 1.10")"
+decisions=$(awk -v r="$(field memory post 1)" 'BEGIN { printf "%.0f", r * 100 }')
+printf "  ringlimitd memory POST decisions/s >= 1,000,000: %s: %s\n" "$decisions" "$(verdict "$decisions >= 1000000")"

@@ -196,6 +196,25 @@ TEST_F(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
   EXPECT_EQ(last->body(), "GET ");
 }
 
+TEST_F(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {
+  StartServer({});
+  HttpClient client(server_->port());
+  // Pipelined, so a body written after the HEAD answer would show up before the second response.
+  ASSERT_TRUE(
+      client.SendRaw("HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  auto bytes = client.ReadUntilClosed();
+  ASSERT_TRUE(bytes) << bytes.error().message();
+  const size_t head_end = bytes->find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << *bytes;
+  const std::string head = bytes->substr(0, head_end);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: 5"), std::string::npos) << head;  // the length of "HEAD "
+  const std::string rest = bytes->substr(head_end + 4);
+  EXPECT_EQ(rest.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << rest;
+  EXPECT_TRUE(rest.ends_with("\r\n\r\nGET ")) << rest;
+}
+
 TEST_F(HttpServerTest, PipelineDeeperThanTheBoundIsStillAnsweredInOrder) {
   ServerOptions options;
   options.max_pipelined = 2;

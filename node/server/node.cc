@@ -168,11 +168,14 @@ std::optional<std::string> Node::StartCluster() {
   p.handoff->Start();
   cluster::RegisterReplicationHandlers(*p.cluster, *p.link, *p.replicator, *p.handoff);
   replication::HandoffManager& manager = *p.handoff;
-  // The handoff publishes each ring into the routing table itself, with the overrides of the change.
-  p.cluster->SetRingListener(
-      [&manager](std::shared_ptr<const ring::RingView> before, std::shared_ptr<const ring::RingView> after) {
-        manager.OnRingChanged(std::move(before), std::move(after));
-      });
+  replication::Replicator& replicator = *p.replicator;
+  // The handoff publishes each ring into the routing table itself, with the overrides of the change. A
+  // node alone on its ring marks nothing for replication (see Replicator::SetPeers).
+  p.cluster->SetRingListener([&manager, &replicator](std::shared_ptr<const ring::RingView> before,
+                                                     std::shared_ptr<const ring::RingView> after) {
+    if (after != nullptr) replicator.SetPeers(after->members().size() > 1);
+    manager.OnRingChanged(std::move(before), std::move(after));
+  });
   // A member that became unreachable without a ring change yet releases what waits for it.
   p.cluster->SetMembersListener([&manager] { manager.OnMembersChanged(); });
   p.cluster->SetLeavePreparer([&manager](std::function<void()> ready) {

@@ -6,9 +6,10 @@
 #include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
+#include <charconv>
 #include <exception>
 
 namespace ringlimit::node {
@@ -31,6 +32,32 @@ std::chrono::milliseconds TickPeriod(const ServerOptions& options) {
 
 bool IsParseError(const error_code& ec) {
   return &ec.category() == &http::make_error_code(http::error::bad_method).category();
+}
+
+// A write gathers the ready responses up to about this many bytes (pipelined requests); a connection keeps
+// a write buffer up to this capacity between writes.
+constexpr size_t kWriteBatchBytes = 64 << 10;
+
+// Appends `response` as HTTP/1.1 bytes: the status line, the fields as set, the body unless `head`. The
+// caller has set keep-alive and the payload size; every response has a Content-Length body (no chunking).
+void AppendResponse(const HttpResponse& response, bool head, std::string& out) {
+  out.append("HTTP/1.1 ");
+  char code[8];
+  const auto [end, ec] = std::to_chars(code, code + sizeof code, response.result_int());
+  out.append(code, static_cast<size_t>(end - code));
+  out.push_back(' ');
+  const auto reason = response.reason();
+  const auto phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
+  out.append(phrase.data(), phrase.size());
+  out.append("\r\n");
+  for (const auto& field : response) {
+    out.append(field.name_string().data(), field.name_string().size());
+    out.append(": ");
+    out.append(field.value().data(), field.value().size());
+    out.append("\r\n");
+  }
+  out.append("\r\n");
+  if (!head) out.append(response.body());
 }
 
 // Debug-level: a client going away is routine for a server.
@@ -153,7 +180,8 @@ void Session::OnRead(error_code ec) {
 
 void Session::Dispatch(HttpRequest&& request) {
   const uint64_t seq = next_seq_++;
-  pending_.push_back(Pending{std::nullopt, request.keep_alive(), Clock::now()});
+  pending_.push_back(
+      Pending{std::nullopt, request.keep_alive(), Clock::now(), request.method() == http::verb::head});
   Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
     // Runs inline when the handler answers on this strand, else hops onto it.
     net::dispatch(self->socket_.get_executor(), [self, seq, response = std::move(response)]() mutable {
@@ -181,7 +209,7 @@ void Session::OnResponse(uint64_t seq, HttpResponse&& response) {
 
 void Session::QueueError(http::status status, std::string_view code, std::string_view message) {
   read_closed_ = true;
-  pending_.push_back(Pending{ErrorResponse(status, code, message), false, Clock::now()});
+  pending_.push_back(Pending{ErrorResponse(status, code, message), false, Clock::now(), false});
   ++next_seq_;
   if (shared_->observer) shared_->observer(static_cast<unsigned>(status), std::chrono::nanoseconds{0}, true);
   MaybeWrite();
@@ -189,18 +217,29 @@ void Session::QueueError(http::status status, std::string_view code, std::string
 
 void Session::MaybeWrite() {
   if (writing_ || closed_ || pending_.empty() || !pending_.front().response) return;
-  Pending& front = pending_.front();
-  HttpResponse& response = *front.response;
-  // The last response of a connection that reads nothing more says so.
-  const bool last = read_closed_ && pending_.size() == 1 && phase_ == ReadPhase::kNone;
-  const bool close = !front.keep_alive || last || (draining_ && pending_.size() == 1 && !RequestInProgress());
-  response.version(11);
-  response.keep_alive(!close);
-  response.prepare_payload();
+  // Every response that is ready, in order, in one write (serialized by hand: one buffer, no Beast
+  // serializer state per response), up to the one that closes the connection.
+  out_.clear();
+  size_t count = 0;
+  bool close = false;
+  while (count < pending_.size() && pending_[count].response && !close && out_.size() < kWriteBatchBytes) {
+    Pending& p = pending_[count];
+    HttpResponse& response = *p.response;
+    // The last response of a connection that reads nothing more says so.
+    const bool only = count + 1 == pending_.size();
+    const bool last = read_closed_ && only && phase_ == ReadPhase::kNone;
+    close = !p.keep_alive || last || (draining_ && only && !RequestInProgress());
+    response.version(11);
+    response.keep_alive(!close);
+    response.prepare_payload();
+    AppendResponse(response, p.head, out_);
+    ++count;
+  }
   writing_ = true;
+  writing_count_ = count;
   write_deadline_ = Clock::now() + shared_->options.write_timeout;
-  http::async_write(socket_, response,
-                    [self = shared_from_this(), close](error_code ec, size_t) { self->OnWrite(close, ec); });
+  net::async_write(socket_, net::buffer(out_),
+                   [self = shared_from_this(), close](error_code ec, size_t) { self->OnWrite(close, ec); });
 }
 
 void Session::OnWrite(bool close, error_code ec) {
@@ -211,8 +250,10 @@ void Session::OnWrite(bool close, error_code ec) {
     Close();
     return;
   }
-  pending_.pop_front();
-  ++first_seq_;
+  for (size_t k = 0; k < writing_count_; ++k) pending_.pop_front();
+  first_seq_ += writing_count_;
+  writing_count_ = 0;
+  if (out_.capacity() > kWriteBatchBytes) std::string().swap(out_);  // a large body's buffer goes back
   if (close) {
     // With no read pending, drain the client's unread input before closing so that it reads this
     // response rather than a connection reset.

@@ -79,6 +79,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::optional<HttpResponse> response;
     bool keep_alive = true;
     Clock::time_point start;
+    bool head = false;  // a HEAD request: its response is written without the body
   };
 
   void ReadRequest();
@@ -115,6 +116,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Clock::time_point read_deadline_;
   Clock::time_point write_deadline_;
   bool writing_ = false;
+  size_t writing_count_ = 0;  // responses (from pending_.front()) in the write in progress
+  std::string out_;           // their bytes, serialized here (reused: the capacity stays)
   bool read_closed_ = false;  // no further request will be read (EOF, error, Connection: close, drain)
   bool timed_out_ = false;    // the ticker cancelled a read whose deadline passed
   bool draining_ = false;
