@@ -290,9 +290,9 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
         continue;
       }
       Job& job = job_of(key, added);
+      job.erased |= erased;  // an erasure still owed to this member goes to every target of the key
       if (added) job.retry_only = true;
       if (!job.retry_only) continue;
-      job.erased |= erased;
       per_target[id].push_back(static_cast<uint32_t>(&job - jobs.data()));
     }
   }
