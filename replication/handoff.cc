@@ -34,13 +34,14 @@ struct Progress {
   HandoffStats stats;
 };
 
-// A HandoffDone's ranges, sorted; nullopt when malformed (no sender, a reversed or overlapping range).
-std::optional<std::vector<TokenRange>> ParseDone(std::string_view payload, peer::HandoffDone& msg) {
-  if (!msg.ParseFromArray(payload.data(), static_cast<int>(payload.size())) || msg.from().empty()) {
-    return std::nullopt;
-  }
+// Timeout of one METHOD_SYNC_RANGES call: the answer comes once the holder's push was acknowledged.
+constexpr std::chrono::milliseconds kSyncCallTimeout{10'000};
+
+// `in` sorted; nullopt when malformed (a reversed or overlapping range).
+std::optional<std::vector<TokenRange>> ParseRanges(
+    const google::protobuf::RepeatedPtrField<peer::TokenRange>& in) {
   std::vector<TokenRange> ranges;
-  for (const peer::TokenRange& r : msg.ranges()) {
+  for (const peer::TokenRange& r : in) {
     if (r.first() > r.last()) return std::nullopt;
     ranges.push_back({r.first(), r.last()});
   }
@@ -50,6 +51,25 @@ std::optional<std::vector<TokenRange>> ParseDone(std::string_view payload, peer:
     if (ranges[i].first <= ranges[i - 1].last) return std::nullopt;  // overlapping: malformed
   }
   return ranges;
+}
+
+// A message with a sender and ranges (HandoffDone, SyncRanges): its ranges, sorted; nullopt when malformed
+// (no sender, a reversed or overlapping range).
+template <typename Message>
+std::optional<std::vector<TokenRange>> ParseFromRanges(std::string_view payload, Message& msg) {
+  if (!msg.ParseFromArray(payload.data(), static_cast<int>(payload.size())) || msg.from().empty()) {
+    return std::nullopt;
+  }
+  return ParseRanges(msg.ranges());
+}
+
+void AddRanges(const std::vector<TokenRange>& ranges,
+               google::protobuf::RepeatedPtrField<peer::TokenRange>* out) {
+  for (const TokenRange& r : ranges) {
+    peer::TokenRange* pr = out->Add();
+    pr->set_first(r.first);
+    pr->set_last(r.last);
+  }
 }
 
 }  // namespace
@@ -151,6 +171,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
         });
       }
       for (SendDone& done : a.send_done) Send(std::move(done));
+      for (PullSync& pull : a.pull) Pull(std::move(pull));
       if (a.replicate.has_value()) queue.push_back(Replicate(*a.replicate));
       if (a.drop != nullptr) queue.push_back(planner.Dropped(Now(), Drop(*a.drop)));
       if (a.pump) {
@@ -223,11 +244,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     msg.set_from(self);
     msg.set_ring_fingerprint(done.fingerprint);
     msg.set_keys(done.keys);
-    for (const TokenRange& r : done.ranges) {
-      peer::TokenRange* pr = msg.add_ranges();
-      pr->set_first(r.first);
-      pr->set_last(r.last);
-    }
+    msg.set_synced(done.synced);
+    AddRanges(done.ranges, msg.mutable_ranges());
     link.Send(done.to, peer::METHOD_HANDOFF_DONE, msg.SerializeAsString(), kDoneSendTimeout,
               [weak = weak_from_this(), id = done.handoff](std::optional<std::string> reply) {
                 if (id == 0) return;  // "nothing to hand off": no answer expected
@@ -235,6 +253,53 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
                   core.Apply(core.planner.DoneAcked(core.Now(), id, ok));
                 });
               });
+  }
+
+  // Asks a holder to push its copy of ranges this node holds unsynced.
+  void Pull(PullSync pull) {
+    peer::SyncRanges msg;
+    msg.set_from(self);
+    AddRanges(pull.ranges, msg.mutable_ranges());
+    link.Send(pull.to, peer::METHOD_SYNC_RANGES, msg.SerializeAsString(), kSyncCallTimeout,
+              [weak = weak_from_this(), round = pull.round, to = pull.to](std::optional<std::string> reply) {
+                std::optional<std::vector<TokenRange>> synced;
+                peer::SyncRangesAnswer answer;
+                if (reply.has_value() && answer.ParseFromString(*reply))
+                  synced = ParseRanges(answer.synced());
+                Post(weak, [round, to, synced = std::move(synced)](Core& core) mutable {
+                  core.Apply(core.planner.SyncPulled(core.Now(), round, to, std::move(synced)));
+                });
+              });
+  }
+
+  // Pushes this node's states of `ranges` (sorted) to `to`; `done(keys)` once acknowledged, or
+  // done(nullopt) when the push failed.
+  void PushRanges(const std::string& to, const std::vector<TokenRange>& ranges,
+                  std::function<void(std::optional<uint64_t>)> done) {
+    std::vector<peer::StateUpdate> updates;
+    for (uint32_t i = 0; i < options.scan_slices; ++i) {
+      const TokenRange slice = ScanSlice(i, options.scan_slices);
+      if (std::none_of(ranges.begin(), ranges.end(),
+                       [&](const TokenRange& r) { return r.first <= slice.last && slice.first <= r.last; })) {
+        continue;
+      }
+      std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
+      std::unordered_set<std::string_view> seen;
+      seen.reserve(states.size());
+      for (const storage::EntityState& s : states) {
+        if (!InSortedRanges(ranges, s.token) || !seen.insert(s.entity).second) continue;
+        peer::StateUpdate update = MakeStateUpdate(store, s.entity);
+        if (update.states_size() > 0) updates.push_back(std::move(update));
+      }
+    }
+    if (updates.empty()) {
+      done(0);
+      return;
+    }
+    const uint64_t keys = updates.size();
+    replicator.SendUpdates(to, std::move(updates), [keys, done = std::move(done)](bool ok) {
+      done(ok ? std::optional<uint64_t>(keys) : std::nullopt);
+    });
   }
 
   // Scans one re-replication slice and pushes each key this node owns to the members new in its
@@ -392,7 +457,7 @@ bool HandoffManager::HoldWhileSwitching(ring::Token token, std::function<void()>
 
 void HandoffManager::HandleHandoffDone(std::string_view payload, Answer answer) {
   auto msg = std::make_shared<peer::HandoffDone>();
-  std::optional<std::vector<TokenRange>> ranges = ParseDone(payload, *msg);
+  std::optional<std::vector<TokenRange>> ranges = ParseFromRanges(payload, *msg);
   if (!ranges.has_value()) {
     answer(std::nullopt);
     return;
@@ -404,10 +469,41 @@ void HandoffManager::HandleHandoffDone(std::string_view payload, Answer answer) 
         if (core == nullptr || core->abandoned.load()) return;
         if (!core->stopping.load()) {
           core->Apply(core->planner.HandoffDoneReceived(core->Now(), msg->from(), ranges,
-                                                        msg->ring_fingerprint(), msg->keys()));
+                                                        msg->ring_fingerprint(), msg->keys(), msg->synced()));
         }
         answer(peer::HandoffDoneAck().SerializeAsString());
       });
+}
+
+void HandoffManager::HandleSyncRanges(std::string_view payload, Answer answer) {
+  peer::SyncRanges msg;
+  std::optional<std::vector<TokenRange>> ranges = ParseFromRanges(payload, msg);
+  if (!ranges.has_value()) {
+    answer(std::nullopt);
+    return;
+  }
+  // Not through Post: answered (failed) even if Stop comes first.
+  core_->executor.Post([weak = std::weak_ptr<Core>(core_), from = msg.from(), ranges = std::move(*ranges),
+                        answer = std::move(answer)] {
+    std::shared_ptr<Core> core = weak.lock();
+    if (core == nullptr || core->abandoned.load()) return;
+    if (core->stopping.load()) {
+      answer(std::nullopt);
+      return;
+    }
+    // Which parts are synced is judged before the push: whatever this node held then is in it.
+    std::vector<TokenRange> synced = core->planner.SyncedOf(ranges);
+    core->PushRanges(from, ranges, [synced = std::move(synced), answer](std::optional<uint64_t> keys) {
+      if (!keys.has_value()) {
+        answer(std::nullopt);
+        return;
+      }
+      peer::SyncRangesAnswer reply;
+      AddRanges(synced, reply.mutable_synced());
+      reply.set_keys(*keys);
+      answer(reply.SerializeAsString());
+    });
+  });
 }
 
 void HandoffManager::Leave(std::function<void(bool ok)> done) {

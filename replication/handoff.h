@@ -131,6 +131,10 @@ class HandoffManager {
   // once when the payload does not parse. After Abandon it is never called. From any thread.
   using Answer = std::function<void(std::optional<std::string> ack)>;
   void HandleHandoffDone(std::string_view payload, Answer answer);
+  // Receiver of METHOD_SYNC_RANGES: pushes this node's states of the ranges asked to the sender, then
+  // answers (SyncRangesAnswer) which of them it holds with their copy; nullopt when the payload does not
+  // parse, the push failed, or the manager is stopping (never after Abandon). From any thread.
+  void HandleSyncRanges(std::string_view payload, Answer answer);
 
   // Graceful leave: hands every range this node owns on the current ring (the last one given to
   // OnRingChanged; the link's if none) to its owner on the ring without this node, then routes every

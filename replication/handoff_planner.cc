@@ -61,6 +61,22 @@ void SortRanges(std::vector<TokenRange>& ranges) {
             [](const TokenRange& x, const TokenRange& y) { return x.first < y.first; });
 }
 
+// `ranges` in any order, overlapping or not; returns the tokens in any of them, sorted, adjacent ranges
+// merged.
+std::vector<TokenRange> Union(std::vector<TokenRange> ranges) {
+  SortRanges(ranges);
+  std::vector<TokenRange> out;
+  for (const TokenRange& r : ranges) {
+    if (!out.empty() &&
+        (out.back().last == std::numeric_limits<Token>::max() || r.first <= out.back().last + 1)) {
+      out.back().last = std::max(out.back().last, r.last);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 bool Overlaps(const std::vector<TokenRange>& ranges, TokenRange t) {
   return std::any_of(ranges.begin(), ranges.end(),
                      [&](const TokenRange& r) { return r.first <= t.last && t.first <= r.last; });
@@ -125,6 +141,7 @@ std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options)
   if (options.done_timeout.count() <= 0) return "done_timeout must be > 0";
   if (options.push_timeout.count() <= 0) return "push_timeout must be > 0";
   if (options.drop_delay.count() < 0) return "drop_delay must be >= 0";
+  if (options.resync_timeout.count() <= 0) return "resync_timeout must be > 0";
   return std::nullopt;
 }
 
@@ -193,6 +210,7 @@ void HandoffPlanner::Publish(HandoffActions& out) const {
   // While leaving, a range whose handoff is over goes to its owner on the ring without this node at once,
   // not back to this node (still an owner on the ring until it has left) while other ranges of the leave
   // are still being handed over.
+  for (const UnsyncedRange& u : unsynced_) next->unsynced.push_back(u.range);
   next->left_ring = left_ring_ != nullptr ? left_ring_ : leaving_ && !left_ ? left_ring_pending_ : nullptr;
   out.overrides = std::move(next);
 }
@@ -212,6 +230,8 @@ HandoffActions& HandoffPlanner::Done(HandoffActions& out) {
     if (const auto* retry = std::get_if<DoneRetry>(&o.phase)) earliest(retry->at);
   }
   for (const EarlyDone& d : early_dones_) earliest(d.at + options_.done_timeout);
+  for (const UnsyncedRange& u : unsynced_) earliest(u.since + options_.resync_timeout);
+  if (!unsynced_.empty() && !round_.has_value()) earliest(next_round_);
   // The drop waits for every handoff and re-replication to end, and the end of each computes this again.
   // Armed before that, a passed drop deadline would fire again at once after every Timer: a busy loop
   // until the handoff ended.
@@ -244,6 +264,13 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
   } else if (before == nullptr) {
     before = RingView::Create(0, {}).value();
   }
+  std::vector<TokenRange> was_unsynced;
+  for (const UnsyncedRange& u : unsynced_) was_unsynced.push_back(u.range);
+  std::vector<TokenRange> deciding;  // ranges this node still decided while handing them off
+  for (const auto& [id, o] : outgoing_) {
+    if (o.synced) deciding.insert(deciding.end(), o.ranges.begin(), o.ranges.end());
+  }
+  UpdateUnsynced(now, before, after, Union(std::move(deciding)));
   // Superseded entries: outgoing ranges their target no longer owns, incoming ranges this node no longer
   // owns. A range that moves back before its handoff finished never changed hands: its previous owner
   // still has the newest states, so neither end waits for or pushes it (below).
@@ -294,7 +321,9 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
   }
   for (auto& [to, moved] : out_moves) {
     std::vector<TokenRange> ranges = Subtract(moved, never_in[to]);
-    if (!ranges.empty()) AddOutgoing(now, to, std::move(ranges), after->fingerprint(), false);
+    if (ranges.empty()) continue;
+    const bool synced = Intersect(ranges, was_unsynced).empty();
+    outgoing_.at(AddOutgoing(now, to, std::move(ranges), after->fingerprint(), false)).synced = synced;
   }
   for (auto& [from, ranges] : in_moves) {
     std::vector<TokenRange> wait = Subtract(ranges, kept_out[from]);
@@ -305,6 +334,7 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
           wait = Subtract(wait, it->ranges);
           it->ranges = Subtract(it->ranges, done_here);
           ++stats_.incoming_completed;
+          if (it->synced) MarkSynced(done_here);
         }
       }
       it = it->ranges.empty() ? early_dones_.erase(it) : std::next(it);
@@ -430,7 +460,7 @@ HandoffActions HandoffPlanner::FlushDone(MonoTime /*now*/, uint64_t handoff, boo
 void HandoffPlanner::SendDoneOf(uint64_t id, HandoffActions& out) {
   Outgoing& o = outgoing_.at(id);
   o.phase = DoneSent{};
-  out.send_done.push_back({id, o.to, o.fingerprint, o.keys, o.ranges});
+  out.send_done.push_back({id, o.to, o.fingerprint, o.keys, o.ranges, o.synced});
 }
 
 HandoffActions HandoffPlanner::DoneAcked(MonoTime now, uint64_t handoff, bool ok) {
@@ -522,6 +552,8 @@ void HandoffPlanner::Tick(MonoTime now, const ClusterView& view, HandoffActions&
     }
   }
   std::erase_if(early_dones_, [&](const EarlyDone& d) { return now - d.at >= options_.done_timeout; });
+  ExpireUnsynced(now, out);
+  if (!unsynced_.empty() && !round_.has_value() && now >= next_round_) StartSyncRound(now, view, out);
   for (uint64_t id : to_fail) Finish(now, id, false, "target unreachable or push_timeout", out);
   for (uint64_t id : to_push) StartPush(now, view, id, out);
   for (uint64_t id : to_done) SendDoneOf(id, out);
@@ -539,7 +571,7 @@ void HandoffPlanner::Tick(MonoTime now, const ClusterView& view, HandoffActions&
 
 HandoffActions HandoffPlanner::HandoffDoneReceived(MonoTime now, std::string_view from,
                                                    const std::vector<TokenRange>& ranges,
-                                                   uint64_t fingerprint, uint64_t keys) {
+                                                   uint64_t fingerprint, uint64_t keys, bool synced) {
   HandoffActions out;
   std::vector<TokenRange> matched;
   std::vector<Incoming> kept;
@@ -565,8 +597,11 @@ HandoffActions HandoffPlanner::HandoffDoneReceived(MonoTime now, std::string_vie
             [](const Incoming& x, const Incoming& y) { return x.range.first < y.range.first; });
   incoming_ = std::move(kept);
   SortRanges(matched);
+  if (synced && MarkSynced(matched)) {
+    spdlog::info("sync: {} ranges synced by the HandoffDone of {}", matched.size(), from);
+  }
   std::vector<TokenRange> rest = Subtract(ranges, matched);
-  if (!rest.empty()) early_dones_.push_back({std::string(from), std::move(rest), fingerprint, now});
+  if (!rest.empty()) early_dones_.push_back({std::string(from), std::move(rest), fingerprint, now, synced});
   Publish(out);
   return Done(out);
 }
@@ -581,6 +616,156 @@ void HandoffPlanner::QueueReplication(const Incoming& in, TokenRange r) {
     return;
   }
   jobs_.push_back({next_id_++, in.before, in.after, std::vector<TokenRange>{r}, 0, false, 0});
+}
+
+// ------------------------------------------------------------------------------------ unsynced ranges
+
+void HandoffPlanner::UpdateUnsynced(MonoTime now, const RingPtr& before, const RingPtr& after,
+                                    const std::vector<TokenRange>& deciding) {
+  const std::vector<TokenRange> held = after->HeldRanges(self_, options_.replicas);
+  std::vector<UnsyncedRange> next;
+  std::vector<TokenRange> still;
+  for (const UnsyncedRange& u : unsynced_) {
+    for (const TokenRange& r : Intersect({u.range}, held)) {
+      next.push_back({r, u.since, u.before});
+      still.push_back(r);
+    }
+  }
+  SortRanges(still);
+  std::vector<TokenRange> had = before->HeldRanges(self_, options_.replicas);
+  had.insert(had.end(), deciding.begin(), deciding.end());
+  const std::vector<TokenRange> gained = Subtract(Subtract(held, Union(std::move(had))), still);
+  for (const TokenRange& r : gained) next.push_back({r, now, before});
+  std::sort(next.begin(), next.end(),
+            [](const UnsyncedRange& x, const UnsyncedRange& y) { return x.range.first < y.range.first; });
+  if (!gained.empty()) {
+    spdlog::info("sync: holding {} new ranges ({:.2f}% of the ring) without their copy yet", gained.size(),
+                 100 * Share(gained));
+    next_round_ = now;  // pull at once
+    round_delay_ = kSyncRetryFirst;
+  }
+  unsynced_ = std::move(next);
+}
+
+bool HandoffPlanner::MarkSynced(const std::vector<TokenRange>& ranges) {
+  if (ranges.empty() || unsynced_.empty()) return false;
+  std::vector<UnsyncedRange> next;
+  bool changed = false;
+  for (const UnsyncedRange& u : unsynced_) {
+    const std::vector<TokenRange> left = Subtract({u.range}, ranges);
+    if (left.size() != 1 || left[0].first != u.range.first || left[0].last != u.range.last) changed = true;
+    for (const TokenRange& r : left) next.push_back({r, u.since, u.before});
+  }
+  if (!changed) return false;
+  stats_.synced_ranges += unsynced_.size() >= next.size() ? unsynced_.size() - next.size() : 0;
+  unsynced_ = std::move(next);
+  return true;
+}
+
+void HandoffPlanner::ExpireUnsynced(MonoTime now, HandoffActions& out) {
+  std::vector<TokenRange> expired;
+  for (const UnsyncedRange& u : unsynced_) {
+    if (now - u.since >= options_.resync_timeout) expired.push_back(u.range);
+  }
+  if (expired.empty()) return;
+  stats_.resync_expired += expired.size();
+  spdlog::warn(
+      "sync: {} ranges ({:.2f}% of the ring) unsynced for {:.0f} s, no holder with their copy "
+      "answered: decided from what this node has",
+      expired.size(), 100 * Share(expired), Seconds(options_.resync_timeout));
+  std::erase_if(unsynced_, [&](const UnsyncedRange& u) { return now - u.since >= options_.resync_timeout; });
+  Publish(out);
+}
+
+void HandoffPlanner::StartSyncRound(MonoTime now, const ClusterView& view, HandoffActions& out) {
+  SyncRound round;
+  round.id = next_id_++;
+  // The ranges each member holds on the newest ring or on the ring an unsynced range came with.
+  std::map<std::pair<const RingView*, std::string>, std::vector<TokenRange>> held;
+  auto held_by = [&](const RingPtr& ring, const std::string& id) -> const std::vector<TokenRange>& {
+    auto [it, inserted] = held.try_emplace({ring.get(), id});
+    if (inserted) it->second = ring->HeldRanges(id, options_.replicas);
+    return it->second;
+  };
+  std::map<std::string, bool> reachable;
+  std::map<std::string, std::vector<TokenRange>> asked;
+  for (const UnsyncedRange& u : unsynced_) {
+    std::vector<TokenRange> covered;
+    for (const RingPtr& ring : {latest_, u.before}) {
+      if (ring == nullptr) continue;
+      for (const ring::RingMember& m : ring->members()) {
+        if (m.id == self_) continue;
+        const std::vector<TokenRange> part = Intersect({u.range}, held_by(ring, m.id));
+        if (part.empty()) continue;
+        covered.insert(covered.end(), part.begin(), part.end());
+        auto [it, inserted] = reachable.try_emplace(m.id, false);
+        if (inserted) it->second = view.reachable(m.id);
+        auto& into = it->second ? asked[m.id] : round.unanswered;
+        into.insert(into.end(), part.begin(), part.end());
+      }
+    }
+    for (const TokenRange& r : Subtract({u.range}, Union(std::move(covered)))) round.unheld.push_back(r);
+  }
+  round.unanswered = Union(std::move(round.unanswered));
+  for (auto& [id, ranges] : asked) {
+    round.asked[id] = Union(std::move(ranges));
+    out.pull.push_back({round.id, id, round.asked[id]});
+  }
+  round.pending = round.asked.size();
+  round_ = std::move(round);
+  if (round_->pending == 0) EndSyncRound(now, out);
+}
+
+HandoffActions HandoffPlanner::SyncPulled(MonoTime now, uint64_t round, std::string_view from,
+                                          std::optional<std::vector<TokenRange>> synced) {
+  HandoffActions out;
+  if (!round_.has_value() || round_->id != round) return Done(out);
+  auto it = round_->asked.find(std::string(from));
+  if (it == round_->asked.end() || round_->pending == 0) return Done(out);
+  if (synced.has_value()) {
+    round_->synced.insert(round_->synced.end(), synced->begin(), synced->end());
+  } else {
+    round_->unanswered.insert(round_->unanswered.end(), it->second.begin(), it->second.end());
+  }
+  if (--round_->pending == 0) EndSyncRound(now, out);
+  return Done(out);
+}
+
+// A range is synced once a member holding it synced pushed it, or every member holding it (on the newest
+// ring and the ring it came with) answered: none holds a copy this node lacks.
+void HandoffPlanner::EndSyncRound(MonoTime now, HandoffActions& out) {
+  SyncRound round = std::move(*round_);
+  round_.reset();
+  std::vector<TokenRange> done = round.synced;
+  std::vector<TokenRange> asked;
+  for (const auto& [id, ranges] : round.asked) asked.insert(asked.end(), ranges.begin(), ranges.end());
+  for (const TokenRange& r : Subtract(Union(std::move(asked)), Union(std::move(round.unanswered)))) {
+    done.push_back(r);
+  }
+  done.insert(done.end(), round.unheld.begin(), round.unheld.end());
+  const size_t before = unsynced_.size();
+  if (MarkSynced(Union(std::move(done)))) {
+    spdlog::info("sync: {} ranges synced, {} left", before - std::min(before, unsynced_.size()),
+                 unsynced_.size());
+    round_delay_ = kSyncRetryFirst;
+    Publish(out);
+  } else {
+    round_delay_ = std::min(kSyncRetryMax, round_delay_ * 2);
+  }
+  next_round_ = now + round_delay_;
+}
+
+std::vector<TokenRange> HandoffPlanner::SyncedOf(const std::vector<TokenRange>& ranges) const {
+  if (latest_ == nullptr) return {};
+  std::vector<TokenRange> unsynced;
+  for (const UnsyncedRange& u : unsynced_) unsynced.push_back(u.range);
+  return Subtract(Intersect(ranges, latest_->HeldRanges(self_, options_.replicas)), unsynced);
+}
+
+bool HandoffPlanner::Unsynced(Token token) const {
+  auto it = std::upper_bound(unsynced_.begin(), unsynced_.end(), token,
+                             [](Token t, const UnsyncedRange& u) { return t < u.range.first; });
+  return it != unsynced_.begin() && std::prev(it)->range.Contains(token);
 }
 
 // -------------------------------------------------------------------------------------- re-replication
@@ -664,9 +849,13 @@ std::optional<HandoffActions> HandoffPlanner::Leave(MonoTime now, const ClusterV
   for (const ring::RangeMove& m : RingView::Diff(*current, *without)) {
     if (m.from == self_ && !m.to.empty()) moves[m.to].push_back(m.range);
   }
+  std::vector<TokenRange> unsynced;
+  for (const UnsyncedRange& u : unsynced_) unsynced.push_back(u.range);
   std::vector<uint64_t> ids;
   for (auto& [to, ranges] : moves) {
+    const bool synced = Intersect(ranges, unsynced).empty();
     ids.push_back(AddOutgoing(now, to, std::move(ranges), without->fingerprint(), true));
+    outgoing_.at(ids.back()).synced = synced;
   }
   spdlog::info("leave: handing {} ranges to {} members", current->Arcs(self_).size(), moves.size());
   Publish(out);
@@ -715,6 +904,8 @@ HandoffStats HandoffPlanner::stats() const {
   std::set<std::string_view> peers;
   for (const Incoming& i : incoming_) peers.insert(i.from);
   s.in_progress = outgoing_.size() + peers.size();
+  s.unsynced_ranges = unsynced_.size();
+  for (const UnsyncedRange& u : unsynced_) s.unsynced_share += u.range.Fraction();
   return s;
 }
 

@@ -15,6 +15,7 @@
 //   FlushDone(id, ok)               the Flush of a switch is over
 //   DoneAcked(id, ok)               the HandoffDone of a switch was acknowledged, or not
 //   HandoffDoneReceived(…)          a previous owner says it pushed everything of some ranges
+//   SyncPulled(round, from, synced)  a holder pushed its copy of ranges this node holds unsynced
 //   Leave                           graceful leave
 //   ReplicationPump / …SliceScanned / …PushDone / Dropped   re-replication and drop progress
 //
@@ -23,6 +24,17 @@
 //      ^                 | a window failed                                                    | not acked /
 //      acked
 //      +-----------------+                                             DoneSent <--due-- DoneRetry / (gone)
+// Unsynced ranges: a range this node becomes a holder of on a ring change (a join, a restart, a holder
+// declared dead) is *unsynced* until a holder with the range's copy has pushed it here -- the previous
+// owner's HandoffDone (when it holds the range synced itself), or the answer to a PullSync: every round
+// asks each reachable member holding the range on the newest ring or the ring before the change to push
+// its states of it and say whether it holds it synced. A range is synced once one such member does, or
+// once every one of them (on both rings) answered -- a cluster that starts, or a range whose every copy
+// is gone (nothing to wait for). A member that is out of reach keeps the range unsynced: its copy may
+// hold admissions the others lack. Past resync_timeout the range is decided from what this node has
+// (logged, counted). Unsynced ranges are published with the overrides: the node decides their keys only
+// when no other holder answers (closed: not at all).
+//
 // Any phase ends (abandoned) at push_timeout, or when the target is unreachable while nothing is under way;
 // a ring change that takes all its ranges from the target supersedes it. From Fencing on, the handoff is
 // *switching*: its ranges route to the target with a hold, and checks held meanwhile are resumed (the
@@ -70,6 +82,9 @@ struct HandoffOptions {
   // Drop states this node no longer owns or replicates this long after the last ring change (and only
   // when no handoff is in progress). REQUIRES: >= 0. Default: 5 s.
   std::chrono::milliseconds drop_delay{5'000};
+  // How long a range this node holds stays unsynced (see above) at most, while no holder with its copy
+  // answers; then it is decided from what this node has (logged, counted). REQUIRES: > 0. Default: 60 s.
+  std::chrono::milliseconds resync_timeout{60'000};
 
   // --- Affects performance ---
   // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
@@ -101,6 +116,10 @@ struct HandoffStats {
   uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
   uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
   uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
+  uint64_t unsynced_ranges = 0;     // gauge: ranges held without their copy yet
+  double unsynced_share = 0;        // gauge: the fraction of the token space they cover
+  uint64_t synced_ranges = 0;       // unsynced ranges that received their copy (pull or HandoffDone)
+  uint64_t resync_expired = 0;      // unsynced ranges decided from what this node had (resync_timeout)
 };
 
 using RingPtr = std::shared_ptr<const ring::RingView>;
@@ -136,6 +155,15 @@ struct SendDone {
   uint64_t fingerprint = 0;
   uint64_t keys = 0;
   std::vector<ring::TokenRange> ranges;
+  bool synced = false;  // this node held every one of `ranges` synced: the receiver holds them synced now
+};
+
+// Ask `to` to push its states of `ranges` (sorted) here and to say which of them it holds synced (one
+// METHOD_SYNC_RANGES call, answered once its push was acknowledged); report SyncPulled(round, to, …).
+struct PullSync {
+  uint64_t round = 0;
+  std::string to;
+  std::vector<ring::TokenRange> ranges;
 };
 
 // Scan `slice` and push each state whose key ReplicationTargets names targets for to those targets (one
@@ -169,6 +197,7 @@ struct HandoffActions {
   std::vector<PushWindow> push;
   std::vector<FlushLastChanges> flush;
   std::vector<SendDone> send_done;
+  std::vector<PullSync> pull;
   // A re-replication slice can be scanned: call ReplicationPump in a task of its own (so other events are
   // served between slices).
   bool pump = false;
@@ -185,6 +214,10 @@ class HandoffPlanner {
  public:
   // Delay before retrying a failed push or HandoffDone while the target is still reachable.
   static constexpr std::chrono::milliseconds kRetryDelay{200};
+  // Delay between rounds of pulls for unsynced ranges: doubles from the first to the second while no
+  // round syncs anything.
+  static constexpr std::chrono::milliseconds kSyncRetryFirst{250};
+  static constexpr std::chrono::milliseconds kSyncRetryMax{4'000};
   // Longest wait for Replicator::Flush at a switch.
   static constexpr std::chrono::milliseconds kMaxFlushWait{5'000};
   // An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
@@ -221,9 +254,19 @@ class HandoffPlanner {
   // Previous owner `from` pushed everything of `ranges` (sorted, non-overlapping) of the ring with
   // `fingerprint`: the incoming ranges of `from` they cover are released (decided here from now on);
   // the rest is kept as an early HandoffDone for a later ring change to that ring (for done_timeout).
+  // `synced`: the sender held them synced (SendDone::synced), so they are synced here from now on.
   [[nodiscard]] HandoffActions HandoffDoneReceived(MonoTime now, std::string_view from,
                                                    const std::vector<ring::TokenRange>& ranges,
-                                                   uint64_t fingerprint, uint64_t keys);
+                                                   uint64_t fingerprint, uint64_t keys, bool synced = false);
+
+  // The answer to PullSync `round` from `from`: nullopt when it did not answer (or its push failed),
+  // else which of the ranges asked it holds synced. Its states of every range asked are merged here.
+  [[nodiscard]] HandoffActions SyncPulled(MonoTime now, uint64_t round, std::string_view from,
+                                          std::optional<std::vector<ring::TokenRange>> synced);
+  // Which parts of `ranges` (sorted) this node holds synced on its newest ring (a PullSync's answer).
+  [[nodiscard]] std::vector<ring::TokenRange> SyncedOf(const std::vector<ring::TokenRange>& ranges) const;
+  // Whether `token` is in an unsynced range.
+  [[nodiscard]] bool Unsynced(ring::Token token) const;
 
   // Graceful leave from the newest ring of RingChanged (`ring` if there was none): hands every range this
   // node owns to its owner on the ring without this node; leave_done reports the end (at once when there
@@ -270,6 +313,7 @@ class HandoffPlanner {
     MonoTime started{};
     uint64_t keys = 0;  // pushed by the current attempt
     Phase phase;
+    bool synced = false;  // this node held every one of `ranges` synced when the handoff started
   };
 
   struct Incoming {
@@ -285,6 +329,22 @@ class HandoffPlanner {
     std::vector<ring::TokenRange> ranges;
     uint64_t fingerprint = 0;  // of the ring the ranges move in: only a ring change to it consumes them
     MonoTime at{};
+    bool synced = false;  // HandoffDone's `synced`
+  };
+
+  struct UnsyncedRange {
+    ring::TokenRange range;
+    MonoTime since{};
+    RingPtr before;  // the ring before the change that made it: its holders are asked too
+  };
+
+  struct SyncRound {
+    uint64_t id = 0;
+    std::map<std::string, std::vector<ring::TokenRange>> asked;  // by member: ranges asked (sorted)
+    std::vector<ring::TokenRange> synced;                        // answered synced by someone
+    std::vector<ring::TokenRange> unanswered;  // some holder of it failed to answer or is out of reach
+    std::vector<ring::TokenRange> unheld;      // no member but this node holds it (nothing to wait for)
+    size_t pending = 0;
   };
 
   struct ReplicationJob {
@@ -310,6 +370,15 @@ class HandoffPlanner {
   void QueueReplication(const Incoming& in, ring::TokenRange r);
   void SendNothingToHandOff(const ClusterView& view, const RingPtr& after, HandoffActions& out) const;
   void Publish(HandoffActions& out) const;
+  // Unsynced ranges after the ring change `before` -> `after`; `deciding` (sorted): ranges this node
+  // decided on `before` through its outgoing handoffs (they never left it if they come back).
+  void UpdateUnsynced(MonoTime now, const RingPtr& before, const RingPtr& after,
+                      const std::vector<ring::TokenRange>& deciding);
+  // `ranges` (sorted) are synced from now on; true when that changed anything.
+  bool MarkSynced(const std::vector<ring::TokenRange>& ranges);
+  void ExpireUnsynced(MonoTime now, HandoffActions& out);
+  void StartSyncRound(MonoTime now, const ClusterView& view, HandoffActions& out);
+  void EndSyncRound(MonoTime now, HandoffActions& out);
   // Every event ends here: the re-replication pump and the next wake-up.
   HandoffActions& Done(HandoffActions& out);
 
@@ -323,8 +392,12 @@ class HandoffPlanner {
   std::vector<Incoming> incoming_;  // sorted by range.first
   std::vector<EarlyDone> early_dones_;
   std::deque<ReplicationJob> jobs_;
-  bool pump_requested_ = false;  // a `pump` action is out, ReplicationPump not called yet
-  RingPtr latest_;               // `after` of the last ring change
+  bool pump_requested_ = false;          // a `pump` action is out, ReplicationPump not called yet
+  std::vector<UnsyncedRange> unsynced_;  // sorted by range.first, non-overlapping
+  std::optional<SyncRound> round_;       // the pulls under way
+  MonoTime next_round_{};
+  std::chrono::milliseconds round_delay_ = kSyncRetryFirst;
+  RingPtr latest_;  // `after` of the last ring change
   MonoTime last_change_{};
   bool drop_pending_ = false;
   bool dropping_ = false;  // a `drop` action is out, Dropped not called yet

@@ -156,9 +156,9 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedByHandoffDone) {
   HandoffActions other = b.HandoffDoneReceived(now_, "c", mine, two->fingerprint(), 0);
   EXPECT_EQ(other.overrides->entries.size(), mine.size());
 
-  HandoffActions released = b.HandoffDoneReceived(now_ + 5ms, "a", mine, two->fingerprint(), 7);
+  HandoffActions released = b.HandoffDoneReceived(now_ + 5ms, "a", mine, two->fingerprint(), 7, true);
   ASSERT_NE(released.overrides, nullptr);
-  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_TRUE(released.overrides->empty());  // synced too: a held them synced
   // The released keys are re-replicated: a job limited to them, after the ring change's own.
   bool limited = false;
   for (int i = 0; i < 100; ++i) {
@@ -182,7 +182,8 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedWhenThePreviousOwnerIsGone) {
   gone_.insert("a");
   HandoffActions released = b.MembersChanged(now_ + 1ms, View("b"));
   ASSERT_NE(released.overrides, nullptr);
-  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_TRUE(released.overrides->entries.empty());
+  EXPECT_EQ(released.overrides->unsynced, two->Arcs("b"));  // nobody pushed them: not decided here yet
   EXPECT_EQ(b.stats().incoming_abandoned, two->Arcs("b").size());
   EXPECT_TRUE(b.Views(now_).empty());
 }
@@ -195,7 +196,7 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedAfterDoneTimeout) {
   EXPECT_EQ(b.Timer(now_ + Options().done_timeout - 1ns, View("b")).overrides, nullptr);
   HandoffActions released = b.Timer(now_ + Options().done_timeout, View("b"));
   ASSERT_NE(released.overrides, nullptr);
-  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_TRUE(released.overrides->entries.empty());
   EXPECT_EQ(b.stats().incoming_abandoned, two->Arcs("b").size());
   EXPECT_EQ(b.stats().incoming_completed, 0u);
 }
@@ -206,7 +207,7 @@ TEST_F(HandoffPlannerTest, EarlyHandoffDoneIsKeptForItsRing) {
   const RingPtr two = Ring({"a", "b"}, 2);
   {
     HandoffPlanner b("b", Options());
-    static_cast<void>(b.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 3));
+    static_cast<void>(b.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 3, true));
     HandoffActions joined = b.RingChanged(now_ + 1ms, View("b"), nullptr, two);
     EXPECT_TRUE(joined.overrides->empty());
     EXPECT_TRUE(b.Views(now_).empty());
@@ -467,7 +468,7 @@ TEST_F(HandoffPlannerTest, DropsOnlyAfterDropDelayWithNothingInProgress) {
   EXPECT_EQ(joined.wake_at, now_ + options.done_timeout);  // not the drop: b waits for a
   EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);
   static_cast<void>(
-      b.HandoffDoneReceived(now_ + options.drop_delay, "a", two->Arcs("b"), two->fingerprint(), 0));
+      b.HandoffDoneReceived(now_ + options.drop_delay, "a", two->Arcs("b"), two->fingerprint(), 0, true));
   EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);  // re-replication still runs
   DrainReplication(b, now_ + options.drop_delay);
   HandoffActions idle = b.Timer(now_ + options.drop_delay + 1ms, View("b"));
@@ -493,6 +494,121 @@ TEST(HandoffOptionsValidateTest, RejectsWhatViolatesRequires) {
   o = {};
   o.drop_delay = -1ms;
   EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+}
+
+// ------------------------------------------------------------------------------------- unsynced ranges
+
+// Every range a joining node holds is unsynced until a holder with its copy pushed it: the node asks
+// each holder, and one answer "synced" is enough.
+TEST_F(HandoffPlannerTest, AJoiningNodePullsTheRangesItHolds) {
+  HandoffOptions options = Options();
+  options.replicas = 2;
+  HandoffPlanner c("c", options);
+  const RingPtr three = Ring({"a", "b", "c"}, 3);
+  const std::vector<TokenRange> held = three->HeldRanges("c", 2);
+  HandoffActions joined = c.RingChanged(now_, View("c"), nullptr, three);
+  ASSERT_NE(joined.overrides, nullptr);
+  EXPECT_EQ(joined.overrides->unsynced, held);
+  EXPECT_TRUE(c.Unsynced(Inside(held[0])));
+  ASSERT_EQ(joined.pull.size(), 2u);  // a and b hold everything on the ring without c
+  std::set<std::string> asked;
+  for (const PullSync& p : joined.pull) {
+    asked.insert(p.to);
+    EXPECT_EQ(p.ranges, held);
+  }
+  EXPECT_EQ(asked, (std::set<std::string>{"a", "b"}));
+  const uint64_t round = joined.pull[0].round;
+  // A stale answer (another round) changes nothing.
+  EXPECT_EQ(c.SyncPulled(now_, round + 100, "a", held).overrides, nullptr);
+  // a holds them synced; the round ends with b's answer (here: b failed).
+  EXPECT_EQ(c.SyncPulled(now_ + 1ms, round, "a", held).overrides, nullptr);
+  HandoffActions synced = c.SyncPulled(now_ + 2ms, round, "b", std::nullopt);
+  ASSERT_NE(synced.overrides, nullptr);
+  EXPECT_TRUE(synced.overrides->unsynced.empty());
+  EXPECT_FALSE(c.Unsynced(Inside(held[0])));
+  EXPECT_EQ(c.stats().unsynced_ranges, 0u);
+  EXPECT_GT(c.stats().synced_ranges, 0u);
+  EXPECT_EQ(c.SyncedOf({{0, ~Token{0}}}), held);
+}
+
+// A cluster that starts (or a range whose every copy is gone): every holder answers, none with the copy --
+// nothing to wait for.
+TEST_F(HandoffPlannerTest, RangesAreSyncedWhenEveryHolderAnsweredWithoutACopy) {
+  HandoffOptions options = Options();
+  options.replicas = 2;
+  HandoffPlanner c("c", options);
+  const RingPtr three = Ring({"a", "b", "c"}, 3);
+  HandoffActions joined = c.RingChanged(now_, View("c"), nullptr, three);
+  ASSERT_EQ(joined.pull.size(), 2u);
+  static_cast<void>(c.SyncPulled(now_, joined.pull[0].round, "a", std::vector<TokenRange>{}));
+  HandoffActions synced = c.SyncPulled(now_, joined.pull[0].round, "b", std::vector<TokenRange>{});
+  ASSERT_NE(synced.overrides, nullptr);
+  EXPECT_TRUE(synced.overrides->unsynced.empty());
+}
+
+// A node that becomes a holder after the range's previous holders were declared dead: they may hold
+// admissions nobody else has, so it stays unsynced (its keys are not decided here) until one answers,
+// or until resync_timeout.
+TEST_F(HandoffPlannerTest, ANewHolderWhosePreviousHoldersAreGoneStaysUnsynced) {
+  HandoffOptions options = Options();
+  options.replicas = 1;
+  HandoffPlanner a("a", options);
+  const RingPtr one = Ring({"a"}, 1);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  const RingPtr back = Ring({"a"}, 3);
+  HandoffActions alone = a.RingChanged(now_, View("a"), nullptr, one);
+  ASSERT_NE(alone.overrides, nullptr);
+  EXPECT_TRUE(alone.overrides->unsynced.empty());  // nobody else holds anything: synced at once
+  HandoffActions joined = AckWindows(a, now_, a.RingChanged(now_, View("a"), one, two));
+  // b's handoff is done; then b is declared dead: its ranges come back to a without b's admissions.
+  ASSERT_EQ(joined.fence.size(), 1u);
+  const uint64_t id = joined.fence[0];
+  static_cast<void>(a.FenceDone(now_, id));
+  static_cast<void>(a.FlushDone(now_, id, true));
+  static_cast<void>(a.DoneAcked(now_, id, true));
+  gone_.insert("b");
+  const MonoTime dead = now_ + 3s;
+  HandoffActions lost = a.RingChanged(dead, View("a"), two, back);
+  ASSERT_NE(lost.overrides, nullptr);
+  EXPECT_EQ(lost.overrides->unsynced, two->Arcs("b"));
+  EXPECT_TRUE(lost.pull.empty());  // b is out of reach: nobody to ask
+  ASSERT_TRUE(lost.wake_at.has_value());
+  // Retried while b stays away; expired at resync_timeout.
+  HandoffActions retry = a.Timer(*lost.wake_at, View("a"));
+  EXPECT_TRUE(retry.pull.empty());
+  EXPECT_EQ(retry.overrides, nullptr);
+  HandoffActions expired = a.Timer(dead + options.resync_timeout, View("a"));
+  ASSERT_NE(expired.overrides, nullptr);
+  EXPECT_TRUE(expired.overrides->unsynced.empty());
+  EXPECT_EQ(a.stats().resync_expired, two->Arcs("b").size());
+}
+
+// The previous owner's HandoffDone syncs the ranges only when it held them synced itself.
+TEST_F(HandoffPlannerTest, HandoffDoneSyncsOnlyWhenItsSenderWasSynced) {
+  HandoffPlanner b("b", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
+  ASSERT_EQ(joined.overrides->unsynced, two->Arcs("b"));
+  HandoffActions unsure = b.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 0, false);
+  EXPECT_TRUE(unsure.overrides->entries.empty());  // released, but not synced
+  EXPECT_EQ(unsure.overrides->unsynced, two->Arcs("b"));
+  HandoffPlanner b2("b", Options());
+  static_cast<void>(b2.RingChanged(now_, View("b"), nullptr, two));
+  HandoffActions sure = b2.HandoffDoneReceived(now_, "a", two->Arcs("b"), two->fingerprint(), 0, true);
+  EXPECT_TRUE(sure.overrides->empty());
+}
+
+// An outgoing HandoffDone says whether this node held the ranges synced.
+TEST_F(HandoffPlannerTest, OutgoingHandoffDoneCarriesWhetherTheRangesWereSynced) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"}, 1);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  const uint64_t id = AckWindows(a, now_, a.RingChanged(now_, View("a"), one, two)).fence.at(0);
+  static_cast<void>(a.FenceDone(now_, id));
+  HandoffActions sent = a.FlushDone(now_, id, true);
+  ASSERT_EQ(sent.send_done.size(), 1u);
+  EXPECT_TRUE(sent.send_done[0].synced);
 }
 
 }  // namespace

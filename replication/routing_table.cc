@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "replication/handoff_planner.h"  // InSortedRanges
+
 namespace ringlimit::replication {
 
 namespace {
@@ -40,6 +42,10 @@ bool RoutingTable::Holds(ring::Token token) const {
   if (overrides == nullptr) return false;
   const RouteOverrides::Entry* entry = overrides->Find(token);
   return entry != nullptr && entry->hold;
+}
+
+bool RoutingTable::Unsynced(ring::Token token) const {
+  return overrides != nullptr && !overrides->unsynced.empty() && InSortedRanges(overrides->unsynced, token);
 }
 
 bool RoutingTable::Relinquished(ring::Token token, std::string_view self) const {

@@ -36,8 +36,11 @@ struct RouteOverrides {
   // Set once this node left (or while it leaves, for ranges already handed over): every token without an
   // entry goes to its owner on this ring.
   std::shared_ptr<const ring::RingView> left_ring;
+  // Ranges this node holds on its ring without having received their copy yet (HandoffPlanner's
+  // unsynced ranges): it decides none of their keys while another holder can (sorted, non-overlapping).
+  std::vector<ring::TokenRange> unsynced;
 
-  [[nodiscard]] bool empty() const { return entries.empty() && left_ring == nullptr; }
+  [[nodiscard]] bool empty() const { return entries.empty() && left_ring == nullptr && unsynced.empty(); }
   // The entry of `token`, or null.
   [[nodiscard]] const Entry* Find(ring::Token token) const;
 };
@@ -54,6 +57,8 @@ struct RoutingTable {
   [[nodiscard]] std::string_view Decider(ring::Token token) const;
   // Whether `token` is in a range this node is switching (its checks are held).
   [[nodiscard]] bool Holds(ring::Token token) const;
+  // Whether `token` is in a range this node holds without its copy yet (RouteOverrides::unsynced).
+  [[nodiscard]] bool Unsynced(ring::Token token) const;
   // Whether node `self` is leaving or has left and `token` is already decided by another node: its copy
   // of the key may be older than the decider's, so `self` must not decide the key, not even as a
   // fallback when the decider does not answer.

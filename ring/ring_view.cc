@@ -183,6 +183,21 @@ std::vector<TokenRange> RingView::Arcs(std::string_view id) const {
   return out;
 }
 
+std::vector<TokenRange> RingView::HeldRanges(std::string_view id, size_t r) const {
+  std::vector<TokenRange> out;
+  if (MemberIndex(id) < 0) return out;
+  for (const Segment& s : Segments(positions_, vnode_member_)) {
+    const std::vector<const RingMember*> list = PreferenceList(s.range.first, r);
+    if (std::none_of(list.begin(), list.end(), [&](const RingMember* m) { return m->id == id; })) continue;
+    if (!out.empty() && out.back().last + 1 == s.range.first) {
+      out.back().last = s.range.last;
+    } else {
+      out.push_back(s.range);
+    }
+  }
+  return out;
+}
+
 std::vector<RangeMove> RingView::Diff(const RingView& from, const RingView& to) {
   const std::vector<Segment> a = Segments(from.positions_, from.vnode_member_);
   const std::vector<Segment> b = Segments(to.positions_, to.vnode_member_);

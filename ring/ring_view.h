@@ -128,6 +128,10 @@ class RingView {
   // The token ranges `id` owns, sorted, adjacent ranges merged. Empty if `id` is not a member.
   [[nodiscard]] std::vector<TokenRange> Arcs(std::string_view id) const;
 
+  // The token ranges whose preference list of length `r` contains `id` (the ranges it holds a copy of),
+  // sorted, adjacent ranges merged. Empty if `id` is not a member. O(V r).
+  [[nodiscard]] std::vector<TokenRange> HeldRanges(std::string_view id, size_t r) const;
+
   // The ranges whose owner differs between `from` and `to`, sorted by range, adjacent ranges with the
   // same (from, to) merged. O((V1 + V2) log(V1 + V2)).
   [[nodiscard]] static std::vector<RangeMove> Diff(const RingView& from, const RingView& to);

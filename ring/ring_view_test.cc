@@ -271,6 +271,36 @@ TEST(RingViewTest, ArcsPartitionTheTokenSpaceAndAgreeWithOwner) {
   for (size_t i = 1; i < all.size(); ++i) EXPECT_EQ(all[i - 1].first.last + 1, all[i].first.first);
 }
 
+// HeldRanges(id, r) is where `id` is in the preference list of length r: at both ends of each range and
+// inside it, and nowhere else; the members' held shares sum to r (each token has r holders).
+TEST(RingViewTest, HeldRangesAgreeWithPreferenceLists) {
+  auto view = MustBuild(Members(5, "n", 16));
+  for (size_t r : {1u, 2u, 3u}) {
+    double total = 0;
+    for (const RingMember& m : view->members()) {
+      const std::vector<TokenRange> held = view->HeldRanges(m.id, r);
+      auto holds = [&](Token t) {
+        const auto list = view->PreferenceList(t, r);
+        return std::any_of(list.begin(), list.end(), [&](const RingMember* x) { return x->id == m.id; });
+      };
+      for (size_t i = 0; i < held.size(); ++i) {
+        total += held[i].Fraction();
+        EXPECT_TRUE(holds(held[i].first));
+        EXPECT_TRUE(holds(held[i].last));
+        if (i > 0) {
+          EXPECT_LT(held[i - 1].last + 1, held[i].first) << "not merged";
+          EXPECT_FALSE(holds(held[i - 1].last + 1));  // the gap between two ranges is not held
+        }
+      }
+      if (r == 1) {
+        EXPECT_EQ(held, view->Arcs(m.id));
+      }
+    }
+    EXPECT_NEAR(total, static_cast<double>(r), 1e-9);
+  }
+  EXPECT_TRUE(view->HeldRanges("nobody", 2).empty());
+}
+
 TEST(RingViewTest, DiffDescribesExactlyTheMovedRanges) {
   auto before = MustBuild(Members(3), 1);
   auto after = MustBuild(Members(4), 2);

@@ -174,7 +174,8 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       "this node (fallback_open: of a key this node holds no copy of, --failure-mode open), checks refused "
       "because no holder answered (--failure-mode closed), checks sent on or declined because this node was "
       "just "
-      "paused (paused), checks decided here for other nodes, forwarded "
+      "paused (paused) or because this node holds the key's range without its copy yet (unsynced), checks "
+      "decided here for other nodes, forwarded "
       "checks refused while joining, timed-out attempts sent again to the same node, and forwarded checks "
       "not decided because their sender had given up on them (expired), checks sent through another member "
       "because their decider was unreachable from here (relayed) and such checks passed on for another node "
@@ -186,6 +187,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_total", "what=\"fallback_open\"", f.fallback_open);
   Sample(out, "ringlimit_forward_total", "what=\"closed\"", f.closed);
   Sample(out, "ringlimit_forward_total", "what=\"paused\"", f.paused);
+  Sample(out, "ringlimit_forward_total", "what=\"unsynced\"", f.unsynced);
   Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
   Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
   Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);

@@ -370,8 +370,11 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uin
     return;
   }
   const std::string& self = cluster_.self_id();
-  for (size_t i = 0; i < keys.size(); ++i)
-    (*remote)[i] = table.Decider(ring::RingToken(keys[i])) != self ? 1 : 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ring::Token token = ring::RingToken(keys[i]);
+    // A range held without its copy yet goes to the holders that have it (Forward).
+    (*remote)[i] = table.Decider(token) != self || table.Unsynced(token) ? 1 : 0;
+  }
 }
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
@@ -408,15 +411,22 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     attempt->addresses.push_back(std::move(target.peer_address));
   }
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
-  if (cluster_.Paused()) {
-    // Just paused: this node's copy may be behind what its holders decided meanwhile. Its turn is skipped;
-    // when no other holder answers, it still decides (below, or in Try).
+  const bool paused = cluster_.Paused();
+  const bool unsynced = table.Unsynced(token);
+  if (paused || unsynced) {
+    // Just paused: this node's copy may be behind what its holders decided meanwhile; or it holds the
+    // key's range without its copy yet. Its turn is skipped: when no other holder answers, a paused node
+    // still decides, an unsynced one as --failure-mode says (below, or in Try).
     auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
     if (self_at != attempt->targets.end()) {
-      paused_.fetch_add(1, std::memory_order_relaxed);
+      (paused ? paused_ : unsynced_skips_).fetch_add(1, std::memory_order_relaxed);
       attempt->addresses.erase(attempt->addresses.begin() + (self_at - attempt->targets.begin()));
       attempt->targets.erase(self_at);
     }
+  }
+  if (attempt->targets.empty() && unsynced) {
+    Try(std::move(attempt));  // no other holder to ask: refused (closed) or decided here (open)
+    return;
   }
   if (attempt->targets.empty() || attempt->targets[0] == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
@@ -625,7 +635,8 @@ bool Forwarder::HoldsCopy(ring::Token token) const {
   const replication::RoutingTable& table = cluster_.routing().Current();
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
-  return HoldsKey(token, cluster_.self_id(), route_override, table.ring.get(), cluster_.options().replicas);
+  return !table.Unsynced(token) &&
+         HoldsKey(token, cluster_.self_id(), route_override, table.ring.get(), cluster_.options().replicas);
 }
 
 bool Forwarder::KnownDead(std::string_view id) const {
@@ -647,6 +658,7 @@ ForwarderStats Forwarder::stats() const {
   s.fallback_open = fallback_open_.load(std::memory_order_relaxed);
   s.closed = closed_.load(std::memory_order_relaxed);
   s.paused = paused_.load(std::memory_order_relaxed);
+  s.unsynced = unsynced_skips_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);
   s.served_bad = served_bad_.load(std::memory_order_relaxed);
   s.passed_on = passed_on_.load(std::memory_order_relaxed);

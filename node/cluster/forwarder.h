@@ -140,6 +140,7 @@ struct ForwarderStats {
   uint64_t fallback_open = 0;      // ... of which this node held no copy (--failure-mode open)
   uint64_t closed = 0;             // keys refused because no holder answered (--failure-mode closed)
   uint64_t paused = 0;             // checks sent on (or declined) because this node was just paused
+  uint64_t unsynced = 0;           // checks sent on because this node holds their range without its copy
   uint64_t served = 0;             // checks other nodes forwarded to this one
   uint64_t served_bad = 0;         // forwarded batches that did not parse
   uint64_t passed_on = 0;          // forwarded checks this node passed on to the node its routing names
@@ -234,6 +235,7 @@ class Forwarder final : public node::CheckRouter {
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
       served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
   mutable std::atomic<uint64_t> paused_{0};
+  mutable std::atomic<uint64_t> unsynced_skips_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
   mutable std::atomic<uint64_t> minority_refusals_{0};
   std::atomic<uint64_t> unacked_{0};

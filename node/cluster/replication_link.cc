@@ -131,6 +131,17 @@ void RegisterReplicationHandlers(Cluster& cluster, ReplicationLink& link, replic
                                 }
                               });
                             });
+  cluster.server().Register(
+      peer::METHOD_SYNC_RANGES, [&handoff](std::string payload, peer::PeerResponder responder) {
+        // Answered once this node's states of the ranges reached the sender.
+        handoff.HandleSyncRanges(payload, [responder](std::optional<std::string> answer) {
+          if (answer.has_value()) {
+            responder.Reply(std::move(*answer));
+          } else {
+            responder.Fail("malformed SyncRanges, or the push of the ranges failed");
+          }
+        });
+      });
 }
 
 }  // namespace ringlimit::cluster

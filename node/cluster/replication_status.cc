@@ -97,6 +97,17 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
           "Keys pushed to members that joined their preference list.", h.rereplicated_keys);
   Counter(out, "ringlimit_dropped_states_total",
           "States dropped because this node neither owns nor replicates them.", h.dropped_states);
+  Gauge(out, "ringlimit_unsynced_ranges",
+        "Token ranges this node holds without their copy yet (joined, restarted, or became a holder after "
+        "others were declared dead): it decides none of their keys while another holder answers.",
+        static_cast<double>(h.unsynced_ranges));
+  Gauge(out, "ringlimit_unsynced_share", "The fraction of the token space those ranges cover.",
+        h.unsynced_share);
+  Family(out, "ringlimit_unsynced_ranges_total", "counter",
+         "Unsynced ranges that received their copy (synced: a holder's push or HandoffDone), or were "
+         "decided from what this node had after --resync-timeout-ms (expired).");
+  Sample(out, "ringlimit_unsynced_ranges_total", "result=\"synced\"", std::to_string(h.synced_ranges));
+  Sample(out, "ringlimit_unsynced_ranges_total", "result=\"expired\"", std::to_string(h.resync_expired));
 }
 
 std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::HandoffManager& handoff) {
