@@ -434,6 +434,8 @@ struct CutScenario {
   std::string phase;
   milliseconds period{5000};
   std::function<Result<std::vector<size_t>>(NetnsFabric& fabric, const std::vector<size_t>& preference)> cut;
+  // Exhaust the key before the cut (its limit in checks through a node holding no copy of it).
+  bool exhaust_first = false;
 };
 
 Result<ScenarioResult> RunCut(const CutScenario& scenario, const ScenarioOptions& options) {
@@ -444,6 +446,11 @@ Result<ScenarioResult> RunCut(const CutScenario& scenario, const ScenarioOptions
   auto found = bed->FindKey(scenario.prefix);
   GRAY_TRY(found);
   const std::string key = found->key;
+  if (scenario.exhaust_first) {
+    const std::set<size_t> holders(found->preference.begin(), found->preference.begin() + 3);
+    bed->recorder().SetPhase("before");
+    bed->Checks(Others(scenario.nodes, holders).front(), key, kLimit, static_cast<int>(kLimit));
+  }
   auto entries = scenario.cut(*bed->fabric(), found->preference);
   GRAY_TRY(entries);
   bed->recorder().SetPhase(scenario.phase);
@@ -513,6 +520,25 @@ Result<ScenarioResult> IsolatedMinority(const ScenarioOptions& options) {
                      return Error<std::vector<size_t>>(cut.error());
                    return Entries({0, 1, 2, 3, 4});
                  }},
+                options);
+}
+
+// 7 nodes, limit 40, exhausted first: every holder of the key (its 3 copies) cut off from the other four
+// for 8 s, clients checking through those four. The four declare the holders dead and become the key's
+// new holders, without its copy: they must not decide it from nothing (closed: 503 until a holder with the
+// copy is back), and after healing the key stays refused.
+Result<ScenarioResult> HoldersCutOff(const ScenarioOptions& options) {
+  return RunCut({.name = "every holder cut off 8 s, healed (7 nodes)",
+                 .nodes = 7,
+                 .prefix = "holders-",
+                 .phase = "holders cut off",
+                 .period = milliseconds(8'000),
+                 .cut = [](NetnsFabric& fabric, const std::vector<size_t>& p) -> Result<std::vector<size_t>> {
+                   if (auto cut = fabric.Isolate({p[0], p[1], p[2]}); !cut)
+                     return Error<std::vector<size_t>>(cut.error());
+                   return Entries(Others(7, {p[0], p[1], p[2]}));
+                 },
+                 .exhaust_first = true},
                 options);
 }
 
@@ -678,6 +704,7 @@ const std::vector<std::string>& ScenarioNames() {
                                                  "partial_partition",
                                                  "half_cut_link",
                                                  "isolated_minority",
+                                                 "holders_cut_off",
                                                  "clock_skew_plus_1h",
                                                  "clock_skew_minus_1h",
                                                  "forward_retried"};
@@ -685,7 +712,8 @@ const std::vector<std::string>& ScenarioNames() {
 }
 
 std::optional<std::string> Unsupported(const std::string& name) {
-  if (name == "partial_partition" || name == "half_cut_link" || name == "isolated_minority") {
+  if (name == "partial_partition" || name == "half_cut_link" || name == "isolated_minority" ||
+      name == "holders_cut_off") {
     return NetnsFabric::Unsupported();
   }
   if (name.rfind("clock_skew", 0) == 0 && FaketimeEnv("+0").empty()) {
@@ -701,6 +729,7 @@ Result<ScenarioResult> RunScenario(const std::string& name, const ScenarioOption
   if (name == "partial_partition") return PartialPartition(options);
   if (name == "half_cut_link") return HalfCutLink(options);
   if (name == "isolated_minority") return IsolatedMinority(options);
+  if (name == "holders_cut_off") return HoldersCutOff(options);
   if (name == "clock_skew_plus_1h") return ClockSkew("+1h", options);
   if (name == "clock_skew_minus_1h") return ClockSkew("-1h", options);
   if (name == "forward_retried") return ForwardRetried(options);
