@@ -93,9 +93,11 @@ Parsed ParseFlags(int argc, char** argv) {
       "replicas", po::value(&n.cluster.replicas)->default_value(n.cluster.replicas),
       "copies of each key's counters: its owner and the next replicas-1 members clockwise (capped at the "
       "member count; 1 = no replication)")(
-      "replication", po::value(&replication_mode)->default_value("async"),
+      "replication",
+      po::value(&replication_mode)->default_value("", "async, or sync with --failure-mode closed"),
       "async: ship changes to the replicas within --replication-interval-ms, off the request path; sync: "
-      "answer a check only after a replica has acknowledged its new state")(
+      "answer a check only after a replica has acknowledged its new state. --failure-mode closed makes sync "
+      "the default: exactness under gray failures needs both (docs/gray-failures.md)")(
       "replication-interval-ms",
       po::value(&replication_interval_ms)->default_value(defaults.replication.interval.count()),
       "async replication: how often changed counters are shipped to the replicas")(
@@ -231,6 +233,7 @@ Parsed ParseFlags(int argc, char** argv) {
   } else {
     return bad("--failure-mode: expected open or closed, got " + failure_mode);
   }
+  if (replication_mode.empty()) replication_mode = failure_mode == "closed" ? "sync" : "async";
   if (auto mode = ringlimit::replication::ParseReplicationMode(replication_mode)) {
     n.replication.mode = *mode;
   } else {

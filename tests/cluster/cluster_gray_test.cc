@@ -142,6 +142,10 @@ TEST_P(FailureModeTest, ANodeWithNoCopyFollowsTheFailureModeWhenNoHolderAnswers)
   ASSERT_TRUE(first) << first.error();
   ASSERT_EQ(first->status, 200) << first->body;
   ASSERT_EQ(first->owner, "n2");
+  // Closed makes synchronous replication the default (exactness needs both); open keeps async.
+  const json::value view = ClusterJson(cluster.http_port(0));
+  ASSERT_TRUE(view.is_object());
+  EXPECT_EQ(view.at("replication").at("mode").as_string(), closed ? "sync" : "async");
 
   ASSERT_TRUE(cluster.node(1).Signal(SIGSTOP));
   auto during = PostCheck(n1, key, spec);
