@@ -9,10 +9,14 @@
 #include <functional>
 #include <string_view>
 
+#include "node/api/response_fields.h"
+
 namespace ringlimit::node {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
-using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+// Responses keep their fields in ResponseFields (one buffer, no per-field allocation); the transport
+// writes them out itself (node/server/session.cc), so Beast's serializer never sees them.
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body, ResponseFields>;
 
 // Completion for one request. Called exactly once, possibly on another thread (the cluster issue
 // forwards checks to their owner and answers when the owner does). It must not block.
