@@ -199,7 +199,14 @@ std::optional<std::string> Node::StartCluster() {
   p.endpoints->SetReplication(p.replicator.get(), p.handoff.get(), p.link.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
-  if (auto started = p.cluster->Start(); !started) return started.error();
+  if (auto started = p.cluster->Start(); !started) {
+    // Nothing has run yet (the io threads start after this), so the replicator and the handoff have
+    // nothing to ship or wait for: dropped at once. Stopping them would wait for an executor that never
+    // runs (seconds before a busy peer port is reported).
+    p.handoff->Abandon();
+    p.replicator->Abandon();
+    return started.error();
+  }
   return std::nullopt;
 }
 

@@ -1,6 +1,9 @@
 // The process: flags and config file, policy reload on SIGHUP (states kept), graceful shutdown on
 // SIGTERM/SIGINT (requests in flight complete, exit 0), SIGKILL and restart.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <thread>
@@ -260,6 +263,27 @@ TEST_F(NodeLifecycleTest, AddressInUseFailsToStart) {
   auto second = NodeProcess::Start(std::move(options));
   ASSERT_FALSE(second);
   EXPECT_NE(second.error().find("exited with status 1"), std::string::npos) << second.error();
+}
+
+// A busy peer port is reported at once: the replication and handoff parts created before the bind failed
+// are dropped, not stopped (stopping waited seconds for io threads that never started, with warnings).
+TEST_F(NodeLifecycleTest, PeerAddressInUseFailsToStartWithoutWaitingForItsParts) {
+  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(busy, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(busy, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string peer = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  std::string log;
+  EXPECT_EQ(RunToExit(dir_ / "peer-busy", {"--peer-listen", peer, "--join", "127.0.0.1:1"}, &log), 1);
+  ::close(busy);
+  EXPECT_NE(log.find("cannot listen for peers on " + peer), std::string::npos) << log;
+  EXPECT_EQ(log.find("did not reach the executor"), std::string::npos) << log;
 }
 
 }  // namespace
