@@ -210,7 +210,7 @@ void HandoffPlanner::Publish(HandoffActions& out) const {
   // While leaving, a range whose handoff is over goes to its owner on the ring without this node at once,
   // not back to this node (still an owner on the ring until it has left) while other ranges of the leave
   // are still being handed over.
-  for (const UnsyncedRange& u : unsynced_) next->unsynced.push_back(u.range);
+  next->unsynced = UnsyncedRanges();
   next->left_ring = left_ring_ != nullptr ? left_ring_ : leaving_ && !left_ ? left_ring_pending_ : nullptr;
   out.overrides = std::move(next);
 }
@@ -264,8 +264,7 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
   } else if (before == nullptr) {
     before = RingView::Create(0, {}).value();
   }
-  std::vector<TokenRange> was_unsynced;
-  for (const UnsyncedRange& u : unsynced_) was_unsynced.push_back(u.range);
+  const std::vector<TokenRange> was_unsynced = UnsyncedRanges();
   std::vector<TokenRange> deciding;  // ranges this node still decided while handing them off
   for (const auto& [id, o] : outgoing_) {
     if (o.synced) deciding.insert(deciding.end(), o.ranges.begin(), o.ranges.end());
@@ -650,14 +649,14 @@ void HandoffPlanner::UpdateUnsynced(MonoTime now, const RingPtr& before, const R
 bool HandoffPlanner::MarkSynced(const std::vector<TokenRange>& ranges) {
   if (ranges.empty() || unsynced_.empty()) return false;
   std::vector<UnsyncedRange> next;
-  bool changed = false;
+  uint64_t touched = 0;  // unsynced ranges that received all or part of their copy
   for (const UnsyncedRange& u : unsynced_) {
     const std::vector<TokenRange> left = Subtract({u.range}, ranges);
-    if (left.size() != 1 || left[0].first != u.range.first || left[0].last != u.range.last) changed = true;
+    if (left.size() != 1 || left[0].first != u.range.first || left[0].last != u.range.last) ++touched;
     for (const TokenRange& r : left) next.push_back({r, u.since, u.before});
   }
-  if (!changed) return false;
-  stats_.synced_ranges += unsynced_.size() >= next.size() ? unsynced_.size() - next.size() : 0;
+  if (touched == 0) return false;
+  stats_.synced_ranges += touched;
   unsynced_ = std::move(next);
   return true;
 }
@@ -757,9 +756,14 @@ void HandoffPlanner::EndSyncRound(MonoTime now, HandoffActions& out) {
 
 std::vector<TokenRange> HandoffPlanner::SyncedOf(const std::vector<TokenRange>& ranges) const {
   if (latest_ == nullptr) return {};
-  std::vector<TokenRange> unsynced;
-  for (const UnsyncedRange& u : unsynced_) unsynced.push_back(u.range);
-  return Subtract(Intersect(ranges, latest_->HeldRanges(self_, options_.replicas)), unsynced);
+  return Subtract(Intersect(ranges, latest_->HeldRanges(self_, options_.replicas)), UnsyncedRanges());
+}
+
+std::vector<TokenRange> HandoffPlanner::UnsyncedRanges() const {
+  std::vector<TokenRange> out;
+  out.reserve(unsynced_.size());
+  for (const UnsyncedRange& u : unsynced_) out.push_back(u.range);
+  return out;
 }
 
 bool HandoffPlanner::Unsynced(Token token) const {
@@ -849,8 +853,7 @@ std::optional<HandoffActions> HandoffPlanner::Leave(MonoTime now, const ClusterV
   for (const ring::RangeMove& m : RingView::Diff(*current, *without)) {
     if (m.from == self_ && !m.to.empty()) moves[m.to].push_back(m.range);
   }
-  std::vector<TokenRange> unsynced;
-  for (const UnsyncedRange& u : unsynced_) unsynced.push_back(u.range);
+  const std::vector<TokenRange> unsynced = UnsyncedRanges();
   std::vector<uint64_t> ids;
   for (auto& [to, ranges] : moves) {
     const bool synced = Intersect(ranges, unsynced).empty();

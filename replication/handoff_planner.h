@@ -118,7 +118,7 @@ struct HandoffStats {
   uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
   uint64_t unsynced_ranges = 0;     // gauge: ranges held without their copy yet
   double unsynced_share = 0;        // gauge: the fraction of the token space they cover
-  uint64_t synced_ranges = 0;       // unsynced ranges that received their copy (pull or HandoffDone)
+  uint64_t synced_ranges = 0;       // unsynced ranges that received all or part of their copy
   uint64_t resync_expired = 0;      // unsynced ranges decided from what this node had (resync_timeout)
 };
 
@@ -374,6 +374,8 @@ class HandoffPlanner {
   // decided on `before` through its outgoing handoffs (they never left it if they come back).
   void UpdateUnsynced(MonoTime now, const RingPtr& before, const RingPtr& after,
                       const std::vector<ring::TokenRange>& deciding);
+  // The ranges of unsynced_, sorted.
+  [[nodiscard]] std::vector<ring::TokenRange> UnsyncedRanges() const;
   // `ranges` (sorted) are synced from now on; true when that changed anything.
   bool MarkSynced(const std::vector<ring::TokenRange>& ranges);
   void ExpireUnsynced(MonoTime now, HandoffActions& out);
