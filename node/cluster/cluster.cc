@@ -607,8 +607,10 @@ std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const {
 
 bool Cluster::ready() const {
   auto snap = Snapshot();
+  // The routing table gets its first ring from the handoff's executor, a moment after the snapshot: ready
+  // only once checks are routed (a check before that is refused with 503 not_ready).
   return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
-         snap->ring->Find(options_.node_id) != nullptr;
+         snap->ring->Find(options_.node_id) != nullptr && core_->routing.Snapshot()->ring != nullptr;
 }
 
 bool Cluster::Paused() const {
