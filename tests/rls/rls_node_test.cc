@@ -246,6 +246,9 @@ TEST_F(RlsNodeTest, MalformedAndOversizedRequestsGetErrorsAndTheNodeStaysUp) {
 
 TEST_F(RlsNodeTest, MetricsCountCallsByMethodAndResult) {
   ASSERT_EQ(Call("edge", {{{"blocked", "metrics"}}}).response.overall_code(), Code::OVER_LIMIT);
+  ASSERT_EQ(Call("edge", {{{"unconfigured", "metrics"}}}).response.overall_code(), Code::OK);
+  ASSERT_EQ(Call("", {{{"unconfigured", "metrics"}}}).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   HttpClient http(node_->http_port());
   auto metrics = http.Get("/metrics");
   ASSERT_TRUE(metrics);
@@ -254,7 +257,8 @@ TEST_F(RlsNodeTest, MetricsCountCallsByMethodAndResult) {
                       "ShouldRateLimit\",result=\"over_limit\"}"),
             std::string::npos)
       << body;
-  EXPECT_NE(body.find("result=\"ok\"}"), std::string::npos);
+  EXPECT_NE(body.find("result=\"ok\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("result=\"invalid_argument\"}"), std::string::npos) << body;
 }
 
 // Its own node: the config changes under it.
