@@ -1,7 +1,9 @@
 #include "node/api/rls_handlers.h"
 
+#include <algorithm>
 #include <deque>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
