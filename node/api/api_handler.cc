@@ -263,6 +263,28 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   }
 }
 
+void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                                 std::shared_ptr<const rls::RlsConfig> config,
+                                 envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done) {
+  // Shared so that an exception thrown before anything was forwarded can still answer, once.
+  struct Once {
+    std::atomic<bool> answered{false};
+    RlsDone done;
+  };
+  auto once = std::make_shared<Once>();
+  once->done = std::move(done);
+  auto answer = [once](std::optional<ApiError> error) {
+    if (once->answered.exchange(true)) return;
+    once->done(std::move(error));
+  };
+  try {
+    HandleShouldRateLimit(*context_, context_->router, std::move(config), request, response, answer);
+  } catch (const std::exception& e) {
+    spdlog::error("api: ShouldRateLimit failed: {}", e.what());
+    answer(ApiError{ErrorKind::kInternal, "internal error"});
+  }
+}
+
 HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
   Endpoint endpoint = Endpoint::kOther;
   HttpResponse response;

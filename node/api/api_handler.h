@@ -20,6 +20,7 @@
 
 #include "limiter/limiter.h"
 #include "node/api/handler.h"
+#include "node/api/rls_handlers.h"
 #include "peer.pb.h"
 
 namespace ringlimit::storage {
@@ -81,6 +82,13 @@ class ApiHandler final : public RequestHandler {
   // (draining). Default: not ready.
   void SetReady(bool ready);
   [[nodiscard]] bool ready() const;
+
+  // Envoy's ShouldRateLimit (node/api/rls_handlers.h): decides `request` against `config`, routed
+  // through the cluster once SetCluster has run, and calls `done` exactly once (see
+  // HandleShouldRateLimit for when and where). An unexpected exception answers kInternal.
+  void ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                       std::shared_ptr<const rls::RlsConfig> config,
+                       envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done);
 
   // Joins the handler to a cluster: checks of keys other nodes own are forwarded through `router`,
   // /v1/cluster, /v1/ring and /v1/cluster/leave are served from `cluster`, and /readyz also requires

@@ -113,6 +113,49 @@ DecisionCounters* Metrics::ForPolicy(std::string_view policy) {
   return counters;
 }
 
+std::string_view GrpcMethodName(GrpcMethod method) {
+  switch (method) {
+    case GrpcMethod::kShouldRateLimit:
+      return "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    case GrpcMethod::kCount:
+      break;
+  }
+  return "other";
+}
+
+std::string_view GrpcResultName(GrpcResult result) {
+  switch (result) {
+    case GrpcResult::kOk:
+      return "ok";
+    case GrpcResult::kOverLimit:
+      return "over_limit";
+    case GrpcResult::kInvalidArgument:
+      return "invalid_argument";
+    case GrpcResult::kUnavailable:
+      return "unavailable";
+    case GrpcResult::kInternal:
+      return "internal";
+    case GrpcResult::kCount:
+      break;
+  }
+  return "other";
+}
+
+void Metrics::CountGrpc(GrpcMethod method, GrpcResult result, std::chrono::nanoseconds latency) {
+  const auto m = static_cast<size_t>(method);
+  const auto r = static_cast<size_t>(result);
+  if (m >= static_cast<size_t>(GrpcMethod::kCount) || r >= static_cast<size_t>(GrpcResult::kCount)) return;
+  grpc_requests_[m * static_cast<size_t>(GrpcResult::kCount) + r].fetch_add(1, std::memory_order_relaxed);
+  grpc_latency_sum_ns_[m].fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, latency.count())),
+                                    std::memory_order_relaxed);
+}
+
+uint64_t Metrics::TEST_Grpc(GrpcMethod method, GrpcResult result) const {
+  return grpc_requests_[static_cast<size_t>(method) * static_cast<size_t>(GrpcResult::kCount) +
+                        static_cast<size_t>(result)]
+      .load(std::memory_order_relaxed);
+}
+
 std::string Metrics::Render(const storage::StoreStats& store) const {
   std::string out;
   out.reserve(4096);
@@ -132,6 +175,34 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       AppendUint(&out, n);
       out.push_back('\n');
     }
+  }
+
+  out.append(
+      "# HELP ringlimit_grpc_requests_total gRPC calls by method and result.\n"
+      "# TYPE ringlimit_grpc_requests_total counter\n");
+  for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
+    for (size_t r = 0; r < static_cast<size_t>(GrpcResult::kCount); ++r) {
+      const uint64_t n =
+          grpc_requests_[m * static_cast<size_t>(GrpcResult::kCount) + r].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      out.append("ringlimit_grpc_requests_total{method=\"");
+      out.append(GrpcMethodName(static_cast<GrpcMethod>(m)));
+      out.append("\",result=\"");
+      out.append(GrpcResultName(static_cast<GrpcResult>(r)));
+      out.append("\"} ");
+      AppendUint(&out, n);
+      out.push_back('\n');
+    }
+  }
+  out.append(
+      "# HELP ringlimit_grpc_duration_seconds_total Total time spent answering gRPC calls, by method.\n"
+      "# TYPE ringlimit_grpc_duration_seconds_total counter\n");
+  for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
+    out.append("ringlimit_grpc_duration_seconds_total{method=\"");
+    out.append(GrpcMethodName(static_cast<GrpcMethod>(m)));
+    out.append("\"} ");
+    AppendSeconds(&out, static_cast<int64_t>(grpc_latency_sum_ns_[m].load(std::memory_order_relaxed)));
+    out.push_back('\n');
   }
 
   out.append(

@@ -44,6 +44,24 @@ enum class Endpoint : uint8_t {
 };
 [[nodiscard]] std::string_view EndpointName(Endpoint endpoint);
 
+// The gRPC methods, as counted in ringlimit_grpc_requests_total{method=...}.
+enum class GrpcMethod : uint8_t {
+  kShouldRateLimit,  // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+  kCount,
+};
+[[nodiscard]] std::string_view GrpcMethodName(GrpcMethod method);
+
+// How a gRPC call ended, as counted in ringlimit_grpc_requests_total{result=...}.
+enum class GrpcResult : uint8_t {
+  kOk,               // answered, nothing over the limit
+  kOverLimit,        // answered, OVER_LIMIT
+  kInvalidArgument,  // gRPC status INVALID_ARGUMENT
+  kUnavailable,      // gRPC status UNAVAILABLE (not joined, clock offset, no holder answered)
+  kInternal,         // gRPC status INTERNAL
+  kCount,
+};
+[[nodiscard]] std::string_view GrpcResultName(GrpcResult result);
+
 // Decision counters of one policy (inline checks are counted under the policy label "_inline").
 struct DecisionCounters {
   std::atomic<uint64_t> allowed{0};
@@ -68,6 +86,9 @@ class Metrics {
   // malformed request line); handler responses are counted by the handler.
   void CountTransportError(unsigned status) { CountRequest(Endpoint::kTransport, status); }
 
+  // One gRPC call of `method` ended with `result` after `latency`.
+  void CountGrpc(GrpcMethod method, GrpcResult result, std::chrono::nanoseconds latency);
+
   // The counters of `policy` ("" = inline limits). The pointer stays valid for the Metrics' life.
   [[nodiscard]] DecisionCounters* ForPolicy(std::string_view policy);
 
@@ -81,6 +102,7 @@ class Metrics {
 
   // Test hooks.
   [[nodiscard]] uint64_t TEST_Requests(Endpoint endpoint, unsigned status) const;
+  [[nodiscard]] uint64_t TEST_Grpc(GrpcMethod method, GrpcResult result) const;
 
  private:
   static constexpr unsigned kStatuses = 600;
@@ -90,6 +112,10 @@ class Metrics {
   std::array<std::atomic<uint64_t>, kLatencyBoundsNs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_count_{0};
   std::atomic<uint64_t> latency_sum_ns_{0};
+  std::array<std::atomic<uint64_t>,
+             static_cast<size_t>(GrpcMethod::kCount) * static_cast<size_t>(GrpcResult::kCount)>
+      grpc_requests_{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_sum_ns_{};
 
   // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
   // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache

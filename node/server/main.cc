@@ -1,7 +1,7 @@
 // ringlimitd: parses flags (command line and --config file), sets up logging, starts a Node and
-// waits for signals. SIGTERM/SIGINT: graceful stop, exit 0. SIGHUP: reload the policies file.
-// POST /v1/cluster/leave: leave the cluster, then the same graceful stop, exit 0.
-// Everything else lives in Node (node/server/node.h). See docs/operations.md.
+// waits for signals. SIGTERM/SIGINT: graceful stop, exit 0. SIGHUP: reload the policies file and
+// --rls-config. POST /v1/cluster/leave: leave the cluster, then the same graceful stop, exit 0. Everything
+// else lives in Node (node/server/node.h). See docs/operations.md.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -71,13 +71,17 @@ Parsed ParseFlags(int argc, char** argv) {
       "log-level", po::value(&log_level)->default_value("info"),
       "trace, debug, info, warn, error, critical or off")(
       "port-file", po::value(&flags.port_file),
-      "once listening, write {\"http\":PORT,\"peer_port\":PORT,\"pid\":PID} to PATH (for scripts and tests "
+      "once listening, write {\"http\":PORT,\"peer_port\":PORT[,\"grpc_port\":PORT],\"pid\":PID} to PATH "
+      "(for scripts "
+      "and tests "
       "using port 0)")(
       "node-id", po::value(&n.node_id),
       "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: n-<http port>)");
 
   const ringlimit::ring::MembershipOptions swim;
   std::string peer_listen;
+  std::string grpc_listen;
+  int grpc_max_message_bytes = 1 << 20;
   int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
   int64_t max_clock_offset_ms = 0;
   std::string replication_mode;
@@ -141,6 +145,12 @@ Parsed ParseFlags(int argc, char** argv) {
   po::options_description api("Rate limiting");
   api.add_options()("policies", po::value(&n.policies_path),
                     "named policies file (JSON, see docs/api.md); reloaded on SIGHUP")(
+      "grpc-listen", po::value(&grpc_listen),
+      "serve Envoy's rate limit service (gRPC) on HOST:PORT (port 0 = ephemeral); off unless set")(
+      "grpc-max-message-bytes", po::value(&grpc_max_message_bytes)->default_value(1 << 20),
+      "largest gRPC request message; larger gets RESOURCE_EXHAUSTED")(
+      "rls-config", po::value(&n.rls_config_path),
+      "envoyproxy/ratelimit YAML config for the gRPC rate limit service (docs/api.md); reloaded on SIGHUP")(
       "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),
       "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
       "data-dir", po::value(&n.storage.data_dir),
@@ -164,7 +174,8 @@ Parsed ParseFlags(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, all), vm);
     if (vm.count("help")) {
       std::cout << all
-                << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies.\n"
+                << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies and "
+                   "--rls-config.\n"
                    "POST /v1/cluster/leave leaves the cluster cleanly, then stops the same way (exit 0).\n";
       return parsed;
     }
@@ -202,6 +213,17 @@ Parsed ParseFlags(int argc, char** argv) {
   n.api.headroom_ttl = std::chrono::milliseconds(headroom_ttl_ms);
   n.drain_timeout = std::chrono::milliseconds(drain_timeout_ms);
 
+  if (!grpc_listen.empty()) {
+    ringlimit::node::GrpcServerOptions grpc;
+    if (!ParseListen(grpc_listen, &grpc.address, &grpc.port))
+      return bad("--grpc-listen: expected HOST:PORT, got " + grpc_listen);
+    if (grpc_max_message_bytes < 1024) return bad("--grpc-max-message-bytes must be at least 1024");
+    grpc.max_message_bytes = grpc_max_message_bytes;
+    grpc.drain_timeout = n.drain_timeout;
+    n.grpc = std::move(grpc);
+  } else if (!n.rls_config_path.empty()) {
+    return bad("--rls-config needs --grpc-listen");
+  }
   if (!ParseListen(peer_listen, &n.cluster.peer_host, &n.cluster.peer_port))
     return bad("--peer-listen: expected HOST:PORT, got " + peer_listen);
   for (const std::string& seed : n.cluster.seeds) {
@@ -252,11 +274,13 @@ Parsed ParseFlags(int argc, char** argv) {
 }
 
 // Written to a temporary name and renamed, so a reader never sees half a file.
-bool WritePortFile(const std::string& path, uint16_t port, uint16_t peer_port) {
+bool WritePortFile(const std::string& path, uint16_t port, uint16_t peer_port, uint16_t grpc_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"http\":" << port << ",\"peer_port\":" << peer_port << ",\"pid\":" << getpid() << "}\n";
+    out << "{\"http\":" << port << ",\"peer_port\":" << peer_port;
+    if (grpc_port != 0) out << ",\"grpc_port\":" << grpc_port;
+    out << ",\"pid\":" << getpid() << "}\n";
     if (!out) return false;
   }
   std::error_code ec;
@@ -293,7 +317,8 @@ int main(int argc, char** argv) {
     return kExitStartFailed;
   }
   spdlog::info("ringlimitd ready, http port {}", node.http_port());
-  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, node.http_port(), node.peer_port())) {
+  if (!flags.port_file.empty() &&
+      !WritePortFile(flags.port_file, node.http_port(), node.peer_port(), node.grpc_port())) {
     spdlog::critical("cannot write --port-file {}", flags.port_file);
     node.Stop();
     return kExitStartFailed;
@@ -308,6 +333,14 @@ int main(int argc, char** argv) {
                           reloaded.message());
           } else {
             spdlog::info("SIGHUP: policies reloaded from {}", flags.node.policies_path);
+          }
+          if (!flags.node.rls_config_path.empty()) {
+            if (ringlimit::Status reloaded = node.ReloadRlsConfig(); !reloaded.ok()) {
+              spdlog::error("SIGHUP: rls config not reloaded, the previous one stays in force: {}",
+                            reloaded.message());
+            } else {
+              spdlog::info("SIGHUP: rls config reloaded from {}", flags.node.rls_config_path);
+            }
           }
           signals.async_wait(on_signal);
           return;

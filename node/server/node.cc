@@ -12,6 +12,8 @@
 #include "node/api/policies.h"
 #include "node/cluster/cluster_endpoints.h"
 #include "node/cluster/replication_link.h"
+#include "node/rls/rls_config.h"
+#include "node/server/grpc_server.h"
 #include "node/server/http_server.h"
 #include "replication/asio_executor.h"
 #include "storage/open.h"
@@ -35,6 +37,7 @@ struct Node::Parts {
   Parts(const NodeOptions& options, std::unique_ptr<storage::Store> store_in)
       : store(std::move(store_in)),
         policies(options.policies_path),
+        rls_config(options.rls_config_path),
         handler(*store, SystemClock(), policies, metrics, options.api),
         io(static_cast<int>(ThreadCount(options.threads))),
         server(io, options.http, handler,
@@ -48,6 +51,7 @@ struct Node::Parts {
 
   std::unique_ptr<storage::Store> store;
   Policies policies;
+  rls::RlsConfigHolder rls_config;
   Metrics metrics;
   ApiHandler handler;
   boost::asio::io_context io;
@@ -62,6 +66,8 @@ struct Node::Parts {
   std::unique_ptr<replication::HandoffManager> handoff;
   std::unique_ptr<cluster::Forwarder> forwarder;
   std::unique_ptr<cluster::ClusterEndpoints> endpoints;
+  // Built last, stopped first among the servers; destroyed before the handler it calls into.
+  std::unique_ptr<GrpcServer> grpc;
   std::vector<std::thread> threads;
 };
 
@@ -78,6 +84,10 @@ boost::system::result<void, std::string> Node::Start() {
     parts_.reset();
     return "policies " + options_.policies_path + ": " + loaded.message();
   }
+  if (Status loaded = parts_->rls_config.Reload(); !loaded.ok()) {
+    parts_.reset();
+    return "rls config: " + loaded.message();
+  }
   if (auto started = parts_->server.Start(); !started) {
     parts_.reset();
     return "cannot listen on " + options_.http.address + ":" + std::to_string(options_.http.port) + ": " +
@@ -92,6 +102,17 @@ boost::system::result<void, std::string> Node::Start() {
   const unsigned threads = ThreadCount(options_.threads);
   for (unsigned i = 0; i < threads; ++i) parts_->threads.emplace_back([this] { parts_->io.run(); });
   started_ = true;
+  if (options_.grpc) {
+    // After the threads: a failure is undone by the ordinary Stop.
+    parts_->grpc =
+        std::make_unique<GrpcServer>(*options_.grpc, parts_->handler, parts_->rls_config, parts_->metrics);
+    if (auto error = parts_->grpc->Start()) {
+      parts_->grpc.reset();
+      Stop();
+      parts_.reset();
+      return *error;
+    }
+  }
   parts_->handler.SetReady(true);
   spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {}, data_dir {})", node_id_,
                options_.http.address, http_port(), threads, options_.storage.max_keys,
@@ -105,6 +126,7 @@ void Node::Stop() {
   parts_->handler.SetReady(false);
   parts_->server.StopAccepting();
   parts_->server.Drain();
+  if (parts_->grpc) parts_->grpc->Stop();  // waits for its calls in flight (their forwards still run)
   const auto deadline = SteadyClock::now() + options_.drain_timeout;
   while (parts_->server.connections() > 0 && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -132,6 +154,13 @@ Status Node::ReloadPolicies() {
   if (!parts_) return Status::Unavailable("the node is not started");
   return parts_->policies.Reload();
 }
+
+Status Node::ReloadRlsConfig() {
+  if (!parts_) return Status::Unavailable("the node is not started");
+  return parts_->rls_config.Reload();
+}
+
+uint16_t Node::grpc_port() const { return parts_ && parts_->grpc ? parts_->grpc->port() : 0; }
 
 uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }
 

@@ -27,6 +27,7 @@
 #include "node/api/api_handler.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
+#include "node/server/grpc_server.h"
 #include "node/server/http_server.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
@@ -66,6 +67,13 @@ struct NodeOptions {
   // The HTTP server: listen address and port (port 0 = ephemeral, see http_port()), connection cap,
   // timeouts, body and header limits. Defaults: see ServerOptions (127.0.0.1:7001, ...).
   ServerOptions http;
+
+  // The gRPC server (Envoy's rate limit service): nullopt = no gRPC port. Default: off.
+  std::optional<GrpcServerOptions> grpc;
+
+  // envoyproxy/ratelimit's YAML configuration (node/rls/rls_config.h), read at Start and by
+  // ReloadRlsConfig. Default: empty (no domains: every ShouldRateLimit descriptor is answered OK).
+  std::string rls_config_path;
 
   // Named policies file (JSON, format in docs/api.md), read at Start and by ReloadPolicies.
   // Default: empty (no named policies; inline limits only).
@@ -112,6 +120,13 @@ class Node {
   // returned. Stored states are kept either way.
   // Errors: Unavailable (not started), or Policies::Reload's.
   [[nodiscard]] Status ReloadPolicies();
+
+  // Rereads the --rls-config file; on failure the current configuration stays in force and the error
+  // is returned. Errors: Unavailable (not started), or RlsConfigHolder::Reload's.
+  [[nodiscard]] Status ReloadRlsConfig();
+
+  // The bound gRPC port (the ephemeral one if grpc->port was 0). 0 before Start or without gRPC.
+  [[nodiscard]] uint16_t grpc_port() const;
 
   // The bound HTTP port (the ephemeral one if http_port was 0). 0 before Start.
   [[nodiscard]] uint16_t http_port() const;

@@ -1,0 +1,258 @@
+#include "node/api/rls_handlers.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "node/api/api_context.h"
+#include "node/api/check_engine.h"
+#include "node/api/cluster_hooks.h"
+#include "node/rls/rls_config.h"
+
+namespace ringlimit::node {
+
+namespace {
+
+namespace rlsv3 = envoy::service::ratelimit::v3;
+using Entries = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// What one descriptor needs.
+struct Item {
+  enum class Kind : uint8_t {
+    kNoRule,     // no rule applies (or unknown domain): OK, no current_limit
+    kUnlimited,  // `unlimited: true`: OK, nothing counted
+    kZero,       // requests_per_unit 0: always over, nothing counted
+    kCheck,      // one check in rounds[round], at `index`
+  };
+  Kind kind = Kind::kNoRule;
+  const rls::RlsLimit* limit = nullptr;
+  bool shadow = false;
+  int32_t round = -1;
+  int32_t index = -1;
+};
+
+// The state name of a limit: one per unit and algorithm, so a configuration change that changes
+// either starts a new state instead of reinterpreting the old one.
+std::string StateName(const rls::RlsLimit& limit) {
+  return "rls/" + std::to_string(static_cast<int>(limit.unit)) + "/" +
+         std::string(limiter::AlgorithmName(limit.spec.algorithm));
+}
+
+void AppendEscaped(std::string* out, std::string_view s) {
+  for (char c : s) {
+    if (c == '\\' || c == '|' || c == '=') out->push_back('\\');
+    out->push_back(c);
+  }
+}
+
+// A parsed request, kept alive until every decision is in. Descriptors are independent (as in
+// envoyproxy/ratelimit), so repeated keys go into later rounds, run one after the other.
+struct RlsJob {
+  explicit RlsJob(const ApiContext& context_in) : context(context_in) {}
+
+  CheckBatch& Round(size_t r) {
+    while (rounds.size() <= r) rounds.push_back(std::make_unique<CheckBatch>(context));
+    return *rounds[r];
+  }
+
+  // Runs rounds[r] and the later ones, then calls `done` exactly once.
+  void RunRoundsFrom(size_t r, CheckRouter* router, std::shared_ptr<RlsJob> self,
+                     std::function<void(std::optional<ApiError>)> done) {
+    if (r >= rounds.size()) return done(std::nullopt);
+    CheckBatch& batch = *rounds[r];
+    if (router == nullptr) {
+      if (auto error = batch.Run(now, /*group_by_key=*/true)) return done(std::move(error));
+      return RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
+    }
+    auto error = batch.RunRouted(now, *router, [this, r, router, self, done]() mutable {
+      RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
+    });
+    if (error) done(std::move(error));
+  }
+
+  const ApiContext& context;
+  std::shared_ptr<const rls::RlsConfig> config;
+  std::vector<Item> items;              // per descriptor
+  std::deque<rls::RlsLimit> overrides;  // stable addresses
+  std::deque<std::string> keys;         // stable: the batches keep views
+  std::deque<std::string> names;
+  std::vector<std::unique_ptr<CheckBatch>> rounds;
+  limiter::TimeNs now = 0;
+};
+
+std::optional<ApiError> Invalid(std::string message) {
+  return ApiError{ErrorKind::kInvalidField, std::move(message)};
+}
+
+// Resolves every descriptor into job->items (and the checks of the rounds).
+std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* job) {
+  const ApiContext& context = job->context;
+  if (request.domain().empty()) return Invalid("rate limit domain must not be empty");
+  if (request.descriptors().empty()) return Invalid("rate limit descriptor list must not be empty");
+  if (static_cast<size_t>(request.descriptors_size()) > context.options.max_checks) {
+    return ApiError{ErrorKind::kTooManyChecks,
+                    "more than " + std::to_string(context.options.max_checks) + " descriptors"};
+  }
+  const uint64_t cost = request.hits_addend() == 0 ? 1 : request.hits_addend();
+  const bool known_domain = job->config->HasDomain(request.domain());
+  std::unordered_map<std::string_view, int32_t> rounds_of_key;
+  job->items.resize(static_cast<size_t>(request.descriptors_size()));
+  Entries entries;
+  for (int i = 0; i < request.descriptors_size(); ++i) {
+    const auto& descriptor = request.descriptors(i);
+    const std::string at = "descriptors[" + std::to_string(i) + "]";
+    if (descriptor.entries().empty()) return Invalid(at + ": no entries");
+    entries.clear();
+    for (const auto& entry : descriptor.entries()) {
+      if (entry.key().empty()) return Invalid(at + ": an entry has an empty key");
+      entries.emplace_back(entry.key(), entry.value());
+    }
+    Item& item = job->items[static_cast<size_t>(i)];
+    if (!known_domain) continue;  // Envoy's ratelimit answers OK for a domain it does not know
+    if (descriptor.has_limit()) {
+      const auto unit = static_cast<int>(descriptor.limit().unit());
+      if (unit < static_cast<int>(rls::Unit::kSecond) || unit > static_cast<int>(rls::Unit::kDay)) {
+        return Invalid(at + ".limit.unit: must be SECOND, MINUTE, HOUR or DAY");
+      }
+      rls::RlsLimit& limit = job->overrides.emplace_back();
+      limit.requests_per_unit = descriptor.limit().requests_per_unit();
+      limit.unit = static_cast<rls::Unit>(unit);
+      limit.spec.algorithm = limiter::Algorithm::kFixedWindow;
+      limit.spec.limit = limit.requests_per_unit;
+      limit.spec.window = rls::UnitDuration(limit.unit);
+      item.limit = &limit;
+    } else {
+      const rls::RlsMatch match = job->config->Match(request.domain(), entries);
+      if (match.rule == nullptr) continue;
+      if (match.rule->unlimited) {
+        item.kind = Item::Kind::kUnlimited;
+        continue;
+      }
+      item.limit = &*match.rule->limit;
+      item.shadow = match.rule->shadow_mode;
+    }
+    if (item.limit->requests_per_unit == 0) {
+      item.kind = Item::Kind::kZero;
+      continue;
+    }
+    std::string& key = job->keys.emplace_back(RlsKey(request.domain(), entries));
+    if (key.size() > context.options.max_key_bytes) {
+      return Invalid(at + ": the rate limit key is longer than " +
+                     std::to_string(context.options.max_key_bytes) + " bytes");
+    }
+    limiter::LimitSpec spec = item.limit->spec;
+    if (item.shadow) spec.mode = limiter::Mode::kShadow;
+    item.kind = Item::Kind::kCheck;
+    const int32_t round = rounds_of_key[key]++;
+    CheckBatch& batch = job->Round(static_cast<size_t>(round));
+    item.round = round;
+    item.index = static_cast<int32_t>(batch.checks().size());
+    const std::string& name = job->names.emplace_back(StateName(*item.limit));
+    batch.AddInline(key, name, spec, cost, /*reset=*/false, static_cast<size_t>(i));
+  }
+  return std::nullopt;
+}
+
+void SetLimit(const rls::RlsLimit& limit, rlsv3::RateLimitResponse::DescriptorStatus* status) {
+  auto* current = status->mutable_current_limit();
+  current->set_requests_per_unit(limit.requests_per_unit);
+  current->set_unit(static_cast<rlsv3::RateLimitResponse::RateLimit::Unit>(limit.unit));
+  if (!limit.name.empty()) current->set_name(limit.name);
+}
+
+void SetDuration(limiter::DurationNs d, google::protobuf::Duration* out) {
+  if (d < 0) d = 0;
+  out->set_seconds(d / limiter::kSecond);
+  out->set_nanos(static_cast<int32_t>(d % limiter::kSecond));
+}
+
+// Fills the response once every round has run; an error when a key could not be decided.
+std::optional<ApiError> Finish(const RlsJob& job, rlsv3::RateLimitResponse* response) {
+  bool over = false;
+  for (const Item& item : job.items) {
+    auto* status = response->add_statuses();
+    status->set_code(rlsv3::RateLimitResponse::OK);
+    switch (item.kind) {
+      case Item::Kind::kNoRule:
+        break;
+      case Item::Kind::kUnlimited:
+        status->set_limit_remaining(std::numeric_limits<uint32_t>::max());
+        break;
+      case Item::Kind::kZero: {
+        SetLimit(*item.limit, status);
+        if (!item.shadow) {
+          status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
+          over = true;
+        }
+        const limiter::DurationNs window = item.limit->spec.window;
+        SetDuration(window - job.now % window, status->mutable_duration_until_reset());
+        break;
+      }
+      case Item::Kind::kCheck: {
+        const CheckBatch& batch = *job.rounds[static_cast<size_t>(item.round)];
+        const auto index = static_cast<size_t>(item.index);
+        if (batch.unavailable(index)) return *batch.unavailable();
+        const limiter::Decision& d = batch.decisions()[index];
+        SetLimit(*item.limit, status);
+        if (!d.allowed) {
+          status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
+          over = true;
+        }
+        status->set_limit_remaining(
+            static_cast<uint32_t>(std::min<uint64_t>(d.remaining, std::numeric_limits<uint32_t>::max())));
+        SetDuration(d.reset_after, status->mutable_duration_until_reset());
+        break;
+      }
+    }
+  }
+  response->set_overall_code(over ? rlsv3::RateLimitResponse::OVER_LIMIT : rlsv3::RateLimitResponse::OK);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string RlsKey(std::string_view domain,
+                   std::span<const std::pair<std::string_view, std::string_view>> entries) {
+  std::string key = "rls:";
+  AppendEscaped(&key, domain);
+  for (const auto& [k, v] : entries) {
+    key.push_back('|');
+    AppendEscaped(&key, k);
+    key.push_back('=');
+    AppendEscaped(&key, v);
+  }
+  return key;
+}
+
+void HandleShouldRateLimit(const ApiContext& context, CheckRouter* router,
+                           std::shared_ptr<const rls::RlsConfig> config,
+                           const rlsv3::RateLimitRequest& request, rlsv3::RateLimitResponse* response,
+                           RlsDone done) {
+  auto job = std::make_shared<RlsJob>(context);
+  job->config = std::move(config);
+  if (auto error = Prepare(request, job.get())) return done(std::move(error));
+  if (router != nullptr && !job->rounds.empty()) {
+    if (!router->Routing()) {
+      return done(
+          ApiError{ErrorKind::kNotReady,
+                   "the node has not joined the cluster yet: retry, or send the request to another node"});
+    }
+    if (std::optional<CheckRouter::Refusal> why = router->RefusesToDecide()) {
+      const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
+                                                                                    : ErrorKind::kClockOffset;
+      return done(ApiError{kind, why->message + "; send the request to another node"});
+    }
+  }
+  job->now = context.clock();
+  RlsJob* raw = job.get();
+  raw->RunRoundsFrom(0, router, job, [job, response, done](std::optional<ApiError> error) mutable {
+    if (!error) error = Finish(*job, response);
+    job.reset();  // the batches die here, after their last use
+    done(std::move(error));
+  });
+}
+
+}  // namespace ringlimit::node

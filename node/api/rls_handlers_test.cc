@@ -1,0 +1,107 @@
+#include "node/api/rls_handlers.h"
+
+#include <gtest/gtest.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "node/api/api_test_util.h"
+#include "node/rls/rls_config.h"
+
+namespace ringlimit::node {
+namespace {
+
+namespace rlsv3 = envoy::service::ratelimit::v3;
+using Entries = std::vector<std::pair<std::string_view, std::string_view>>;
+
+constexpr std::string_view kConfig = R"(
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: shadow
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    shadow_mode: true
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
+)";
+
+class RlsHandlersTest : public ApiTest {
+ protected:
+  RlsHandlersTest() {
+    auto parsed = rls::RlsConfig::Parse(kConfig);
+    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+    config_ = parsed.value();
+  }
+
+  // One call, decided locally (no router); the error, if any, in *error.
+  rlsv3::RateLimitResponse Call(std::string_view key, std::string_view value, uint32_t hits = 0,
+                                std::optional<ApiError>* error = nullptr) {
+    rlsv3::RateLimitRequest request;
+    request.set_domain("d");
+    request.set_hits_addend(hits);
+    auto* entry = request.add_descriptors()->add_entries();
+    entry->set_key(std::string(key));
+    entry->set_value(std::string(value));
+    rlsv3::RateLimitResponse response;
+    int calls = 0;
+    handler_->ShouldRateLimit(request, config_, &response, [&](std::optional<ApiError> e) {
+      ++calls;
+      if (error != nullptr) *error = std::move(e);
+    });
+    EXPECT_EQ(calls, 1) << "done must be called exactly once, here synchronously";
+    return response;
+  }
+
+  std::shared_ptr<const rls::RlsConfig> config_;
+};
+
+TEST_F(RlsHandlersTest, FixedWindowsAreAlignedOnTheEpochAndReset) {
+  // Move to 10 s into a minute: the window ends in 50 s.
+  const limiter::TimeNs minute = 60 * limiter::kSecond;
+  Advance(minute - now_ % minute + 10 * limiter::kSecond);
+  rlsv3::RateLimitResponse a = Call("user", "u1");
+  EXPECT_EQ(a.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(a.statuses(0).duration_until_reset().seconds(), 50);
+  EXPECT_EQ(a.statuses(0).duration_until_reset().nanos(), 0);
+  EXPECT_EQ(Call("user", "u1").statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Call("user", "u1").overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  Advance(50 * limiter::kSecond);  // the next window
+  rlsv3::RateLimitResponse b = Call("user", "u1");
+  EXPECT_EQ(b.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(b.statuses(0).limit_remaining(), 1u);
+}
+
+TEST_F(RlsHandlersTest, ShadowModeCountsWhatItWouldHaveDenied) {
+  EXPECT_EQ(Call("shadow", "s").overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("shadow", "s").overall_code(), rlsv3::RateLimitResponse::OK);
+  DecisionCounters* counters = metrics_.ForPolicy("");
+  EXPECT_GE(counters->shadow_denied.load(), 1u);
+}
+
+TEST_F(RlsHandlersTest, TheConfiguredAlgorithmIsUsed) {
+  // token_bucket, 2 per second: drained, then one token back after half a second.
+  EXPECT_EQ(Call("bucket", "b", 2).overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("bucket", "b").overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  Advance(limiter::kSecond / 2);
+  EXPECT_EQ(Call("bucket", "b").overall_code(), rlsv3::RateLimitResponse::OK);
+}
+
+TEST_F(RlsHandlersTest, ErrorsAreReportedThroughDone) {
+  std::optional<ApiError> error;
+  (void)Call("", "x", 0, &error);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->kind, ErrorKind::kInvalidField);
+  (void)Call("user", std::string(2000, 'x'), 0, &error);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->message.find("longer than 1024"), std::string::npos);
+}
+
+TEST(RlsKeyTest, DistinctDescriptorsNeverShareAKey) {
+  EXPECT_EQ(RlsKey("d", Entries{{"a", "1"}, {"b", "2"}}), "rls:d|a=1|b=2");
+  EXPECT_NE(RlsKey("d", Entries{{"a", "1|b=2"}}), RlsKey("d", Entries{{"a", "1"}, {"b", "2"}}));
+  EXPECT_NE(RlsKey("d|a=1", Entries{}), RlsKey("d", Entries{{"a", "1"}}));
+  EXPECT_NE(RlsKey("d", Entries{{"a=1", ""}}), RlsKey("d", Entries{{"a", "1="}}));
+  EXPECT_NE(RlsKey("d", Entries{{"a\\", "|"}}), RlsKey("d", Entries{{"a", "\\|"}}));
+}
+
+}  // namespace
+}  // namespace ringlimit::node

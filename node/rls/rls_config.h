@@ -1,0 +1,117 @@
+// RlsConfig: envoyproxy/ratelimit's YAML configuration (domain + nested descriptors), parsed and
+// validated once, and matched against the descriptors of Envoy's ShouldRateLimit requests.
+//
+//   domain: edge
+//   descriptors:
+//     - key: remote_address              # no value: one counter per distinct address
+//       rate_limit: {unit: minute, requests_per_unit: 10}
+//     - key: path
+//       value: /login                     # this value only; wins over a key-only rule
+//       rate_limit: {unit: second, requests_per_unit: 2}
+//       shadow_mode: true                 # decide and count, but always answer OK
+//       descriptors: [...]                # nested: matched by the request's next entries
+//
+// Beyond envoyproxy/ratelimit: `algorithm` (any of limiter::ParseAlgorithm's names; default
+// fixed_window) next to `unit` in rate_limit. Several domains may share one file as YAML documents
+// separated by `---`.
+//
+// Thread safety: an RlsConfig is immutable once parsed; share it through RlsConfigHolder.
+#ifndef RINGLIMIT_NODE_RLS_RLS_CONFIG_H_
+#define RINGLIMIT_NODE_RLS_RLS_CONFIG_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "limiter/limiter.h"
+#include "limiter/status.h"
+#include "ring/published.h"
+
+namespace ringlimit::node::rls {
+
+// The units of envoyproxy/ratelimit's rate_limit.unit; the numbers are the RateLimitResponse.RateLimit.Unit
+// enumerators of Envoy's rls.proto.
+enum class Unit : uint8_t { kSecond = 1, kMinute = 2, kHour = 3, kDay = 4 };
+
+[[nodiscard]] std::optional<Unit> ParseUnit(std::string_view name);  // case-insensitive
+[[nodiscard]] limiter::DurationNs UnitDuration(Unit unit);
+
+// A limit: what a matched rule (or a request's override) applies.
+struct RlsLimit {
+  uint32_t requests_per_unit = 0;  // 0: nothing is ever admitted (spec unused)
+  Unit unit = Unit::kSecond;
+  std::string name;         // rate_limit.name; reported as current_limit.name
+  limiter::LimitSpec spec;  // algorithm, limit = requests_per_unit, window = one unit
+};
+
+// One node of the descriptor tree.
+struct RlsRule {
+  std::string key;
+  std::optional<std::string> value;  // nullopt: matches any value of `key`
+  std::optional<RlsLimit> limit;     // rate_limit; nullopt: none at this level
+  bool shadow_mode = false;          // decide and count, answer OK
+  bool unlimited = false;            // always OK, nothing counted
+  std::vector<RlsRule> children;     // matched against the next entries
+};
+
+// What a descriptor's entries matched.
+struct RlsMatch {
+  const RlsRule* rule = nullptr;  // the rule of the last entry; null: no rule applies (answer OK)
+};
+
+class RlsConfig {
+ public:
+  // Parses YAML text (one or more documents, one domain each). Errors: InvalidArgument naming the
+  // place (e.g. "domain edge: descriptors[1].rate_limit.unit: unknown unit 'weeks'").
+  [[nodiscard]] static Result<std::shared_ptr<const RlsConfig>> Parse(std::string_view yaml);
+
+  // Reads and parses a file. Errors: IOError when it cannot be read, or Parse's.
+  [[nodiscard]] static Result<std::shared_ptr<const RlsConfig>> Load(const std::string& path);
+
+  [[nodiscard]] bool HasDomain(std::string_view domain) const { return domains_.contains(domain); }
+
+  // Walks `entries` (key, value) through `domain`'s tree as envoyproxy/ratelimit does: at each level
+  // the rule with the entry's key and value wins over the rule with the key alone; the walk stops at
+  // the first entry that matches nothing. A rule applies only when it matched the last entry and has a
+  // rate_limit or is unlimited. Unknown domain: no rule.
+  [[nodiscard]] RlsMatch Match(std::string_view domain,
+                               std::span<const std::pair<std::string_view, std::string_view>> entries) const;
+
+  // Number of domains (tests, logs).
+  [[nodiscard]] size_t domains() const { return domains_.size(); }
+
+ private:
+  std::map<std::string, std::vector<RlsRule>, std::less<>> domains_;
+};
+
+// The configuration in force, replaced as a whole by Reload. Thread-safe; readers never block writers.
+class RlsConfigHolder {
+ public:
+  // `path` empty: no file (every domain unknown: every descriptor is answered OK).
+  explicit RlsConfigHolder(std::string path = "");
+  RlsConfigHolder(const RlsConfigHolder&) = delete;
+  RlsConfigHolder& operator=(const RlsConfigHolder&) = delete;
+
+  // Reads the file and swaps it in; on failure the current config stays in force and the error is
+  // returned. Empty path: OK, nothing changes.
+  [[nodiscard]] Status Reload();
+
+  // The config in force (never null). Keep it for the duration of one request.
+  [[nodiscard]] std::shared_ptr<const RlsConfig> Current() const { return config_.Current(); }
+
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;  // constant after construction
+  ring::Published<RlsConfig> config_;
+};
+
+}  // namespace ringlimit::node::rls
+
+#endif  // RINGLIMIT_NODE_RLS_RLS_CONFIG_H_

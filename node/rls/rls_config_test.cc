@@ -1,0 +1,180 @@
+#include "node/rls/rls_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace ringlimit::node::rls {
+namespace {
+
+using Entries = std::vector<std::pair<std::string_view, std::string_view>>;
+
+constexpr std::string_view kConfig = R"(
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: path
+    value: /login
+    rate_limit: {unit: second, requests_per_unit: 2, name: login}
+    shadow_mode: true
+  - key: path
+    rate_limit: {unit: HOUR, requests_per_unit: 100, algorithm: token_bucket}
+  - key: client
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: {unit: day, requests_per_unit: 0}
+      - key: plan
+        descriptors:
+          - key: path
+            rate_limit: {unit: second, requests_per_unit: 5}
+  - key: internal
+    unlimited: true
+---
+domain: other
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+)";
+
+std::shared_ptr<const RlsConfig> MustParse(std::string_view yaml) {
+  auto parsed = RlsConfig::Parse(yaml);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  return parsed.ok() ? parsed.value() : std::make_shared<const RlsConfig>();
+}
+
+std::string ParseError(std::string_view yaml) {
+  auto parsed = RlsConfig::Parse(yaml);
+  EXPECT_FALSE(parsed.ok());
+  return parsed.ok() ? "" : parsed.status().message();
+}
+
+TEST(RlsConfigTest, ParsesDomainsAndLimits) {
+  auto config = MustParse(kConfig);
+  EXPECT_EQ(config->domains(), 2u);
+  EXPECT_TRUE(config->HasDomain("edge"));
+  EXPECT_TRUE(config->HasDomain("other"));
+  EXPECT_FALSE(config->HasDomain("nope"));
+  RlsMatch m = config->Match("edge", Entries{{"remote_address", "10.0.0.1"}});
+  ASSERT_NE(m.rule, nullptr);
+  ASSERT_TRUE(m.rule->limit);
+  EXPECT_EQ(m.rule->limit->requests_per_unit, 10u);
+  EXPECT_EQ(m.rule->limit->unit, Unit::kMinute);
+  EXPECT_EQ(m.rule->limit->spec.algorithm, limiter::Algorithm::kFixedWindow);
+  EXPECT_EQ(m.rule->limit->spec.limit, 10u);
+  EXPECT_EQ(m.rule->limit->spec.window, 60 * limiter::kSecond);
+  EXPECT_FALSE(m.rule->shadow_mode);
+}
+
+TEST(RlsConfigTest, ValueRuleWinsOverKeyOnlyRule) {
+  auto config = MustParse(kConfig);
+  RlsMatch login = config->Match("edge", Entries{{"path", "/login"}});
+  ASSERT_NE(login.rule, nullptr);
+  EXPECT_EQ(login.rule->limit->requests_per_unit, 2u);
+  EXPECT_EQ(login.rule->limit->name, "login");
+  EXPECT_TRUE(login.rule->shadow_mode);
+  RlsMatch other = config->Match("edge", Entries{{"path", "/other"}});
+  ASSERT_NE(other.rule, nullptr);
+  EXPECT_EQ(other.rule->limit->requests_per_unit, 100u);
+  EXPECT_EQ(other.rule->limit->unit, Unit::kHour);
+  EXPECT_EQ(other.rule->limit->spec.algorithm, limiter::Algorithm::kTokenBucket);
+}
+
+TEST(RlsConfigTest, NestedDescriptorsApplyOnlyToTheLastEntry) {
+  auto config = MustParse(kConfig);
+  // client has no rate_limit itself: a descriptor ending there matches nothing.
+  EXPECT_EQ(config->Match("edge", Entries{{"client", "a"}}).rule, nullptr);
+  RlsMatch free = config->Match("edge", Entries{{"client", "a"}, {"plan", "free"}});
+  ASSERT_NE(free.rule, nullptr);
+  EXPECT_EQ(free.rule->limit->requests_per_unit, 0u);
+  RlsMatch deep = config->Match("edge", Entries{{"client", "a"}, {"plan", "pro"}, {"path", "/x"}});
+  ASSERT_NE(deep.rule, nullptr);
+  EXPECT_EQ(deep.rule->limit->requests_per_unit, 5u);
+  // plan=free has no children: the walk stops there.
+  EXPECT_EQ(config->Match("edge", Entries{{"client", "a"}, {"plan", "free"}, {"path", "/x"}}).rule, nullptr);
+  // Entries beyond the tree match nothing; so does an unknown first key.
+  EXPECT_EQ(config->Match("edge", Entries{{"remote_address", "1"}, {"path", "/x"}}).rule, nullptr);
+  EXPECT_EQ(config->Match("edge", Entries{{"nope", "1"}}).rule, nullptr);
+  EXPECT_EQ(config->Match("edge", Entries{}).rule, nullptr);
+}
+
+TEST(RlsConfigTest, UnlimitedAndUnknownDomain) {
+  auto config = MustParse(kConfig);
+  RlsMatch internal = config->Match("edge", Entries{{"internal", "yes"}});
+  ASSERT_NE(internal.rule, nullptr);
+  EXPECT_TRUE(internal.rule->unlimited);
+  EXPECT_EQ(config->Match("nope", Entries{{"remote_address", "1"}}).rule, nullptr);
+  // Domains do not share rules.
+  EXPECT_EQ(config->Match("other", Entries{{"remote_address", "1"}}).rule, nullptr);
+  EXPECT_NE(config->Match("other", Entries{{"k", "1"}}).rule, nullptr);
+}
+
+TEST(RlsConfigTest, RejectsBadFilesWithThePlace) {
+  EXPECT_NE(ParseError("domain: [").find("not valid YAML"), std::string::npos);
+  EXPECT_NE(ParseError("descriptors: []").find("needs a non-empty domain"), std::string::npos);
+  EXPECT_NE(
+      ParseError("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: week, requests_per_unit: 1}\n")
+          .find("descriptors[0].rate_limit.unit: unknown unit 'week'"),
+      std::string::npos);
+  EXPECT_NE(ParseError("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n")
+                .find("needs unit and requests_per_unit"),
+            std::string::npos);
+  EXPECT_NE(
+      ParseError(
+          "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n")
+          .find("requests_per_unit"),
+      std::string::npos);
+  EXPECT_NE(
+      ParseError("domain: d\ndescriptors:\n  - value: a\n").find("descriptors[0]: needs a non-empty key"),
+      std::string::npos);
+  EXPECT_NE(ParseError("domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n").find("true or false"),
+            std::string::npos);
+  EXPECT_NE(
+      ParseError("domain: d\ndescriptors:\n  - key: a\n    colour: red\n").find("colour: unknown field"),
+      std::string::npos);
+  EXPECT_NE(ParseError("domain: d\ndescriptors:\n  - key: a\n  - key: a\n").find("duplicate"),
+            std::string::npos);
+  EXPECT_NE(
+      ParseError("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, "
+                 "algorithm: magic}\n")
+          .find("unknown algorithm 'magic'"),
+      std::string::npos);
+  EXPECT_NE(ParseError("domain: d\n---\ndomain: d\n").find("defined twice"), std::string::npos);
+  EXPECT_NE(ParseError("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n"
+                       "        rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+                .find("descriptors[0].descriptors[0].rate_limit.unit"),
+            std::string::npos);
+}
+
+TEST(RlsConfigTest, HolderKeepsTheOldConfigOnABadReload) {
+  const std::string path = testing::TempDir() + "/rls_config_test.yaml";
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 3}\n";
+  }
+  RlsConfigHolder holder(path);
+  EXPECT_FALSE(holder.Current()->HasDomain("a"));  // empty until the first Reload
+  ASSERT_TRUE(holder.Reload().ok());
+  EXPECT_TRUE(holder.Current()->HasDomain("a"));
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "domain: b\ndescriptors: {not: a list}\n";
+  }
+  Status bad = holder.Reload();
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find(path), std::string::npos);
+  EXPECT_TRUE(holder.Current()->HasDomain("a"));
+  std::filesystem::remove(path);
+  EXPECT_TRUE(holder.Reload().IsIOError());
+  EXPECT_TRUE(holder.Current()->HasDomain("a"));
+  RlsConfigHolder none;
+  EXPECT_TRUE(none.Reload().ok());
+}
+
+}  // namespace
+}  // namespace ringlimit::node::rls

@@ -1,0 +1,123 @@
+#include "node/server/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "node/api/api_handler.h"
+#include "node/api/metrics.h"
+#include "node/rls/rls_config.h"
+
+namespace ringlimit::node {
+
+namespace {
+
+namespace rlsv3 = envoy::service::ratelimit::v3;
+
+// The one place API error kinds become gRPC status codes.
+grpc::StatusCode GrpcCodeOf(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kBadJson:
+    case ErrorKind::kInvalidField:
+    case ErrorKind::kTooManyChecks:
+    case ErrorKind::kUnknownPolicy:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case ErrorKind::kNotReady:
+    case ErrorKind::kClockOffset:
+    case ErrorKind::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case ErrorKind::kUnauthorized:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case ErrorKind::kNotFound:
+    case ErrorKind::kMethodNotAllowed:
+    case ErrorKind::kUnsupportedMediaType:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case ErrorKind::kInternal:
+      break;
+  }
+  return grpc::StatusCode::INTERNAL;
+}
+
+GrpcResult ResultOf(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return GrpcResult::kInvalidArgument;
+    case grpc::StatusCode::UNAVAILABLE:
+      return GrpcResult::kUnavailable;
+    default:
+      return GrpcResult::kInternal;
+  }
+}
+
+}  // namespace
+
+class GrpcServer::Service final : public rlsv3::RateLimitService::CallbackService {
+ public:
+  Service(ApiHandler& handler, rls::RlsConfigHolder& config, Metrics& metrics)
+      : handler_(handler), config_(config), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* context,
+                                            const rlsv3::RateLimitRequest* request,
+                                            rlsv3::RateLimitResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    const auto start = std::chrono::steady_clock::now();
+    Metrics& metrics = metrics_;
+    // Runs on whichever thread completes the last decision; must not block (Finish does not).
+    handler_.ShouldRateLimit(*request, config_.Current(), response,
+                             [reactor, response, start, &metrics](std::optional<ApiError> error) {
+                               const auto latency = std::chrono::steady_clock::now() - start;
+                               if (error) {
+                                 const grpc::StatusCode code = GrpcCodeOf(error->kind);
+                                 metrics.CountGrpc(GrpcMethod::kShouldRateLimit, ResultOf(code), latency);
+                                 reactor->Finish(grpc::Status(code, error->message));
+                                 return;
+                               }
+                               const bool over =
+                                   response->overall_code() == rlsv3::RateLimitResponse::OVER_LIMIT;
+                               metrics.CountGrpc(GrpcMethod::kShouldRateLimit,
+                                                 over ? GrpcResult::kOverLimit : GrpcResult::kOk, latency);
+                               reactor->Finish(grpc::Status::OK);
+                             });
+    return reactor;
+  }
+
+ private:
+  ApiHandler& handler_;
+  rls::RlsConfigHolder& config_;
+  Metrics& metrics_;
+};
+
+GrpcServer::GrpcServer(GrpcServerOptions options, ApiHandler& handler, rls::RlsConfigHolder& config,
+                       Metrics& metrics)
+    : options_(std::move(options)), service_(std::make_unique<Service>(handler, config, metrics)) {}
+
+GrpcServer::~GrpcServer() { Stop(); }
+
+std::optional<std::string> GrpcServer::Start() {
+  if (server_) return std::string("the gRPC server is already started");
+  const std::string host =
+      options_.address.find(':') != std::string::npos ? "[" + options_.address + "]" : options_.address;
+  int bound = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(host + ":" + std::to_string(options_.port), grpc::InsecureServerCredentials(),
+                           &bound);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || bound == 0) {
+    server_.reset();
+    return "cannot listen for gRPC on " + host + ":" + std::to_string(options_.port);
+  }
+  port_ = static_cast<uint16_t>(bound);
+  spdlog::info("gRPC (Envoy rate limit service) listening on {}:{}", host, port_);
+  return std::nullopt;
+}
+
+void GrpcServer::Stop() {
+  if (!server_) return;
+  server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace ringlimit::node
