@@ -10,6 +10,7 @@
 #include "node/api/admin_handlers.h"
 #include "node/api/api_context.h"
 #include "node/api/api_error.h"
+#include "node/api/check_engine.h"
 #include "node/api/check_handlers.h"
 #include "node/api/cluster_handlers.h"
 #include "node/api/forwarded.h"
@@ -117,6 +118,11 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     if (!IsJsonContentType(request)) return UnsupportedMediaType();
     return HandleGetRateLimits(context, request);
   }
+  if (path == "/v1/HealthCheck" || path == "/v1/LiveCheck") {
+    if (method != http::verb::get) return MethodNotAllowed("GET");
+    *endpoint = Endpoint::kGubernatorHealth;
+    return path == "/v1/HealthCheck" ? HandleHealthCheck(context) : HandleLiveCheck();
+  }
   if (path == "/v1/headroom") {
     if (method != http::verb::put) return MethodNotAllowed("PUT");
     *endpoint = Endpoint::kHeadroom;
@@ -218,18 +224,12 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
                             : is_get   ? Endpoint::kCheckGet
                                        : Endpoint::kCheckPost;
   Metrics& metrics = context_->metrics;
-  if (!router->Routing()) {
-    HttpResponse response =
-        ToResponse({ErrorKind::kNotReady,
-                    "the node has not joined the cluster yet: retry, or send the check to another node"});
-    metrics.CountRequest(endpoint, response.result_int());
-    respond(std::move(response));
-    return;
-  }
-  if (std::optional<CheckRouter::Refusal> why = router->RefusesToDecide()) {
-    const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
-                                                                                  : ErrorKind::kClockOffset;
-    HttpResponse response = ToResponse({kind, why->message + "; send the check to another node"});
+  // Gubernator's path answers errors in its gateway's form.
+  auto error_response = [gubernator](const ApiError& error) {
+    return gubernator ? GatewayErrorResponse(error) : ToResponse(error);
+  };
+  if (std::optional<ApiError> refusal = RefusalOf(*router, "send the check to another node")) {
+    HttpResponse response = error_response(*refusal);
     metrics.CountRequest(endpoint, response.result_int());
     respond(std::move(response));
     return;
@@ -259,17 +259,19 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   } catch (const std::exception& e) {
     spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()), target.substr(0, 256),
                   e.what());
-    counted(ToResponse({ErrorKind::kInternal, "internal error"}));
+    counted(error_response({ErrorKind::kInternal, "internal error"}));
   }
 }
 
-void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
-                                 std::shared_ptr<const rls::RlsConfig> config,
-                                 envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done) {
-  // Shared so that an exception thrown before anything was forwarded can still answer, once.
+namespace {
+
+// Calls decide(answer), where `answer` passes on to `done` once: an exception thrown by `decide` before
+// it answered still answers, with kInternal (and later answers are dropped).
+template <typename Decide>
+void AnswerOnce(std::string_view what, std::function<void(std::optional<ApiError>)> done, Decide&& decide) {
   struct Once {
     std::atomic<bool> answered{false};
-    RlsDone done;
+    std::function<void(std::optional<ApiError>)> done;
   };
   auto once = std::make_shared<Once>();
   once->done = std::move(done);
@@ -278,11 +280,32 @@ void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitR
     once->done(std::move(error));
   };
   try {
-    HandleShouldRateLimit(*context_, context_->router, std::move(config), request, response, answer);
+    decide(answer);
   } catch (const std::exception& e) {
-    spdlog::error("api: ShouldRateLimit failed: {}", e.what());
+    spdlog::error("api: {} failed: {}", what, e.what());
     answer(ApiError{ErrorKind::kInternal, "internal error"});
   }
+}
+
+}  // namespace
+
+void ApiHandler::GetRateLimits(const pb::gubernator::GetRateLimitsReq& request,
+                               pb::gubernator::GetRateLimitsResp* response, GubernatorDone done) {
+  AnswerOnce("GetRateLimits (gRPC)", std::move(done), [&](const GubernatorDone& answer) {
+    DecideGetRateLimits(*context_, context_->router, request, response, answer);
+  });
+}
+
+void ApiHandler::HealthCheck(pb::gubernator::HealthCheckResp* response) const {
+  FillHealthCheck(*context_, response);
+}
+
+void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                                 std::shared_ptr<const rls::RlsConfig> config,
+                                 envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done) {
+  AnswerOnce("ShouldRateLimit", std::move(done), [&](const RlsDone& answer) {
+    HandleShouldRateLimit(*context_, context_->router, std::move(config), request, response, answer);
+  });
 }
 
 HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {

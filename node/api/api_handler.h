@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "limiter/limiter.h"
+#include "node/api/gubernator_handlers.h"
 #include "node/api/handler.h"
 #include "node/api/rls_handlers.h"
 #include "peer.pb.h"
@@ -89,6 +90,15 @@ class ApiHandler final : public RequestHandler {
   void ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
                        std::shared_ptr<const rls::RlsConfig> config,
                        envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done);
+
+  // Gubernator's V1 GetRateLimits (node/api/gubernator_handlers.h), routed through the cluster once
+  // SetCluster has run; `done` is called exactly once (see DecideGetRateLimits). An unexpected exception
+  // answers kInternal.
+  void GetRateLimits(const pb::gubernator::GetRateLimitsReq& request,
+                     pb::gubernator::GetRateLimitsResp* response, GubernatorDone done);
+
+  // Gubernator's V1 HealthCheck.
+  void HealthCheck(pb::gubernator::HealthCheckResp* response) const;
 
   // Joins the handler to a cluster: checks of keys other nodes own are forwarded through `router`,
   // /v1/cluster, /v1/ring and /v1/cluster/leave are served from `cluster`, and /readyz also requires

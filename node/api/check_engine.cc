@@ -391,4 +391,17 @@ void CheckBatch::RunGroup(std::span<const size_t> group, limiter::TimeNs now) {
   }
 }
 
+std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view retry_hint) {
+  if (!router.Routing()) {
+    return ApiError{ErrorKind::kNotReady,
+                    "the node has not joined the cluster yet: retry, or " + std::string(retry_hint)};
+  }
+  if (std::optional<CheckRouter::Refusal> why = router.RefusesToDecide()) {
+    const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
+                                                                                  : ErrorKind::kClockOffset;
+    return ApiError{kind, why->message + "; " + std::string(retry_hint)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace ringlimit::node

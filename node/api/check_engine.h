@@ -31,6 +31,11 @@ namespace ringlimit::node {
 struct ApiContext;
 class CheckRouter;
 
+// Why `router`'s node must not decide checks now (not joined yet: kNotReady; clock off: kClockOffset;
+// a minority under --failure-mode closed: kUnavailable), with `retry_hint` appended to the message; or
+// nullopt when it may decide.
+[[nodiscard]] std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view retry_hint);
+
 // One limit to evaluate for one entity. The views point into the request or the PolicySet, which
 // the batch keeps alive.
 struct PendingCheck {

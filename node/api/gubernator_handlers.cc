@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "gubernator/gubernator.pb.h"
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
 #include "node/api/check_engine.h"
@@ -19,12 +20,9 @@ namespace ringlimit::node {
 
 namespace http = boost::beast::http;
 namespace json = boost::json;
+namespace gpb = ::pb::gubernator;
 
 namespace {
-
-// Gubernator's Behavior flags.
-constexpr int32_t kDurationIsGregorian = 4;
-constexpr int32_t kResetRemaining = 8;
 
 struct NamedValue {
   std::string_view name;
@@ -63,7 +61,7 @@ std::optional<ApiError> ReadEnum(const json::value& v, std::string_view field, c
   return ApiError{ErrorKind::kInvalidField, std::string(field) + ": invalid enum value"};
 }
 
-std::optional<ApiError> ReadRateLimitReq(const json::object& o, api::RateLimitReq* req) {
+std::optional<ApiError> ReadRateLimitReq(const json::object& o, gpb::RateLimitReq* req) {
   for (const auto& [json_key, value] : o) {
     const std::string_view key = json_key;
     std::optional<ApiError> error;
@@ -84,10 +82,11 @@ std::optional<ApiError> ReadRateLimitReq(const json::object& o, api::RateLimitRe
       if (!(error = ReadInt(value, key, true, &x))) req->set_burst(x);
     } else if (key == "algorithm") {
       if (!(error = ReadEnum(value, key, kAlgorithms, false, &e))) {
-        req->set_algorithm(static_cast<api::GubernatorAlgorithm>(e));
+        req->set_algorithm(static_cast<gpb::Algorithm>(e));
       }
     } else if (key == "behavior") {
-      if (!(error = ReadEnum(value, key, kBehaviors, true, &e))) req->set_behavior(e);
+      if (!(error = ReadEnum(value, key, kBehaviors, true, &e)))
+        req->set_behavior(static_cast<gpb::Behavior>(e));
     } else if (key == "metadata") {
       if (!value.is_object() && !value.is_null())
         error = ApiError{ErrorKind::kInvalidField, "metadata: must be an object"};
@@ -100,8 +99,10 @@ std::optional<ApiError> ReadRateLimitReq(const json::object& o, api::RateLimitRe
           (*req->mutable_metadata())[std::string(mk)] = std::string(mv.get_string());
         }
       }
+    } else if (key == "created_at" || key == "createdAt") {
+      if (!(error = ReadInt(value, key, true, &x))) req->set_created_at(x);
     }
-    // Other fields (created_at, ...) are ignored, as Gubernator's gateway discards unknown fields.
+    // Unknown fields are ignored, as Gubernator's gateway discards them.
     if (error) return error;
   }
   return std::nullopt;
@@ -109,28 +110,28 @@ std::optional<ApiError> ReadRateLimitReq(const json::object& o, api::RateLimitRe
 
 // The limiter's algorithm for a Gubernator one; nullopt for a number with no enumerator (ReadEnum admits
 // only the two names and their numbers, so none arrives from JSON).
-std::optional<limiter::Algorithm> AlgorithmOf(api::GubernatorAlgorithm algorithm) {
+std::optional<limiter::Algorithm> AlgorithmOf(gpb::Algorithm algorithm) {
   switch (algorithm) {
-    case api::TOKEN_BUCKET:
+    case gpb::TOKEN_BUCKET:
       return limiter::Algorithm::kTokenBucket;
-    case api::LEAKY_BUCKET:
+    case gpb::LEAKY_BUCKET:
       return limiter::Algorithm::kLeakyBucket;
-    case api::GubernatorAlgorithm_INT_MIN_SENTINEL_DO_NOT_USE_:  // protoc's range markers, not values
-    case api::GubernatorAlgorithm_INT_MAX_SENTINEL_DO_NOT_USE_:
+    case gpb::Algorithm_INT_MIN_SENTINEL_DO_NOT_USE_:  // protoc's range markers, not values
+    case gpb::Algorithm_INT_MAX_SENTINEL_DO_NOT_USE_:
       break;
   }
   return std::nullopt;
 }
 
 // The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
-std::string ItemError(const api::RateLimitReq& req, limiter::LimitSpec* spec) {
+std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
   if (req.name().empty()) return "field 'namespace' cannot be empty";
   if (req.hits() < 0) return "field 'hits' cannot be negative";
   if (req.limit() < 0) return "field 'limit' cannot be negative";
   if (req.duration() <= 0) return "field 'duration' must be a positive number of milliseconds";
   if (req.burst() < 0) return "field 'burst' cannot be negative";
-  if (req.behavior() & kDurationIsGregorian) return "behavior DURATION_IS_GREGORIAN is not supported";
+  if (req.behavior() & gpb::DURATION_IS_GREGORIAN) return "behavior DURATION_IS_GREGORIAN is not supported";
   if (req.unique_key().size() > 1024) return "field 'unique_key' is longer than 1024 bytes";
   if (req.name().size() > 256) return "field 'name' is longer than 256 bytes";
   if (static_cast<uint64_t>(req.hits()) > limiter::kMaxCost) return "field 'hits' is too large";
@@ -156,140 +157,150 @@ void AppendQuoted(JsonWriter* w, std::string_view key, int64_t v) {
 }
 
 // One RateLimitResp as Protobuf's JSON mapping writes it (proto names, int64 as strings, every field).
-// `owner` (the node that decided it, "" when not in a cluster) goes into metadata, where Gubernator
-// reports its own owner.
-void WriteResp(JsonWriter* w, bool over, int64_t limit, int64_t remaining, int64_t reset_time,
-               std::string_view error, std::string_view owner = {}) {
+void WriteResp(JsonWriter* w, const gpb::RateLimitResp& resp) {
   w->BeginObject();
-  w->Field("status", over ? "OVER_LIMIT" : "UNDER_LIMIT");
-  AppendQuoted(w, "limit", limit);
-  AppendQuoted(w, "remaining", remaining);
-  AppendQuoted(w, "reset_time", reset_time);
-  w->Field("error", error);
+  w->Field("status", resp.status() == gpb::OVER_LIMIT ? "OVER_LIMIT" : "UNDER_LIMIT");
+  AppendQuoted(w, "limit", resp.limit());
+  AppendQuoted(w, "remaining", resp.remaining());
+  AppendQuoted(w, "reset_time", resp.reset_time());
+  w->Field("error", resp.error());
   w->Key("metadata");
   w->BeginObject();
-  if (!owner.empty()) w->Field("owner", owner);
+  for (const auto& [k, v] : resp.metadata()) w->Field(k, v);
   w->EndObject();
   w->EndObject();
 }
 
-// A parsed GetRateLimits request, kept alive (with the arena its strings live in) until every decision
-// is in. Items are independent (not all-or-nothing, unlike /v1/check), so a routed request runs in
-// rounds: round r holds the r-th item of every key, one check per key, and rounds run one after the
-// other, so the items of one key are charged in request order wherever their owner is.
+// A request being decided, kept alive until every decision is in. Items are independent (not
+// all-or-nothing, unlike /v1/check), so the request runs in rounds: round r holds the r-th item of every
+// key, one check per key, and rounds run one after the other, so the items of one key are charged in
+// request order wherever their owner is.
 struct GubernatorJob {
-  explicit GubernatorJob(const ApiContext& context_in) : context(context_in) {}
+  GubernatorJob(const ApiContext& context_in, const gpb::GetRateLimitsReq& request_in,
+                gpb::GetRateLimitsResp* response_in)
+      : context(context_in), request(request_in), response(response_in) {}
 
-  // Round `r` of the batch, created on first use.
   CheckBatch& Round(size_t r) {
     while (rounds.size() <= r) rounds.push_back(std::make_unique<CheckBatch>(context));
     return *rounds[r];
   }
 
-  // Runs rounds[r] and the ones after it through `router`, then calls `done` (exactly once; with an
-  // error response if a round could not run).
-  void RunRoundsFrom(size_t r, CheckRouter& router, std::shared_ptr<GubernatorJob> self,
-                     std::function<void(std::optional<ApiError>)> done) {
+  // Runs rounds[r] and the ones after it (through `router` unless null), then calls `done` exactly once.
+  void RunRoundsFrom(size_t r, CheckRouter* router, std::shared_ptr<GubernatorJob> self,
+                     GubernatorDone done) {
     if (r >= rounds.size()) return done(std::nullopt);
     CheckBatch& batch = *rounds[r];
-    auto error = batch.RunRouted(now, router, [this, r, &router, self, done]() mutable {
+    if (router == nullptr) {
+      if (auto error = batch.Run(now, /*group_by_key=*/true)) return done(std::move(error));
+      return RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
+    }
+    auto error = batch.RunRouted(now, *router, [this, r, router, self, done]() mutable {
       RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
     });
     if (error) done(std::move(error));
   }
 
   const ApiContext& context;
-  google::protobuf::Arena arena;
-  api::GetRateLimitsReq* parsed = nullptr;
+  const gpb::GetRateLimitsReq& request;
+  gpb::GetRateLimitsResp* response;
   std::vector<std::string> errors;                    // per item; "" when valid
   std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
   std::vector<std::unique_ptr<CheckBatch>> rounds;
   limiter::TimeNs now = 0;
 };
 
-using Prepared = std::variant<HttpResponse, std::shared_ptr<GubernatorJob>>;
-
-// Parses the request into a job: every valid item with a positive limit becomes one check, in round 0
-// unless `in_rounds` (routed) puts repeated keys into later rounds.
-Prepared Prepare(const ApiContext& context, const HttpRequest& request, bool in_rounds) {
-  json::value root;
-  if (auto error = ParseJsonBody(request.body(), &root)) return ToResponse(*error);
-  if (!root.is_object()) return ToResponse({ErrorKind::kInvalidField, "body: must be a JSON object"});
-  const json::value* requests_value = root.get_object().if_contains("requests");
-  static const json::array kEmpty;
-  const json::array* requests = &kEmpty;
-  if (requests_value != nullptr && !requests_value->is_null()) {
-    if (!requests_value->is_array())
-      return ToResponse({ErrorKind::kInvalidField, "requests: must be an array"});
-    requests = &requests_value->get_array();
+// Every valid item with a positive limit becomes one check.
+std::optional<ApiError> Prepare(GubernatorJob* job) {
+  const gpb::GetRateLimitsReq& request = job->request;
+  const size_t n = static_cast<size_t>(request.requests_size());
+  if (n > job->context.options.max_checks) {
+    return ApiError{ErrorKind::kTooManyChecks, "Requests.RateLimits list too large; max size is '" +
+                                                   std::to_string(job->context.options.max_checks) + "'"};
   }
-  if (requests->size() > context.options.max_checks) {
-    return ToResponse({ErrorKind::kTooManyChecks, "Requests.RateLimits list too large; max size is '" +
-                                                      std::to_string(context.options.max_checks) + "'"});
-  }
-
-  auto job = std::make_shared<GubernatorJob>(context);
-  job->parsed = google::protobuf::Arena::CreateMessage<api::GetRateLimitsReq>(&job->arena);
-  job->errors.resize(requests->size());
-  job->check_of.assign(requests->size(), {-1, -1});
+  job->errors.resize(n);
+  job->check_of.assign(n, {-1, -1});
   std::unordered_map<std::string_view, int32_t> rounds_of_key;  // key -> items seen so far
-  for (size_t i = 0; i < requests->size(); ++i) {
-    if (!(*requests)[i].is_object()) {
-      return ToResponse({ErrorKind::kInvalidField, "requests[" + std::to_string(i) + "]: must be an object"});
-    }
-    api::RateLimitReq* req = job->parsed->add_requests();
-    if (auto error = ReadRateLimitReq((*requests)[i].get_object(), req)) {
-      return ToResponse(Prefixed("requests[" + std::to_string(i) + "].", std::move(*error)));
-    }
-  }
-  for (size_t i = 0; i < requests->size(); ++i) {
-    const api::RateLimitReq& req = job->parsed->requests(static_cast<int>(i));
+  for (size_t i = 0; i < n; ++i) {
+    const gpb::RateLimitReq& req = request.requests(static_cast<int>(i));
     limiter::LimitSpec spec;
     job->errors[i] = ItemError(req, &spec);
     if (!job->errors[i].empty() || spec.limit == 0) continue;
-    const int32_t round = in_rounds ? rounds_of_key[req.unique_key()]++ : 0;
+    const int32_t round = rounds_of_key[req.unique_key()]++;
     CheckBatch& batch = job->Round(static_cast<size_t>(round));
     job->check_of[i] = {round, static_cast<int32_t>(batch.checks().size())};
-    batch.AddInline(req.unique_key(), req.name(), spec, static_cast<uint64_t>(req.hits()),
-                    (req.behavior() & kResetRemaining) != 0, i);
+    // RESET_REMAINING starts the state over and ignores the hits, as Gubernator.
+    const bool reset = (req.behavior() & gpb::RESET_REMAINING) != 0;
+    batch.AddInline(req.unique_key(), req.name(), spec, reset ? 0 : static_cast<uint64_t>(req.hits()), reset,
+                    i);
   }
-  job->now = context.clock();
-  return job;
+  return std::nullopt;
 }
 
-// The response once every round of `job` has run.
-HttpResponse Finish(const GubernatorJob& job) {
+// Fills the response once every round has run.
+void Finish(const GubernatorJob& job) {
   const int64_t now_ms = job.now / limiter::kMillisecond;
-  const int n = job.parsed->requests_size();
-  std::string body;
-  body.reserve(64 + static_cast<size_t>(n) * 144);
-  JsonWriter w(&body);
-  w.BeginObject();
-  w.Key("responses");
-  w.BeginArray();
+  const int n = job.request.requests_size();
+  gpb::GetRateLimitsResp* response = job.response;
+  response->clear_responses();
+  response->mutable_responses()->Reserve(n);
   for (int i = 0; i < n; ++i) {
-    const api::RateLimitReq& req = job.parsed->requests(i);
+    const gpb::RateLimitReq& req = job.request.requests(i);
+    gpb::RateLimitResp* resp = response->add_responses();
     const auto [round, index] = job.check_of[static_cast<size_t>(i)];
     if (!job.errors[static_cast<size_t>(i)].empty()) {
-      WriteResp(&w, false, 0, 0, 0, job.errors[static_cast<size_t>(i)]);
-    } else if (round < 0) {  // limit 0: nothing is ever admitted
-      WriteResp(&w, req.hits() > 0, 0, 0, now_ms + req.duration(), "");
+      resp->set_error(job.errors[static_cast<size_t>(i)]);
+      continue;
+    }
+    if (round < 0) {  // limit 0: nothing is ever admitted
+      resp->set_status(req.hits() > 0 ? gpb::OVER_LIMIT : gpb::UNDER_LIMIT);
+      resp->set_reset_time(now_ms + req.duration());
+      continue;
+    }
+    const CheckBatch& batch = *job.rounds[static_cast<size_t>(round)];
+    if (batch.unavailable(static_cast<size_t>(index))) {
+      resp->set_error(batch.unavailable()->message);
+      continue;
+    }
+    const limiter::Decision& d = batch.decisions()[static_cast<size_t>(index)];
+    resp->set_status(d.allowed ? gpb::UNDER_LIMIT : gpb::OVER_LIMIT);
+    resp->set_limit(static_cast<int64_t>(d.limit));
+    resp->set_remaining(static_cast<int64_t>(d.remaining));
+    if ((req.behavior() & gpb::RESET_REMAINING) != 0) {
+      resp->set_reset_time(0);  // Gubernator answers a reset with no reset time
     } else {
-      const CheckBatch& batch = *job.rounds[static_cast<size_t>(round)];
-      if (batch.unavailable(static_cast<size_t>(index))) {
-        WriteResp(&w, false, 0, 0, 0, batch.unavailable()->message);
-        continue;
-      }
-      const limiter::Decision& d = batch.decisions()[static_cast<size_t>(index)];
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
-      const std::string_view owner =
-          batch.owners().empty() ? std::string_view() : batch.owners()[static_cast<size_t>(index)];
-      WriteResp(&w, !d.allowed, static_cast<int64_t>(d.limit), static_cast<int64_t>(d.remaining),
-                now_ms + reset_ms, "", owner);
+      resp->set_reset_time(now_ms + reset_ms);
+    }
+    if (!batch.owners().empty()) {
+      const std::string_view owner = batch.owners()[static_cast<size_t>(index)];
+      (*resp->mutable_metadata())["owner"] = std::string(owner);
     }
   }
-  w.EndArray();
-  w.EndObject();
+}
+
+// grpc-gateway's HTTP status for a gRPC code.
+http::status GatewayStatusOf(int code) {
+  switch (code) {
+    case 3:   // INVALID_ARGUMENT
+    case 9:   // FAILED_PRECONDITION
+    case 11:  // OUT_OF_RANGE
+      return http::status::bad_request;
+    case 5:  // NOT_FOUND
+      return http::status::not_found;
+    case 8:  // RESOURCE_EXHAUSTED
+      return http::status::too_many_requests;
+    case 12:  // UNIMPLEMENTED
+      return http::status::not_implemented;
+    case 14:  // UNAVAILABLE
+      return http::status::service_unavailable;
+    case 16:  // UNAUTHENTICATED
+      return http::status::unauthorized;
+    default:
+      return http::status::internal_server_error;
+  }
+}
+
+HttpResponse JsonOk(std::string body) {
   HttpResponse response{http::status::ok, 11};
   response.set(http::field::content_type, "application/json");
   response.body() = std::move(body);
@@ -297,30 +308,175 @@ HttpResponse Finish(const GubernatorJob& job) {
   return response;
 }
 
+HttpResponse GatewayJson(const gpb::GetRateLimitsResp& resp) {
+  std::string body;
+  body.reserve(64 + static_cast<size_t>(resp.responses_size()) * 144);
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Key("responses");
+  w.BeginArray();
+  for (const gpb::RateLimitResp& r : resp.responses()) WriteResp(&w, r);
+  w.EndArray();
+  w.EndObject();
+  return JsonOk(std::move(body));
+}
+
+// The HTTP request parsed into a job that owns its messages (on one arena).
+struct HttpJob {
+  google::protobuf::Arena arena;
+  gpb::GetRateLimitsReq* request = google::protobuf::Arena::CreateMessage<gpb::GetRateLimitsReq>(&arena);
+  gpb::GetRateLimitsResp* response = google::protobuf::Arena::CreateMessage<gpb::GetRateLimitsResp>(&arena);
+};
+
+std::optional<ApiError> ParseHttp(const ApiContext& context, const HttpRequest& request, HttpJob* job) {
+  json::value root;
+  if (auto error = ParseJsonBody(request.body(), &root)) return error;
+  if (!root.is_object()) return ApiError{ErrorKind::kInvalidField, "body: must be a JSON object"};
+  const json::value* requests_value = root.get_object().if_contains("requests");
+  if (requests_value == nullptr || requests_value->is_null()) return std::nullopt;
+  if (!requests_value->is_array()) return ApiError{ErrorKind::kInvalidField, "requests: must be an array"};
+  const json::array& requests = requests_value->get_array();
+  if (requests.size() > context.options.max_checks) {
+    return ApiError{ErrorKind::kTooManyChecks, "Requests.RateLimits list too large; max size is '" +
+                                                   std::to_string(context.options.max_checks) + "'"};
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!requests[i].is_object()) {
+      return ApiError{ErrorKind::kInvalidField, "requests[" + std::to_string(i) + "]: must be an object"};
+    }
+    if (auto error = ReadRateLimitReq(requests[i].get_object(), job->request->add_requests())) {
+      return Prefixed("requests[" + std::to_string(i) + "].", std::move(*error));
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& request) {
-  Prepared prepared = Prepare(context, request, /*in_rounds=*/false);
-  if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
-  GubernatorJob& job = *std::get<std::shared_ptr<GubernatorJob>>(prepared);
-  if (!job.rounds.empty()) {
-    if (auto error = job.rounds[0]->Run(job.now, /*group_by_key=*/false)) return ToResponse(*error);
+int GubernatorGrpcCode(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kBadJson:
+    case ErrorKind::kInvalidField:
+    case ErrorKind::kUnknownPolicy:
+    case ErrorKind::kUnsupportedMediaType:
+      return 3;  // INVALID_ARGUMENT
+    case ErrorKind::kTooManyChecks:
+      return 11;  // OUT_OF_RANGE
+    case ErrorKind::kUnauthorized:
+      return 16;  // UNAUTHENTICATED
+    case ErrorKind::kNotFound:
+      return 5;  // NOT_FOUND
+    case ErrorKind::kMethodNotAllowed:
+      return 12;  // UNIMPLEMENTED
+    case ErrorKind::kNotReady:
+    case ErrorKind::kClockOffset:
+    case ErrorKind::kUnavailable:
+      return 14;  // UNAVAILABLE
+    case ErrorKind::kInternal:
+      break;
   }
-  return Finish(job);
+  return 13;  // INTERNAL
+}
+
+HttpResponse GatewayErrorResponse(const ApiError& error) {
+  const int code = GubernatorGrpcCode(error.kind);
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.FieldInt("code", code);
+  w.Field("message", error.message);
+  w.Key("details");
+  w.BeginArray();
+  w.EndArray();
+  w.EndObject();
+  // A wrong method or media type keeps its own status (the gateway never sees such a request).
+  const http::status status =
+      error.kind == ErrorKind::kMethodNotAllowed || error.kind == ErrorKind::kUnsupportedMediaType
+          ? StatusOf(error.kind)
+          : GatewayStatusOf(code);
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+void DecideGetRateLimits(const ApiContext& context, CheckRouter* router, const gpb::GetRateLimitsReq& request,
+                         gpb::GetRateLimitsResp* response, GubernatorDone done) {
+  auto job = std::make_shared<GubernatorJob>(context, request, response);
+  if (auto error = Prepare(job.get())) return done(std::move(error));
+  if (router != nullptr && !job->rounds.empty()) {
+    if (auto refusal = RefusalOf(*router, "send the request to another node"))
+      return done(std::move(refusal));
+  }
+  job->now = context.clock();
+  GubernatorJob* raw = job.get();
+  raw->RunRoundsFrom(0, router, job, [job, done](std::optional<ApiError> error) mutable {
+    if (!error) Finish(*job);
+    job.reset();  // the batches die here, after their last use
+    done(std::move(error));
+  });
+}
+
+void FillHealthCheck(const ApiContext& context, gpb::HealthCheckResp* response) {
+  response->set_status("healthy");
+  response->set_peer_count(1);
+  if (!context.ready.load(std::memory_order_acquire)) {
+    response->set_status("unhealthy");
+    response->set_message("the node is not ready to serve (starting or draining)");
+  }
+  if (context.cluster == nullptr) return;
+  const ClusterView view = context.cluster->Describe();
+  int32_t alive = 0;
+  for (const ClusterMemberView& m : view.members) {
+    if (m.state == "alive") ++alive;
+    if (m.id == view.node_id) response->set_advertise_address(m.http_address);
+  }
+  response->set_peer_count(alive);
+  if (response->status() == "healthy" && !context.cluster->ready()) {
+    response->set_status("unhealthy");
+    response->set_message("the node has not joined the cluster (or is leaving)");
+  }
+}
+
+HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& request) {
+  HttpJob job;
+  if (auto error = ParseHttp(context, request, &job)) return GatewayErrorResponse(*error);
+  std::optional<ApiError> failed;
+  // Without a router every round runs before DecideGetRateLimits returns.
+  DecideGetRateLimits(context, nullptr, *job.request, job.response,
+                      [&failed](std::optional<ApiError> error) { failed = std::move(error); });
+  if (failed) return GatewayErrorResponse(*failed);
+  return GatewayJson(*job.response);
 }
 
 void HandleGetRateLimitsRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
                                std::function<void(HttpResponse&&)> respond) {
-  Prepared prepared = Prepare(context, request, /*in_rounds=*/true);
-  if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
-  std::shared_ptr<GubernatorJob> job = std::get<std::shared_ptr<GubernatorJob>>(std::move(prepared));
-  GubernatorJob* raw = job.get();
-  raw->RunRoundsFrom(0, router, job, [job, respond](std::optional<ApiError> error) mutable {
-    HttpResponse response = error ? ToResponse(*error) : Finish(*job);
-    // The job (and its batches) dies here, after its last use.
-    job.reset();
-    respond(std::move(response));
-  });
+  auto job = std::make_shared<HttpJob>();
+  if (auto error = ParseHttp(context, request, job.get())) return respond(GatewayErrorResponse(*error));
+  HttpJob* raw = job.get();
+  DecideGetRateLimits(
+      context, &router, *raw->request, raw->response, [job, respond](std::optional<ApiError> error) mutable {
+        HttpResponse response = error ? GatewayErrorResponse(*error) : GatewayJson(*job->response);
+        job.reset();
+        respond(std::move(response));
+      });
 }
+
+HttpResponse HandleHealthCheck(const ApiContext& context) {
+  gpb::HealthCheckResp resp;
+  FillHealthCheck(context, &resp);
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("status", resp.status());
+  w.Field("message", resp.message());
+  w.FieldInt("peer_count", resp.peer_count());
+  w.Field("advertise_address", resp.advertise_address());
+  w.EndObject();
+  return JsonOk(std::move(body));
+}
+
+HttpResponse HandleLiveCheck() { return JsonOk("{}"); }
 
 }  // namespace ringlimit::node

@@ -1,29 +1,66 @@
-// The Gubernator family: POST /v1/GetRateLimits, compatible with Gubernator's JSON gateway
-// (pb.gubernator GetRateLimitsReq / GetRateLimitsResp; see proto/api.proto and docs/api.md), so its
-// HTTP clients can switch unchanged.
+// The Gubernator family, one semantics behind two doors: Gubernator's gRPC service pb.gubernator.V1
+// (GetRateLimits, HealthCheck; node/server/grpc_server.cc carries the transport) and its JSON gateway
+// (POST /v1/GetRateLimits, GET /v1/HealthCheck, GET /v1/LiveCheck), with the messages of
+// proto/gubernator/gubernator.proto, so Gubernator's clients switch by changing an address.
 //
 // Thread safety: stateless functions over the thread-safe ApiContext.
 #ifndef RINGLIMIT_NODE_API_GUBERNATOR_HANDLERS_H_
 #define RINGLIMIT_NODE_API_GUBERNATOR_HANDLERS_H_
 
 #include <functional>
+#include <optional>
 
+#include "node/api/api_error.h"
 #include "node/api/handler.h"
+
+namespace pb::gubernator {
+class GetRateLimitsReq;
+class GetRateLimitsResp;
+class HealthCheckResp;
+}  // namespace pb::gubernator
 
 namespace ringlimit::node {
 
 struct ApiContext;
 class CheckRouter;
 
-// Decides every item on this node.
+// The gRPC status code (grpc::StatusCode's numbers) Gubernator answers for an error of this kind (too
+// many requests: OUT_OF_RANGE, as Gubernator).
+[[nodiscard]] int GubernatorGrpcCode(ErrorKind kind);
+
+// The gateway's error response: {"code": <gRPC code>, "message": ..., "details": []} with the HTTP status
+// grpc-gateway gives that code.
+[[nodiscard]] HttpResponse GatewayErrorResponse(const ApiError& error);
+
+using GubernatorDone = std::function<void(std::optional<ApiError> error)>;
+
+// Decides every item of `request` into `response` (one RateLimitResp per item, in order). `router` null:
+// every key is decided here; else items of keys other nodes own are forwarded to their owner, and each
+// decided item carries its deciding node in metadata["owner"]. Items are independent; the items of one
+// key are decided in request order. Item problems (empty unique_key, negative hits...) go into that
+// item's `error`, as Gubernator's. `done` is called exactly once, with nullopt when `response` is
+// complete or with the error of the whole request (too many items; the node cannot decide now); it may
+// run before the call returns or later on another thread. `request` and `response` must stay alive
+// until then; `done` must not block.
+void DecideGetRateLimits(const ApiContext& context, CheckRouter* router,
+                         const pb::gubernator::GetRateLimitsReq& request,
+                         pb::gubernator::GetRateLimitsResp* response, GubernatorDone done);
+
+// HealthCheck: "healthy" once the node is ready (and has joined its cluster), else "unhealthy" and why;
+// peer_count counts the members alive in the ring (1 without a cluster).
+void FillHealthCheck(const ApiContext& context, pb::gubernator::HealthCheckResp* response);
+
+// POST /v1/GetRateLimits, every item decided on this node.
 [[nodiscard]] HttpResponse HandleGetRateLimits(const ApiContext& context, const HttpRequest& request);
 
-// The same with the items of keys other nodes own forwarded through `router` to their owner (like
-// HandleCheckRouted); each decided item reports its deciding node in metadata["owner"]. Items of one
-// key are decided in request order. Calls `respond` exactly once: at once for a bad request or when
-// every key is local, else when the last forwarded item is decided (on whichever thread that is).
+// POST /v1/GetRateLimits routed through `router`. Calls `respond` exactly once: at once for a bad request
+// or when every key is local, else when the last forwarded item is decided (on whichever thread).
 void HandleGetRateLimitsRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
                                std::function<void(HttpResponse&&)> respond);
+
+// GET /v1/HealthCheck (the HealthCheckResp as JSON, always 200) and GET /v1/LiveCheck ({}, 200).
+[[nodiscard]] HttpResponse HandleHealthCheck(const ApiContext& context);
+[[nodiscard]] HttpResponse HandleLiveCheck();
 
 }  // namespace ringlimit::node
 

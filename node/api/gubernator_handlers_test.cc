@@ -1,4 +1,4 @@
-// POST /v1/GetRateLimits: Gubernator's JSON request and response shapes.
+// POST /v1/GetRateLimits, GET /v1/HealthCheck, GET /v1/LiveCheck: Gubernator's JSON gateway shapes.
 #include "node/api/gubernator_handlers.h"
 
 #include "node/api/api_test_util.h"
@@ -45,9 +45,34 @@ TEST_F(GubernatorTest, AcceptsNumericEnumsStringIntegersAndCamelCase) {
       R"("behavior":9,"burst":"5","created_at":"123","metadata":{"a":"b"}}]})";
   json::value v = Call(body);
   EXPECT_EQ(v.at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
-  EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "2");
-  // behavior 9 includes RESET_REMAINING: the state starts over on every call.
-  EXPECT_EQ(Call(body).at("responses").at(0).at("remaining").as_string(), "2");
+  // behavior 9 includes RESET_REMAINING: as Gubernator, the state starts over and the hits are ignored.
+  EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "5");
+  EXPECT_EQ(v.at("responses").at(0).at("reset_time").as_string(), "0");
+}
+
+TEST_F(GubernatorTest, ResetRemainingForgetsWhatWasCountedAndIgnoresTheHits) {
+  const std::string hit =
+      R"({"requests":[{"name":"n","unique_key":"r","hits":4,"limit":5,"duration":60000}]})";
+  EXPECT_EQ(Call(hit).at("responses").at(0).at("remaining").as_string(), "1");
+  const std::string reset =
+      R"({"requests":[{"name":"n","unique_key":"r","hits":3,"limit":5,"duration":60000,"behavior":"RESET_REMAINING"}]})";
+  json::value v = Call(reset);
+  EXPECT_EQ(v.at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "5");
+  EXPECT_EQ(Call(hit).at("responses").at(0).at("remaining").as_string(), "1");
+}
+
+TEST_F(GubernatorTest, HealthCheckAndLiveCheck) {
+  HttpResponse health = Get("/v1/HealthCheck");
+  EXPECT_EQ(health.result_int(), 200u);
+  json::value v = Json(health);
+  EXPECT_EQ(v.at("status").as_string(), "healthy") << health.body();
+  EXPECT_EQ(v.at("peer_count").as_int64(), 1);
+  EXPECT_EQ(v.at("message").as_string(), "");
+  HttpResponse live = Get("/v1/LiveCheck");
+  EXPECT_EQ(live.result_int(), 200u);
+  EXPECT_TRUE(Json(live).as_object().empty());
+  ExpectError(Post("/v1/HealthCheck", "{}"), 405, "method_not_allowed");
 }
 
 TEST_F(GubernatorTest, RequestsAreIndependentAndErrorsArePerItem) {
@@ -78,14 +103,25 @@ TEST_F(GubernatorTest, LeakyBucket) {
   EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
 }
 
-TEST_F(GubernatorTest, RejectsMalformedRequests) {
-  ExpectError(Post("/v1/GetRateLimits", "{"), 400, "bad_json");
-  ExpectError(Post("/v1/GetRateLimits", R"({"requests":{}})"), 400, "invalid_field");
-  ExpectError(Post("/v1/GetRateLimits", R"({"requests":[{"algorithm":"SLIDING"}]})"), 400, "invalid_field");
-  ExpectError(Post("/v1/GetRateLimits", R"({"requests":[{"hits":"lots"}]})"), 400, "invalid_field");
+// Errors of the whole request in grpc-gateway's form: {"code": <gRPC code>, "message": ..., "details": []}.
+void ExpectGatewayError(const HttpResponse& response, unsigned status, int64_t code) {
+  EXPECT_EQ(response.result_int(), status) << response.body();
+  boost::system::error_code ec;
+  json::value v = json::parse(response.body(), ec);
+  ASSERT_FALSE(ec) << response.body();
+  EXPECT_EQ(v.at("code").as_int64(), code) << response.body();
+  EXPECT_FALSE(v.at("message").as_string().empty()) << response.body();
+  EXPECT_TRUE(v.at("details").as_array().empty()) << response.body();
+}
+
+TEST_F(GubernatorTest, RejectsMalformedRequestsInTheGatewaysErrorForm) {
+  ExpectGatewayError(Post("/v1/GetRateLimits", "{"), 400, 3);  // INVALID_ARGUMENT
+  ExpectGatewayError(Post("/v1/GetRateLimits", R"({"requests":{}})"), 400, 3);
+  ExpectGatewayError(Post("/v1/GetRateLimits", R"({"requests":[{"algorithm":"SLIDING"}]})"), 400, 3);
+  ExpectGatewayError(Post("/v1/GetRateLimits", R"({"requests":[{"hits":"lots"}]})"), 400, 3);
   std::string many = R"({"requests":[)";
   for (int i = 0; i < 1001; ++i) many += std::string(i ? "," : "") + R"({"name":"n","unique_key":"k"})";
-  ExpectError(Post("/v1/GetRateLimits", many + "]}"), 400, "too_many_checks");
+  ExpectGatewayError(Post("/v1/GetRateLimits", many + "]}"), 400, 11);  // OUT_OF_RANGE, as Gubernator
   EXPECT_EQ(Json(Post("/v1/GetRateLimits", "{}")).at("responses").as_array().size(), 0u);
 }
 

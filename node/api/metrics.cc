@@ -49,6 +49,8 @@ std::string_view EndpointName(Endpoint endpoint) {
       return "headroom";
     case Endpoint::kHealthz:
       return "healthz";
+    case Endpoint::kGubernatorHealth:
+      return "gubernator_health";
     case Endpoint::kReadyz:
       return "readyz";
     case Endpoint::kMetrics:
@@ -117,6 +119,10 @@ std::string_view GrpcMethodName(GrpcMethod method) {
   switch (method) {
     case GrpcMethod::kShouldRateLimit:
       return "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    case GrpcMethod::kGetRateLimits:
+      return "pb.gubernator.V1/GetRateLimits";
+    case GrpcMethod::kHealthCheck:
+      return "pb.gubernator.V1/HealthCheck";
     case GrpcMethod::kCount:
       break;
   }

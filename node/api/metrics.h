@@ -33,6 +33,7 @@ enum class Endpoint : uint8_t {
   kGetRateLimits,
   kHeadroom,
   kHealthz,
+  kGubernatorHealth,  // GET /v1/HealthCheck, GET /v1/LiveCheck
   kReadyz,
   kMetrics,
   kCluster,       // GET /v1/cluster
@@ -47,6 +48,8 @@ enum class Endpoint : uint8_t {
 // The gRPC methods, as counted in ringlimit_grpc_requests_total{method=...}.
 enum class GrpcMethod : uint8_t {
   kShouldRateLimit,  // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+  kGetRateLimits,    // pb.gubernator.V1/GetRateLimits
+  kHealthCheck,      // pb.gubernator.V1/HealthCheck
   kCount,
 };
 [[nodiscard]] std::string_view GrpcMethodName(GrpcMethod method);

@@ -235,16 +235,8 @@ void HandleShouldRateLimit(const ApiContext& context, CheckRouter* router,
   job->config = std::move(config);
   if (auto error = Prepare(request, job.get())) return done(std::move(error));
   if (router != nullptr && !job->rounds.empty()) {
-    if (!router->Routing()) {
-      return done(
-          ApiError{ErrorKind::kNotReady,
-                   "the node has not joined the cluster yet: retry, or send the request to another node"});
-    }
-    if (std::optional<CheckRouter::Refusal> why = router->RefusesToDecide()) {
-      const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
-                                                                                    : ErrorKind::kClockOffset;
-      return done(ApiError{kind, why->message + "; send the request to another node"});
-    }
+    if (auto refusal = RefusalOf(*router, "send the request to another node"))
+      return done(std::move(refusal));
   }
   job->now = context.clock();
   RlsJob* raw = job.get();

@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "gubernator/gubernator.grpc.pb.h"
 #include "node/api/api_handler.h"
+#include "node/api/gubernator_handlers.h"
 #include "node/api/metrics.h"
 #include "node/rls/rls_config.h"
 
@@ -41,6 +43,7 @@ grpc::StatusCode GrpcCodeOf(ErrorKind kind) {
 GrpcResult ResultOf(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
       return GrpcResult::kInvalidArgument;
     case grpc::StatusCode::UNAVAILABLE:
       return GrpcResult::kUnavailable;
@@ -87,9 +90,56 @@ class GrpcServer::Service final : public rlsv3::RateLimitService::CallbackServic
   Metrics& metrics_;
 };
 
+// Gubernator's V1 on the same port: GetRateLimits with the semantics of POST /v1/GetRateLimits.
+class GrpcServer::GubernatorService final : public pb::gubernator::V1::CallbackService {
+ public:
+  GubernatorService(ApiHandler& handler, Metrics& metrics) : handler_(handler), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* GetRateLimits(grpc::CallbackServerContext* context,
+                                          const pb::gubernator::GetRateLimitsReq* request,
+                                          pb::gubernator::GetRateLimitsResp* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    const auto start = std::chrono::steady_clock::now();
+    Metrics& metrics = metrics_;
+    handler_.GetRateLimits(
+        *request, response, [reactor, response, start, &metrics](std::optional<ApiError> error) {
+          const auto latency = std::chrono::steady_clock::now() - start;
+          if (error) {
+            const auto code = static_cast<grpc::StatusCode>(GubernatorGrpcCode(error->kind));
+            metrics.CountGrpc(GrpcMethod::kGetRateLimits, ResultOf(code), latency);
+            reactor->Finish(grpc::Status(code, error->message));
+            return;
+          }
+          bool over = false;
+          for (const auto& r : response->responses()) over |= r.status() == pb::gubernator::OVER_LIMIT;
+          metrics.CountGrpc(GrpcMethod::kGetRateLimits, over ? GrpcResult::kOverLimit : GrpcResult::kOk,
+                            latency);
+          reactor->Finish(grpc::Status::OK);
+        });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* HealthCheck(grpc::CallbackServerContext* context,
+                                        const pb::gubernator::HealthCheckReq* /*request*/,
+                                        pb::gubernator::HealthCheckResp* response) override {
+    const auto start = std::chrono::steady_clock::now();
+    handler_.HealthCheck(response);
+    metrics_.CountGrpc(GrpcMethod::kHealthCheck, GrpcResult::kOk, std::chrono::steady_clock::now() - start);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  ApiHandler& handler_;
+  Metrics& metrics_;
+};
+
 GrpcServer::GrpcServer(GrpcServerOptions options, ApiHandler& handler, rls::RlsConfigHolder& config,
                        Metrics& metrics)
-    : options_(std::move(options)), service_(std::make_unique<Service>(handler, config, metrics)) {}
+    : options_(std::move(options)),
+      service_(std::make_unique<Service>(handler, config, metrics)),
+      gubernator_(std::make_unique<GubernatorService>(handler, metrics)) {}
 
 GrpcServer::~GrpcServer() { Stop(); }
 
@@ -103,13 +153,14 @@ std::optional<std::string> GrpcServer::Start() {
                            &bound);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.RegisterService(service_.get());
+  builder.RegisterService(gubernator_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || bound == 0) {
     server_.reset();
     return "cannot listen for gRPC on " + host + ":" + std::to_string(options_.port);
   }
   port_ = static_cast<uint16_t>(bound);
-  spdlog::info("gRPC (Envoy rate limit service) listening on {}:{}", host, port_);
+  spdlog::info("gRPC (Envoy rate limit service, Gubernator V1) listening on {}:{}", host, port_);
   return std::nullopt;
 }
 

@@ -1,7 +1,8 @@
 // GrpcServer: the node's gRPC port (--grpc-listen), serving Envoy's rate limit service
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) with gRPC's callback API. It knows
-// the transport only: each call is handed to ApiHandler::ShouldRateLimit, and its reactor finishes when
-// the routed decisions are in -- a gRPC thread never waits for a forwarded check.
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and Gubernator's pb.gubernator.V1
+// (GetRateLimits, HealthCheck) with gRPC's callback API. It knows the transport only: each call is handed
+// to ApiHandler (ShouldRateLimit, GetRateLimits, HealthCheck), and its reactor finishes when the routed
+// decisions are in -- a gRPC thread never waits for a forwarded check.
 //
 // Thread safety: Start, Stop and port() must not race with each other; the service itself runs on
 // gRPC's threads. Lifetime: the handler, config holder and metrics must outlive the GrpcServer; Stop
@@ -59,9 +60,11 @@ class GrpcServer {
 
  private:
   class Service;
+  class GubernatorService;
 
   const GrpcServerOptions options_;
   std::unique_ptr<Service> service_;
+  std::unique_ptr<GubernatorService> gubernator_;
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
 };
