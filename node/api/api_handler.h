@@ -64,6 +64,11 @@ struct ApiOptions {
 
   // Longest inline limit name, in bytes. Default: 256.
   size_t max_name_bytes = 256;
+
+  // Envoy's rate limit service: add the RateLimit-Policy / RateLimit headers (draft-10) and
+  // X-RateLimit-Limit/-Remaining/-Reset to response_headers_to_add, for Envoy to pass on to the client
+  // (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED). Default: false.
+  bool rls_response_headers = false;
 };
 
 class ApiHandler final : public RequestHandler {

@@ -12,6 +12,7 @@
 #include "node/api/check_engine.h"
 #include "node/api/cluster_hooks.h"
 #include "node/api/json_writer.h"
+#include "node/api/ratelimit_headers.h"
 
 namespace ringlimit::node {
 
@@ -81,22 +82,6 @@ HttpResponse JsonOk(http::status status, std::string body) {
   return response;
 }
 
-// A Structured Field string (RFC 8941): printable ASCII, with " and \ escaped.
-void AppendSfString(std::string* out, std::string_view s) {
-  out->push_back('"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (c < 0x20 || c > 0x7e) {
-      out->push_back('?');
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
-
 void SetHeaderInt(HttpResponse* response, http::field field, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -113,35 +98,21 @@ void SetHeaderInt(HttpResponse* response, std::string_view field, int64_t v) {
 // X-RateLimit-* and Retry-After from the binding limit (the refusing one with the longest wait, else
 // the one with the fewest units left).
 void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
-  std::string policy_header;
-  std::string state_header;
+  RateLimitHeaders headers;
   size_t binding = 0;
   for (size_t i = 0; i < batch.checks().size(); ++i) {
     const PendingCheck& c = batch.checks()[i];
     const limiter::Decision& d = batch.decisions()[i];
-    if (i > 0) {
-      policy_header.append(", ");
-      state_header.append(", ");
-    }
-    AppendSfString(&policy_header, c.state_name);
-    policy_header.append(";q=");
-    AppendInt(&policy_header, static_cast<int64_t>(d.limit));
-    policy_header.append(";w=");
-    AppendInt(&policy_header, std::max<int64_t>(1, CeilDiv(c.spec->window, limiter::kSecond)));
-    AppendSfString(&state_header, c.state_name);
-    state_header.append(";r=");
-    AppendInt(&state_header, static_cast<int64_t>(d.remaining));
-    state_header.append(";t=");
-    AppendInt(&state_header, CeilDiv(d.reset_after, limiter::kSecond));
-
+    headers.Add(c.state_name, static_cast<int64_t>(d.limit), CeilDiv(c.spec->window, limiter::kSecond),
+                static_cast<int64_t>(d.remaining), CeilDiv(d.reset_after, limiter::kSecond));
     const limiter::Decision& b = batch.decisions()[binding];
     const bool better = (!d.allowed && b.allowed) ||
                         (!d.allowed && !b.allowed && d.retry_after > b.retry_after) ||
                         (d.allowed && b.allowed && d.remaining < b.remaining);
     if (better) binding = i;
   }
-  response->set("RateLimit-Policy", policy_header);
-  response->set("RateLimit", state_header);
+  response->set("RateLimit-Policy", headers.policy());
+  response->set("RateLimit", headers.state());
   const limiter::Decision& b = batch.decisions()[binding];
   SetHeaderInt(response, "X-RateLimit-Limit", static_cast<int64_t>(b.limit));
   SetHeaderInt(response, "X-RateLimit-Remaining", static_cast<int64_t>(b.remaining));

@@ -10,6 +10,7 @@
 #include "node/api/api_context.h"
 #include "node/api/check_engine.h"
 #include "node/api/cluster_hooks.h"
+#include "node/api/ratelimit_headers.h"
 #include "node/rls/rls_config.h"
 
 namespace ringlimit::node {
@@ -169,10 +170,50 @@ void SetDuration(limiter::DurationNs d, google::protobuf::Duration* out) {
   out->set_nanos(static_cast<int32_t>(d % limiter::kSecond));
 }
 
-// Fills the response once every round has run; an error when a key could not be decided.
-std::optional<ApiError> Finish(const RlsJob& job, rlsv3::RateLimitResponse* response) {
+// The name of a descriptor's limit in the RateLimit headers: the rule's name, else its entries.
+std::string HeaderName(const rls::RlsLimit& limit, const rlsv3::RateLimitRequest& request, size_t i) {
+  if (!limit.name.empty()) return limit.name;
+  std::string name;
+  for (const auto& entry : request.descriptors(static_cast<int>(i)).entries()) {
+    if (!name.empty()) name.push_back('|');
+    name.append(entry.key()).append("=").append(entry.value());
+  }
+  return name;
+}
+
+void AddHeader(rlsv3::RateLimitResponse* response, std::string_view key, std::string_view value) {
+  auto* header = response->add_response_headers_to_add();
+  header->set_key(std::string(key));
+  header->set_value(std::string(value));
+}
+
+// Fills the response once every round has run; an error when a key could not be decided. With
+// ApiOptions::rls_response_headers, response_headers_to_add carries RateLimit-Policy and RateLimit
+// (one member per descriptor with a limit) and X-RateLimit-Limit/-Remaining/-Reset of the binding one
+// (over its limit, else the fewest units left).
+std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest& request,
+                               rlsv3::RateLimitResponse* response) {
+  const bool headers_wanted = job.context.options.rls_response_headers;
+  RateLimitHeaders headers;
+  struct Binding {
+    bool over = false;
+    int64_t limit = 0, remaining = 0, reset_seconds = 0;
+  };
+  std::optional<Binding> binding;
+  auto add_to_headers = [&](size_t i, const Item& item, bool over, int64_t remaining,
+                            limiter::DurationNs reset) {
+    if (!headers_wanted || item.shadow) return;
+    const int64_t reset_seconds = reset <= 0 ? 0 : (reset - 1) / limiter::kSecond + 1;
+    const int64_t window_seconds = item.limit->spec.window / limiter::kSecond;
+    const auto limit = static_cast<int64_t>(item.limit->requests_per_unit);
+    headers.Add(HeaderName(*item.limit, request, i), limit, window_seconds, remaining, reset_seconds);
+    const bool better =
+        !binding || (over && !binding->over) || (over == binding->over && remaining < binding->remaining);
+    if (better) binding = Binding{over, limit, remaining, reset_seconds};
+  };
   bool over = false;
-  for (const Item& item : job.items) {
+  for (size_t i = 0; i < job.items.size(); ++i) {
+    const Item& item = job.items[i];
     auto* status = response->add_statuses();
     status->set_code(rlsv3::RateLimitResponse::OK);
     switch (item.kind) {
@@ -189,6 +230,7 @@ std::optional<ApiError> Finish(const RlsJob& job, rlsv3::RateLimitResponse* resp
         }
         const limiter::DurationNs window = item.limit->spec.window;
         SetDuration(window - job.now % window, status->mutable_duration_until_reset());
+        add_to_headers(i, item, true, 0, window - job.now % window);
         break;
       }
       case Item::Kind::kCheck: {
@@ -204,11 +246,19 @@ std::optional<ApiError> Finish(const RlsJob& job, rlsv3::RateLimitResponse* resp
         status->set_limit_remaining(
             static_cast<uint32_t>(std::min<uint64_t>(d.remaining, std::numeric_limits<uint32_t>::max())));
         SetDuration(d.reset_after, status->mutable_duration_until_reset());
+        add_to_headers(i, item, !d.allowed, static_cast<int64_t>(d.remaining), d.reset_after);
         break;
       }
     }
   }
   response->set_overall_code(over ? rlsv3::RateLimitResponse::OVER_LIMIT : rlsv3::RateLimitResponse::OK);
+  if (binding) {
+    AddHeader(response, "RateLimit-Policy", headers.policy());
+    AddHeader(response, "RateLimit", headers.state());
+    AddHeader(response, "X-RateLimit-Limit", std::to_string(binding->limit));
+    AddHeader(response, "X-RateLimit-Remaining", std::to_string(binding->remaining));
+    AddHeader(response, "X-RateLimit-Reset", std::to_string(binding->reset_seconds));
+  }
   return std::nullopt;
 }
 
@@ -240,8 +290,8 @@ void HandleShouldRateLimit(const ApiContext& context, CheckRouter* router,
   }
   job->now = context.clock();
   RlsJob* raw = job.get();
-  raw->RunRoundsFrom(0, router, job, [job, response, done](std::optional<ApiError> error) mutable {
-    if (!error) error = Finish(*job, response);
+  raw->RunRoundsFrom(0, router, job, [job, &request, response, done](std::optional<ApiError> error) mutable {
+    if (!error) error = Finish(*job, request, response);
     job.reset();  // the batches die here, after their last use
     done(std::move(error));
   });

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "node/api/api_test_util.h"
 #include "node/rls/rls_config.h"
@@ -101,6 +103,31 @@ TEST(RlsKeyTest, DistinctDescriptorsNeverShareAKey) {
   EXPECT_NE(RlsKey("d|a=1", Entries{}), RlsKey("d", Entries{{"a", "1"}}));
   EXPECT_NE(RlsKey("d", Entries{{"a=1", ""}}), RlsKey("d", Entries{{"a", "1="}}));
   EXPECT_NE(RlsKey("d", Entries{{"a\\", "|"}}), RlsKey("d", Entries{{"a", "\\|"}}));
+}
+
+TEST_F(RlsHandlersTest, RateLimitHeadersOnlyWhenAsked) {
+  EXPECT_EQ(Call("user", "h0").response_headers_to_add_size(), 0);
+  ApiOptions options;
+  options.rls_response_headers = true;
+  Rebuild(options);
+  const limiter::TimeNs minute = 60 * limiter::kSecond;
+  Advance(minute - now_ % minute + 15 * limiter::kSecond);  // 45 s left in the window
+  rlsv3::RateLimitResponse r = Call("user", "h1");
+  std::map<std::string, std::string> headers;
+  for (const auto& h : r.response_headers_to_add()) headers[h.key()] = h.value();
+  EXPECT_EQ(headers["RateLimit-Policy"], R"("user=h1";q=2;w=60)");
+  EXPECT_EQ(headers["RateLimit"], R"("user=h1";r=1;t=45)");
+  EXPECT_EQ(headers["X-RateLimit-Limit"], "2");
+  EXPECT_EQ(headers["X-RateLimit-Remaining"], "1");
+  EXPECT_EQ(headers["X-RateLimit-Reset"], "45");
+  Call("user", "h1");
+  rlsv3::RateLimitResponse over = Call("user", "h1");
+  EXPECT_EQ(over.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  for (const auto& h : over.response_headers_to_add()) {
+    if (h.key() == "X-RateLimit-Remaining") {
+      EXPECT_EQ(h.value(), "0");
+    }
+  }
 }
 
 }  // namespace

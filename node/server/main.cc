@@ -149,6 +149,9 @@ Parsed ParseFlags(int argc, char** argv) {
       "serve Envoy's rate limit service (gRPC) on HOST:PORT (port 0 = ephemeral); off unless set")(
       "grpc-max-message-bytes", po::value(&grpc_max_message_bytes)->default_value(1 << 20),
       "largest gRPC request message; larger gets RESOURCE_EXHAUSTED")(
+      "rls-response-headers", po::bool_switch(&n.api.rls_response_headers),
+      "add RateLimit / RateLimit-Policy and X-RateLimit-* to the rate limit service's answers, for Envoy to "
+      "pass on")(
       "rls-config", po::value(&n.rls_config_path),
       "envoyproxy/ratelimit YAML config for the gRPC rate limit service (docs/api.md); reloaded on SIGHUP")(
       "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <map>
 
 #include "tests/cluster/cluster_harness.h"
 #include "tests/rls/rls_test_util.h"
@@ -309,6 +310,29 @@ TEST(RlsStartTest, ABadConfigOrAMissingGrpcPortRefusesToStart) {
   auto no_port = NodeProcess::Start(WithArgs({"--rls-config", path.string()}));
   ASSERT_FALSE(no_port);
   EXPECT_NE(no_port.error().find("--rls-config needs --grpc-listen"), std::string::npos) << no_port.error();
+  std::filesystem::remove(path);
+}
+
+TEST(RlsHeadersTest, RateLimitHeadersForEnvoyWithRlsResponseHeaders) {
+  const std::filesystem::path path = NewConfigPath();
+  ASSERT_TRUE(WriteFile(path, kRlsConfig));
+  auto node = NodeProcess::Start(
+      WithArgs({"--grpc-listen", "127.0.0.1:0", "--rls-config", path.string(), "--rls-response-headers"}));
+  ASSERT_TRUE(node) << node.error();
+  auto port = (*node)->port("grpc_port");
+  ASSERT_TRUE(port.has_value());
+  RlsClient client(*port);
+  // path=/login: 2 per hour, named "login"; remote_address: 3 per hour, unnamed (named by its entry).
+  RlsAnswer a =
+      client.Call(MakeRequest("edge", {{{"path", "/login"}}, {{"remote_address", "198.51.100.1"}}}));
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  std::map<std::string, std::string> headers;
+  for (const auto& h : a.response.response_headers_to_add()) headers[h.key()] = h.value();
+  EXPECT_EQ(headers["RateLimit-Policy"], R"("login";q=2;w=3600, "remote_address=198.51.100.1";q=3;w=3600)");
+  EXPECT_EQ(headers["RateLimit"].rfind(R"("login";r=1;t=)", 0), 0u) << headers["RateLimit"];
+  EXPECT_NE(headers["RateLimit"].find(R"("remote_address=198.51.100.1";r=2;t=)"), std::string::npos);
+  EXPECT_EQ(headers["X-RateLimit-Limit"], "2");  // the binding limit: fewest units left
+  EXPECT_EQ(headers["X-RateLimit-Remaining"], "1");
   std::filesystem::remove(path);
 }
 
