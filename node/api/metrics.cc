@@ -152,8 +152,12 @@ void Metrics::CountGrpc(GrpcMethod method, GrpcResult result, std::chrono::nanos
   const auto r = static_cast<size_t>(result);
   if (m >= static_cast<size_t>(GrpcMethod::kCount) || r >= static_cast<size_t>(GrpcResult::kCount)) return;
   grpc_requests_[m * static_cast<size_t>(GrpcResult::kCount) + r].fetch_add(1, std::memory_order_relaxed);
-  grpc_latency_sum_ns_[m].fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, latency.count())),
-                                    std::memory_order_relaxed);
+  const int64_t ns = std::max<int64_t>(0, latency.count());
+  const auto bucket = static_cast<size_t>(
+      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) - kLatencyBoundsNs.begin());
+  grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1) + bucket].fetch_add(1, std::memory_order_relaxed);
+  grpc_latency_count_[m].fetch_add(1, std::memory_order_relaxed);
+  grpc_latency_sum_ns_[m].fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
 uint64_t Metrics::TEST_Grpc(GrpcMethod method, GrpcResult result) const {
@@ -201,13 +205,34 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
     }
   }
   out.append(
-      "# HELP ringlimit_grpc_duration_seconds_total Total time spent answering gRPC calls, by method.\n"
-      "# TYPE ringlimit_grpc_duration_seconds_total counter\n");
+      "# HELP ringlimit_grpc_duration_seconds Time from a gRPC call's arrival to its answer, by method.\n"
+      "# TYPE ringlimit_grpc_duration_seconds histogram\n");
   for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
-    out.append("ringlimit_grpc_duration_seconds_total{method=\"");
-    out.append(GrpcMethodName(static_cast<GrpcMethod>(m)));
+    const std::string_view method = GrpcMethodName(static_cast<GrpcMethod>(m));
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b <= kLatencyBoundsNs.size(); ++b) {
+      cumulative +=
+          grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1) + b].load(std::memory_order_relaxed);
+      out.append("ringlimit_grpc_duration_seconds_bucket{method=\"");
+      out.append(method);
+      out.append("\",le=\"");
+      if (b == kLatencyBoundsNs.size()) {
+        out.append("+Inf");
+      } else {
+        AppendSeconds(&out, kLatencyBoundsNs[b]);
+      }
+      out.append("\"} ");
+      AppendUint(&out, cumulative);
+      out.push_back('\n');
+    }
+    out.append("ringlimit_grpc_duration_seconds_sum{method=\"");
+    out.append(method);
     out.append("\"} ");
     AppendSeconds(&out, static_cast<int64_t>(grpc_latency_sum_ns_[m].load(std::memory_order_relaxed)));
+    out.append("\nringlimit_grpc_duration_seconds_count{method=\"");
+    out.append(method);
+    out.append("\"} ");
+    AppendUint(&out, grpc_latency_count_[m].load(std::memory_order_relaxed));
     out.push_back('\n');
   }
 

@@ -119,6 +119,10 @@ class Metrics {
              static_cast<size_t>(GrpcMethod::kCount) * static_cast<size_t>(GrpcResult::kCount)>
       grpc_requests_{};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_sum_ns_{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_count_{};
+  // [method * (bounds + 1) + bucket], the same buckets as the HTTP histogram.
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount) * (kLatencyBoundsNs.size() + 1)>
+      grpc_latency_buckets_{};
 
   // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
   // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache

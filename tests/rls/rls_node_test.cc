@@ -260,6 +260,18 @@ TEST_F(RlsNodeTest, MetricsCountCallsByMethodAndResult) {
       << body;
   EXPECT_NE(body.find("result=\"ok\"}"), std::string::npos) << body;
   EXPECT_NE(body.find("result=\"invalid_argument\"}"), std::string::npos) << body;
+  // The latency histogram: every call lands in the +Inf bucket, which equals the count.
+  const std::string method = "method=\"envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit\"";
+  const size_t inf = body.find("ringlimit_grpc_duration_seconds_bucket{" + method + ",le=\"+Inf\"} ");
+  const size_t count = body.find("ringlimit_grpc_duration_seconds_count{" + method + "} ");
+  ASSERT_NE(inf, std::string::npos) << body;
+  ASSERT_NE(count, std::string::npos) << body;
+  const auto value_at = [&](size_t at) {
+    const size_t space = body.find("} ", at) + 2;
+    return std::stoull(body.substr(space, body.find('\n', space) - space));
+  };
+  EXPECT_GE(value_at(count), 3u);
+  EXPECT_EQ(value_at(inf), value_at(count));
 }
 
 // Its own node: the config changes under it.
