@@ -18,6 +18,7 @@
 #include <string>
 
 #include "node/cluster/cluster.h"
+#include "node/server/file_watcher.h"
 #include "node/server/node.h"
 
 namespace {
@@ -153,7 +154,8 @@ Parsed ParseFlags(int argc, char** argv) {
       "add RateLimit / RateLimit-Policy and X-RateLimit-* to the rate limit service's answers, for Envoy to "
       "pass on")(
       "rls-config", po::value(&n.rls_config_path),
-      "envoyproxy/ratelimit YAML config for the gRPC rate limit service (docs/api.md); reloaded on SIGHUP")(
+      "envoyproxy/ratelimit YAML config for the gRPC rate limit service (docs/api.md); reloaded when it "
+      "changes and on SIGHUP")(
       "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),
       "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
       "data-dir", po::value(&n.storage.data_dir),
@@ -352,7 +354,24 @@ int main(int argc, char** argv) {
         main_io.stop();
       };
   signals.async_wait(on_signal);
+  // The rate limit service's config is also reread when its file changes (as envoyproxy/ratelimit does);
+  // a bad file is logged and the previous config stays in force, as on SIGHUP.
+  std::optional<ringlimit::node::FileWatcher> rls_watcher;
+  if (!flags.node.rls_config_path.empty()) {
+    rls_watcher.emplace(main_io, flags.node.rls_config_path, [&] {
+      if (ringlimit::Status reloaded = node.ReloadRlsConfig(); !reloaded.ok()) {
+        spdlog::error("{} changed: rls config not reloaded, the previous one stays in force: {}",
+                      flags.node.rls_config_path, reloaded.message());
+      } else {
+        spdlog::info("{} changed: rls config reloaded", flags.node.rls_config_path);
+      }
+    });
+    if (auto failed = rls_watcher->Start()) {
+      spdlog::warn("--rls-config is reloaded on SIGHUP only: {}", *failed);
+    }
+  }
   main_io.run();
+  rls_watcher.reset();
   node.Stop();
   return kExitOk;
 }

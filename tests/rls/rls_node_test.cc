@@ -312,6 +312,51 @@ TEST(RlsReloadTest, SighupReloadsTheConfigAndABadFileKeepsTheOldOne) {
   std::filesystem::remove(path);
 }
 
+// No signal: the node notices the file changed -- rewritten in place, or replaced by a rename as editors
+// and Kubernetes ConfigMap updates do.
+TEST(RlsReloadTest, AChangedFileIsReloadedWithoutASignal) {
+  const std::filesystem::path path = NewConfigPath();
+  auto config = [](int limit) {
+    return "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " +
+           std::to_string(limit) + "}\n";
+  };
+  ASSERT_TRUE(WriteFile(path, config(1)));
+  auto started =
+      NodeProcess::Start(WithArgs({"--grpc-listen", "127.0.0.1:0", "--rls-config", path.string()}));
+  ASSERT_TRUE(started) << started.error();
+  NodeProcess& node = **started;
+  RlsClient client(*node.port("grpc_port"));
+  auto limit_of = [&client](const std::string& value) {
+    return client.Call(MakeRequest("r", {{{"k", value}}}))
+        .response.statuses(0)
+        .current_limit()
+        .requests_per_unit();
+  };
+  auto wait_for_limit = [&](uint32_t want) {
+    return WaitFor("limit " + std::to_string(want), std::chrono::seconds(10), [&](std::string* why) {
+      const uint32_t limit = limit_of("v");
+      *why = "limit " + std::to_string(limit);
+      return limit == want;
+    });
+  };
+  EXPECT_EQ(limit_of("a"), 1u);
+  ASSERT_TRUE(WriteFile(path, config(7)));  // in place
+  auto in_place = wait_for_limit(7);
+  ASSERT_TRUE(in_place) << in_place.error();
+  const std::filesystem::path next = path.string() + ".next";
+  ASSERT_TRUE(WriteFile(next, config(8)));
+  std::filesystem::rename(next, path);  // replaced
+  auto renamed = wait_for_limit(8);
+  ASSERT_TRUE(renamed) << renamed.error();
+  ASSERT_TRUE(WriteFile(path, "domain: r\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"));
+  auto logged = WaitFor("the rejected reload in the log", std::chrono::seconds(10), [&](std::string*) {
+    return node.Log().find("rls config not reloaded") != std::string::npos;
+  });
+  ASSERT_TRUE(logged) << logged.error();
+  EXPECT_EQ(limit_of("c"), 8u);  // the bad file changed nothing
+  std::filesystem::remove(path);
+}
+
 TEST(RlsStartTest, ABadConfigOrAMissingGrpcPortRefusesToStart) {
   const std::filesystem::path path = NewConfigPath();
   ASSERT_TRUE(WriteFile(
