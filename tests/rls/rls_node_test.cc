@@ -275,86 +275,97 @@ TEST_F(RlsNodeTest, MetricsCountCallsByMethodAndResult) {
 }
 
 // Its own node: the config changes under it.
-TEST(RlsReloadTest, SighupReloadsTheConfigAndABadFileKeepsTheOldOne) {
-  const std::filesystem::path path = NewConfigPath();
-  ASSERT_TRUE(WriteFile(
-      path, "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"));
-  auto started =
-      NodeProcess::Start(WithArgs({"--grpc-listen", "127.0.0.1:0", "--rls-config", path.string()}));
-  ASSERT_TRUE(started) << started.error();
-  NodeProcess& node = **started;
-  RlsClient client(*node.port("grpc_port"));
-  auto limit_of = [&client](const std::string& value) {
-    return client.Call(MakeRequest("r", {{{"k", value}}}))
+class RlsReloadTest : public ::testing::Test {
+ protected:
+  static std::string ConfigWithLimit(int limit) {
+    return "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " +
+           std::to_string(limit) + "}\n";
+  }
+  // Starts the node on a config of limit 1 at path_. With `symlinked`, path_ is a symbolic link to a file
+  // in another directory (target_): writing through it changes nothing the node watches.
+  void StartNode(bool symlinked) {
+    path_ = NewConfigPath();
+    if (symlinked) {
+      target_dir_ = path_.string() + ".d";
+      std::filesystem::create_directory(target_dir_);
+      ASSERT_TRUE(WriteFile(target_dir_ / "config.yaml", ConfigWithLimit(1)));
+      std::filesystem::create_symlink(target_dir_ / "config.yaml", path_);
+    } else {
+      ASSERT_TRUE(WriteFile(path_, ConfigWithLimit(1)));
+    }
+    auto started =
+        NodeProcess::Start(WithArgs({"--grpc-listen", "127.0.0.1:0", "--rls-config", path_.string()}));
+    ASSERT_TRUE(started) << started.error();
+    node_ = std::move(*started);
+    client_ = std::make_unique<RlsClient>(*node_->port("grpc_port"));
+    EXPECT_EQ(LimitOf("a"), 1u);
+  }
+  void TearDown() override {
+    std::filesystem::remove(path_);
+    if (!target_dir_.empty()) std::filesystem::remove_all(target_dir_);
+  }
+
+  uint32_t LimitOf(const std::string& value) const {
+    return client_->Call(MakeRequest("r", {{{"k", value}}}))
         .response.statuses(0)
         .current_limit()
         .requests_per_unit();
-  };
-  EXPECT_EQ(limit_of("a"), 1u);
+  }
+  Result<std::chrono::milliseconds> WaitForLimit(uint32_t want) const {
+    return WaitFor("limit " + std::to_string(want), std::chrono::seconds(10), [&](std::string* why) {
+      const uint32_t limit = LimitOf("v");
+      *why = "limit " + std::to_string(limit);
+      return limit == want;
+    });
+  }
+  // Writes a file the config cannot accept and waits for the rejection in the log.
+  Result<std::chrono::milliseconds> WriteBadFile() const {
+    if (!WriteFile(path_, "domain: r\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n")) {
+      return std::string("cannot write ") + path_.string();
+    }
+    return WaitFor("the rejected reload in the log", std::chrono::seconds(10), [&](std::string*) {
+      return node_->Log().find("rls config not reloaded") != std::string::npos;
+    });
+  }
 
-  ASSERT_TRUE(WriteFile(
-      path, "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"));
-  ASSERT_TRUE(node.Signal(SIGHUP));
-  auto reloaded = WaitFor("the new limit", std::chrono::seconds(10), [&](std::string* why) {
-    const uint32_t limit = limit_of("b");
-    *why = "limit " + std::to_string(limit);
-    return limit == 9;
-  });
+  std::filesystem::path path_;
+  std::filesystem::path target_dir_;
+  std::unique_ptr<NodeProcess> node_;
+  std::unique_ptr<RlsClient> client_;
+};
+
+TEST_F(RlsReloadTest, SighupReloadsTheConfigAndABadFileKeepsTheOldOne) {
+  // Written through a link into a directory the node does not watch: only SIGHUP can bring it in.
+  ASSERT_NO_FATAL_FAILURE(StartNode(/*symlinked=*/true));
+  ASSERT_TRUE(WriteFile(path_, ConfigWithLimit(9)));
+  EXPECT_EQ(LimitOf("b"), 1u);
+  ASSERT_TRUE(node_->Signal(SIGHUP));
+  auto reloaded = WaitForLimit(9);
   ASSERT_TRUE(reloaded) << reloaded.error();
-
-  ASSERT_TRUE(WriteFile(path, "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"));
-  ASSERT_TRUE(node.Signal(SIGHUP));
-  auto logged = WaitFor("the rejected reload in the log", std::chrono::seconds(10), [&](std::string*) {
-    return node.Log().find("rls config not reloaded") != std::string::npos;
+  ASSERT_TRUE(WriteFile(path_, "domain: r\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"));
+  ASSERT_TRUE(node_->Signal(SIGHUP));
+  auto rejected = WaitFor("the rejected reload in the log", std::chrono::seconds(10), [&](std::string*) {
+    return node_->Log().find("rls config not reloaded") != std::string::npos;
   });
-  ASSERT_TRUE(logged) << logged.error();
-  EXPECT_EQ(limit_of("c"), 9u);
-  std::filesystem::remove(path);
+  ASSERT_TRUE(rejected) << rejected.error();
+  EXPECT_EQ(LimitOf("c"), 9u);
 }
 
 // No signal: the node notices the file changed -- rewritten in place, or replaced by a rename as editors
 // and Kubernetes ConfigMap updates do.
-TEST(RlsReloadTest, AChangedFileIsReloadedWithoutASignal) {
-  const std::filesystem::path path = NewConfigPath();
-  auto config = [](int limit) {
-    return "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " +
-           std::to_string(limit) + "}\n";
-  };
-  ASSERT_TRUE(WriteFile(path, config(1)));
-  auto started =
-      NodeProcess::Start(WithArgs({"--grpc-listen", "127.0.0.1:0", "--rls-config", path.string()}));
-  ASSERT_TRUE(started) << started.error();
-  NodeProcess& node = **started;
-  RlsClient client(*node.port("grpc_port"));
-  auto limit_of = [&client](const std::string& value) {
-    return client.Call(MakeRequest("r", {{{"k", value}}}))
-        .response.statuses(0)
-        .current_limit()
-        .requests_per_unit();
-  };
-  auto wait_for_limit = [&](uint32_t want) {
-    return WaitFor("limit " + std::to_string(want), std::chrono::seconds(10), [&](std::string* why) {
-      const uint32_t limit = limit_of("v");
-      *why = "limit " + std::to_string(limit);
-      return limit == want;
-    });
-  };
-  EXPECT_EQ(limit_of("a"), 1u);
-  ASSERT_TRUE(WriteFile(path, config(7)));  // in place
-  auto in_place = wait_for_limit(7);
+TEST_F(RlsReloadTest, AChangedFileIsReloadedWithoutASignal) {
+  ASSERT_NO_FATAL_FAILURE(StartNode(/*symlinked=*/false));
+  ASSERT_TRUE(WriteFile(path_, ConfigWithLimit(7)));  // in place
+  auto in_place = WaitForLimit(7);
   ASSERT_TRUE(in_place) << in_place.error();
-  const std::filesystem::path next = path.string() + ".next";
-  ASSERT_TRUE(WriteFile(next, config(8)));
-  std::filesystem::rename(next, path);  // replaced
-  auto renamed = wait_for_limit(8);
+  const std::filesystem::path next = path_.string() + ".next";
+  ASSERT_TRUE(WriteFile(next, ConfigWithLimit(8)));
+  std::filesystem::rename(next, path_);  // replaced
+  auto renamed = WaitForLimit(8);
   ASSERT_TRUE(renamed) << renamed.error();
-  ASSERT_TRUE(WriteFile(path, "domain: r\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"));
-  auto logged = WaitFor("the rejected reload in the log", std::chrono::seconds(10), [&](std::string*) {
-    return node.Log().find("rls config not reloaded") != std::string::npos;
-  });
-  ASSERT_TRUE(logged) << logged.error();
-  EXPECT_EQ(limit_of("c"), 8u);  // the bad file changed nothing
-  std::filesystem::remove(path);
+  auto rejected = WriteBadFile();
+  ASSERT_TRUE(rejected) << rejected.error();
+  EXPECT_EQ(LimitOf("c"), 8u);  // the bad file changed nothing
 }
 
 TEST(RlsStartTest, ABadConfigOrAMissingGrpcPortRefusesToStart) {
