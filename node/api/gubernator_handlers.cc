@@ -142,6 +142,9 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
   spec->window = req.duration() * limiter::kMillisecond;
   spec->burst = static_cast<uint64_t>(req.burst());
+  // DRAIN_OVER_LIMIT: an over-limit hit empties what is left (Gubernator sets remaining to 0): the
+  // limiter's count_denied charges a denied request, and a bucket never holds less than nothing.
+  spec->count_denied = (req.behavior() & gpb::DRAIN_OVER_LIMIT) != 0;
   if (spec->limit == 0) return "";  // always over the limit; no state needed
   if (auto invalid = limiter::Validate(*spec)) {
     std::string field = invalid->field == "window" ? "duration" : invalid->field;

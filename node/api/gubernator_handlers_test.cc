@@ -62,6 +62,23 @@ TEST_F(GubernatorTest, ResetRemainingForgetsWhatWasCountedAndIgnoresTheHits) {
   EXPECT_EQ(Call(hit).at("responses").at(0).at("remaining").as_string(), "1");
 }
 
+TEST_F(GubernatorTest, DrainOverLimitEmptiesTheBucketOnAnOverLimitHit) {
+  auto call = [&](int hits, bool drain) {
+    const std::string body = R"({"requests":[{"name":"n","unique_key":"d","hits":)" + std::to_string(hits) +
+                             R"(,"limit":10,"duration":3600000)" +
+                             (drain ? R"(,"behavior":"DRAIN_OVER_LIMIT"})" : "}") + "]}";
+    return Call(body).at("responses").at(0);
+  };
+  EXPECT_EQ(call(6, false).at("remaining").as_string(), "4");
+  json::value plain = call(5, false);  // over without the flag: nothing taken
+  EXPECT_EQ(plain.at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(plain.at("remaining").as_string(), "4");
+  json::value drained = call(5, true);  // over with it: what was left is gone
+  EXPECT_EQ(drained.at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(drained.at("remaining").as_string(), "0");
+  EXPECT_EQ(call(1, false).at("status").as_string(), "OVER_LIMIT");
+}
+
 TEST_F(GubernatorTest, HealthCheckAndLiveCheck) {
   HttpResponse health = Get("/v1/HealthCheck");
   EXPECT_EQ(health.result_int(), 200u);

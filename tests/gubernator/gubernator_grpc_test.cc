@@ -159,6 +159,18 @@ TEST_F(GubernatorNodeTest, ResetRemainingAsGubernator) {
   EXPECT_EQ(client_->One(Item("reset", 4, 5, 3'600'000)).remaining(), 1);
 }
 
+TEST_F(GubernatorNodeTest, DrainOverLimitAsGubernator) {
+  EXPECT_EQ(client_->One(Item("drain", 6, 10, 3'600'000)).remaining(), 4);
+  gpb::RateLimitResp kept = client_->One(Item("drain", 5, 10, 3'600'000));
+  EXPECT_EQ(kept.status(), gpb::OVER_LIMIT);
+  EXPECT_EQ(kept.remaining(), 4);  // without the flag an over-limit hit takes nothing
+  gpb::RateLimitResp drained =
+      client_->One(Item("drain", 5, 10, 3'600'000, gpb::TOKEN_BUCKET, gpb::DRAIN_OVER_LIMIT));
+  EXPECT_EQ(drained.status(), gpb::OVER_LIMIT);
+  EXPECT_EQ(drained.remaining(), 0);
+  EXPECT_EQ(client_->One(Item("drain", 1, 10, 3'600'000)).status(), gpb::OVER_LIMIT);
+}
+
 TEST_F(GubernatorNodeTest, SameAnswersAsTheHttpGateway) {
   // One key counted through both doors: the HTTP gateway sees what gRPC charged, and the other way round.
   EXPECT_EQ(client_->One(Item("both", 3, 10, 3'600'000)).remaining(), 7);
