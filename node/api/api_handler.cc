@@ -84,7 +84,10 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
   const std::string_view path = target.substr(0, question);
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
-  const http::verb method = request.method();
+  // HEAD is answered as GET (the transport leaves the body out) wherever GET only reads -- not on
+  // /v1/check, where a GET charges.
+  const http::verb method =
+      request.method() == http::verb::head && path != "/v1/check" ? http::verb::get : request.method();
   *endpoint = Endpoint::kOther;
 
   if (path == "/v1/check") {
@@ -110,7 +113,7 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
       if (auto error = Authorize(context, request)) return ToResponse(*error);
       return HandleKeysDelete(context, key, query);
     }
-    return MethodNotAllowed("GET, DELETE");
+    return MethodNotAllowed("GET, HEAD, DELETE");
   }
   if (path == "/v1/GetRateLimits") {
     if (method != http::verb::post) return MethodNotAllowed("POST");
@@ -119,7 +122,7 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     return HandleGetRateLimits(context, request);
   }
   if (path == "/v1/HealthCheck" || path == "/v1/LiveCheck") {
-    if (method != http::verb::get) return MethodNotAllowed("GET");
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     *endpoint = Endpoint::kGubernatorHealth;
     return path == "/v1/HealthCheck" ? HandleHealthCheck(context) : HandleLiveCheck();
   }
@@ -131,12 +134,12 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     return HandleHeadroomPut(context, request);
   }
   if (path == "/v1/cluster") {
-    if (method != http::verb::get) return MethodNotAllowed("GET");
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     *endpoint = Endpoint::kCluster;
     return HandleClusterGet(context);
   }
   if (path == "/v1/ring") {
-    if (method != http::verb::get) return MethodNotAllowed("GET");
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     *endpoint = Endpoint::kRing;
     return HandleRingGet(context, query);
   }
@@ -147,7 +150,7 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     return HandleClusterLeave(context);
   }
   if (path == "/healthz" || path == "/readyz" || path == "/metrics") {
-    if (method != http::verb::get) return MethodNotAllowed("GET");
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     if (path == "/healthz") {
       *endpoint = Endpoint::kHealthz;
       return HandleHealthz();

@@ -188,10 +188,44 @@ void Session::OnRead(error_code ec) {
   FinishIfDone();
 }
 
+namespace {
+
+// Only `chunked` is a transfer coding this server decodes (RFC 9112 6.1: another one is 501).
+bool OnlyChunked(std::string_view codings) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  while (!codings.empty()) {
+    const size_t comma = codings.find(',');
+    const std::string_view coding = trim(codings.substr(0, comma));
+    if (!coding.empty() && !boost::beast::iequals(coding, "chunked")) return false;
+    codings = comma == std::string_view::npos ? std::string_view() : codings.substr(comma + 1);
+  }
+  return true;
+}
+
+}  // namespace
+
 void Session::Dispatch(HttpRequest&& request) {
   const uint64_t seq = next_seq_++;
   pending_.push_back(
       Pending{std::nullopt, request.keep_alive(), Clock::now(), request.method() == http::verb::head});
+  // Codings the server cannot undo are refused before the handler sees the bytes as a body.
+  if (auto te = request.find(http::field::transfer_encoding);
+      te != request.end() && !OnlyChunked(te->value())) {
+    OnResponse(seq, ErrorResponse(http::status::not_implemented, "unsupported_transfer_coding",
+                                  "only the chunked transfer coding is supported"));
+    return;
+  }
+  if (auto ce = request.find(http::field::content_encoding);
+      ce != request.end() && !boost::beast::iequals(ce->value(), "identity") && !ce->value().empty()) {
+    OnResponse(seq, ErrorResponse(http::status::unsupported_media_type, "unsupported_content_coding",
+                                  "request bodies must not be content-coded (Content-Encoding: " +
+                                      std::string(ce->value().substr(0, 64)) + ")"));
+    return;
+  }
   Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
     // Runs inline when the handler answers on this strand, else hops onto it.
     net::dispatch(self->socket_.get_executor(), [self, seq, response = std::move(response)]() mutable {

@@ -1,5 +1,11 @@
 // Every class of bad input over the wire: each gets the right status with a JSON error body, and the
 // node keeps serving everyone else afterwards.
+#include <array>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
 #include "tests/node/node_test_util.h"
 
 namespace ringlimit::testing {
@@ -136,6 +142,60 @@ TEST_F(NodeBadInputTest, UnknownPathIs404AndWrongMethodIs405) {
   EXPECT_EQ(Header(*wrong, "Allow"), "GET, POST");
   ExpectError(client_->Get("/v1/GetRateLimits"), 405, "method_not_allowed");
   ExpectError(client_->Post("/healthz", "{}"), 405, "method_not_allowed");
+}
+
+TEST_F(NodeBadInputTest, UnsupportedCodingsAre501And415) {
+  // A transfer coding other than chunked: 501 (RFC 9112), the body neither decoded nor charged.
+  ASSERT_TRUE(
+      client_->SendRaw("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"));
+  ExpectError(client_->ReadResponse(), 501, "unsupported_transfer_coding");
+  // A content-coded body: 415.
+  ASSERT_TRUE(client_->SendRaw(
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+      "Content-Length: 2\r\n\r\n{}"));
+  ExpectError(client_->ReadResponse(), 415, "unsupported_content_coding");
+  // Plain chunked still works on the same connection.
+  ASSERT_TRUE(client_->SendRaw(
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+      "\r\n2\r\n{}\r\n0\r\n\r\n"));
+  auto chunked = client_->ReadResponse();
+  ASSERT_TRUE(chunked) << chunked.error().message();
+  EXPECT_EQ(chunked->result_int(), 400) << chunked->body();  // parsed: {} has no checks
+  ExpectStillServing();
+}
+
+// HEAD is GET without a body: the next response on the connection follows the headers at once.
+TEST_F(NodeBadInputTest, HeadIsGetWithoutABody) {
+  // Everything the node sends on one connection for `requests` (the last one closes it).
+  auto exchange = [&](const std::string& requests) {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket socket(io);
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), node_->http_port()});
+    boost::asio::write(socket, boost::asio::buffer(requests));
+    std::string answer;
+    boost::system::error_code ec;
+    std::array<char, 4096> chunk{};
+    while (!ec) {
+      const size_t n = socket.read_some(boost::asio::buffer(chunk), ec);
+      answer.append(chunk.data(), n);
+    }
+    return answer;
+  };
+  const std::string answer = exchange(
+      "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: "
+      "close\r\n\r\n");
+  ASSERT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  const size_t end_of_head = answer.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << answer;
+  EXPECT_NE(answer.find("Content-Length: 15"), std::string::npos) << answer;  // GET's length, no body
+  EXPECT_EQ(answer.compare(end_of_head + 4, 12, "HTTP/1.1 200"), 0) << answer;
+  ASSERT_GE(answer.size(), 15u);
+  EXPECT_EQ(answer.substr(answer.size() - 15), R"({"status":"ok"})") << answer;
+  // HEAD never charges: on /v1/check it is not allowed.
+  const std::string check = exchange(
+      "HEAD /v1/check?key=h&limit=1&window_ms=60000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(check.rfind("HTTP/1.1 405", 0), 0u) << check;
 }
 
 TEST_F(NodeBadInputTest, MalformedHttpIs400) {
