@@ -10,12 +10,16 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <tuple>
 
 #include "node/cluster/cluster.h"
 #include "node/server/file_watcher.h"
@@ -61,6 +65,7 @@ bool ParseListen(const std::string& text, std::string* host, uint16_t* port) {
 Parsed ParseFlags(int argc, char** argv) {
   const NodeOptions defaults;
   std::string listen, log_level, config;
+  std::string admin_token_file, cluster_secret_file;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
   Flags flags;
   NodeOptions& n = flags.node;
@@ -107,7 +112,10 @@ Parsed ParseFlags(int argc, char** argv) {
       po::value(&replication_interval_ms)->default_value(defaults.replication.interval.count()),
       "async replication: how often changed counters are shipped to the replicas")(
       "cluster-secret", po::value(&n.cluster.cluster_secret),
-      "shared secret: peers must prove it (HMAC handshake) before any message is accepted")(
+      "shared secret: peers must prove it (HMAC handshake) before any message is accepted; better from "
+      "--cluster-secret-file or RINGLIMIT_CLUSTER_SECRET, which ps does not show")(
+      "cluster-secret-file", po::value(&cluster_secret_file),
+      "read --cluster-secret from this file (trailing whitespace dropped)")(
       "probe-interval-ms", po::value(&probe_interval_ms)->default_value(swim.probe_interval.count()),
       "SWIM: one member is probed per interval")(
       "probe-timeout-ms", po::value(&probe_timeout_ms)->default_value(swim.probe_timeout.count()),
@@ -163,6 +171,8 @@ Parsed ParseFlags(int argc, char** argv) {
       "flush-interval-ms",
       po::value(&n.storage.flush_interval_ms)->default_value(defaults.storage.flush_interval_ms),
       "how often dirty counters are written to RocksDB (the most a kill -9 can lose)")(
+      "admin-token-file", po::value(&admin_token_file),
+      "read --admin-token from this file (trailing whitespace dropped); or set RINGLIMIT_ADMIN_TOKEN")(
       "admin-token", po::value(&n.api.admin_token),
       "require `Authorization: Bearer TOKEN` on DELETE /v1/keys and PUT /v1/headroom")(
       "key-header", po::value(&n.api.key_header)->default_value(defaults.api.key_header),
@@ -204,6 +214,23 @@ Parsed ParseFlags(int argc, char** argv) {
   };
   if (!ParseListen(listen, &n.http.address, &n.http.port))
     return bad("--listen: expected HOST:PORT, got " + listen);
+  // Secrets: the flag, its file, or the environment -- one source each.
+  for (auto [flag, value, file, env] :
+       {std::tuple<const char*, std::string*, const std::string*, const char*>{
+            "admin-token", &n.api.admin_token, &admin_token_file, "RINGLIMIT_ADMIN_TOKEN"},
+        {"cluster-secret", &n.cluster.cluster_secret, &cluster_secret_file, "RINGLIMIT_CLUSTER_SECRET"}}) {
+    if (!file->empty()) {
+      if (!value->empty()) return bad(std::string("give --") + flag + " or --" + flag + "-file, not both");
+      std::ifstream in(*file);
+      std::ostringstream text;
+      if (!in || !(text << in.rdbuf())) return bad(std::string("--") + flag + "-file: cannot read " + *file);
+      *value = text.str();
+      while (!value->empty() && std::isspace(static_cast<unsigned char>(value->back()))) value->pop_back();
+      if (value->empty()) return bad(std::string("--") + flag + "-file: " + *file + " is empty");
+    } else if (value->empty()) {
+      if (const char* from_env = std::getenv(env); from_env != nullptr) *value = from_env;
+    }
+  }
   flags.log_level = spdlog::level::from_str(log_level);
   if (flags.log_level == spdlog::level::off && log_level != "off")
     return bad("--log-level: unknown level " + log_level);

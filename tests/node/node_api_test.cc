@@ -1,5 +1,9 @@
 // Every endpoint and every response header of the HTTP API, over the wire against a real ringlimitd.
+#include <unistd.h>
+
 #include <boost/json/serialize.hpp>
+#include <filesystem>
+#include <fstream>
 
 #include "tests/node/node_test_util.h"
 
@@ -224,6 +228,46 @@ TEST_F(NodeApiTest, KeepAliveAndPipeliningOverTheRealApi) {
     EXPECT_EQ(response.result_int(), status);
     EXPECT_TRUE(response.keep_alive());
   }
+}
+
+// The admin token from a file or the environment (not on argv, where ps shows it).
+TEST(NodeSecretsTest, AdminTokenFromAFileOrTheEnvironment) {
+  auto deletes_with = [](NodeProcess& node, const std::string& token) {
+    HttpClient client(node.http_port());
+    auto response = client.Delete("/v1/keys/nobody", {{"Authorization", "Bearer " + token}});
+    return response ? response->result_int() : 0u;
+  };
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("admin_token_" + std::to_string(getpid()));
+  {
+    std::ofstream out(file);
+    out << "from-a-file\n";
+  }
+  NodeProcessOptions from_file;
+  from_file.args = {"--admin-token-file", file.string()};
+  auto a = NodeProcess::Start(std::move(from_file));
+  ASSERT_TRUE(a) << a.error();
+  EXPECT_EQ(deletes_with(**a, "from-a-file"), 200u);  // the newline is not part of it
+  EXPECT_EQ(deletes_with(**a, "other"), 401u);
+
+  NodeProcessOptions from_env;
+  from_env.env = {"RINGLIMIT_ADMIN_TOKEN=from-the-env"};
+  auto b = NodeProcess::Start(std::move(from_env));
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(deletes_with(**b, "from-the-env"), 200u);
+  EXPECT_EQ(deletes_with(**b, "other"), 401u);
+
+  NodeProcessOptions both;
+  both.args = {"--admin-token-file", file.string(), "--admin-token", "x"};
+  auto c = NodeProcess::Start(std::move(both));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().find("not both"), std::string::npos) << c.error();
+  NodeProcessOptions missing;
+  missing.args = {"--admin-token-file", file.string() + ".missing"};
+  auto d = NodeProcess::Start(std::move(missing));
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().find("cannot read"), std::string::npos) << d.error();
+  std::filesystem::remove(file);
 }
 
 }  // namespace
