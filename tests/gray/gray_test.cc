@@ -92,7 +92,7 @@ TEST(GrayOpenTest, IsolatedMinorityIsBoundedPerSideAndHealsToTheMergedCount) {
 // replication forgets what an owner admitted in its last interval before it stopped. What holds in every
 // case: once the faults are over and the copies met, nothing more is admitted until the merged count
 // allows (healed_over = 0), and no copy rolls another back in a way that lets a key admit twice the same
-// count after healing. Not in ctest yet (tests/gray/CMakeLists.txt says why); run by hand.
+// count after healing. In ctest as GrayTest.DefaultModeEveryScenario.
 class GrayOpenHealTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GrayOpenHealTest, BoundedAndNothingAdmittedAfterHealingBeyondTheMergedCount) {
