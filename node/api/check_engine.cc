@@ -33,6 +33,15 @@ std::optional<ApiError> CheckBatch::ValidateKey(std::string_view key) const {
   return std::nullopt;
 }
 
+ApiError ReservedName(std::string_view name, const Policy& owner) {
+  std::string message = "name: ";
+  AppendJsonString(&message, name);
+  message += " is a state of policy ";
+  AppendJsonString(&message, owner.name);
+  message += "; check it with \"policy\" (inline limits and Gubernator items cannot use a policy's names)";
+  return ApiError{ErrorKind::kInvalidField, std::move(message)};
+}
+
 DecisionCounters* CheckBatch::CountersFor(std::string_view policy) {
   if (last_counters_ == nullptr || policy != last_policy_) {
     last_counters_ = context_.metrics.ForPolicy(policy);
@@ -81,6 +90,7 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
     return InvalidField("name: longer than " + std::to_string(context_.options.max_name_bytes) + " bytes");
   }
   if (!IsValidUtf8(name)) return InvalidField("name: not valid UTF-8");
+  if (const Policy* owner = policies_->Owning(name)) return ReservedName(name, *owner);
   limiter::LimitSpec spec;
   if (auto error = ApplyLimitFields(check, &spec)) return error;
   const limiter::LimitSpec& stored = inline_specs_.emplace_back(spec);

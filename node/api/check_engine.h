@@ -34,6 +34,10 @@ class CheckRouter;
 // Why `router`'s node must not decide checks now (not joined yet: kNotReady; clock off: kClockOffset;
 // a minority under --failure-mode closed: kUnavailable), with `retry_hint` appended to the message; or
 // nullopt when it may decide.
+// The error for an inline limit (or Gubernator item) whose name is a state of policy `owner`
+// (PolicySet::Owning).
+[[nodiscard]] ApiError ReservedName(std::string_view name, const Policy& owner);
+
 [[nodiscard]] std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view retry_hint);
 
 // One limit to evaluate for one entity. The views point into the request or the PolicySet, which

@@ -223,10 +223,15 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
   job->errors.resize(n);
   job->check_of.assign(n, {-1, -1});
   std::unordered_map<std::string_view, int32_t> rounds_of_key;  // key -> items seen so far
+  const std::shared_ptr<const PolicySet> policies = job->context.policies.Current();
   for (size_t i = 0; i < n; ++i) {
     const gpb::RateLimitReq& req = request.requests(static_cast<int>(i));
     limiter::LimitSpec spec;
     job->errors[i] = ItemError(req, &spec);
+    if (job->errors[i].empty()) {
+      if (const Policy* owner = policies->Owning(req.name()))
+        job->errors[i] = ReservedName(req.name(), *owner).message;
+    }
     if (!job->errors[i].empty() || spec.limit == 0) continue;
     const int32_t round = rounds_of_key[req.unique_key()]++;
     CheckBatch& batch = job->Round(static_cast<size_t>(round));

@@ -87,7 +87,7 @@ TEST_F(KeysTest, RejectsBadKeysAndMethods) {
   ExpectError(Get("/v1/keys/" + std::string(1025, 'k')), 400, "invalid_field");
   HttpResponse r = Send(http::verb::post, "/v1/keys/u", "{}");
   ExpectError(r, 405, "method_not_allowed");
-  EXPECT_EQ(r[http::field::allow], "GET, DELETE");
+  EXPECT_EQ(r[http::field::allow], "GET, HEAD, DELETE");
   ExpectError(Send(http::verb::delete_, "/v1/keys/u?name="), 400, "invalid_field");
 }
 

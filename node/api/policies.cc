@@ -219,6 +219,16 @@ const Policy* PolicySet::Find(std::string_view name) const {
   return it == policies_.end() ? nullptr : &it->second;
 }
 
+const Policy* PolicySet::Owning(std::string_view state_name) const {
+  if (policies_.empty()) return nullptr;
+  if (const Policy* p = Find(state_name)) return p;
+  for (size_t slash = state_name.find('/'); slash != std::string_view::npos;
+       slash = state_name.find('/', slash + 1)) {
+    if (const Policy* p = Find(state_name.substr(0, slash))) return p;
+  }
+  return nullptr;
+}
+
 Policies::Policies(std::string path) : path_(std::move(path)) {
   set_.Publish(std::make_shared<const PolicySet>());
 }

@@ -53,6 +53,11 @@ class PolicySet {
 
   // nullptr when no policy has that name.
   [[nodiscard]] const Policy* Find(std::string_view name) const;
+
+  // The policy whose states a state named `state_name` would be (the policy's own name, or "<policy>/..."),
+  // or nullptr. Inline checks and Gubernator items may not use such a name: a caller could otherwise read,
+  // replace or reset (RESET_REMAINING) a policy's counters without naming the policy.
+  [[nodiscard]] const Policy* Owning(std::string_view state_name) const;
   [[nodiscard]] size_t size() const { return policies_.size(); }
 
  private:

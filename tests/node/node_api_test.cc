@@ -178,6 +178,34 @@ TEST_F(NodeApiTest, KeysGetAndDeleteWithAdminToken) {
   EXPECT_EQ(JsonBody(Must(client_->Get("/v1/keys/entity"))).at("states").as_array().size(), 0u);
 }
 
+// A policy's counters can be read, replaced or reset only through the policy: an inline check or a
+// Gubernator item that names one of its states is refused, and the counter is untouched.
+TEST_F(NodeApiTest, InlineChecksAndGubernatorItemsCannotTouchAPolicysState) {
+  ASSERT_EQ(Must(client_->Get("/v1/check?key=guarded&policy=dual")).result_int(), 200);
+  ASSERT_EQ(Must(client_->Get("/v1/check?key=guarded&policy=dual")).result_int(), 200);
+  ASSERT_EQ(Must(client_->Get("/v1/check?key=guarded&policy=dual")).result_int(), 429);  // per_minute: 2
+  for (const char* name : {"dual/per_minute", "dual", "dual/anything"}) {
+    auto inline_check = Must(client_->Post(
+        "/v1/check", std::string(R"({"checks":[{"key":"guarded","name":")") + name +
+                         R"(","algorithm":"fixed_window","limit":100,"window_ms":60000,"cost":0}]})"));
+    EXPECT_EQ(inline_check.result_int(), 400) << name << ": " << inline_check.body();
+    EXPECT_NE(inline_check.body().find("policy"), std::string::npos) << inline_check.body();
+  }
+  auto reset = Must(client_->Post("/v1/GetRateLimits",
+                                  R"({"requests":[{"name":"dual/per_minute","unique_key":"guarded","hits":1,)"
+                                  R"("limit":100,"duration":60000,"behavior":"RESET_REMAINING"}]})"));
+  ASSERT_EQ(reset.result_int(), 200) << reset.body();
+  EXPECT_NE(JsonBody(reset).at("responses").at(0).at("error").as_string().find("policy"), json::string::npos)
+      << reset.body();
+  EXPECT_EQ(Must(client_->Get("/v1/check?key=guarded&policy=dual")).result_int(), 429);  // still exhausted
+  // A name that only starts like a policy's is the caller's own.
+  EXPECT_EQ(
+      Must(client_->Post("/v1/check",
+                         R"({"checks":[{"key":"guarded","name":"dualx","limit":1,"window_ms":60000}]})"))
+          .result_int(),
+      200);
+}
+
 TEST_F(NodeApiTest, GubernatorGetRateLimits) {
   const std::string body = R"({"requests":[{"name":"requests_per_sec","unique_key":"account:12345","hits":1,
     "limit":2,"duration":60000,"algorithm":"TOKEN_BUCKET","behavior":"BATCHING"}]})";
