@@ -157,6 +157,24 @@ out | grep -q "curl" || fail "up did not print a curl line"
 for i in 1 2 3; do sees_alive "$i" "n1,n2,n3" || fail "n$i does not see n1..n3 alive"; done
 checks_work_on 1 2 3
 
+# Every node serves gRPC on BASE+200+i: Gubernator's HealthCheck answers "healthy" with 3 peers (over
+# Debian's python3-grpcio when it is there; else the port must at least be listening).
+for i in 1 2 3; do
+  grpc_port=$((RINGLIMIT_BASE_PORT + 200 + i))
+  if /usr/bin/python3 -c 'import grpc' 2>/dev/null; then
+    /usr/bin/python3 - "$grpc_port" <<'PY' || fail "n$i: no healthy gRPC HealthCheck on port $grpc_port"
+import sys, grpc
+channel = grpc.insecure_channel(f"127.0.0.1:{sys.argv[1]}")
+call = channel.unary_unary("/pb.gubernator.V1/HealthCheck",
+                           request_serializer=lambda b: b, response_deserializer=lambda b: b)
+answer = call(b"", timeout=5)  # HealthCheckResp: field 1 "healthy", field 3 peer_count 3
+sys.exit(0 if answer.startswith(b"\x0a\x07healthy") and b"\x18\x03" in answer else 1)
+PY
+  else
+    [[ -n "$(ss -ltnH "( sport = :$grpc_port )")" ]] || fail "n$i: nothing listens on gRPC port $grpc_port"
+  fi
+done
+
 run 0 up 3  # rerun: nothing to do, still succeeds
 for i in 1 2 3; do sees_alive "$i" "n1,n2,n3" || fail "rerun of up changed the cluster"; done
 
