@@ -125,7 +125,7 @@ start_ringlimitd() {
   if "$ringlimitd" --help 2>/dev/null | grep -q -- "--peer-listen "; then peer=(--peer-listen 127.0.0.1:0); fi
   rm -f "$work/port.json"
   taskset -c "$server_cpu" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$work/port.json" --threads 1 \
-    --log-level warn --max-keys 2000000 --max-connections 100000 "${peer[@]}" "$@" >"$work/ringlimitd.log" 2>&1 &
+    --log-level warn --max-keys 2000000 --max-connections 4096 "${peer[@]}" "$@" >"$work/ringlimitd.log" 2>&1 &
   server_pid=$!
   server_pids=("$server_pid")
   wait_file "$work/port.json" "$work/ringlimitd.log"

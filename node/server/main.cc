@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -20,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "node/cluster/cluster.h"
 #include "node/server/file_watcher.h"
@@ -39,6 +41,7 @@ struct Flags {
   NodeOptions node;
   std::string port_file;
   spdlog::level::level_enum log_level = spdlog::level::info;
+  std::vector<std::string> warnings;  // found while parsing, logged once logging is set up
 };
 
 struct Parsed {
@@ -184,6 +187,7 @@ Parsed ParseFlags(int argc, char** argv) {
   all.add(general).add(http).add(api).add(cluster);
 
   Parsed parsed;
+  bool max_connections_given = false;
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, all), vm);
@@ -201,6 +205,7 @@ Parsed ParseFlags(int argc, char** argv) {
       po::store(po::parse_config_file(file, all), vm);
     }
     po::notify(vm);
+    max_connections_given = !vm["max-connections"].defaulted();
   } catch (const po::error& e) {
     std::cerr << "ringlimitd: " << e.what() << "\n(try --help)\n";
     parsed.exit_code = kExitBadFlags;
@@ -239,6 +244,25 @@ Parsed ParseFlags(int argc, char** argv) {
   }
   if (n.storage.flush_interval_ms == 0) return bad("--flush-interval-ms must be at least 1");
   if (n.http.max_connections == 0) return bad("--max-connections must be at least 1");
+  // Every connection is an open file, and RocksDB, the peer transport and gRPC need some more: raise the
+  // soft RLIMIT_NOFILE to the hard one, then make sure the connections fit under it.
+  constexpr rlim_t kReservedFiles = 512;
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    if (nofile.rlim_cur < nofile.rlim_max) {
+      rlimit raised = nofile;
+      raised.rlim_cur = nofile.rlim_max;
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
+    }
+    const rlim_t usable = nofile.rlim_cur > kReservedFiles ? nofile.rlim_cur - kReservedFiles : 0;
+    if (n.http.max_connections > usable) {
+      const std::string why = "--max-connections " + std::to_string(n.http.max_connections) + " needs " +
+                              std::to_string(n.http.max_connections + kReservedFiles) +
+                              " open files; the limit (ulimit -n) is " + std::to_string(nofile.rlim_cur);
+      if (max_connections_given || usable == 0) return bad(why + ": lower it or raise the limit");
+      n.http.max_connections = static_cast<size_t>(usable);
+      flags.warnings.push_back(why + ": serving at most " + std::to_string(usable) + " connections");
+    }
+  }
   if (n.http.max_header_bytes < 256) return bad("--max-header-bytes must be at least 256");
   n.http.read_timeout = std::chrono::milliseconds(read_timeout_ms);
   n.http.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
@@ -331,6 +355,7 @@ int main(int argc, char** argv) {
   logger->set_level(flags.log_level);
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  for (const std::string& warning : flags.warnings) spdlog::warn("{}", warning);
 
   // Signals are handled on this thread's io_context (installed before the node starts, so a signal
   // can never take the default action once the port file exists); the node serves on its own threads.

@@ -247,5 +247,28 @@ TEST_F(NodeConnectionCapTest, TooManyConnectionsGet503AndAreCounted) {
   EXPECT_NE(metrics->body().find("status=\"503\""), std::string::npos);
 }
 
+// Connections are open files: a --max-connections that cannot fit under RLIMIT_NOFILE is refused at start;
+// the default one is lowered to fit, with a warning.
+TEST(NodeOpenFilesTest, MaxConnectionsMustFitTheOpenFileLimit) {
+  NodeProcessOptions explicit_cap;
+  explicit_cap.wrapper = {"prlimit", "--nofile=1024:1024"};
+  explicit_cap.args = {"--max-connections", "10000"};
+  auto refused = NodeProcess::Start(std::move(explicit_cap));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("needs 10512 open files; the limit (ulimit -n) is 1024"), std::string::npos)
+      << refused.error();
+
+  NodeProcessOptions default_cap;
+  default_cap.wrapper = {"prlimit", "--nofile=1024:1024"};
+  auto lowered = NodeProcess::Start(std::move(default_cap));
+  ASSERT_TRUE(lowered) << lowered.error();
+  EXPECT_NE((*lowered)->Log().find("serving at most 512 connections"), std::string::npos)
+      << (*lowered)->Log();
+  HttpClient client((*lowered)->http_port());
+  auto response = client.Get("/healthz");
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->result_int(), 200);
+}
+
 }  // namespace
 }  // namespace ringlimit::testing
