@@ -414,4 +414,31 @@ std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view re
   return std::nullopt;
 }
 
+CheckBatch& CheckRounds::Round(size_t r) {
+  while (rounds_.size() <= r) rounds_.push_back(std::make_unique<CheckBatch>(context_));
+  return *rounds_[r];
+}
+
+void CheckRounds::Run(CheckRouter* router, std::shared_ptr<const void> owner, Done done) {
+  if (router != nullptr && !rounds_.empty()) {
+    if (auto refusal = RefusalOf(*router, "send the request to another node"))
+      return done(std::move(refusal));
+  }
+  now_ = context_.clock();
+  RunFrom(0, router, std::move(owner), std::move(done));
+}
+
+void CheckRounds::RunFrom(size_t r, CheckRouter* router, std::shared_ptr<const void> owner, Done done) {
+  if (r >= rounds_.size()) return done(std::nullopt);
+  CheckBatch& batch = *rounds_[r];
+  if (router == nullptr) {
+    if (auto error = batch.Run(now_, /*group_by_key=*/true)) return done(std::move(error));
+    return RunFrom(r + 1, router, std::move(owner), std::move(done));
+  }
+  auto error = batch.RunRouted(now_, *router, [this, r, router, owner, done]() mutable {
+    RunFrom(r + 1, router, std::move(owner), std::move(done));
+  });
+  if (error) done(std::move(error));
+}
+
 }  // namespace ringlimit::node

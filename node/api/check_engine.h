@@ -147,6 +147,36 @@ class CheckBatch {
   DecisionCounters* last_counters_ = nullptr;
 };
 
+// Batches run one after the other, for requests whose items are independent (Gubernator's items, Envoy's
+// descriptors; not all-or-nothing like /v1/check): round r holds the r-th check of every key, so the checks
+// of one key are charged in request order wherever its owner is.
+class CheckRounds {
+ public:
+  using Done = std::function<void(std::optional<ApiError> error)>;
+
+  explicit CheckRounds(const ApiContext& context) : context_(context) {}
+
+  // Round `r`, created (with those before it) on first use.
+  CheckBatch& Round(size_t r);
+  [[nodiscard]] const CheckBatch& operator[](size_t r) const { return *rounds_[r]; }
+  [[nodiscard]] bool empty() const { return rounds_.empty(); }
+  // The instant the rounds were decided at (set by Run).
+  [[nodiscard]] limiter::TimeNs now() const { return now_; }
+
+  // Runs every round at the context's clock -- through `router` unless null, after RefusalOf allows it --
+  // and calls `done` exactly once: nullopt once every decision is in, or the error that stopped it. It may
+  // run before Run returns or later on another thread. `owner` keeps this object, and what its checks
+  // point into, alive until then.
+  void Run(CheckRouter* router, std::shared_ptr<const void> owner, Done done);
+
+ private:
+  void RunFrom(size_t r, CheckRouter* router, std::shared_ptr<const void> owner, Done done);
+
+  const ApiContext& context_;
+  std::vector<std::unique_ptr<CheckBatch>> rounds_;
+  limiter::TimeNs now_ = 0;
+};
+
 }  // namespace ringlimit::node
 
 #endif  // RINGLIMIT_NODE_API_CHECK_ENGINE_H_

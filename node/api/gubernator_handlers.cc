@@ -174,42 +174,19 @@ void WriteResp(JsonWriter* w, const gpb::RateLimitResp& resp) {
   w->EndObject();
 }
 
-// A request being decided, kept alive until every decision is in. Items are independent (not
-// all-or-nothing, unlike /v1/check), so the request runs in rounds: round r holds the r-th item of every
-// key, one check per key, and rounds run one after the other, so the items of one key are charged in
-// request order wherever their owner is.
+// A request being decided, kept alive until every decision is in; its items are independent, so they run
+// in CheckRounds.
 struct GubernatorJob {
   GubernatorJob(const ApiContext& context_in, const gpb::GetRateLimitsReq& request_in,
                 gpb::GetRateLimitsResp* response_in)
-      : context(context_in), request(request_in), response(response_in) {}
-
-  CheckBatch& Round(size_t r) {
-    while (rounds.size() <= r) rounds.push_back(std::make_unique<CheckBatch>(context));
-    return *rounds[r];
-  }
-
-  // Runs rounds[r] and the ones after it (through `router` unless null), then calls `done` exactly once.
-  void RunRoundsFrom(size_t r, CheckRouter* router, std::shared_ptr<GubernatorJob> self,
-                     GubernatorDone done) {
-    if (r >= rounds.size()) return done(std::nullopt);
-    CheckBatch& batch = *rounds[r];
-    if (router == nullptr) {
-      if (auto error = batch.Run(now, /*group_by_key=*/true)) return done(std::move(error));
-      return RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
-    }
-    auto error = batch.RunRouted(now, *router, [this, r, router, self, done]() mutable {
-      RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
-    });
-    if (error) done(std::move(error));
-  }
+      : context(context_in), request(request_in), response(response_in), rounds(context_in) {}
 
   const ApiContext& context;
   const gpb::GetRateLimitsReq& request;
   gpb::GetRateLimitsResp* response;
   std::vector<std::string> errors;                    // per item; "" when valid
   std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
-  std::vector<std::unique_ptr<CheckBatch>> rounds;
-  limiter::TimeNs now = 0;
+  CheckRounds rounds;
 };
 
 // Every valid item with a positive limit becomes one check.
@@ -234,7 +211,7 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
     }
     if (!job->errors[i].empty() || spec.limit == 0) continue;
     const int32_t round = rounds_of_key[req.unique_key()]++;
-    CheckBatch& batch = job->Round(static_cast<size_t>(round));
+    CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));
     job->check_of[i] = {round, static_cast<int32_t>(batch.checks().size())};
     // RESET_REMAINING starts the state over and ignores the hits, as Gubernator.
     const bool reset = (req.behavior() & gpb::RESET_REMAINING) != 0;
@@ -246,7 +223,7 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
 
 // Fills the response once every round has run.
 void Finish(const GubernatorJob& job) {
-  const int64_t now_ms = job.now / limiter::kMillisecond;
+  const int64_t now_ms = job.rounds.now() / limiter::kMillisecond;
   const int n = job.request.requests_size();
   gpb::GetRateLimitsResp* response = job.response;
   response->clear_responses();
@@ -264,7 +241,7 @@ void Finish(const GubernatorJob& job) {
       resp->set_reset_time(now_ms + req.duration());
       continue;
     }
-    const CheckBatch& batch = *job.rounds[static_cast<size_t>(round)];
+    const CheckBatch& batch = job.rounds[static_cast<size_t>(round)];
     if (batch.unavailable(static_cast<size_t>(index))) {
       resp->set_error(batch.unavailable()->message);
       continue;
@@ -413,13 +390,8 @@ void DecideGetRateLimits(const ApiContext& context, CheckRouter* router, const g
                          gpb::GetRateLimitsResp* response, GubernatorDone done) {
   auto job = std::make_shared<GubernatorJob>(context, request, response);
   if (auto error = Prepare(job.get())) return done(std::move(error));
-  if (router != nullptr && !job->rounds.empty()) {
-    if (auto refusal = RefusalOf(*router, "send the request to another node"))
-      return done(std::move(refusal));
-  }
-  job->now = context.clock();
   GubernatorJob* raw = job.get();
-  raw->RunRoundsFrom(0, router, job, [job, done](std::optional<ApiError> error) mutable {
+  raw->rounds.Run(router, job, [job, done](std::optional<ApiError> error) mutable {
     if (!error) Finish(*job);
     job.reset();  // the batches die here, after their last use
     done(std::move(error));

@@ -31,6 +31,37 @@ void AppendSeconds(std::string* out, int64_t ns) {
   out->append(buf, static_cast<size_t>(n));
 }
 
+// One histogram's series: `name`_bucket per bound (cumulative, then +Inf), _sum and _count, each with
+// `labels` ("" or `method="..."`). `buckets` holds Metrics::kLatencyBoundsNs.size() + 1 counters.
+void AppendHistogram(std::string* out, std::string_view name, std::string_view labels,
+                     const std::atomic<uint64_t>* buckets, uint64_t sum_ns, uint64_t count) {
+  const std::string_view comma = labels.empty() ? "" : ",";
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b <= Metrics::kLatencyBoundsNs.size(); ++b) {
+    cumulative += buckets[b].load(std::memory_order_relaxed);
+    out->append(name).append("_bucket{").append(labels).append(comma).append("le=\"");
+    if (b == Metrics::kLatencyBoundsNs.size()) {
+      out->append("+Inf");
+    } else {
+      AppendSeconds(out, Metrics::kLatencyBoundsNs[b]);
+    }
+    out->append("\"} ");
+    AppendUint(out, cumulative);
+    out->push_back('\n');
+  }
+  const auto braced = [&](std::string_view suffix) {
+    out->append(name).append(suffix);
+    if (!labels.empty()) out->append("{").append(labels).append("}");
+    out->push_back(' ');
+  };
+  braced("_sum");
+  AppendSeconds(out, static_cast<int64_t>(sum_ns));
+  out->push_back('\n');
+  braced("_count");
+  AppendUint(out, count);
+  out->push_back('\n');
+}
+
 }  // namespace
 
 std::string_view EndpointName(Endpoint endpoint) {
@@ -208,32 +239,11 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       "# HELP ringlimit_grpc_duration_seconds Time from a gRPC call's arrival to its answer, by method.\n"
       "# TYPE ringlimit_grpc_duration_seconds histogram\n");
   for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
-    const std::string_view method = GrpcMethodName(static_cast<GrpcMethod>(m));
-    uint64_t cumulative = 0;
-    for (size_t b = 0; b <= kLatencyBoundsNs.size(); ++b) {
-      cumulative +=
-          grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1) + b].load(std::memory_order_relaxed);
-      out.append("ringlimit_grpc_duration_seconds_bucket{method=\"");
-      out.append(method);
-      out.append("\",le=\"");
-      if (b == kLatencyBoundsNs.size()) {
-        out.append("+Inf");
-      } else {
-        AppendSeconds(&out, kLatencyBoundsNs[b]);
-      }
-      out.append("\"} ");
-      AppendUint(&out, cumulative);
-      out.push_back('\n');
-    }
-    out.append("ringlimit_grpc_duration_seconds_sum{method=\"");
-    out.append(method);
-    out.append("\"} ");
-    AppendSeconds(&out, static_cast<int64_t>(grpc_latency_sum_ns_[m].load(std::memory_order_relaxed)));
-    out.append("\nringlimit_grpc_duration_seconds_count{method=\"");
-    out.append(method);
-    out.append("\"} ");
-    AppendUint(&out, grpc_latency_count_[m].load(std::memory_order_relaxed));
-    out.push_back('\n');
+    const std::string labels = "method=\"" + std::string(GrpcMethodName(static_cast<GrpcMethod>(m))) + "\"";
+    AppendHistogram(&out, "ringlimit_grpc_duration_seconds", labels,
+                    &grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1)],
+                    grpc_latency_sum_ns_[m].load(std::memory_order_relaxed),
+                    grpc_latency_count_[m].load(std::memory_order_relaxed));
   }
 
   out.append(
@@ -261,24 +271,9 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
   out.append(
       "# HELP ringlimit_request_duration_seconds Time from a complete request to its response.\n"
       "# TYPE ringlimit_request_duration_seconds histogram\n");
-  uint64_t cumulative = 0;
-  for (size_t b = 0; b <= kLatencyBoundsNs.size(); ++b) {
-    cumulative += latency_buckets_[b].load(std::memory_order_relaxed);
-    out.append("ringlimit_request_duration_seconds_bucket{le=\"");
-    if (b == kLatencyBoundsNs.size()) {
-      out.append("+Inf");
-    } else {
-      AppendSeconds(&out, kLatencyBoundsNs[b]);
-    }
-    out.append("\"} ");
-    AppendUint(&out, cumulative);
-    out.push_back('\n');
-  }
-  out.append("ringlimit_request_duration_seconds_sum ");
-  AppendSeconds(&out, static_cast<int64_t>(latency_sum_ns_.load(std::memory_order_relaxed)));
-  out.append("\nringlimit_request_duration_seconds_count ");
-  AppendUint(&out, latency_count_.load(std::memory_order_relaxed));
-  out.push_back('\n');
+  AppendHistogram(&out, "ringlimit_request_duration_seconds", "", latency_buckets_.data(),
+                  latency_sum_ns_.load(std::memory_order_relaxed),
+                  latency_count_.load(std::memory_order_relaxed));
 
   out.append(
       "# HELP ringlimit_keys States held in the memory tier.\n"

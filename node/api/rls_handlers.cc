@@ -52,27 +52,7 @@ void AppendEscaped(std::string* out, std::string_view s) {
 // A parsed request, kept alive until every decision is in. Descriptors are independent (as in
 // envoyproxy/ratelimit), so repeated keys go into later rounds, run one after the other.
 struct RlsJob {
-  explicit RlsJob(const ApiContext& context_in) : context(context_in) {}
-
-  CheckBatch& Round(size_t r) {
-    while (rounds.size() <= r) rounds.push_back(std::make_unique<CheckBatch>(context));
-    return *rounds[r];
-  }
-
-  // Runs rounds[r] and the later ones, then calls `done` exactly once.
-  void RunRoundsFrom(size_t r, CheckRouter* router, std::shared_ptr<RlsJob> self,
-                     std::function<void(std::optional<ApiError>)> done) {
-    if (r >= rounds.size()) return done(std::nullopt);
-    CheckBatch& batch = *rounds[r];
-    if (router == nullptr) {
-      if (auto error = batch.Run(now, /*group_by_key=*/true)) return done(std::move(error));
-      return RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
-    }
-    auto error = batch.RunRouted(now, *router, [this, r, router, self, done]() mutable {
-      RunRoundsFrom(r + 1, router, std::move(self), std::move(done));
-    });
-    if (error) done(std::move(error));
-  }
+  explicit RlsJob(const ApiContext& context_in) : context(context_in), rounds(context_in) {}
 
   const ApiContext& context;
   std::shared_ptr<const rls::RlsConfig> config;
@@ -80,8 +60,7 @@ struct RlsJob {
   std::deque<rls::RlsLimit> overrides;  // stable addresses
   std::deque<std::string> keys;         // stable: the batches keep views
   std::deque<std::string> names;
-  std::vector<std::unique_ptr<CheckBatch>> rounds;
-  limiter::TimeNs now = 0;
+  CheckRounds rounds;
 };
 
 std::optional<ApiError> Invalid(std::string message) {
@@ -148,7 +127,7 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
     if (item.shadow) spec.mode = limiter::Mode::kShadow;
     item.kind = Item::Kind::kCheck;
     const int32_t round = rounds_of_key[key]++;
-    CheckBatch& batch = job->Round(static_cast<size_t>(round));
+    CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));
     item.round = round;
     item.index = static_cast<int32_t>(batch.checks().size());
     const std::string& name = job->names.emplace_back(StateName(*item.limit));
@@ -229,12 +208,12 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
           over = true;
         }
         const limiter::DurationNs window = item.limit->spec.window;
-        SetDuration(window - job.now % window, status->mutable_duration_until_reset());
-        add_to_headers(i, item, true, 0, window - job.now % window);
+        SetDuration(window - job.rounds.now() % window, status->mutable_duration_until_reset());
+        add_to_headers(i, item, true, 0, window - job.rounds.now() % window);
         break;
       }
       case Item::Kind::kCheck: {
-        const CheckBatch& batch = *job.rounds[static_cast<size_t>(item.round)];
+        const CheckBatch& batch = job.rounds[static_cast<size_t>(item.round)];
         const auto index = static_cast<size_t>(item.index);
         if (batch.unavailable(index)) return *batch.unavailable();
         const limiter::Decision& d = batch.decisions()[index];
@@ -284,13 +263,8 @@ void HandleShouldRateLimit(const ApiContext& context, CheckRouter* router,
   auto job = std::make_shared<RlsJob>(context);
   job->config = std::move(config);
   if (auto error = Prepare(request, job.get())) return done(std::move(error));
-  if (router != nullptr && !job->rounds.empty()) {
-    if (auto refusal = RefusalOf(*router, "send the request to another node"))
-      return done(std::move(refusal));
-  }
-  job->now = context.clock();
   RlsJob* raw = job.get();
-  raw->RunRoundsFrom(0, router, job, [job, &request, response, done](std::optional<ApiError> error) mutable {
+  raw->rounds.Run(router, job, [job, &request, response, done](std::optional<ApiError> error) mutable {
     if (!error) error = Finish(*job, request, response);
     job.reset();  // the batches die here, after their last use
     done(std::move(error));
