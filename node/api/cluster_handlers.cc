@@ -72,8 +72,15 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
     w.BeginObject();
     w.Field("mode", view.replication_mode);
     w.FieldUint("replicas", view.replicas);
+    w.FieldUint("pending_keys", view.replication_pending_keys);
     w.EndObject();
   }
+  w.Key("fence");
+  w.BeginObject();
+  w.FieldBool("deciding", view.fence.deciding);
+  w.FieldBool("paused", view.fence.paused);
+  w.Field("minority", view.fence.minority);
+  w.EndObject();
   w.Key("handoffs");
   w.BeginArray();
   for (const ClusterHandoffView& h : view.handoffs) {

@@ -109,11 +109,22 @@ struct ClusterHandoffView {
   double seconds = 0;
 };
 
+// Whether this node decides the keys it holds now, and if not why (node/cluster/cluster.h: Paused,
+// MinorityRefusal; the clock rule is ClusterClockView).
+struct ClusterFenceView {
+  bool deciding = true;  // none of the reasons below (nor a skewed clock) holds it back
+  bool paused = false;   // just resumed from a process pause: its checks go to their next holders
+  std::string minority;  // why it is on the minority side (empty: it is not); it holds back only under
+                         // --failure-mode closed
+};
+
 struct ClusterView {
   std::string node_id;
   uint64_t ring_version = 0;
-  std::string replication_mode;              // "async" / "sync"; empty: no replication
-  uint32_t replicas = 0;                     // --replicas
+  std::string replication_mode;           // "async" / "sync"; empty: no replication
+  uint32_t replicas = 0;                  // --replicas
+  uint64_t replication_pending_keys = 0;  // changed keys not shipped to their replicas yet
+  ClusterFenceView fence;
   std::vector<ClusterHandoffView> handoffs;  // in progress
   // ring::RingView::fingerprint() of the current ring: equal on every node whose ring has the same
   // members (unlike ring_version, a per-node count). 0 without a ring.

@@ -101,9 +101,14 @@ node::ClusterView ClusterEndpoints::Describe() const {
   out.clock.offset_ms = -Ms(snapshot->clock.median_offset);
   out.clock.max_offset_ms = static_cast<double>(cluster_.options().clock.max_offset.count());
   out.clock.reason = snapshot->clock.reason;
+  out.fence.paused = cluster_.Paused();
+  out.fence.minority = cluster_.MinorityRefusal().value_or("");
+  out.fence.deciding = !out.fence.paused && out.clock.ok &&
+                       (out.fence.minority.empty() || forwarder_.failure_mode() != FailureMode::kClosed);
   if (replicator_ != nullptr && handoff_ != nullptr) {
     out.replication_mode = replication::ToString(replicator_->options().mode);
     out.replicas = replicator_->options().replicas;
+    out.replication_pending_keys = replicator_->stats().pending_keys;
     out.handoffs = DescribeHandoffs(*handoff_);
   }
   return out;
@@ -144,6 +149,14 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          snapshot->ring != nullptr ? snapshot->ring->version() : 0);
   Metric(out, "ringlimit_cluster_ready", "gauge", "1 once joined and holding a ring.");
   Sample(out, "ringlimit_cluster_ready", "", cluster_.ready() ? 1 : 0);
+
+  Metric(out, "ringlimit_fenced", "gauge",
+         "1 while this node decides none of its keys for the reason labelled: paused (just resumed from a "
+         "process pause, catching up) or minority (it reaches no more than half of the members, under "
+         "--failure-mode closed).");
+  Sample(out, "ringlimit_fenced", "reason=\"paused\"", cluster_.Paused() ? 1 : 0);
+  Sample(out, "ringlimit_fenced", "reason=\"minority\"",
+         forwarder_.failure_mode() == FailureMode::kClosed && cluster_.MinorityRefusal() ? 1 : 0);
 
   Metric(out, "ringlimit_clock_offset_seconds", "gauge",
          "Each member's wall clock minus this node's, measured from membership traffic (min-RTT filtered).");

@@ -192,6 +192,7 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] std::string DeciderOf(ring::Token token) const;
 
   [[nodiscard]] ForwarderStats stats() const;
+  [[nodiscard]] FailureMode failure_mode() const { return options_.failure_mode; }
 
  private:
   struct Attempt;

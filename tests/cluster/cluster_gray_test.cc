@@ -121,6 +121,48 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
       << cluster.Logs();
 }
 
+// A node paused (SIGSTOP) long enough that another holder may have decided its keys is fenced once it
+// resumes: GET /v1/cluster shows "fence": {"deciding": false, "paused": true} and ringlimit_fenced{reason=
+// "paused"} is 1 until a membership round trip has run (2 probe intervals), then it decides again.
+TEST(ClusterGrayTest, AResumedNodeShowsItsPauseFenceUntilItDecidesAgain) {
+  auto started = Cluster::Start(
+      {.nodes = 3,
+       .args = {"--threads", "2", "--probe-interval-ms", "1000", "--suspicion-timeout-ms", "20000"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const json::value before = ClusterJson(cluster.http_port(1));
+  ASSERT_TRUE(before.is_object());
+  EXPECT_TRUE(before.at("fence").at("deciding").as_bool()) << before;
+  EXPECT_FALSE(before.at("fence").at("paused").as_bool()) << before;
+
+  ASSERT_TRUE(cluster.node(1).Signal(SIGSTOP));
+  // Held past the pause gap (max(500 ms, min(suspicion / 2, forward takeover))): a deadline-driven wait.
+  const auto resume_at = std::chrono::steady_clock::now() + milliseconds(1500);
+  (void)WaitFor("the pause's period", milliseconds(3000),
+                [&](std::string*) { return std::chrono::steady_clock::now() >= resume_at; });
+  ASSERT_TRUE(cluster.node(1).Signal(SIGCONT));
+  std::optional<json::value> fenced;
+  auto seen = WaitFor("n2 to show its pause fence", milliseconds(2000), [&](std::string* last) {
+    json::value view = ClusterJson(cluster.http_port(1));
+    if (!view.is_object()) return false;
+    *last = json::serialize(view.at("fence"));
+    if (!view.at("fence").at("paused").as_bool()) return false;
+    fenced = std::move(view);
+    return true;
+  });
+  ASSERT_TRUE(seen) << seen.error();
+  EXPECT_FALSE(fenced->at("fence").at("deciding").as_bool()) << *fenced;
+  auto over = WaitFor("n2 to decide again", milliseconds(10'000 * kSlowdown), [&](std::string* last) {
+    json::value view = ClusterJson(cluster.http_port(1));
+    if (!view.is_object()) return false;
+    *last = json::serialize(view.at("fence"));
+    return view.at("fence").at("deciding").as_bool() && !view.at("fence").at("paused").as_bool();
+  });
+  ASSERT_TRUE(over) << over.error();
+  EXPECT_EQ(MetricSample(cluster.http_port(1), "ringlimit_fenced", R"(reason="paused")").value_or(-1), 0);
+  EXPECT_GE(MetricSample(cluster.http_port(1), "ringlimit_fenced", R"(reason="minority")").value_or(-1), 0);
+}
+
 // --failure-mode: with one copy per key (--replicas 1) and its holder paused (not yet declared dead), a
 // node holding no copy refuses the key's checks under `closed` (503 unavailable, JSON error, counted) and
 // decides them from its own copy under `open` (counted as fallback_open). Once the holder resumes, its
@@ -228,6 +270,14 @@ TEST_P(MinorityTest, ANodeReachingOnlyAMinorityFollowsTheFailureMode) {
         return closed ? during->status == 503 : during->status == 200;
       });
   ASSERT_TRUE(judged) << judged.error() << "\n" << cluster.Logs();
+  // GET /v1/cluster and /metrics say so: the minority is reported in both modes, it holds the node back
+  // only under `closed`.
+  const json::value view = ClusterJson(cluster.http_port(0));
+  ASSERT_TRUE(view.is_object());
+  EXPECT_NE(StringField(view.at("fence"), "minority"), "") << view;
+  EXPECT_EQ(view.at("fence").at("deciding").as_bool(), !closed) << view;
+  EXPECT_EQ(MetricSample(cluster.http_port(0), "ringlimit_fenced", R"(reason="minority")").value_or(-1),
+            closed ? 1 : 0);
   if (closed) {
     EXPECT_NE(during->body.find(R"("code":"unavailable")"), std::string::npos) << during->body;
     EXPECT_NE(during->body.find("minority"), std::string::npos) << during->body;

@@ -122,6 +122,12 @@ Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port
     if (const json::value* handoffs = body.as_object().if_contains("handoffs")) {
       view.handoffs = handoffs->as_array().size();
     }
+    if (const json::value* fence = body.as_object().if_contains("fence")) {
+      view.deciding = fence->at("deciding").as_bool();
+    }
+    if (const json::value* replication = body.as_object().if_contains("replication")) {
+      view.pending_keys = replication->at("pending_keys").to_number<uint64_t>();
+    }
     for (const auto& m : body.at("members").as_array()) {
       MemberView member;
       member.id = std::string(m.at("id").as_string());
@@ -294,6 +300,26 @@ Result<std::chrono::milliseconds> Cluster::WaitConverged(std::chrono::millisecon
       const auto alive = view->IdsInState("alive");
       if (alive != want) {
         *last = id(i) + " sees " + Join(alive) + " alive";
+        return false;
+      }
+    }
+    return true;
+  });
+  if (!waited) return waited.error() + "\n" + Logs();
+  return waited;
+}
+
+Result<std::chrono::milliseconds> Cluster::WaitDecidingAndShipped(std::chrono::milliseconds timeout) {
+  auto waited = WaitFor("every node deciding, every change shipped", timeout, [&](std::string* last) {
+    for (size_t i : Running()) {
+      auto view = FetchClusterView(host(i), http_port(i));
+      if (!view) {
+        *last = id(i) + ": " + view.error();
+        return false;
+      }
+      if (!view->deciding || view->pending_keys != 0) {
+        *last = id(i) + (view->deciding ? " has " + std::to_string(view->pending_keys) + " key(s) to ship"
+                                        : " is fenced (not deciding)");
         return false;
       }
     }

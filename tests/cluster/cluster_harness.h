@@ -67,6 +67,8 @@ struct ClusterView {
   std::string ring_fingerprint;     // 16 lowercase hex digits, equal on nodes holding the same ring
   std::vector<MemberView> members;  // as the node sent them (sorted by id)
   size_t handoffs = 0;              // handoffs in progress (the "handoffs" array's length)
+  bool deciding = true;             // "fence": {"deciding"}: no pause, minority or clock fence holds it back
+  uint64_t pending_keys = 0;        // "replication": {"pending_keys"} (0 without replication)
 
   // The member with this id, or nullptr.
   [[nodiscard]] const MemberView* Find(std::string_view id) const;
@@ -167,6 +169,9 @@ class Cluster {
   // Waits until no running node lists a handoff in progress (GET /v1/cluster "handoffs" empty).
   [[nodiscard]] Result<std::chrono::milliseconds> WaitHandoffsDone(std::chrono::milliseconds timeout);
   [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged(std::chrono::milliseconds timeout);
+  // Waits until every running node decides its keys again ("fence": {"deciding": true}, e.g. a resumed
+  // node's pause fence is over) and has shipped every change to its replicas ("pending_keys": 0).
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitDecidingAndShipped(std::chrono::milliseconds timeout);
 
   // Waits until every running node other than `i` sees node i in one of `states` (or, if
   // `or_absent`, no longer lists it at all).

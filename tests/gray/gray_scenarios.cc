@@ -188,6 +188,7 @@ class Bed {
   std::optional<int64_t> ChargedExtra(size_t owner, const std::string& key, uint64_t limit) {
     for (size_t i : std::set<size_t>(paused_)) (void)Resume(i);
     (void)cluster_->WaitConverged(kSettleBound);
+    (void)cluster_->WaitDecidingAndShipped(kSettleBound);  // the owner itself answers the peek
     HttpClient client(cluster_->host(owner), cluster_->http_port(owner), kRequestTimeout);
     const Decision peek = Check(client, owner, key, limit, 0);
     if (peek.failed()) {
@@ -210,6 +211,10 @@ class Bed {
       Note("did not converge after the faults");
     } else if (auto settled = cluster_->WaitHandoffsDone(kSettleBound); !settled) {
       Note("handoffs still running after the faults");
+    } else if (auto deciding = cluster_->WaitDecidingAndShipped(kSettleBound); !deciding) {
+      // A resumed node's pause fence (its keys' next holders decide for it meanwhile) is part of the
+      // fault; so is what the deciders have not shipped yet (asynchronous replication).
+      Note("a node still fenced, or changes not shipped, after the faults");
     }
     recorder_.SetPhase(kAftermath);
     const auto running = cluster_->Running();

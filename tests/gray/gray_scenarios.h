@@ -6,10 +6,11 @@
 // and measures admitted against the limit.
 //
 // Every scenario ends with an aftermath: the faults are over (processes resumed, links healed), the
-// cluster converges (bounded), then `limit` more checks of each key go round-robin through every running
-// node. A key that is exhausted must stay refused, so anything admitted there is over-admission too.
+// cluster converges, every node decides again (a resumed node's pause fence is over) and has shipped its
+// changes (all bounded), then `limit` more checks of each key go round-robin through every running node.
+// A key that is exhausted must stay refused, so anything admitted there is over-admission too.
 //
-// Used by tests/gray/gray_test.cc (asserts admitted <= limit; not in ctest until issue 13 lands) and by
+// Used by tests/gray/gray_test.cc (asserts admitted <= limit) and by
 // bench/nemesis/gray_report (prints the table). Nothing here sleeps for synchronisation: conditions
 // are polled with deadlines (WaitFor); a fault is held for its period with a deadline-driven wait.
 //
