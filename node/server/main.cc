@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <cctype>
@@ -65,10 +66,25 @@ bool ParseListen(const std::string& text, std::string* host, uint16_t* port) {
   return true;
 }
 
+// True for an address only this machine can reach: 127.0.0.0/8, ::1 (and IPv4-mapped loopback), "localhost".
+// Any other name or address -- 0.0.0.0, an interface's address, a host name -- may be reachable from
+// elsewhere.
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const boost::asio::ip::address address = boost::asio::ip::make_address(host, ec);
+  if (ec) return false;
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, address.to_v6()).is_loopback();
+  }
+  return address.is_loopback();
+}
+
 Parsed ParseFlags(int argc, char** argv) {
   const NodeOptions defaults;
   std::string listen, log_level, config;
   std::string admin_token_file, cluster_secret_file;
+  bool insecure = false;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
   Flags flags;
   NodeOptions& n = flags.node;
@@ -85,7 +101,10 @@ Parsed ParseFlags(int argc, char** argv) {
       "and tests "
       "using port 0)")(
       "node-id", po::value(&n.node_id),
-      "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: n-<http port>)");
+      "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: n-<http port>)")(
+      "insecure", po::bool_switch(&insecure),
+      "start even though an address it listens on is not loopback and --admin-token or --cluster-secret is "
+      "missing (logged as a warning); without it such a node refuses to start");
 
   const ringlimit::ring::MembershipOptions swim;
   std::string peer_listen;
@@ -320,6 +339,30 @@ Parsed ParseFlags(int argc, char** argv) {
   if (replication_interval_ms <= 0 || replication_interval_ms > 60'000)
     return bad("--replication-interval-ms: expected 1..60000");
   n.replication.interval = std::chrono::milliseconds(replication_interval_ms);
+  // Secure by default: a node reachable from other machines must authenticate its admin operations and its
+  // peers, unless told otherwise.
+  std::vector<std::string> exposed;
+  if (!IsLoopbackHost(n.http.address)) exposed.push_back("--listen " + listen);
+  if (!IsLoopbackHost(n.cluster.peer_host)) exposed.push_back("--peer-listen " + peer_listen);
+  if (n.grpc && !IsLoopbackHost(n.grpc->address)) exposed.push_back("--grpc-listen " + grpc_listen);
+  std::vector<std::string> missing;
+  if (n.api.admin_token.empty()) missing.emplace_back("--admin-token");
+  if (n.cluster.cluster_secret.empty()) missing.emplace_back("--cluster-secret");
+  if (!exposed.empty() && !missing.empty()) {
+    auto join = [](const std::vector<std::string>& parts) {
+      std::string out;
+      for (const std::string& part : parts) out += (out.empty() ? "" : ", ") + part;
+      return out;
+    };
+    const std::string why = "listening beyond loopback (" + join(exposed) + ") without " + join(missing);
+    if (!insecure) {
+      return bad(why +
+                 ": anyone who reaches it could reset counters or join the cluster. Give them (or "
+                 "--admin-token-file / --cluster-secret-file, RINGLIMIT_ADMIN_TOKEN / "
+                 "RINGLIMIT_CLUSTER_SECRET), or --insecure to run without");
+    }
+    flags.warnings.push_back(why + " (--insecure): admin operations and the peer port are unauthenticated");
+  }
   {
     ringlimit::cluster::ClusterOptions check = n.cluster;
     check.node_id = "n";  // the default id is valid; the given one was checked above

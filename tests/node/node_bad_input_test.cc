@@ -270,5 +270,50 @@ TEST(NodeOpenFilesTest, MaxConnectionsMustFitTheOpenFileLimit) {
   EXPECT_EQ(response->result_int(), 200);
 }
 
+// Secure by default (issue 16): a node listening beyond loopback without an admin token and a cluster
+// secret refuses to start and says what is missing; given both (here from the environment) it starts and
+// guards its admin operations; --insecure starts it anyway with a warning.
+TEST(NodeSecureByDefaultTest, BeyondLoopbackNeedsTheTokenAndTheSecretOrInsecure) {
+  NodeProcessOptions bare;
+  bare.listen = "0.0.0.0:0";
+  bare.insecure_beyond_loopback = false;
+  bare.ready_path = "/healthz";
+  auto refused = NodeProcess::Start(std::move(bare));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("listening beyond loopback (--listen 0.0.0.0:0) without --admin-token, "
+                                 "--cluster-secret"),
+            std::string::npos)
+      << refused.error();
+
+  NodeProcessOptions peer_only;  // the peer port alone beyond loopback, the token given: the secret missing
+  peer_only.args = {"--peer-listen", "0.0.0.0:0", "--admin-token", "t0ken"};
+  peer_only.insecure_beyond_loopback = false;
+  auto no_secret = NodeProcess::Start(std::move(peer_only));
+  ASSERT_FALSE(no_secret);
+  EXPECT_NE(no_secret.error().find("(--peer-listen 0.0.0.0:0) without --cluster-secret:"), std::string::npos)
+      << no_secret.error();
+
+  NodeProcessOptions secured;
+  secured.listen = "0.0.0.0:0";
+  secured.insecure_beyond_loopback = false;
+  secured.env = {"RINGLIMIT_ADMIN_TOKEN=s3cret-admin", "RINGLIMIT_CLUSTER_SECRET=s3cret-cluster"};
+  auto started = NodeProcess::Start(std::move(secured));
+  ASSERT_TRUE(started) << started.error();
+  HttpClient client((*started)->http_port());
+  auto reset = client.Delete("/v1/keys/k1");
+  ASSERT_TRUE(reset) << reset.error().message();
+  EXPECT_EQ(reset->result_int(), 401) << reset->body();
+
+  NodeProcessOptions insecure;
+  insecure.listen = "0.0.0.0:0";
+  insecure.insecure_beyond_loopback = false;
+  insecure.args = {"--insecure"};
+  auto anyway = NodeProcess::Start(std::move(insecure));
+  ASSERT_TRUE(anyway) << anyway.error();
+  EXPECT_NE((*anyway)->Log().find("(--insecure): admin operations and the peer port are unauthenticated"),
+            std::string::npos)
+      << (*anyway)->Log();
+}
+
 }  // namespace
 }  // namespace ringlimit::testing

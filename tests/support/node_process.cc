@@ -160,6 +160,10 @@ Result<void> NodeProcess::Launch() {
     args.push_back("--peer-listen");
     args.push_back("127.0.0.1:0");
   }
+  // A node on a non-loopback address (a network namespace the test created) refuses to start without an
+  // admin token and a cluster secret; the tests that place nodes there are about partitions, not security.
+  if (options_.insecure_beyond_loopback && !host().starts_with("127.") && SupportsFlag("--insecure"))
+    args.push_back("--insecure");
   if (options_.pass_data_dir) {
     args.push_back("--data-dir");
     args.push_back(data_dir().string());

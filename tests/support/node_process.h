@@ -72,6 +72,10 @@ struct NodeProcessOptions {
   // removed with the NodeProcess. Default: empty.
   std::filesystem::path dir;
 
+  // Pass `--insecure` when `listen` is not on 127.0.0.0/8 (a node in a network namespace the test created,
+  // which would otherwise refuse to start without an admin token and a cluster secret). Default: true.
+  bool insecure_beyond_loopback = true;
+
   // Pass `--data-dir <dir>/data` (durable storage). Default: false (memory-only node).
   bool pass_data_dir = false;
 
