@@ -33,6 +33,9 @@ bool Valid(const MemberInfo& m) {
          static_cast<uint8_t>(m.state) <= static_cast<uint8_t>(MemberState::kLeft);
 }
 
+// Joining, alive, leaving or suspect: the member may be running at its address.
+bool Lives(MemberState state) { return state != MemberState::kDead && state != MemberState::kLeft; }
+
 bool SameIdentity(const MemberInfo& a, const MemberInfo& b) {
   return a.http_address == b.http_address && a.peer_address == b.peer_address && a.vnodes == b.vnodes;
 }
@@ -193,7 +196,14 @@ MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
       } else if (probe_ && message.seq == probe_->seq) {
         probe_.reset();  // the target answered, directly or through a helper
       }
-      if (message.full_state && self_.state == MemberState::kJoining) SetSelfState(MemberState::kAlive, out);
+      if (message.full_state && self_.state == MemberState::kJoining) {
+        // A seed's table: joined, unless it shows our id held by a live member elsewhere (counted in Merge).
+        const bool taken =
+            std::any_of(message.updates.begin(), message.updates.end(), [&](const MemberInfo& m) {
+              return m.id == self_.id && m.peer_address != self_.peer_address && Lives(m.state);
+            });
+        if (!taken) SetSelfState(MemberState::kAlive, out);
+      }
       break;
     }
   }
@@ -268,6 +278,14 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
     ++stats_.invalid_updates;
     return false;
   }
+  if (update.id == self_.id && update.peer_address != self_.peer_address) {
+    // Another node with our id (or our own earlier life at another address): not a rumour about us.
+    if (Lives(update.state)) {
+      ++stats_.id_conflicts;
+      out.id_conflicts.push_back(IdConflict{update.id, update.peer_address, self_.peer_address});
+    }
+    return false;
+  }
   if (update.id == self_.id) {
     // Only we speak for ourselves: anything newer than, or contradicting, our own record is a rumour.
     const bool newer = update.incarnation > self_.incarnation;
@@ -282,6 +300,12 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
   auto it = members_.find(update.id);
   if (it == members_.end() ? Tombstone(update.state) : !Supersedes(update, it->second.info)) {
     ++stats_.stale_updates;
+    return false;
+  }
+  if (it != members_.end() && Lives(it->second.info.state) && Lives(update.state) &&
+      it->second.info.peer_address != update.peer_address) {
+    ++stats_.id_conflicts;
+    out.id_conflicts.push_back(IdConflict{update.id, it->second.info.peer_address, update.peer_address});
     return false;
   }
   Apply(now, update, out);

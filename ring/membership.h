@@ -22,6 +22,12 @@
 //  - Joining: a node started with seeds is `joining` until one seed answers its push-pull Ping with the
 //    seed's whole table; it then becomes `alive`. A node started without seeds is alive at once.
 //    `joining` members are probed but not in the ring; alive, suspect and leaving members are (IsInRing).
+//  - Identity: an id belongs to one peer address while its member lives. A record claiming the id of a live
+//    (joining, alive, leaving or suspect) member at another peer address is refused (IdConflict, counted),
+//    whatever its incarnation: a second node started with a taken id, not a restart (a restart at a new
+//    address is taken in once its old life is declared dead). A joining node that finds its own id held
+//    elsewhere in a seed's table stays joining (and keeps retrying) instead of becoming alive; a node never
+//    refutes a record of its id at another address.
 //  - Dead and left members are kept as tombstones for tombstone_retention (so stale gossip cannot revive
 //    them), then forgotten. Updates that announce an unknown member as dead or left are ignored.
 //
@@ -140,8 +146,17 @@ struct MemberEvent {
 };
 
 // What every call returns: messages to send, what changed, and whether the ring members changed.
+// Two nodes with one id: `id` is held by a live member at `held_by` (a peer address), and a record of a
+// node at `refused` claiming it was not taken in (by this node: see Membership, "Identity").
+struct IdConflict {
+  std::string id;
+  std::string held_by;
+  std::string refused;
+};
+
 struct MembershipOutput {
   std::vector<Outgoing> messages;
+  std::vector<IdConflict> id_conflicts;
   std::vector<MemberEvent> events;
   bool ring_changed = false;  // RingMembers() differs from before the call: rebuild the RingView
   // A rumour said this node is dead (it was paused or cut off long enough), and it refuted it: the others
@@ -192,6 +207,7 @@ struct MembershipStats {
   uint64_t refutations = 0;      // times this node raised its incarnation to refute a rumour
   uint64_t invalid_updates = 0;  // gossip entries dropped as malformed
   uint64_t stale_updates = 0;    // gossip entries that did not supersede what we knew
+  uint64_t id_conflicts = 0;     // records refused because their id is taken by a live member elsewhere
 };
 
 class Membership {

@@ -393,6 +393,79 @@ TEST_F(MembershipRulesTest, LeaveThenFinish) {
   EXPECT_TRUE(m_.Receive(now_, Make(MessageType::kPing, 1, "a")).messages.empty());
 }
 
+// Identity: a record with a live member's id at another peer address is refused (a second node started
+// with a taken id), whatever its incarnation; once the member is dead, a new life at a new address is
+// taken in (a restart that moved).
+TEST_F(MembershipRulesTest, AnIdHeldByALiveMemberElsewhereIsRefused) {
+  Gossip({Info("a", 3)});
+  MemberInfo impostor = Info("a", 100, MemberState::kJoining);
+  impostor.peer_address = "peer/elsewhere";
+  MembershipOutput out = Gossip({impostor});
+  EXPECT_EQ(m_.Find("a")->peer_address, "peer/a");
+  EXPECT_EQ(m_.Find("a")->incarnation, 3u);
+  EXPECT_EQ(m_.stats().id_conflicts, 1u);
+  ASSERT_EQ(out.id_conflicts.size(), 1u);
+  EXPECT_EQ(out.id_conflicts[0].id, "a");
+  EXPECT_EQ(out.id_conflicts[0].held_by, "peer/a");
+  EXPECT_EQ(out.id_conflicts[0].refused, "peer/elsewhere");
+  EXPECT_TRUE(out.events.empty());
+  Gossip({Info("a", 3, MemberState::kSuspect)});
+  impostor.state = MemberState::kAlive;
+  Gossip({impostor});  // a suspect may still run: refused too
+  EXPECT_EQ(m_.Find("a")->peer_address, "peer/a");
+  EXPECT_EQ(m_.stats().id_conflicts, 2u);
+  Gossip({Info("a", 3, MemberState::kDead)});
+  out = Gossip({impostor});  // the old life is dead: a restart at a new address
+  EXPECT_EQ(m_.Find("a")->peer_address, "peer/elsewhere");
+  EXPECT_EQ(StateOf("a"), MemberState::kAlive);
+  EXPECT_TRUE(out.id_conflicts.empty());
+}
+
+// A record of this node's own id at another address is another node, not a rumour to refute.
+TEST_F(MembershipRulesTest, ItsOwnIdAtAnotherAddressIsNotRefuted) {
+  MemberInfo twin = Info("self", 50, MemberState::kAlive);
+  twin.peer_address = "peer/twin";
+  MembershipOutput out = Gossip({twin});
+  EXPECT_EQ(m_.self().incarnation, 5u);
+  EXPECT_EQ(m_.stats().refutations, 0u);
+  EXPECT_EQ(m_.stats().id_conflicts, 1u);
+  ASSERT_EQ(out.id_conflicts.size(), 1u);
+  EXPECT_EQ(out.id_conflicts[0].held_by, "peer/twin");
+  EXPECT_EQ(out.id_conflicts[0].refused, "peer/self");
+}
+
+// A joining node whose id a seed's table shows held by a live member elsewhere does not become alive; it
+// goes on retrying, and joins once that member is gone.
+TEST(MembershipJoinTest, ANodeWhoseIdIsTakenStaysJoining) {
+  Membership m(MembershipOptions{}, Info("a", 7));
+  MonoTime now{milliseconds(1'000)};
+  MembershipOutput out = m.Start(now, {"peer/s1"});
+  ASSERT_EQ(out.messages.size(), 1u);
+  MemberInfo holder = Info("a", 3);
+  holder.peer_address = "peer/old";
+  Message ack;
+  ack.type = MessageType::kAck;
+  ack.seq = out.messages[0].message.seq;
+  ack.from = "s1";
+  ack.full_state = true;
+  ack.updates = {Info("s1", 3), holder};
+  out = m.Receive(now + milliseconds(10), ack);
+  EXPECT_FALSE(m.joined());
+  EXPECT_EQ(m.stats().id_conflicts, 1u);
+  ASSERT_EQ(out.id_conflicts.size(), 1u);
+  EXPECT_EQ(out.id_conflicts[0].held_by, "peer/old");
+  out = m.Tick(now + MembershipOptions{}.join_retry_interval);
+  EXPECT_TRUE(std::any_of(out.messages.begin(), out.messages.end(), [](const Outgoing& o) {
+    return o.to_address == "peer/s1" && o.message.full_state;
+  })) << "the join is retried";
+
+  holder.state = MemberState::kDead;
+  ack.updates = {Info("s1", 3), holder, Info("a", 7, MemberState::kJoining)};
+  out = m.Receive(now + MembershipOptions{}.join_retry_interval + milliseconds(10), ack);
+  EXPECT_TRUE(m.joined());
+  EXPECT_TRUE(out.id_conflicts.empty());
+}
+
 TEST(MembershipJoinTest, JoiningSendsItsTableToTheSeedsAndBecomesAliveOnAnswer) {
   Membership m(MembershipOptions{}, Info("new", 1));
   MonoTime now{milliseconds(1'000)};

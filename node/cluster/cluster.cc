@@ -121,6 +121,8 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void OnTick();
   void Receive(ring::Message message, int64_t received_wall_ns);
   void Process(ring::MembershipOutput out);
+  // When each id conflict (id and refused address) was last logged.
+  std::map<std::string, MonoTime> conflicts_logged;
   // Applies the max-offset rule; logs and publishes a change of the clock's health.
   void JudgeClock();
   // Whether this node reaches a majority of the members it knows (MinorityRefusal); logs a change.
@@ -363,6 +365,23 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
       clocks.Forget(m.id);
     }
   }
+  for (const ring::IdConflict& conflict : out.id_conflicts) {
+    // Once per few seconds per pair: a refused node retries its join every second.
+    const MonoTime now = Now();
+    auto [it, first] = conflicts_logged.try_emplace(conflict.id + " " + conflict.refused, now);
+    if (!first && now - it->second < std::chrono::seconds(5)) continue;
+    it->second = now;
+    if (conflicts_logged.size() > 1024) conflicts_logged.clear();
+    if (conflict.id == options.node_id) {
+      spdlog::error(
+          "cluster: this node's id {} is taken by the live member at {}: not joining until that member is "
+          "gone; give this node another --node-id",
+          conflict.id, conflict.held_by);
+    } else {
+      spdlog::error("cluster: refused the node at {} announcing id {}: the live member at {} holds that id",
+                    conflict.refused, conflict.id, conflict.held_by);
+    }
+  }
   // Before the ring without the members just declared dead is published: a node that now reaches only a
   // minority must not decide keys whose other holders that smaller ring leaves on its side.
   if (!out.events.empty()) JudgeQuorum();
@@ -377,7 +396,8 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
     }
   }
   // The members first: the listener's work (handoffs) looks them up in the snapshot.
-  if (!out.messages.empty() || !out.events.empty() || out.ring_changed) Publish();
+  if (!out.messages.empty() || !out.events.empty() || out.ring_changed || !out.id_conflicts.empty())
+    Publish();
   if (new_ring != nullptr) {
     // The routing table gets the new ring only together with the handoff route overrides of the change:
     // the listener (the handoff) publishes both as one table, on its own executor. A check routed before

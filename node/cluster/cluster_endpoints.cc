@@ -230,6 +230,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_membership_total", "what=\"refutations\"", m.refutations);
   Sample(out, "ringlimit_membership_total", "what=\"invalid_updates\"", m.invalid_updates);
   Sample(out, "ringlimit_membership_total", "what=\"stale_updates\"", m.stale_updates);
+  Sample(out, "ringlimit_membership_total", "what=\"id_conflicts\"", m.id_conflicts);
 
   Metric(out, "ringlimit_peer_total", "counter", "Peer transport counters, by side (server, client).");
   PeerSamples(out, "server", cluster_.ServerStats());

@@ -101,7 +101,7 @@ Parsed ParseFlags(int argc, char** argv) {
       "and tests "
       "using port 0)")(
       "node-id", po::value(&n.node_id),
-      "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: n-<http port>)")(
+      "member id in the cluster and logs: 1-64 bytes of [A-Za-z0-9._-] (default: <host name>-<http port>)")(
       "insecure", po::bool_switch(&insecure),
       "start even though an address it listens on is not loopback and --admin-token or --cluster-secret is "
       "missing (logged as a warning); without it such a node refuses to start");

@@ -1,9 +1,15 @@
 #include "node/server/node.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +29,20 @@ namespace ringlimit::node {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// "<host name>-<http port>": unique across hosts (their names differ) and across the nodes of one host
+// (their ports do), and stable across restarts. The host name is cut to fit the id's 64 bytes and every
+// byte outside [A-Za-z0-9._-] becomes '-'.
+std::string DefaultNodeId(uint16_t http_port) {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') std::snprintf(name, sizeof(name), "n");
+  const std::string port = "-" + std::to_string(http_port);
+  std::string id(name, std::min<size_t>(std::strlen(name), 64 - port.size()));
+  for (char& c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  return id + port;
+}
 
 unsigned ThreadCount(unsigned requested) {
   if (requested > 0) return requested;
@@ -93,7 +113,7 @@ boost::system::result<void, std::string> Node::Start() {
     return "cannot listen on " + options_.http.address + ":" + std::to_string(options_.http.port) + ": " +
            started.error().message();
   }
-  node_id_ = options_.node_id.empty() ? "n-" + std::to_string(http_port()) : options_.node_id;
+  node_id_ = options_.node_id.empty() ? DefaultNodeId(http_port()) : options_.node_id;
   if (auto error = StartCluster()) {
     parts_.reset();
     return *error;

@@ -39,7 +39,7 @@ struct NodeOptions {
   // --- Affects behaviour ---
 
   // This member's id in the cluster and in logs (1..64 bytes of [A-Za-z0-9._-]).
-  // Default: empty ("n-<http port>").
+  // Default: empty ("<host name>-<http port>").
   std::string node_id;
 
   // The cluster: peer listen address (cluster.peer_host/peer_port; port 0 = ephemeral, see peer_port()),

@@ -1,5 +1,9 @@
 // Bad input on the cluster endpoints and flags: clear 4xx JSON errors (or a clean refusal to start),
 // never a crash, and the node keeps serving.
+#include <unistd.h>
+
+#include <cctype>
+
 #include "tests/cluster/cluster_test_util.h"
 
 namespace ringlimit::testing {
@@ -123,6 +127,72 @@ TEST(ClusterJoiningTest, ANodeThatHasNotJoinedAnswersChecks503) {
   ASSERT_TRUE(health) << health.error().message();
   EXPECT_EQ(health->result_int(), 200);
   EXPECT_TRUE((*node)->running());
+}
+
+// Identity: a node started with the id of a live member (n1) at another address is refused on both sides --
+// the member it joins through keeps n1 as it was and counts the conflict; the newcomer stays joining (503
+// on /readyz), logs why, and counts it too -- and the cluster's ring does not change.
+TEST_F(ClusterBadInputTest, ANodeWithATakenIdIsRefusedOnBothSides) {
+  const auto before = FetchClusterView(cluster_->http_port(1));
+  ASSERT_TRUE(before) << before.error();
+  NodeProcessOptions options;
+  options.args = {
+      "--threads",     "1",           "--node-id", "n1",
+      "--peer-listen", "127.0.0.1:0", "--join",    "127.0.0.1:" + std::to_string(cluster_->peer_port(1))};
+  options.ready_path = "/healthz";
+  auto twin = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(twin) << twin.error();
+  auto refused =
+      WaitFor("both sides to count the conflict", std::chrono::milliseconds(10'000 * kSlowdown),
+              [&](std::string* last) {
+                const double seed = MetricSample(cluster_->http_port(1), "ringlimit_membership_total",
+                                                 R"(what="id_conflicts")")
+                                        .value_or(0);
+                const double newcomer =
+                    MetricSample((*twin)->http_port(), "ringlimit_membership_total", R"(what="id_conflicts")")
+                        .value_or(0);
+                *last = "n2 " + std::to_string(seed) + ", newcomer " + std::to_string(newcomer);
+                return seed >= 1 && newcomer >= 1;
+              });
+  ASSERT_TRUE(refused) << refused.error() << "\n" << (*twin)->Log() << cluster_->Logs();
+  HttpClient client((*twin)->http_port());
+  auto ready = client.Get("/readyz");
+  ASSERT_TRUE(ready) << ready.error().message();
+  EXPECT_EQ(ready->result_int(), 503);
+  EXPECT_NE((*twin)->Log().find("this node's id n1 is taken by the live member at 127.0.0.1:" +
+                                std::to_string(cluster_->peer_port(0))),
+            std::string::npos)
+      << (*twin)->Log();
+  EXPECT_NE(cluster_->Logs().find("announcing id n1: the live member at"), std::string::npos);
+  for (size_t i = 0; i < 2; ++i) {
+    auto view = FetchClusterView(cluster_->http_port(i));
+    ASSERT_TRUE(view) << view.error();
+    const MemberView* n1 = view->Find("n1");
+    ASSERT_NE(n1, nullptr);
+    EXPECT_EQ(n1->peer_address, "127.0.0.1:" + std::to_string(cluster_->peer_port(0)));
+    EXPECT_EQ(view->ring_fingerprint, before->ring_fingerprint);
+  }
+  ExpectStillServing(0);
+  ExpectStillServing(1);
+}
+
+// Without --node-id a node is "<host name>-<http port>": unique across hosts and across the nodes of one.
+TEST(ClusterIdentityTest, TheDefaultIdIsTheHostNameAndTheHttpPort) {
+  NodeProcessOptions options;
+  options.args = {"--threads", "1"};
+  auto node = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(node) << node.error();
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
+  std::string expected = name;
+  for (char& c : expected) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  expected += "-" + std::to_string((*node)->http_port());
+  if (expected.size() > 64) GTEST_SKIP() << "host name too long to compare simply";
+  auto view = FetchClusterView((*node)->http_port());
+  ASSERT_TRUE(view) << view.error();
+  EXPECT_EQ(view->node_id, expected);
 }
 
 TEST(ClusterFlagsTest, InvalidClusterFlagsAreRefusedAtStart) {
