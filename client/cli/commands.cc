@@ -39,9 +39,9 @@ struct Common {
 void AddCommon(po::options_description& d, Common& c, bool admin) {
   d.add_options()("help,h", "print this help")(
       "node,n", po::value(&c.nodes)->composing(),
-      "HOST:PORT of a node's HTTP API; repeat for several (default 127.0.0.1:7001)")(
-      "ring-aware", po::bool_switch(&c.ring_aware),
-      "read the ring from GET /v1/cluster and send each key straight to its owner")(
+      "HOST:PORT of a node's HTTP API; repeat for several (default: $RINGLIMIT_NODE, comma-separated, "
+      "else 127.0.0.1:7001)")("ring-aware", po::bool_switch(&c.ring_aware),
+                              "read the ring from GET /v1/cluster and send each key straight to its owner")(
       "timeout-ms", po::value(&c.timeout_ms)->default_value(2000), "time limit of one attempt")(
       "attempts", po::value(&c.attempts)->default_value(3), "attempts per call, on different nodes");
   if (admin) {
@@ -52,7 +52,17 @@ void AddCommon(po::options_description& d, Common& c, bool admin) {
 
 client::Result<std::unique_ptr<client::Client>> MakeClient(const Common& c, int io_threads = 1) {
   client::ClientOptions o;
-  if (!c.nodes.empty()) o.nodes = c.nodes;
+  if (!c.nodes.empty()) {
+    o.nodes = c.nodes;
+  } else if (const char* env = std::getenv("RINGLIMIT_NODE"); env != nullptr && *env != '\0') {
+    o.nodes.clear();
+    std::string_view rest = env;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      if (std::string_view node = rest.substr(0, comma); !node.empty()) o.nodes.emplace_back(node);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   o.ring_aware = c.ring_aware;
   o.admin_token = c.admin_token;
   if (o.admin_token.empty()) {
@@ -337,6 +347,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? kExitError : kExitOk;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    out << "ringlimit " << RINGLIMIT_VERSION << "\n";
+    return kExitOk;
   }
   static const std::map<std::string,
                         std::function<int(const std::vector<std::string>&, std::ostream&, std::ostream&)>>

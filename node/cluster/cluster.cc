@@ -121,6 +121,20 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void OnTick();
   void Receive(ring::Message message, int64_t received_wall_ns);
   void Process(ring::MembershipOutput out);
+  // Cluster::ready.
+  bool Ready() const {
+    std::shared_ptr<const ClusterSnapshot> snap;
+    {
+      const std::lock_guard<std::mutex> lock(snapshot_mutex);
+      snap = snapshot;
+    }
+    // The routing table gets its first ring from the handoff's executor, a moment after the snapshot:
+    // ready only once checks are routed (a check before that is refused with 503 not_ready).
+    return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
+           snap->ring->Find(options.node_id) != nullptr && routing.Snapshot()->ring != nullptr;
+  }
+  // Whether the first readiness was logged.
+  bool ready_logged = false;
   // When each id conflict (id and refused address) was last logged.
   std::map<std::string, MonoTime> conflicts_logged;
   // Applies the max-offset rule; logs and publishes a change of the clock's health.
@@ -414,6 +428,11 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
   if (out.declared_dead) CatchUpAfterDeath();
+  if (!ready_logged && Ready()) {
+    // When /readyz turns 200 (a joining node: once a seed answered and its ranges are routed).
+    ready_logged = true;
+    spdlog::info("cluster: ready: joined, in the ring, checks routed (/readyz 200)");
+  }
 }
 
 // This node was declared dead (paused, or cut off, past failure detection) and refuted it. Its own ring
@@ -625,13 +644,7 @@ std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const {
   return core_->snapshot;
 }
 
-bool Cluster::ready() const {
-  auto snap = Snapshot();
-  // The routing table gets its first ring from the handoff's executor, a moment after the snapshot: ready
-  // only once checks are routed (a check before that is refused with 503 not_ready).
-  return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
-         snap->ring->Find(options_.node_id) != nullptr && core_->routing.Snapshot()->ring != nullptr;
-}
+bool Cluster::ready() const { return core_->Ready(); }
 
 bool Cluster::Paused() const {
   const int64_t now_ns = SteadyNs();

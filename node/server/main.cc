@@ -3,6 +3,7 @@
 // --rls-config. POST /v1/cluster/leave: leave the cluster, then the same graceful stop, exit 0. Everything
 // else lives in Node (node/server/node.h). See docs/operations.md.
 #include <signal.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -42,6 +43,7 @@ struct Flags {
   NodeOptions node;
   std::string port_file;
   spdlog::level::level_enum log_level = spdlog::level::info;
+  bool log_json = false;
   std::vector<std::string> warnings;  // found while parsing, logged once logging is set up
 };
 
@@ -66,6 +68,31 @@ bool ParseListen(const std::string& text, std::string* host, uint16_t* port) {
   return true;
 }
 
+// %* in a --log-format json pattern: the message as the inside of a JSON string.
+class JsonMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        dest.push_back('\\');
+        dest.push_back(c);
+      } else if (c == '\n') {
+        dest.append(std::string_view("\\n"));
+      } else if (u < 0x20) {
+        const char escaped[] = {'\\', 'u', '0', '0', kHex[u >> 4], kHex[u & 0xf]};
+        dest.append(escaped, escaped + sizeof(escaped));
+      } else {
+        dest.push_back(c);
+      }
+    }
+  }
+  [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
 // True for an address only this machine can reach: 127.0.0.0/8, ::1 (and IPv4-mapped loopback), "localhost".
 // Any other name or address -- 0.0.0.0, an interface's address, a host name -- may be reachable from
 // elsewhere.
@@ -80,6 +107,19 @@ bool IsLoopbackHost(const std::string& host) {
   return address.is_loopback();
 }
 
+// The flag RINGLIMIT_<FLAG> sets ("RINGLIMIT_MAX_CONNECTIONS" -> "max-connections"), or "" for a variable
+// that is no flag's (and for the secrets', read later with their files, and --config/--help/--version).
+std::string FlagOfVariable(const po::options_description& all, const std::string& variable) {
+  static constexpr std::string_view kPrefix = "RINGLIMIT_";
+  if (!variable.starts_with(kPrefix)) return "";
+  std::string flag = variable.substr(kPrefix.size());
+  for (char& c : flag) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (flag == "admin-token" || flag == "cluster-secret" || flag == "config" || flag == "help" ||
+      flag == "version")
+    return "";
+  return all.find_nothrow(flag, false) != nullptr ? flag : "";
+}
+
 Parsed ParseFlags(int argc, char** argv) {
   const NodeOptions defaults;
   std::string listen, log_level, config;
@@ -90,7 +130,10 @@ Parsed ParseFlags(int argc, char** argv) {
   NodeOptions& n = flags.node;
 
   po::options_description general("General");
-  general.add_options()("help,h", "print this help and exit")(
+  std::string log_format;
+  general.add_options()("help,h", "print this help and exit")("version", "print the version and exit")(
+      "log-format", po::value(&log_format)->default_value("text"),
+      "text (one line per event, UTC timestamps) or json (one JSON object per line)")(
       "config", po::value(&config),
       "read further flags from FILE (lines of `name = value`; the command line wins)")(
       "log-level", po::value(&log_level)->default_value("info"),
@@ -210,6 +253,10 @@ Parsed ParseFlags(int argc, char** argv) {
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("version")) {
+      std::cout << "ringlimitd " << RINGLIMIT_VERSION << "\n";
+      return parsed;
+    }
     if (vm.count("help")) {
       std::cout << all
                 << "\nSignals: SIGTERM/SIGINT stop gracefully (exit 0); SIGHUP reloads --policies and "
@@ -217,6 +264,14 @@ Parsed ParseFlags(int argc, char** argv) {
                    "POST /v1/cluster/leave leaves the cluster cleanly, then stops the same way (exit 0).\n";
       return parsed;
     }
+    // Then the environment: RINGLIMIT_<FLAG> (upper case, '-' as '_') for every flag; a flag on the
+    // command line wins over it, and it wins over the config file. The two secrets keep their own rule
+    // (below: the flag, else its file, else the variable).
+    po::store(po::parse_environment(all,
+                                    [&all](const std::string& variable) -> std::string {
+                                      return FlagOfVariable(all, variable);
+                                    }),
+              vm);
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::ifstream file(path);
@@ -255,6 +310,9 @@ Parsed ParseFlags(int argc, char** argv) {
       if (const char* from_env = std::getenv(env); from_env != nullptr) *value = from_env;
     }
   }
+  if (log_format != "text" && log_format != "json")
+    return bad("--log-format: expected text or json, got " + log_format);
+  flags.log_json = log_format == "json";
   flags.log_level = spdlog::level::from_str(log_level);
   if (flags.log_level == spdlog::level::off && log_level != "off")
     return bad("--log-level: unknown level " + log_level);
@@ -397,7 +455,14 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("ringlimitd");
   logger->set_level(flags.log_level);
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (flags.log_json) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonMessageFlag>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","message":"%*"})");
+    spdlog::set_formatter(std::move(formatter));
+  } else {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", spdlog::pattern_time_type::utc);
+  }
   for (const std::string& warning : flags.warnings) spdlog::warn("{}", warning);
 
   // Signals are handled on this thread's io_context (installed before the node starts, so a signal
@@ -416,7 +481,8 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", started.error());
     return kExitStartFailed;
   }
-  spdlog::info("ringlimitd ready, http port {}", node.http_port());
+  spdlog::info("ringlimitd {} started, http port {} (ready once the cluster says so)", RINGLIMIT_VERSION,
+               node.http_port());
   if (!flags.port_file.empty() &&
       !WritePortFile(flags.port_file, node.http_port(), node.peer_port(), node.grpc_port())) {
     spdlog::critical("cannot write --port-file {}", flags.port_file);

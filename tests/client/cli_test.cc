@@ -30,7 +30,8 @@ std::string Slurp(const std::filesystem::path& p) {
 }
 
 // Runs the built `ringlimit` with `args` (no shell), capturing stdout and stderr in files.
-CliRun Ringlimit(const std::vector<std::string>& args) {
+// `env`: extra environment variables of the child, "NAME=value" each.
+CliRun Ringlimit(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   static int counter = 0;
   const auto base = std::filesystem::temp_directory_path() /
                     ("rl-cli-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
@@ -41,6 +42,10 @@ CliRun Ringlimit(const std::vector<std::string>& args) {
     FILE* o = std::freopen(out_path.c_str(), "w", stdout);
     FILE* e = std::freopen(err_path.c_str(), "w", stderr);
     if (o == nullptr || e == nullptr) _exit(127);
+    for (const std::string& entry : env) {
+      const size_t eq = entry.find('=');
+      setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+    }
     std::vector<char*> argv;
     std::string path = RINGLIMIT_CLI_PATH;
     argv.push_back(path.data());
@@ -95,6 +100,17 @@ TEST_F(CliTest, CheckExitsZeroWhenAllowedAndOneWhenDenied) {
       Ringlimit({"check", "cli-user-2", "--node", Node(), "--limit", "2", "--window", "1m", "--cost", "0"});
   EXPECT_EQ(peek.exit_code, 0) << peek.err;
   EXPECT_NE(peek.out.find("remaining=2"), std::string::npos) << peek.out;
+}
+
+// RINGLIMIT_NODE names the node(s) when --node is not given; --version prints the version.
+TEST_F(CliTest, TheNodeFromTheEnvironmentAndTheVersion) {
+  CliRun r = Ringlimit({"check", "cli-env-user", "--limit", "5", "--window", "60s"},
+                       {"RINGLIMIT_NODE=127.0.0.1:1," + Node()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("remaining=4"), std::string::npos) << r.out;
+  CliRun version = Ringlimit({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out, "ringlimit " RINGLIMIT_TEST_VERSION "\n");
 }
 
 TEST_F(CliTest, CheckErrorsExitTwoWithTheServersMessage) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "tests/node/node_test_util.h"
@@ -231,6 +232,78 @@ int RunToExit(const fs::path& dir, std::vector<std::string> args, std::string* l
   *log = std::string(std::istreambuf_iterator<char>(in), {});
   const auto at = error.find("exited with status ");
   return at == std::string::npos ? -1 : std::stoi(error.substr(at + 19));
+}
+
+// Every flag also comes from RINGLIMIT_<FLAG>: the command line wins over it, and it wins over the config
+// file.
+TEST_F(NodeLifecycleTest, EnvironmentVariablesSitBetweenTheCommandLineAndTheConfigFile) {
+  const fs::path config = dir_ / "ringlimitd.conf";
+  ASSERT_TRUE(WriteFile(config, "max-body-bytes = 100\n"));
+  auto body_limit = [&](std::vector<std::string> args, std::vector<std::string> env) -> int {
+    NodeProcessOptions options;
+    options.args = std::move(args);
+    options.args.insert(options.args.end(), {"--config", config.string()});
+    options.env = std::move(env);
+    options.dir = dir_ / ("node" + std::to_string(options.args.size()) + std::to_string(options.env.size()));
+    auto node = NodeProcess::Start(std::move(options));
+    if (!node) {
+      ADD_FAILURE() << node.error();
+      return -1;
+    }
+    HttpClient client((*node)->http_port());
+    for (int size : {100, 200, 300}) {  // the largest size below 413
+      auto response = client.Post("/v1/check", std::string(static_cast<size_t>(size) + 1, ' '));
+      if (!response) return -1;
+      if (response->result_int() == 413) return size;
+    }
+    return 1000;
+  };
+  EXPECT_EQ(body_limit({}, {}), 100);                                // the file
+  EXPECT_EQ(body_limit({}, {"RINGLIMIT_MAX_BODY_BYTES=200"}), 200);  // the environment over the file
+  EXPECT_EQ(body_limit({"--max-body-bytes", "300"}, {"RINGLIMIT_MAX_BODY_BYTES=200"}), 300);  // the flag
+  std::string log;
+  NodeProcessOptions bad;
+  bad.dir = dir_ / "bad-env";
+  bad.env = {"RINGLIMIT_MAX_BODY_BYTES=lots"};
+  auto refused = NodeProcess::Start(std::move(bad));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("exited with status 2"), std::string::npos) << refused.error();
+}
+
+// --version; --log-format json writes one JSON object per line with UTC times, and the node says when it
+// is ready.
+TEST_F(NodeLifecycleTest, VersionAndJsonLogsInUtc) {
+  std::string log;
+  EXPECT_EQ(RunToExit(dir_ / "version", {"--version"}, &log), 0);
+  EXPECT_NE(log.find("ringlimitd " RINGLIMIT_TEST_VERSION), std::string::npos) << log;
+  EXPECT_EQ(RunToExit(dir_ / "bad-format", {"--log-format", "xml"}, &log), 2);
+
+  auto node = StartNode({"--log-format", "json", "--threads", "1"});
+  ASSERT_TRUE(node);
+  ASSERT_TRUE(Eventually([&] { return node->Log().find("cluster: ready") != std::string::npos; }))
+      << node->Log();
+  std::istringstream lines(node->Log());
+  int parsed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    boost::system::error_code ec;
+    const boost::json::value entry = boost::json::parse(line, ec);
+    ASSERT_FALSE(ec) << "not JSON: " << line;
+    const std::string time(entry.at("time").as_string());
+    EXPECT_EQ(time.back(), 'Z') << line;
+    EXPECT_FALSE(entry.at("level").as_string().empty()) << line;
+    EXPECT_TRUE(entry.at("message").is_string()) << line;
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 3);
+
+  NodeProcessOptions text_options;
+  text_options.dir = dir_ / "text";
+  auto text = NodeProcess::Start(std::move(text_options));
+  ASSERT_TRUE(text) << text.error();
+  const std::string first = (*text)->Log().substr(0, (*text)->Log().find('\n'));
+  ASSERT_GT(first.size(), 24u) << first;
+  EXPECT_EQ(first[23], 'Z') << "UTC timestamps: " << first;
 }
 
 TEST_F(NodeLifecycleTest, HelpAndBadFlags) {
