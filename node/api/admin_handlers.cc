@@ -93,6 +93,33 @@ HttpResponse HandleHeadroomPut(ApiContext& context, const HttpRequest& request) 
 
 HttpResponse HandleHealthz() { return StatusJson("ok"); }
 
+HttpResponse HandleStats(const ApiContext& context) {
+  const Metrics::Summary summary = context.metrics.Summarize();
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("node_id", context.router != nullptr ? std::string_view(context.router->self_id()) : "");
+  w.FieldUint("keys", context.store.Stats().keys);
+  w.Key("decisions");
+  w.BeginObject();
+  w.FieldUint("allowed", summary.allowed);
+  w.FieldUint("denied", summary.denied);
+  w.EndObject();
+  w.Key("latency");
+  w.BeginObject();
+  w.Key("bounds_ms");
+  w.BeginArray();
+  for (int64_t bound : Metrics::kLatencyBoundsNs) w.Double(static_cast<double>(bound) / 1e6);
+  w.EndArray();
+  w.Key("counts");
+  w.BeginArray();
+  for (uint64_t count : summary.latency) w.Uint(count);
+  w.EndArray();
+  w.EndObject();
+  w.EndObject();
+  return Text(http::status::ok, "application/json", std::move(body));
+}
+
 HttpResponse HandleReadyz(const ApiContext& context) {
   if (!context.ready.load(std::memory_order_acquire)) {
     return ToResponse({ErrorKind::kNotReady, "the node is not ready to serve (starting or draining)"});

@@ -13,6 +13,9 @@ struct ApiContext;
 // {"policy":"api","headroom":0.4[,"ttl_ms":30000]} -> 200 {"policy":..,"headroom":..,"expires_in_ms":..}
 [[nodiscard]] HttpResponse HandleHeadroomPut(ApiContext& context, const HttpRequest& request);
 [[nodiscard]] HttpResponse HandleHealthz();
+// GET /v1/stats: this node's totals for the console -- {"node_id","keys","decisions":{"allowed","denied"},
+// "latency":{"bounds_ms":[...],"counts":[... one per bound, then +Inf]}} (counts per bucket, since start).
+[[nodiscard]] HttpResponse HandleStats(const ApiContext& context);
 [[nodiscard]] HttpResponse HandleReadyz(const ApiContext& context);
 [[nodiscard]] HttpResponse HandleMetrics(const ApiContext& context);
 

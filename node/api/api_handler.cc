@@ -13,6 +13,7 @@
 #include "node/api/check_engine.h"
 #include "node/api/check_handlers.h"
 #include "node/api/cluster_handlers.h"
+#include "node/api/console.h"
 #include "node/api/forwarded.h"
 #include "node/api/gubernator_handlers.h"
 #include "node/api/keys_handlers.h"
@@ -78,6 +79,12 @@ std::optional<ApiError> Authorize(const ApiContext& context, const HttpRequest& 
   return ApiError{ErrorKind::kUnauthorized, "this endpoint requires Authorization: Bearer <admin token>"};
 }
 
+// A read-only answer the console of another member may fetch (GET /ui on node A shows node B's stats).
+HttpResponse ReadableAnywhere(HttpResponse response) {
+  response.set(http::field::access_control_allow_origin, "*");
+  return response;
+}
+
 HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* endpoint) {
   const std::string_view target = request.target();
   const size_t question = target.find('?');
@@ -106,7 +113,7 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     const std::string_view key = path.substr(kKeysPrefix.size());
     if (method == http::verb::get) {
       *endpoint = Endpoint::kKeysGet;
-      return HandleKeysGet(context, key);
+      return ReadableAnywhere(HandleKeysGet(context, key));
     }
     if (method == http::verb::delete_) {
       *endpoint = Endpoint::kKeysDelete;
@@ -136,7 +143,22 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
   if (path == "/v1/cluster") {
     if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     *endpoint = Endpoint::kCluster;
-    return HandleClusterGet(context);
+    return ReadableAnywhere(HandleClusterGet(context));
+  }
+  if (path == "/v1/ring/arcs") {
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
+    *endpoint = Endpoint::kRing;
+    return HandleRingArcs(context);
+  }
+  if (path == "/v1/stats") {
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
+    *endpoint = Endpoint::kStats;
+    return ReadableAnywhere(HandleStats(context));
+  }
+  if (path == "/ui" || path == "/ui/") {
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
+    *endpoint = Endpoint::kConsole;
+    return HandleConsole();
   }
   if (path == "/v1/ring") {
     if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");

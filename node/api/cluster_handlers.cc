@@ -138,6 +138,27 @@ HttpResponse HandleRingGet(const ApiContext& context, std::string_view query) {
   return Json(http::status::ok, std::move(body));
 }
 
+HttpResponse HandleRingArcs(const ApiContext& context) {
+  if (context.cluster == nullptr) return NoCluster();
+  const std::vector<RingArcView> arcs = context.cluster->RingArcs();
+  std::string body;
+  body.reserve(32 + arcs.size() * 48);
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Key("arcs");
+  w.BeginArray();
+  for (const RingArcView& arc : arcs) {
+    w.BeginObject();
+    w.Field("owner", arc.owner);
+    w.FieldDouble("from", arc.from);
+    w.FieldDouble("to", arc.to);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(http::status::ok, std::move(body));
+}
+
 HttpResponse HandleClusterLeave(const ApiContext& context) {
   if (context.cluster == nullptr) return NoCluster();
   context.cluster->Leave();

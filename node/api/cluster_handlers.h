@@ -20,6 +20,8 @@ struct ApiContext;
 // 200 {"key":..,"token":"<decimal>","owner":..,"preference_list":[{"id","http_address","state"},...]};
 // 400 without a key.
 [[nodiscard]] HttpResponse HandleRingGet(const ApiContext& context, std::string_view query);
+// 200 {"arcs":[{"owner","from","to"},...]}: every member's owned ranges as fractions of the token space.
+[[nodiscard]] HttpResponse HandleRingArcs(const ApiContext& context);
 // 202 {"node_id":..,"state":"leaving"}; the node leaves the cluster and exits.
 [[nodiscard]] HttpResponse HandleClusterLeave(const ApiContext& context);
 

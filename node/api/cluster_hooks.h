@@ -140,6 +140,13 @@ struct KeyPlacementView {
   std::vector<ClusterMemberView> preference_list;  // owner first
 };
 
+// GET /v1/ring/arcs: one owned token range, as fractions of the token space [0, 1].
+struct RingArcView {
+  std::string owner;
+  double from = 0;
+  double to = 0;
+};
+
 // What the cluster endpoints and /readyz need.
 class ClusterInfo {
  public:
@@ -149,6 +156,8 @@ class ClusterInfo {
   [[nodiscard]] virtual bool ready() const = 0;
   [[nodiscard]] virtual ClusterView Describe() const = 0;
   [[nodiscard]] virtual KeyPlacementView Place(std::string_view key) const = 0;
+  // Every member's owned ranges on the current ring (empty without one), by owner then position.
+  [[nodiscard]] virtual std::vector<RingArcView> RingArcs() const = 0;
   // Starts a graceful leave (asynchronous; the node exits when done).
   virtual void Leave() = 0;
   // Appends the cluster's metrics (Prometheus text) to `out`.

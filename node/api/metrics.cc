@@ -92,6 +92,10 @@ std::string_view EndpointName(Endpoint endpoint) {
       return "ring";
     case Endpoint::kClusterLeave:
       return "cluster_leave";
+    case Endpoint::kStats:
+      return "stats";
+    case Endpoint::kConsole:
+      return "console";
     case Endpoint::kOther:
       return "other";
     case Endpoint::kTransport:
@@ -195,6 +199,19 @@ uint64_t Metrics::TEST_Grpc(GrpcMethod method, GrpcResult result) const {
   return grpc_requests_[static_cast<size_t>(method) * static_cast<size_t>(GrpcResult::kCount) +
                         static_cast<size_t>(result)]
       .load(std::memory_order_relaxed);
+}
+
+Metrics::Summary Metrics::Summarize() const {
+  Summary out;
+  if (const std::shared_ptr<const CounterMap> policies = policies_.Load(); policies != nullptr) {
+    for (const auto& [name, counters] : *policies) {
+      out.allowed += counters->allowed.load(std::memory_order_relaxed);
+      out.denied += counters->denied.load(std::memory_order_relaxed);
+    }
+  }
+  for (size_t i = 0; i < out.latency.size(); ++i)
+    out.latency[i] = latency_buckets_[i].load(std::memory_order_relaxed);
+  return out;
 }
 
 std::string Metrics::Render(const storage::StoreStats& store) const {

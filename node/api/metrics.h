@@ -39,6 +39,8 @@ enum class Endpoint : uint8_t {
   kCluster,       // GET /v1/cluster
   kRing,          // GET /v1/ring
   kClusterLeave,  // POST /v1/cluster/leave
+  kStats,         // GET /v1/stats
+  kConsole,       // GET /ui
   kOther,         // unknown paths, wrong methods
   kTransport,     // errors the transport answers itself (408, 413, 431, 503)
   kCount,
@@ -102,6 +104,15 @@ class Metrics {
   static constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
       25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
       5'000'000, 10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
+  // Totals for the console's stats (GET /v1/stats): decisions over every policy, and the HTTP latency
+  // histogram's bucket counts (per bucket, not cumulative; kLatencyBoundsNs, then +Inf).
+  struct Summary {
+    uint64_t allowed = 0;
+    uint64_t denied = 0;
+    std::array<uint64_t, kLatencyBoundsNs.size() + 1> latency{};
+  };
+  [[nodiscard]] Summary Summarize() const;
 
   // Test hooks.
   [[nodiscard]] uint64_t TEST_Requests(Endpoint endpoint, unsigned status) const;

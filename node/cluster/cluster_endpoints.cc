@@ -130,6 +130,20 @@ node::KeyPlacementView ClusterEndpoints::Place(std::string_view key) const {
   return out;
 }
 
+std::vector<node::RingArcView> ClusterEndpoints::RingArcs() const {
+  const auto snapshot = cluster_.Snapshot();
+  std::vector<node::RingArcView> out;
+  if (snapshot->ring == nullptr) return out;
+  constexpr double kSpace = 18446744073709551616.0;  // 2^64
+  for (const ring::RingMember& member : snapshot->ring->members()) {
+    for (const ring::TokenRange& range : snapshot->ring->Arcs(member.id)) {
+      out.push_back({member.id, static_cast<double>(range.first) / kSpace,
+                     (static_cast<double>(range.last) + 1.0) / kSpace});
+    }
+  }
+  return out;
+}
+
 void ClusterEndpoints::Leave() { cluster_.Leave(on_left_); }
 
 void ClusterEndpoints::AppendMetrics(std::string* out) const {

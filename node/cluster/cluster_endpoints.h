@@ -34,6 +34,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
   [[nodiscard]] bool ready() const override;
   [[nodiscard]] node::ClusterView Describe() const override;
   [[nodiscard]] node::KeyPlacementView Place(std::string_view key) const override;
+  [[nodiscard]] std::vector<node::RingArcView> RingArcs() const override;
   void Leave() override;
   void AppendMetrics(std::string* out) const override;
 

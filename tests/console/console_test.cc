@@ -1,0 +1,135 @@
+// The web console (issue 18): GET /ui in a headless Chromium (Debian `chromium`, installed by
+// scripts/bootstrap) against a real 3-node cluster. The page is loaded with --dump-dom after it has
+// polled the node (--virtual-time-budget), and the test reads the DOM's hooks: the members' rows
+// (data-member, data-state), the ring's arcs (path.arc[data-owner]), a key lookup's owner (#owner). Then a
+// node joins (four members, its arcs drawn) and one is killed (shown suspect or dead). Screenshots of each
+// step are saved under build/<type>/console-screenshots. The page fetches nothing from outside the cluster.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "tests/cluster/cluster_test_util.h"
+
+namespace ringlimit::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The browser's path, or "" when none is installed.
+std::string Browser() {
+  for (const char* candidate : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  return "";
+}
+
+// Runs the headless browser on `url` with `mode` ("--dump-dom" or "--screenshot=PATH") after letting the
+// page run for `budget_ms` of virtual time; returns what it printed (the DOM for --dump-dom).
+std::string RunBrowser(const std::string& url, const std::string& mode, int budget_ms = 4000) {
+  const std::string command =
+      "timeout 90 " + Browser() +
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars"
+      " --no-first-run --window-size=1400,1000 --virtual-time-budget=" +
+      std::to_string(budget_ms) + " " + mode + " '" + url + "' 2>/dev/null";
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[65536];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+// Member id -> state, from the DOM's member rows.
+std::map<std::string, std::string> MemberStates(const std::string& dom) {
+  std::map<std::string, std::string> out;
+  static const std::regex kRow(R"re(data-member="([^"]+)" data-state="([^"]+)")re");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), kRow); it != std::sregex_iterator(); ++it) {
+    out[(*it)[1]] = (*it)[2];
+  }
+  return out;
+}
+
+// The owners that have at least one arc drawn on the ring.
+std::set<std::string> ArcOwners(const std::string& dom) {
+  std::set<std::string> out;
+  static const std::regex kArc(R"re(class="arc" data-owner="([^"]+)")re");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), kArc); it != std::sregex_iterator(); ++it) {
+    out.insert((*it)[1]);
+  }
+  return out;
+}
+
+std::string Shot(const std::string& name) {
+  std::filesystem::create_directories(RINGLIMIT_CONSOLE_SHOTS);
+  return std::string(RINGLIMIT_CONSOLE_SHOTS) + "/" + name + ".png";
+}
+
+class ConsoleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Browser().empty()) GTEST_SKIP() << "no chromium (scripts/bootstrap installs it)";
+  }
+};
+
+TEST_F(ConsoleTest, ShowsTheMembersTheRingAndAKeyAndFollowsJoinsAndDeaths) {
+  auto started = Cluster::Start({.nodes = 3, .args = {"--threads", "2", "--suspicion-timeout-ms", "1000"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  HttpClient n2(cluster.http_port(1));
+  auto checked = PostCheck(n2, "console-key", CheckSpec{.limit = 10});
+  ASSERT_TRUE(checked) << checked.error();
+  ASSERT_EQ(checked->status, 200) << checked->body;
+  auto ring = FetchRing(cluster.http_port(0), "console-key");
+  ASSERT_TRUE(ring) << ring.error();
+
+  // The page itself: self-contained.
+  HttpClient n1(cluster.http_port(0));
+  auto page = n1.Get("/ui");
+  ASSERT_TRUE(page) << page.error().message();
+  ASSERT_EQ(page->result_int(), 200);
+  EXPECT_NE(page->at(boost::beast::http::field::content_type).find("text/html"), std::string::npos);
+  EXPECT_EQ(page->body().find("https://"), std::string::npos) << "nothing fetched from outside";
+  EXPECT_EQ(page->body().find("<script src"), std::string::npos);
+  EXPECT_EQ(page->body().find("<link"), std::string::npos);
+
+  const std::string base = "http://127.0.0.1:" + std::to_string(cluster.http_port(0)) + "/ui";
+  std::string dom = RunBrowser(base + "?key=console-key", "--dump-dom");
+  ASSERT_FALSE(dom.empty()) << "the browser printed nothing";
+  EXPECT_EQ(MemberStates(dom),
+            (std::map<std::string, std::string>{{"n1", "alive"}, {"n2", "alive"}, {"n3", "alive"}}))
+      << dom.substr(0, 4000);
+  EXPECT_EQ(ArcOwners(dom), (std::set<std::string>{"n1", "n2", "n3"}));
+  EXPECT_NE(dom.find(R"(id="owner">)" + ring->owner + "<"), std::string::npos) << "the key's owner";
+  EXPECT_NE(dom.find(R"(<tr data-name="t")"), std::string::npos)
+      << "the key's state as its owner has it";
+  EXPECT_NE(dom.find(R"(id="status" class="live")"), std::string::npos);
+  (void)RunBrowser(base + "?key=console-key", "--screenshot=" + Shot("1-three-nodes"));
+
+  auto added = cluster.AddNode();
+  ASSERT_TRUE(added) << added.error();
+  auto converged = cluster.WaitConverged(milliseconds(20'000 * kSlowdown));
+  ASSERT_TRUE(converged) << converged.error();
+  dom = RunBrowser(base, "--dump-dom");
+  EXPECT_EQ(MemberStates(dom).size(), 4u) << dom.substr(0, 4000);
+  EXPECT_EQ(MemberStates(dom)["n4"], "alive");
+  EXPECT_EQ(ArcOwners(dom), (std::set<std::string>{"n1", "n2", "n3", "n4"}));
+  (void)RunBrowser(base, "--screenshot=" + Shot("2-four-nodes"));
+
+  ASSERT_TRUE(cluster.Kill(1));
+  auto seen = cluster.WaitSeenAs(1, {"suspect", "dead"}, false, milliseconds(20'000 * kSlowdown));
+  ASSERT_TRUE(seen) << seen.error();
+  dom = RunBrowser(base, "--dump-dom");
+  const std::string state = MemberStates(dom)["n2"];
+  EXPECT_TRUE(state == "suspect" || state == "dead") << "n2 shown " << state;
+  EXPECT_NE(dom.find(R"(<b>n2</b>)"), std::string::npos) << "an event for n2 in the timeline";
+  (void)RunBrowser(base, "--screenshot=" + Shot("3-one-killed"));
+}
+
+}  // namespace
+}  // namespace ringlimit::testing
