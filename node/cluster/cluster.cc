@@ -575,13 +575,27 @@ Cluster::~Cluster() { Stop(); }
 peer::PeerServer& Cluster::server() { return core_->server; }
 peer::PeerClient& Cluster::client() { return core_->client; }
 
+std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port) {
+  // "host:port", "[v6]:port" as given; "host", "[v6]" or a bare IPv6 address with the port appended.
+  const size_t colon = host_or_address.rfind(':');
+  const bool has_port = colon != std::string_view::npos &&
+                        (host_or_address.find(':') == colon || host_or_address.starts_with('[')) &&
+                        colon + 1 < host_or_address.size() &&
+                        host_or_address.find_first_not_of("0123456789", colon + 1) == std::string_view::npos;
+  if (has_port) return std::string(host_or_address);
+  if (host_or_address.find(':') != std::string_view::npos && !host_or_address.starts_with('['))
+    return "[" + std::string(host_or_address) + "]:" + std::to_string(port);
+  return std::string(host_or_address) + ":" + std::to_string(port);
+}
+
 boost::system::result<void, std::string> Cluster::Start() {
   if (auto error = ValidateClusterOptions(options_)) return *error;
   if (auto started = core_->server.Start(); !started) {
     return "cannot listen for peers on " + options_.peer_host + ":" + std::to_string(options_.peer_port) +
            ": " + started.error().message();
   }
-  peer_address_ = options_.peer_host + ":" + std::to_string(core_->server.port());
+  peer_address_ = AdvertisedAddress(
+      options_.advertise_peer.empty() ? options_.peer_host : options_.advertise_peer, core_->server.port());
   ring::MemberInfo self;
   self.id = options_.node_id;
   self.http_address = options_.http_address;

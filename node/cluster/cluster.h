@@ -63,6 +63,9 @@ struct ClusterOptions {
   // address is "peer_host:<bound port>". Default: 127.0.0.1:0.
   std::string peer_host = "127.0.0.1";
   uint16_t peer_port = 0;
+  // The peer address announced to the others instead of peer_host (--advertise-peer): "host" (with the
+  // bound port) or "host:port" (e.g. behind NAT or a container's port mapping). Default: empty (peer_host).
+  std::string advertise_peer;
   // Peer addresses of members to join through (--join). Empty: start alone. Default: empty.
   std::vector<std::string> seeds;
   // Virtual nodes of this member (--vnodes). REQUIRES: 1..ring::kMaxVnodes. Default: 128.
@@ -87,6 +90,11 @@ struct ClusterOptions {
   // Default: 2000 ms.
   std::chrono::milliseconds leave_timeout{2000};
 };
+
+// The address to announce for a listener on `port`: `host_or_address` as given when it carries a port
+// ("10.0.0.5:7101", "[::1]:7101"), else with `port` appended ("10.0.0.5" -> "10.0.0.5:7101", "::1" ->
+// "[::1]:7101").
+[[nodiscard]] std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port);
 
 // Returns nullopt when `id` is 1..64 bytes of [A-Za-z0-9._-], else what is wrong.
 [[nodiscard]] std::optional<std::string> ValidateNodeId(std::string_view id);

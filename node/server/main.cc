@@ -161,6 +161,12 @@ Parsed ParseFlags(int argc, char** argv) {
   po::options_description cluster("Cluster");
   cluster.add_options()("peer-listen", po::value(&peer_listen)->default_value("127.0.0.1:7101"),
                         "HOST:PORT of the peer protocol (membership, forwarding); port 0 picks a free port")(
+      "advertise-peer", po::value(&n.cluster.advertise_peer),
+      "HOST or HOST:PORT the other members reach this node's peer port at (default: the --peer-listen "
+      "address; required when that is 0.0.0.0 or ::)")(
+      "advertise-http", po::value(&n.advertise_http),
+      "HOST or HOST:PORT clients and the console reach this node's HTTP API at, as shown in /v1/cluster "
+      "(default: the --listen address, or for 0.0.0.0 / :: the advertised peer host)")(
       "join", po::value(&n.cluster.seeds)->composing(),
       "HOST:PORT: peer address of a member to join through (repeatable); without it the node starts alone")(
       "vnodes", po::value(&n.cluster.vnodes)->default_value(n.cluster.vnodes),
@@ -397,6 +403,12 @@ Parsed ParseFlags(int argc, char** argv) {
   if (replication_interval_ms <= 0 || replication_interval_ms > 60'000)
     return bad("--replication-interval-ms: expected 1..60000");
   n.replication.interval = std::chrono::milliseconds(replication_interval_ms);
+  // A wildcard peer address cannot be announced: the others would send to 0.0.0.0.
+  if ((n.cluster.peer_host == "0.0.0.0" || n.cluster.peer_host == "::") && n.cluster.advertise_peer.empty()) {
+    return bad("--peer-listen " + peer_listen +
+               " listens on every interface, which is no address the other members can reach: give "
+               "--advertise-peer HOST[:PORT]");
+  }
   // Secure by default: a node reachable from other machines must authenticate its admin operations and its
   // peers, unless told otherwise.
   std::vector<std::string> exposed;

@@ -190,7 +190,22 @@ std::optional<std::string> Node::StartCluster() {
   Parts& p = *parts_;
   cluster::ClusterOptions options = options_.cluster;
   options.node_id = node_id_;
-  options.http_address = options_.http.address + ":" + std::to_string(http_port());
+  std::string http_host = options_.advertise_http;
+  if (http_host.empty()) {
+    http_host = options_.http.address;
+    if (http_host == "0.0.0.0" || http_host == "::") {
+      // The host part of the advertised peer address ("10.0.0.5:7101", "[fd00::5]:7101", "10.0.0.5").
+      const std::string peer = options.advertise_peer.empty() ? options.peer_host : options.advertise_peer;
+      if (peer.starts_with('[')) {
+        http_host = peer.substr(0, peer.find(']') + 1);
+      } else if (std::count(peer.begin(), peer.end(), ':') == 1) {
+        http_host = peer.substr(0, peer.find(':'));
+      } else {
+        http_host = peer;
+      }
+    }
+  }
+  options.http_address = cluster::AdvertisedAddress(http_host, http_port());
   options.takeover_after = (1 + options_.forward.timeout_retries) * options_.forward.timeout;
   const uint32_t replicas = options.replicas;
   p.cluster = std::make_unique<cluster::Cluster>(p.io, std::move(options));

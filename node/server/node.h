@@ -38,6 +38,11 @@ namespace ringlimit::node {
 struct NodeOptions {
   // --- Affects behaviour ---
 
+  // The HTTP address announced to the others and shown in /v1/cluster (--advertise-http): "host" (with the
+  // bound port) or "host:port". Default: empty -- the listen host, or when that is a wildcard (0.0.0.0,
+  // ::) the host of the advertised peer address.
+  std::string advertise_http;
+
   // This member's id in the cluster and in logs (1..64 bytes of [A-Za-z0-9._-]).
   // Default: empty ("<host name>-<http port>").
   std::string node_id;

@@ -286,7 +286,7 @@ TEST(NodeSecureByDefaultTest, BeyondLoopbackNeedsTheTokenAndTheSecretOrInsecure)
       << refused.error();
 
   NodeProcessOptions peer_only;  // the peer port alone beyond loopback, the token given: the secret missing
-  peer_only.args = {"--peer-listen", "0.0.0.0:0", "--admin-token", "t0ken"};
+  peer_only.args = {"--peer-listen", "0.0.0.0:0", "--advertise-peer", "127.0.0.1", "--admin-token", "t0ken"};
   peer_only.insecure_beyond_loopback = false;
   auto no_secret = NodeProcess::Start(std::move(peer_only));
   ASSERT_FALSE(no_secret);
@@ -313,6 +313,44 @@ TEST(NodeSecureByDefaultTest, BeyondLoopbackNeedsTheTokenAndTheSecretOrInsecure)
   EXPECT_NE((*anyway)->Log().find("(--insecure): admin operations and the peer port are unauthenticated"),
             std::string::npos)
       << (*anyway)->Log();
+}
+
+// Advertised addresses: a wildcard peer listener cannot be announced, so it needs --advertise-peer; the HTTP
+// address shown to the cluster is --advertise-http, or for a wildcard listener the advertised peer host.
+TEST(NodeAdvertiseTest, AWildcardListenerAnnouncesTheAdvertisedAddress) {
+  NodeProcessOptions wildcard;
+  wildcard.args = {"--peer-listen", "0.0.0.0:0", "--insecure"};
+  wildcard.insecure_beyond_loopback = false;
+  auto refused = NodeProcess::Start(std::move(wildcard));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("give --advertise-peer HOST[:PORT]"), std::string::npos) << refused.error();
+
+  NodeProcessOptions derived;
+  derived.listen = "0.0.0.0:0";
+  derived.args = {"--peer-listen", "0.0.0.0:0", "--advertise-peer", "127.0.0.1", "--insecure"};
+  derived.insecure_beyond_loopback = false;
+  auto node = NodeProcess::Start(std::move(derived));
+  ASSERT_TRUE(node) << node.error();
+  HttpClient client((*node)->http_port());
+  auto cluster = client.Get("/v1/cluster");
+  ASSERT_TRUE(cluster) << cluster.error().message();
+  const boost::json::value view = JsonBody(*cluster);
+  const boost::json::value& self = view.at("members").as_array().at(0);
+  EXPECT_EQ(self.at("http_address").as_string(), "127.0.0.1:" + std::to_string((*node)->http_port()));
+  const std::string peer(self.at("peer_address").as_string());
+  EXPECT_TRUE(peer.starts_with("127.0.0.1:") && peer.size() > 10) << peer;
+
+  NodeProcessOptions given;
+  given.args = {"--advertise-http", "api.example.test:8443", "--advertise-peer", "10.1.2.3:7946"};
+  auto shown = NodeProcess::Start(std::move(given));
+  ASSERT_TRUE(shown) << shown.error();
+  HttpClient client2((*shown)->http_port());
+  auto view2 = client2.Get("/v1/cluster");
+  ASSERT_TRUE(view2) << view2.error().message();
+  const boost::json::value body2 = JsonBody(*view2);
+  const boost::json::value& self2 = body2.at("members").as_array().at(0);
+  EXPECT_EQ(self2.at("http_address").as_string(), "api.example.test:8443");
+  EXPECT_EQ(self2.at("peer_address").as_string(), "10.1.2.3:7946");
 }
 
 }  // namespace
