@@ -7,6 +7,7 @@
 #include "node/api/api_json.h"
 #include "node/api/json_writer.h"
 #include "node/api/metrics.h"
+#include "node/api/process_metrics.h"
 #include "storage/state_store.h"
 
 namespace ringlimit::node {
@@ -133,6 +134,8 @@ HttpResponse HandleReadyz(const ApiContext& context) {
 HttpResponse HandleMetrics(const ApiContext& context) {
   std::string text = context.metrics.Render(context.store.Stats());
   if (context.cluster != nullptr) context.cluster->AppendMetrics(&text);
+  if (context.transport_metrics) context.transport_metrics(&text);
+  AppendProcessMetrics(&text);
   return Text(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
 }
 

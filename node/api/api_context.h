@@ -6,6 +6,7 @@
 #define RINGLIMIT_NODE_API_API_CONTEXT_H_
 
 #include <atomic>
+#include <functional>
 
 #include "limiter/hlc.h"
 #include "limiter/merge.h"
@@ -42,6 +43,9 @@ struct ApiContext {
   // Set once before serving (ApiHandler::SetCluster); null without a cluster: every key is local.
   CheckRouter* router = nullptr;
   ClusterInfo* cluster = nullptr;
+  // Set once before serving (ApiHandler::SetTransportMetrics): appends the transport's metrics (open
+  // connections). Empty: none.
+  std::function<void(std::string*)> transport_metrics;
 };
 
 }  // namespace ringlimit::node

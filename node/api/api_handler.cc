@@ -212,6 +212,10 @@ ApiHandler::ApiHandler(storage::StateStore& store, Clock clock, Policies& polici
 
 ApiHandler::~ApiHandler() = default;
 
+void ApiHandler::SetTransportMetrics(std::function<void(std::string*)> append) {
+  context_->transport_metrics = std::move(append);
+}
+
 void ApiHandler::SetReady(bool ready) { context_->ready.store(ready, std::memory_order_release); }
 
 bool ApiHandler::ready() const { return context_->ready.load(std::memory_order_acquire); }

@@ -118,6 +118,19 @@ boost::system::result<void, std::string> Node::Start() {
     parts_.reset();
     return *error;
   }
+  parts_->handler.SetTransportMetrics([server = &parts_->server](std::string* out) {
+    out->append(
+        "# HELP ringlimit_http_connections Open HTTP connections.\n# TYPE ringlimit_http_connections gauge\n"
+        "ringlimit_http_connections ");
+    out->append(std::to_string(server->connections()));
+    out->append(
+        "\n# HELP ringlimit_http_rejected_connections_total Connections refused because --max-connections "
+        "were "
+        "open.\n# TYPE ringlimit_http_rejected_connections_total "
+        "counter\nringlimit_http_rejected_connections_total ");
+    out->append(std::to_string(server->rejected_connections()));
+    out->push_back('\n');
+  });
   parts_->work.emplace(parts_->io.get_executor());
   const unsigned threads = ThreadCount(options_.threads);
   for (unsigned i = 0; i < threads; ++i) parts_->threads.emplace_back([this] { parts_->io.run(); });

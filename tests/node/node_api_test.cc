@@ -4,6 +4,8 @@
 #include <boost/json/serialize.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "tests/node/node_test_util.h"
 
@@ -244,6 +246,20 @@ TEST_F(NodeApiTest, MetricsInPrometheusFormat) {
   EXPECT_NE(text.find("status=\"404\""), std::string::npos);
   EXPECT_NE(text.find("_bucket{le="), std::string::npos);  // the latency histogram (fed by the transport)
   EXPECT_NE(text.find("policy=\"api\""), std::string::npos);
+  // What an operator expects of any exporter: build info, process metrics, open connections; every
+  // family declared once.
+  for (const char* family : {"ringlimit_build_info{version=", "process_cpu_seconds_total ",
+                             "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ",
+                             "process_start_time_seconds ", "ringlimit_http_connections 1\n"}) {
+    EXPECT_NE(text.find(family), std::string::npos) << family;
+  }
+  std::set<std::string> declared;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("# TYPE ")) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    EXPECT_TRUE(declared.insert(name).second) << name << " declared twice";
+  }
 }
 
 TEST_F(NodeApiTest, KeepAliveAndPipeliningOverTheRealApi) {
