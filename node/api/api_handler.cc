@@ -109,6 +109,12 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     }
     return MethodNotAllowed("GET, POST");
   }
+  if (path == "/v1/auth") {
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
+    *endpoint = Endpoint::kAuth;
+    if (!AuthHasKey(context, request, query)) return AuthWithoutKey(context.options);
+    return AuthAnswer(context.options, HandleCheckGet(context, request, query));
+  }
   if (path.starts_with(kKeysPrefix)) {
     const std::string_view key = path.substr(kKeysPrefix.size());
     if (method == http::verb::get) {
@@ -241,15 +247,18 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
-  const bool check = path == "/v1/check" && (method == http::verb::get || method == http::verb::post);
+  const bool auth = path == "/v1/auth" && (method == http::verb::get || method == http::verb::head);
+  const bool check =
+      auth || (path == "/v1/check" && (method == http::verb::get || method == http::verb::post));
   const bool gubernator = path == "/v1/GetRateLimits" && method == http::verb::post;
   if (router == nullptr || !(check || gubernator) ||
       (method == http::verb::post && !IsJsonContentType(request))) {
     respond(HandleNow(request));
     return;
   }
-  const bool is_get = method == http::verb::get;
+  const bool is_get = method == http::verb::get || auth;
   const Endpoint endpoint = gubernator ? Endpoint::kGetRateLimits
+                            : auth     ? Endpoint::kAuth
                             : is_get   ? Endpoint::kCheckGet
                                        : Endpoint::kCheckPost;
   Metrics& metrics = context_->metrics;
@@ -257,6 +266,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   auto error_response = [gubernator](const ApiError& error) {
     return gubernator ? GatewayErrorResponse(error) : ToResponse(error);
   };
+
   if (std::optional<ApiError> refusal = RefusalOf(*router, "send the check to another node")) {
     HttpResponse response = error_response(*refusal);
     metrics.CountRequest(endpoint, response.result_int());
@@ -267,6 +277,12 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const size_t question = target.find('?');
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+  if (auth && !AuthHasKey(*context_, request, query)) {
+    HttpResponse response = AuthWithoutKey(context_->options);
+    metrics.CountRequest(endpoint, response.result_int());
+    respond(std::move(response));
+    return;
+  }
   // Shared so that an exception thrown before anything was forwarded can still answer, once.
   struct Once {
     std::atomic<bool> answered{false};
@@ -274,8 +290,9 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   };
   auto once = std::make_shared<Once>();
   once->respond = std::move(respond);
-  auto counted = [&metrics, endpoint, once](HttpResponse&& response) {
+  auto counted = [&metrics, endpoint, once, auth, options = &context_->options](HttpResponse&& response) {
     if (once->answered.exchange(true)) return;
+    if (auth) response = AuthAnswer(*options, std::move(response));
     metrics.CountRequest(endpoint, response.result_int());
     once->respond(std::move(response));
   };

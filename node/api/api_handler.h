@@ -53,6 +53,13 @@ struct ApiOptions {
   // Default: "X-RateLimit-Key". Empty disables it.
   std::string key_header = "X-RateLimit-Key";
 
+  // GET /v1/auth (for nginx auth_request and other forward-auth callers): the status of a denial or a bad
+  // request, 403 or 401 (a proxy understands only 2xx, 401 and 403). Default: 403.
+  unsigned auth_deny_status = 403;
+  // GET /v1/auth without a key (no `key` in the query, no key header): true answers 200 (let it through),
+  // false answers auth_deny_status. Default: false.
+  bool auth_allow_without_key = false;
+
   // How long a PUT /v1/headroom signal lasts unless the request gives ttl_ms. Default: 30 s.
   std::chrono::milliseconds headroom_ttl{30'000};
 

@@ -244,4 +244,51 @@ void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const Htt
   if (error) respond(ToResponse(*error));
 }
 
+bool AuthHasKey(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+  bool has_key = false;
+  (void)ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
+    if (name == "key" && !value.empty()) has_key = true;
+    return true;
+  });
+  if (has_key || context.options.key_header.empty()) return has_key;
+  auto it = request.find(context.options.key_header);
+  return it != request.end() && !it->value().empty();
+}
+
+HttpResponse AuthAnswer(const ApiOptions& options, HttpResponse&& check) {
+  const unsigned status = check.result_int();
+  if (status >= 500) return std::move(check);  // unavailable: the proxy's own fail-open/closed rule applies
+  HttpResponse out{status == 200 ? http::status::ok : static_cast<http::status>(options.auth_deny_status),
+                   11};
+  for (const auto& field : check) {
+    const std::string_view name = field.name_string();
+    if (name.starts_with("RateLimit") || name.starts_with("X-RateLimit") || name == "Retry-After") {
+      out.set(field.name_string(), field.value());
+    }
+  }
+  if (status != 200 && status != 429 && status != 403) {
+    // A bad request (a typo in the proxy's config): refused, and the reason in a header the proxy can log.
+    std::string reason = check.body();
+    if (reason.size() > 512) reason.resize(512);
+    for (char& c : reason) {
+      if (c == '\r' || c == '\n') c = ' ';
+    }
+    out.set("X-RateLimit-Error", reason);
+  }
+  out.set(http::field::content_type, "application/json");
+  out.body() = status == 200 ? R"({"allowed":true})" : R"({"allowed":false})";
+  out.prepare_payload();
+  return out;
+}
+
+HttpResponse AuthWithoutKey(const ApiOptions& options) {
+  const bool allow = options.auth_allow_without_key;
+  HttpResponse out{allow ? http::status::ok : static_cast<http::status>(options.auth_deny_status), 11};
+  out.set("X-RateLimit-Error", "no key: give ?key= or the " + options.key_header + " header");
+  out.set(http::field::content_type, "application/json");
+  out.body() = allow ? R"({"allowed":true})" : R"({"allowed":false})";
+  out.prepare_payload();
+  return out;
+}
+
 }  // namespace ringlimit::node

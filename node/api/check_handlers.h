@@ -13,6 +13,7 @@ namespace ringlimit::node {
 
 struct ApiContext;
 class CheckRouter;
+struct ApiOptions;
 
 // POST /v1/check: {"checks":[...]} -> 200 {"allowed":..,"results":[...]}, or a 4xx error.
 [[nodiscard]] HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request);
@@ -27,6 +28,16 @@ class CheckRouter;
 // when the last forwarded key is decided (on whichever thread that is).
 void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
                        std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond);
+
+// GET /v1/auth?<query> (forward-auth for proxies: nginx auth_request, Traefik, ...): the check of GET
+// /v1/check, answered only 200 (allowed) or ApiOptions::auth_deny_status (denied; also a bad request, with
+// the reason in X-RateLimit-Error), with the same RateLimit headers; 503 stays 503 (the proxy's own
+// fail-open or fail-closed rule). AuthHasKey says whether the request names a key (query or key header);
+// without one, AuthWithoutKey answers per ApiOptions::auth_allow_without_key. AuthAnswer turns the
+// GET /v1/check response into the /v1/auth one.
+[[nodiscard]] bool AuthHasKey(const ApiContext& context, const HttpRequest& request, std::string_view query);
+[[nodiscard]] HttpResponse AuthAnswer(const ApiOptions& options, HttpResponse&& check);
+[[nodiscard]] HttpResponse AuthWithoutKey(const ApiOptions& options);
 
 }  // namespace ringlimit::node
 

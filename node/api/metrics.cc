@@ -96,6 +96,8 @@ std::string_view EndpointName(Endpoint endpoint) {
       return "stats";
     case Endpoint::kConsole:
       return "console";
+    case Endpoint::kAuth:
+      return "auth";
     case Endpoint::kOther:
       return "other";
     case Endpoint::kTransport:

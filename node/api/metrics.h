@@ -41,6 +41,7 @@ enum class Endpoint : uint8_t {
   kClusterLeave,  // POST /v1/cluster/leave
   kStats,         // GET /v1/stats
   kConsole,       // GET /ui
+  kAuth,          // GET /v1/auth
   kOther,         // unknown paths, wrong methods
   kTransport,     // errors the transport answers itself (408, 413, 431, 503)
   kCount,

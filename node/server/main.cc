@@ -125,6 +125,7 @@ Parsed ParseFlags(int argc, char** argv) {
   std::string listen, log_level, config;
   std::string admin_token_file, cluster_secret_file;
   bool insecure = false;
+  std::string auth_missing_key;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
   Flags flags;
   NodeOptions& n = flags.node;
@@ -246,6 +247,10 @@ Parsed ParseFlags(int argc, char** argv) {
       "read --admin-token from this file (trailing whitespace dropped); or set RINGLIMIT_ADMIN_TOKEN")(
       "admin-token", po::value(&n.api.admin_token),
       "require `Authorization: Bearer TOKEN` on DELETE /v1/keys and PUT /v1/headroom")(
+      "auth-deny-status", po::value(&n.api.auth_deny_status)->default_value(defaults.api.auth_deny_status),
+      "GET /v1/auth (nginx auth_request): the status of a denied or bad request, 403 or 401")(
+      "auth-missing-key", po::value(&auth_missing_key)->default_value("deny"),
+      "GET /v1/auth without a key: deny (the --auth-deny-status) or allow (200)")(
       "key-header", po::value(&n.api.key_header)->default_value(defaults.api.key_header),
       "request header GET /v1/check reads the key from when the query has none (empty: off)")(
       "headroom-ttl-ms", po::value(&headroom_ttl_ms)->default_value(defaults.api.headroom_ttl.count()),
@@ -316,6 +321,11 @@ Parsed ParseFlags(int argc, char** argv) {
       if (const char* from_env = std::getenv(env); from_env != nullptr) *value = from_env;
     }
   }
+  if (n.api.auth_deny_status != 401 && n.api.auth_deny_status != 403)
+    return bad("--auth-deny-status: expected 401 or 403 (what a proxy's auth_request understands)");
+  if (auth_missing_key != "deny" && auth_missing_key != "allow")
+    return bad("--auth-missing-key: expected deny or allow, got " + auth_missing_key);
+  n.api.auth_allow_without_key = auth_missing_key == "allow";
   if (log_format != "text" && log_format != "json")
     return bad("--log-format: expected text or json, got " + log_format);
   flags.log_json = log_format == "json";

@@ -262,6 +262,42 @@ TEST_F(NodeApiTest, MetricsInPrometheusFormat) {
   }
 }
 
+// GET /v1/auth, for proxies' auth_request: only 200 or the deny status (a proxy turns anything else into a
+// 500), the RateLimit headers on both, a bad request refused with its reason in X-RateLimit-Error, a
+// missing key per --auth-missing-key.
+TEST_F(NodeApiTest, AuthAnswersOnlyAllowedOrDenied) {
+  const std::string target = "/v1/auth?policy=api";
+  auto first = Must(client_->Get(target, {{"X-RateLimit-Key", "auth-user"}}));
+  EXPECT_EQ(first.result_int(), 200);
+  EXPECT_NE(Header(first, "RateLimit-Policy"), "");
+  for (int i = 0; i < 5; ++i) (void)Must(client_->Get(target, {{"X-RateLimit-Key", "auth-user"}}));
+  auto denied = Must(client_->Get(target, {{"X-RateLimit-Key", "auth-user"}}));
+  EXPECT_EQ(denied.result_int(), 403);
+  EXPECT_NE(Header(denied, "Retry-After"), "");
+  EXPECT_EQ(Header(denied, "X-RateLimit-Remaining"), "0");
+  auto bad = Must(client_->Get("/v1/auth?policy=no-such-policy", {{"X-RateLimit-Key", "auth-user"}}));
+  EXPECT_EQ(bad.result_int(), 403);
+  EXPECT_NE(Header(bad, "X-RateLimit-Error").find("no-such-policy"), std::string::npos);
+  auto no_key = Must(client_->Get(target));
+  EXPECT_EQ(no_key.result_int(), 403);
+  EXPECT_NE(Header(no_key, "X-RateLimit-Error").find("no key"), std::string::npos);
+  EXPECT_EQ(Must(client_->Post(target, "{}")).result_int(), 405);
+
+  NodeProcessOptions lenient;
+  lenient.args = {"--auth-deny-status", "401", "--auth-missing-key", "allow"};
+  auto node = NodeProcess::Start(std::move(lenient));
+  ASSERT_TRUE(node) << node.error();
+  HttpClient client((*node)->http_port());
+  auto allowed = client.Get("/v1/auth?algorithm=fixed_window&limit=1&window_ms=60000");
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->result_int(), 200);
+  for (int i = 0; i < 2; ++i) {
+    auto response = client.Get("/v1/auth?key=k&algorithm=fixed_window&limit=1&window_ms=60000");
+    ASSERT_TRUE(response);
+    EXPECT_EQ(response->result_int(), i == 0 ? 200 : 401);
+  }
+}
+
 TEST_F(NodeApiTest, KeepAliveAndPipeliningOverTheRealApi) {
   std::string pipeline;
   for (int i = 0; i < 4; ++i) pipeline += "GET /v1/check?key=pipe&policy=api HTTP/1.1\r\nHost: x\r\n\r\n";
