@@ -89,6 +89,13 @@ double LatencyHistogram::mean() const {
   return n == 0 ? 0 : sum / static_cast<double>(n);
 }
 
+uint64_t LatencyHistogram::CountAtMost(uint64_t value) const {
+  uint64_t n = 0;
+  for (size_t i = 0; i < BucketCount() && BucketLow(i) <= value; ++i)
+    n += counts_[i].load(std::memory_order_relaxed);
+  return n;
+}
+
 uint64_t LatencyHistogram::Percentile(double p) const {
   uint64_t n = 0;
   for (size_t i = 0; i < BucketCount(); ++i) n += counts_[i].load(std::memory_order_relaxed);

@@ -39,6 +39,10 @@ class LatencyHistogram {
   // smallest value, clamped to max(). 0 when empty.
   [[nodiscard]] uint64_t Percentile(double p) const;
 
+  // How many recorded values are at most `value` (counted by bucket: exact at bucket bounds, else
+  // within a bucket's width).
+  [[nodiscard]] uint64_t CountAtMost(uint64_t value) const;
+
   // Bucket arithmetic, exposed for tests.
   [[nodiscard]] static size_t BucketOf(uint64_t value);
   [[nodiscard]] static uint64_t BucketLow(size_t bucket);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/serialize.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "client/cli/json_out.h"
 #include "client/cli/key_chooser.h"
 #include "client/client.h"
 #include "client/histogram.h"
@@ -126,6 +127,14 @@ class Load {
       std::lock_guard lock(mutex_);
       r.first_error = first_error_;
     }
+    static constexpr double kEdgesMs[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000};
+    uint64_t below = 0;
+    for (double edge : kEdgesMs) {
+      const uint64_t at_most = latency_.CountAtMost(static_cast<uint64_t>(edge * 1e6));
+      r.histogram.emplace_back(edge, at_most - below);
+      below = at_most;
+    }
+    r.histogram.emplace_back(0, latency_.count() - below);
     r.p50_ns = latency_.Percentile(50);
     r.p90_ns = latency_.Percentile(90);
     r.p99_ns = latency_.Percentile(99);
@@ -237,7 +246,26 @@ std::string FormatReport(const BenchReport& r) {
       static_cast<unsigned long long>(r.errors),
       r.first_error.empty() ? "" : " (first: ", r.first_error.empty() ? "" : (r.first_error + ")").c_str(),
       r.p50_ns / 1e6, r.p90_ns / 1e6, r.p99_ns / 1e6, r.p999_ns / 1e6, r.max_ns / 1e6, r.mean_ns / 1e6);
-  return buf;
+  std::string out = buf;
+  uint64_t most = 1;
+  for (const auto& [edge, count] : r.histogram) most = std::max(most, count);
+  out += "histogram\n";
+  double previous = 0;
+  for (const auto& [edge, count] : r.histogram) {
+    char label[64];
+    if (edge > 0) {
+      std::snprintf(label, sizeof(label), "%7g - %-7g ms", previous, edge);
+    } else {
+      std::snprintf(label, sizeof(label), "    > %-9g ms", previous);
+    }
+    previous = edge;
+    if (count == 0) continue;
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %s %10llu  %s\n", label, static_cast<unsigned long long>(count),
+                  std::string(static_cast<size_t>(40 * count / most), '#').c_str());
+    out += line;
+  }
+  return out;
 }
 
 std::string ReportJson(const BenchReport& r) {
@@ -256,7 +284,19 @@ std::string ReportJson(const BenchReport& r) {
   o["p999_ms"] = r.p999_ns / 1e6;
   o["max_ms"] = r.max_ns / 1e6;
   o["mean_ms"] = r.mean_ns / 1e6;
-  return boost::json::serialize(o);
+  boost::json::array histogram;
+  for (const auto& [edge, count] : r.histogram) {
+    boost::json::object bucket;
+    if (edge > 0) {
+      bucket["le_ms"] = edge;
+    } else {
+      bucket["le_ms"] = "+Inf";
+    }
+    bucket["count"] = count;
+    histogram.push_back(std::move(bucket));
+  }
+  o["histogram"] = std::move(histogram);
+  return ToJson(o);
 }
 
 }  // namespace ringlimit::cli

@@ -67,6 +67,9 @@ struct BenchReport {
   // Latency of successful requests, nanoseconds.
   uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
   double mean_ns = 0;
+  // Latency histogram of successful requests: {upper edge in ms (the last is +inf, written 0), count in
+  // (previous edge, edge]}.
+  std::vector<std::pair<double, uint64_t>> histogram;
 
   [[nodiscard]] double requests_per_second() const { return seconds > 0 ? requests / seconds : 0; }
 };

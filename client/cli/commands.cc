@@ -1,5 +1,9 @@
 #include "client/cli/commands.h"
 
+#include <unistd.h>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <functional>
@@ -8,13 +12,17 @@
 #include <optional>
 
 #include "client/cli/bench.h"
+#include "client/cli/json_out.h"
 #include "client/cli/parse.h"
 #include "client/client.h"
 #include "client/ring_routes.h"
 
 namespace ringlimit::cli {
 namespace po = boost::program_options;
+namespace json = boost::json;
 namespace {
+
+bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
 constexpr const char* kUsage =
     "ringlimit: client of a ringlimit rate-limiter node or cluster\n\n"
@@ -34,6 +42,7 @@ struct Common {
   std::string admin_token;
   int64_t timeout_ms = 2000;
   int attempts = 3;
+  bool json = false;
 };
 
 void AddCommon(po::options_description& d, Common& c, bool admin) {
@@ -43,7 +52,8 @@ void AddCommon(po::options_description& d, Common& c, bool admin) {
       "else 127.0.0.1:7001)")("ring-aware", po::bool_switch(&c.ring_aware),
                               "read the ring from GET /v1/cluster and send each key straight to its owner")(
       "timeout-ms", po::value(&c.timeout_ms)->default_value(2000), "time limit of one attempt")(
-      "attempts", po::value(&c.attempts)->default_value(3), "attempts per call, on different nodes");
+      "attempts", po::value(&c.attempts)->default_value(3), "attempts per call, on different nodes")(
+      "json", po::bool_switch(&c.json), "print the result as one JSON object (plain numbers)");
   if (admin) {
     d.add_options()("admin-token", po::value(&c.admin_token),
                     "sent as `Authorization: Bearer TOKEN` (or set RINGLIMIT_ADMIN_TOKEN)");
@@ -81,14 +91,17 @@ client::Result<std::unique_ptr<client::Client>> MakeClient(const Common& c, int 
 
 // Parses `args` against `desc` with positional names; prints help when asked. Returns nullopt to exit
 // with *exit_code.
+// `hidden`: the positional arguments' options, parsed but not listed by --help.
 std::optional<po::variables_map> Parse(const std::vector<std::string>& args,
                                        const po::options_description& desc,
                                        const po::positional_options_description& positional,
                                        const std::string& usage, std::ostream& out, std::ostream& err,
-                                       int* exit_code) {
+                                       int* exit_code, const po::options_description& hidden = {}) {
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
+    po::options_description all;
+    all.add(desc).add(hidden);
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
     if (vm.count("help")) {
       out << usage << "\n\n" << desc << "\n";
       *exit_code = kExitOk;
@@ -121,8 +134,9 @@ int Check(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   uint64_t limit = 0, cost = 1, burst = 0;
   po::options_description desc("Options");
   AddCommon(desc, common, false);
-  desc.add_options()("key", po::value(&key), "entity key (positional)")(
-      "policy,p", po::value(&policy), "named policy configured on the server")(
+  po::options_description hidden;
+  hidden.add_options()("key", po::value(&key), "entity key");
+  desc.add_options()("policy,p", po::value(&policy), "named policy configured on the server")(
       "tier", po::value(&tier), "tier of the policy")("limit,l", po::value(&limit),
                                                       "inline limit: units per window")(
       "window,w", po::value(&window), "inline window: 250ms, 60s, 5m, 1h, 1d (bare number: ms)")(
@@ -130,7 +144,7 @@ int Check(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       "fixed_window, sliding_log, sliding_window, sliding_window_approx, token_bucket (default), "
       "leaky_bucket, gcra")("burst", po::value(&burst), "bucket capacity / GCRA burst")(
       "name", po::value(&name), "inline limit name (default \"default\")")(
-      "mode", po::value(&mode), "hard, soft, shadow or dynamic")("cost,c", po::value(&cost)->default_value(1),
+      "mode", po::value(&mode), "hard, soft, shadow or dynamic")("cost", po::value(&cost)->default_value(1),
                                                                  "units to charge (0 = peek)");
   po::positional_options_description pos;
   pos.add("key", 1);
@@ -138,8 +152,8 @@ int Check(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   auto vm =
       Parse(args, desc, pos,
             "Usage: ringlimit check KEY [--policy P [--tier T] | --limit N --window 60s [--algorithm A]] "
-            "[--cost C]",
-            out, err, &code);
+            "[--cost C] [--json]",
+            out, err, &code, hidden);
   if (!vm) return code;
   if (key.empty()) return Usage(err, "check: KEY is required");
   client::Check c{.key = key, .cost = cost};
@@ -166,6 +180,29 @@ int Check(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   if (!client) return Fail(err, client.error());
   auto r = (*client)->Check(std::move(c));
   if (!r) return Fail(err, r.error());
+  if (common.json) {
+    json::object o;
+    o["allowed"] = r->allowed;
+    json::array results;
+    for (const client::CheckResult& x : r->results) {
+      json::object e;
+      e["key"] = x.key;
+      e["name"] = x.name;
+      e["allowed"] = x.allowed;
+      e["limit"] = x.limit;
+      e["remaining"] = x.remaining;
+      e["reset_ms"] = x.reset_ms;
+      e["retry_after_ms"] = x.retry_after_ms;
+      e["delay_ms"] = x.delay_ms;
+      e["mode"] = x.mode;
+      e["would_deny"] = x.would_deny;
+      e["owner"] = x.owner;
+      results.push_back(std::move(e));
+    }
+    o["results"] = std::move(results);
+    out << ToJson(o) << "\n";
+    return r->allowed ? kExitOk : kExitDenied;
+  }
   out << (r->allowed ? "allowed" : "denied") << "\n";
   for (const client::CheckResult& x : r->results) {
     out << "  " << x.name << ": " << (x.allowed ? "allowed" : "denied") << " limit=" << x.limit
@@ -185,16 +222,37 @@ int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string key;
   po::options_description desc("Options");
   AddCommon(desc, common, false);
-  desc.add_options()("key", po::value(&key), "entity key (positional)");
+  po::options_description hidden;
+  hidden.add_options()("key", po::value(&key), "entity key");
   po::positional_options_description pos;
   pos.add("key", 1);
   int code = kExitError;
-  if (!Parse(args, desc, pos, "Usage: ringlimit inspect KEY", out, err, &code)) return code;
+  if (!Parse(args, desc, pos, "Usage: ringlimit inspect KEY [--json]", out, err, &code, hidden)) return code;
   if (key.empty()) return Usage(err, "inspect: KEY is required");
   auto client = MakeClient(common);
   if (!client) return Fail(err, client.error());
   auto r = (*client)->Inspect(key);
   if (!r) return Fail(err, r.error());
+  if (common.json) {
+    json::object o;
+    o["key"] = r->key;
+    json::array states;
+    for (const client::KeyState& st : r->states) {
+      json::object e;
+      e["name"] = st.name;
+      e["algorithm"] = st.algorithm;
+      e["limit"] = st.limit;
+      e["window_ms"] = st.window_ms;
+      e["remaining"] = st.remaining;
+      e["reset_ms"] = st.reset_ms;
+      e["mode"] = st.mode;
+      e["version"] = st.version;
+      states.push_back(std::move(e));
+    }
+    o["states"] = std::move(states);
+    out << ToJson(o) << "\n";
+    return kExitOk;
+  }
   out << "key " << r->key << ": " << r->states.size() << (r->states.size() == 1 ? " state" : " states")
       << "\n";
   if (r->states.empty()) return kExitOk;
@@ -218,13 +276,14 @@ int Reset(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   std::string key, name;
   po::options_description desc("Options");
   AddCommon(desc, common, true);
-  desc.add_options()("key", po::value(&key), "entity key (positional)")(
-      "name", po::value(&name), "reset only this state (e.g. api/per_minute); default: all");
+  po::options_description hidden;
+  hidden.add_options()("key", po::value(&key), "entity key");
+  desc.add_options()("name", po::value(&name), "reset only this state (e.g. api/per_minute); default: all");
   po::positional_options_description pos;
   pos.add("key", 1);
   int code = kExitError;
-  if (!Parse(args, desc, pos, "Usage: ringlimit reset KEY [--name STATE] [--admin-token T]", out, err,
-             &code)) {
+  if (!Parse(args, desc, pos, "Usage: ringlimit reset KEY [--name STATE] [--admin-token T] [--json]", out,
+             err, &code, hidden)) {
     return code;
   }
   if (key.empty()) return Usage(err, "reset: KEY is required");
@@ -232,6 +291,13 @@ int Reset(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   if (!client) return Fail(err, client.error());
   auto r = (*client)->Reset(key, name);
   if (!r) return Fail(err, r.error());
+  if (common.json) {
+    json::object o;
+    o["key"] = key;
+    o["removed"] = *r;
+    out << ToJson(o) << "\n";
+    return kExitOk;
+  }
   out << "reset " << key << ": removed " << *r << (*r == 1 ? " state" : " states") << "\n";
   return kExitOk;
 }
@@ -241,14 +307,15 @@ int Cluster(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string action, node;
   po::options_description desc("Options");
   AddCommon(desc, common, true);
-  desc.add_options()("action", po::value(&action), "status or leave (positional)")(
-      "member", po::value(&node), "leave: the member id or HOST:PORT (positional)");
+  po::options_description hidden;
+  hidden.add_options()("action", po::value(&action), "status or leave")("member", po::value(&node),
+                                                                        "leave: the member id or HOST:PORT");
   po::positional_options_description pos;
   pos.add("action", 1).add("member", 1);
   int code = kExitError;
   if (!Parse(args, desc, pos,
-             "Usage: ringlimit cluster status | ringlimit cluster leave NODE [--admin-token T]", out, err,
-             &code)) {
+             "Usage: ringlimit cluster status [--json] | ringlimit cluster leave NODE [--admin-token T]", out,
+             err, &code, hidden)) {
     return code;
   }
   auto client = MakeClient(common);
@@ -256,6 +323,25 @@ int Cluster(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (action == "status") {
     auto r = (*client)->ClusterStatus();
     if (!r) return Fail(err, r.error());
+    if (common.json) {
+      json::object o;
+      o["node_id"] = r->node_id;
+      o["ring_version"] = r->ring_version;
+      json::array members;
+      for (const client::Member& m : r->members) {
+        json::object e;
+        e["id"] = m.id;
+        e["state"] = m.state;
+        e["http_address"] = m.http_address;
+        e["peer_address"] = m.peer_address;
+        e["vnodes"] = m.vnodes;
+        e["share"] = m.share;
+        members.push_back(std::move(e));
+      }
+      o["members"] = std::move(members);
+      out << ToJson(o) << "\n";
+      return kExitOk;
+    }
     out << "node " << r->node_id << ", ring version " << r->ring_version << ", " << r->members.size()
         << " members\n";
     char line[512];
@@ -273,6 +359,10 @@ int Cluster(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (node.empty()) return Usage(err, "cluster leave: NODE is required");
     auto r = (*client)->Leave(node);
     if (!r) return Fail(err, r.error());
+    if (common.json) {
+      out << (r->empty() || r->back() != '\n' ? *r + "\n" : *r);
+      return kExitOk;
+    }
     out << "leave requested: " << *r << (r->empty() || r->back() != '\n' ? "\n" : "");
     return kExitOk;
   }
@@ -285,7 +375,7 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   BenchOptions b;
   std::string duration, window, distribution, method, costs, algorithms;
   int io_threads = 1;
-  bool json = false, quiet = false;
+  bool quiet = false;
   po::options_description desc("Options");
   AddCommon(desc, common, false);
   desc.add_options()("concurrency,c", po::value(&b.concurrency)->default_value(64),
@@ -306,9 +396,9 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       "window,w", po::value(&window)->default_value("1s"), "inline window")(
       "policy,p", po::value(&b.policy), "use this named policy instead of inline limits")(
       "io-threads", po::value(&io_threads)->default_value(1), "client I/O threads")(
-      "seed", po::value(&b.seed)->default_value(1), "random seed")("json", po::bool_switch(&json),
-                                                                   "print the summary as one JSON object")(
-      "quiet,q", po::bool_switch(&quiet), "no live progress line");
+      "seed", po::value(&b.seed)->default_value(1), "random seed")(
+      "quiet,q", po::bool_switch(&quiet),
+      "no live progress line (there is none when stderr is not a terminal)");
   po::positional_options_description pos;
   int code = kExitError;
   if (!Parse(args, desc, pos, "Usage: ringlimit bench [--node H:P ...] [options]", out, err, &code))
@@ -333,11 +423,12 @@ int Bench(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   b.costs = *c;
   b.algorithms = SplitList(algorithms);
   if (b.algorithms.empty()) return Usage(err, "bench: empty --algorithm");
-  if (quiet) b.progress_interval = std::chrono::milliseconds(0);
+  // The progress line is redrawn in place: only on a terminal.
+  if (quiet || !StderrIsTerminal()) b.progress_interval = std::chrono::milliseconds(0);
   auto client = MakeClient(common, io_threads);
   if (!client) return Fail(err, client.error());
   BenchReport report = RunBench(**client, b, err);
-  out << (json ? ReportJson(report) + "\n" : FormatReport(report));
+  out << (common.json ? ReportJson(report) + "\n" : FormatReport(report));
   return report.requests > 0 && report.errors < report.requests ? kExitOk : kExitError;
 }
 

@@ -5,6 +5,7 @@
 
 #include <boost/json/parse.hpp>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "tests/support/node_process.h"
@@ -202,15 +203,52 @@ TEST_F(CliTest, BenchReportsThroughputDecisionsAndPercentiles) {
   EXPECT_GT(o.at("denied").to_number<uint64_t>(), 0u);          // Zipf: the hot keys run out
   EXPECT_GT(o.at("p99_ms").to_number<double>(), 0.0);
   EXPECT_LE(o.at("p50_ms").to_number<double>(), o.at("p99_ms").to_number<double>());
+  EXPECT_FALSE(std::regex_search(bench.out, std::regex("[0-9][Ee][-+]?[0-9]")))
+      << "plain numbers, no exponents: " << bench.out;
+  uint64_t histogram_total = 0;
+  for (const auto& bucket : o.at("histogram").as_array()) {
+    histogram_total += bucket.at("count").to_number<uint64_t>();
+  }
+  EXPECT_EQ(histogram_total, 400u);
 
   CliRun human = Ringlimit({"bench", "--node", Node(), "--duration", "1s", "--rate", "200", "--method", "get",
                             "--concurrency", "4"});
   ASSERT_EQ(human.exit_code, 0) << human.err;
   EXPECT_NE(human.out.find("req/s"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("p99.9"), std::string::npos) << human.out;
-  EXPECT_NE(human.err.find("req/s"), std::string::npos) << human.err;  // the progress line
+  EXPECT_NE(human.out.find("histogram"), std::string::npos) << human.out;
+  // stderr is a file here, not a terminal: no progress line redrawn with \r.
+  EXPECT_EQ(human.err.find('\r'), std::string::npos) << human.err;
   CliRun bad = Ringlimit({"bench", "--node", Node(), "--distribution", "pareto"});
   EXPECT_EQ(bad.exit_code, 2);
+}
+
+// --json on every sub-command: one JSON object with plain numbers.
+TEST_F(CliTest, EverySubCommandSpeaksJson) {
+  CliRun check =
+      Ringlimit({"check", "cli-json", "--node", Node(), "--limit", "5", "--window", "60s", "--json"});
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(check.out, ec);
+  ASSERT_FALSE(ec) << check.out;
+  EXPECT_TRUE(v.at("allowed").as_bool());
+  EXPECT_EQ(v.at("results").as_array().at(0).at("remaining").to_number<uint64_t>(), 4u);
+  CliRun inspect = Ringlimit({"inspect", "cli-json", "--node", Node(), "--json"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  v = boost::json::parse(inspect.out, ec);
+  ASSERT_FALSE(ec) << inspect.out;
+  EXPECT_EQ(v.at("states").as_array().size(), 1u);
+  CliRun status = Ringlimit({"cluster", "status", "--node", Node(), "--json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  v = boost::json::parse(status.out, ec);
+  ASSERT_FALSE(ec) << status.out;
+  EXPECT_EQ(v.at("members").as_array().size(), 1u);
+  EXPECT_FALSE(std::regex_search(status.out, std::regex("[0-9][Ee][-+]?[0-9]"))) << status.out;
+  CliRun reset = Ringlimit({"reset", "cli-json", "--node", Node(), "--admin-token", kToken, "--json"});
+  ASSERT_EQ(reset.exit_code, 0) << reset.err;
+  v = boost::json::parse(reset.out, ec);
+  ASSERT_FALSE(ec) << reset.out;
+  EXPECT_EQ(v.at("removed").to_number<uint64_t>(), 1u);
 }
 
 TEST_F(CliTest, EverySubCommandHasHelp) {
@@ -220,6 +258,9 @@ TEST_F(CliTest, EverySubCommandHasHelp) {
     EXPECT_NE(help.out.find(std::string("Usage: ringlimit ") + cmd), std::string::npos) << help.out;
     EXPECT_NE(help.out.find("--node"), std::string::npos) << cmd;
   }
+  // Positional arguments are not listed as options.
+  EXPECT_EQ(Ringlimit({"check", "--help"}).out.find("--key"), std::string::npos);
+  EXPECT_EQ(Ringlimit({"cluster", "--help"}).out.find("--action"), std::string::npos);
   CliRun top = Ringlimit({"--help"});
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("cluster leave NODE"), std::string::npos);
