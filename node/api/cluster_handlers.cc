@@ -81,6 +81,14 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
   w.FieldBool("paused", view.fence.paused);
   w.Field("minority", view.fence.minority);
   w.EndObject();
+  w.Key("handoffs_done");
+  w.BeginObject();
+  w.FieldUint("completed", view.handoff_totals.completed);
+  w.FieldUint("failed", view.handoff_totals.failed);
+  w.FieldUint("keys", view.handoff_totals.keys);
+  w.FieldUint("incoming_completed", view.handoff_totals.incoming_completed);
+  w.FieldUint("rereplicated_keys", view.handoff_totals.rereplicated_keys);
+  w.EndObject();
   w.Key("handoffs");
   w.BeginArray();
   for (const ClusterHandoffView& h : view.handoffs) {

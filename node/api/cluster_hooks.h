@@ -124,6 +124,14 @@ struct ClusterView {
   std::string replication_mode;           // "async" / "sync"; empty: no replication
   uint32_t replicas = 0;                  // --replicas
   uint64_t replication_pending_keys = 0;  // changed keys not shipped to their replicas yet
+  // Handoffs finished since start (replication::HandoffStats).
+  struct HandoffTotals {
+    uint64_t completed = 0;           // outgoing, acknowledged
+    uint64_t failed = 0;              // outgoing, abandoned
+    uint64_t keys = 0;                // keys pushed by outgoing handoffs
+    uint64_t incoming_completed = 0;  // incoming ranges released
+    uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
+  } handoff_totals;
   ClusterFenceView fence;
   std::vector<ClusterHandoffView> handoffs;  // in progress
   // ring::RingView::fingerprint() of the current ring: equal on every node whose ring has the same

@@ -99,6 +99,7 @@ const colours = new Map();
 const previous = new Map();  // member id -> {at, allowed, denied, counts}
 const rates = new Map();     // member id -> [decisions/s ...]
 let lastStates = null;
+const doneBefore = new Map();  // member id -> its last handoffs_done
 let fingerprint = "";
 let lookedUp = null;
 
@@ -248,17 +249,19 @@ async function renderMembers(view, now) {
   }
 }
 
+function noteEvent(id, text) {
+  const events = document.getElementById("events");
+  const li = el("li");
+  li.appendChild(document.createTextNode(new Date().toISOString().slice(11, 19) + " "));
+  li.appendChild(el("b", {}, id));
+  li.appendChild(document.createTextNode(" " + text));
+  events.prepend(li);
+  while (events.children.length > 100) events.lastChild.remove();
+}
+
 function noteEvents(view) {
   const states = new Map(view.members.map(m => [m.id, m.state]));
-  const events = document.getElementById("events");
-  const add = (id, text) => {
-    const li = el("li");
-    li.appendChild(document.createTextNode(new Date().toISOString().slice(11, 19) + " "));
-    li.appendChild(el("b", {}, id));
-    li.appendChild(document.createTextNode(" " + text));
-    events.prepend(li);
-    while (events.children.length > 100) events.lastChild.remove();
-  };
+  const add = noteEvent;
   if (lastStates === null) {
     for (const [id, state] of states) add(id, "is " + state);
   } else {
@@ -278,6 +281,24 @@ async function renderHandoffs(view) {
   }));
   const box = document.getElementById("handoffs");
   box.replaceChildren();
+  let completed = 0, keys = 0, rereplicated = 0;
+  for (const [id, v] of views) {
+    if (!v || !v.handoffs_done) continue;
+    const done = v.handoffs_done;
+    completed += done.completed;
+    keys += done.keys;
+    rereplicated += done.rereplicated_keys;
+    const before = doneBefore.get(id);
+    if (before && done.completed > before.completed) {
+      noteEvent(id, "handed off " + (done.completed - before.completed) + " range set(s), " +
+                    (done.keys - before.keys) + " keys");
+    }
+    doneBefore.set(id, done);
+  }
+  const totals = el("div", {id: "handoff-totals", "data-completed": String(completed)},
+                    "completed since start: " + completed + " handoff(s), " + keys + " keys handed off, " +
+                    rereplicated + " re-replicated");
+  totals.className = "none";
   const phases = {pushing: 0.33, flushing: 0.66, "done-sent": 0.9, waiting: 0.2};
   for (const [id, v] of views) {
     if (!v || !v.handoffs) continue;
@@ -292,7 +313,8 @@ async function renderHandoffs(view) {
       box.appendChild(item);
     }
   }
-  if (!box.children.length) box.appendChild(el("span", {class: "none"}, "none in progress"));
+  if (!box.querySelector(".handoff")) box.appendChild(el("div", {class: "none"}, "none in progress"));
+  box.appendChild(totals);
 }
 
 async function lookup(key) {

@@ -110,6 +110,12 @@ node::ClusterView ClusterEndpoints::Describe() const {
     out.replicas = replicator_->options().replicas;
     out.replication_pending_keys = replicator_->stats().pending_keys;
     out.handoffs = DescribeHandoffs(*handoff_);
+    const replication::HandoffStats h = handoff_->stats();
+    out.handoff_totals = {.completed = h.handoffs_completed,
+                          .failed = h.handoffs_failed,
+                          .keys = h.handed_off_keys,
+                          .incoming_completed = h.incoming_completed,
+                          .rereplicated_keys = h.rereplicated_keys};
   }
   return out;
 }

@@ -106,8 +106,7 @@ TEST_F(ConsoleTest, ShowsTheMembersTheRingAndAKeyAndFollowsJoinsAndDeaths) {
       << dom.substr(0, 4000);
   EXPECT_EQ(ArcOwners(dom), (std::set<std::string>{"n1", "n2", "n3"}));
   EXPECT_NE(dom.find(R"(id="owner">)" + ring->owner + "<"), std::string::npos) << "the key's owner";
-  EXPECT_NE(dom.find(R"(<tr data-name="t")"), std::string::npos)
-      << "the key's state as its owner has it";
+  EXPECT_NE(dom.find(R"(<tr data-name="t")"), std::string::npos) << "the key's state as its owner has it";
   EXPECT_NE(dom.find(R"(id="status" class="live")"), std::string::npos);
   (void)RunBrowser(base + "?key=console-key", "--screenshot=" + Shot("1-three-nodes"));
 
@@ -119,6 +118,11 @@ TEST_F(ConsoleTest, ShowsTheMembersTheRingAndAKeyAndFollowsJoinsAndDeaths) {
   EXPECT_EQ(MemberStates(dom).size(), 4u) << dom.substr(0, 4000);
   EXPECT_EQ(MemberStates(dom)["n4"], "alive");
   EXPECT_EQ(ArcOwners(dom), (std::set<std::string>{"n1", "n2", "n3", "n4"}));
+  // The join moved ranges to n4: the members' finished handoffs are shown.
+  static const std::regex kCompleted(R"re(id="handoff-totals" data-completed="([0-9]+)")re");
+  std::smatch completed;
+  ASSERT_TRUE(std::regex_search(dom, completed, kCompleted)) << dom.substr(0, 4000);
+  EXPECT_GE(std::stoi(completed[1]), 1) << "handoffs completed, as the page shows them";
   (void)RunBrowser(base, "--screenshot=" + Shot("2-four-nodes"));
 
   ASSERT_TRUE(cluster.Kill(1));
