@@ -121,7 +121,15 @@ MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>&
     SendJoin(out);
     next_join_at_ = now + options_.join_retry_interval;
   }
+  joining_since_ = now;
   return out;
+}
+
+void Membership::SetDiscovered(std::vector<std::string> addresses) {
+  std::erase(addresses, self_.peer_address);
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  discovered_ = std::move(addresses);
 }
 
 MembershipOutput Membership::Tick(MonoTime now) {
@@ -129,6 +137,10 @@ MembershipOutput Membership::Tick(MonoTime now) {
   if (!started_ || self_.state == MemberState::kLeft) return out;
   const std::vector<RingMember> before = RingMembers();
 
+  if (self_.state == MemberState::kJoining && options_.join_alone_after.count() > 0 &&
+      now - joining_since_ >= options_.join_alone_after) {
+    SetSelfState(MemberState::kAlive, out);  // nobody answered: the first of its cluster
+  }
   if (self_.state == MemberState::kJoining && now >= next_join_at_) {
     SendJoin(out);
     next_join_at_ = now + options_.join_retry_interval;
@@ -413,7 +425,11 @@ void Membership::Suspect(MonoTime now, const std::string& id, MembershipOutput& 
 }
 
 void Membership::SendJoin(MembershipOutput& out) {
-  for (const std::string& seed : seeds_) {
+  std::vector<std::string> targets = seeds_;
+  for (const std::string& address : discovered_) {
+    if (std::find(targets.begin(), targets.end(), address) == targets.end()) targets.push_back(address);
+  }
+  for (const std::string& seed : targets) {
     Outgoing ping = MakeMessage(MessageType::kPing, "", seed, next_seq_++);
     ping.message.full_state = true;
     ping.message.updates = FullTable();
@@ -454,6 +470,15 @@ void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
   if (alive.empty()) {
     for (const std::string& seed : seeds_) push_pull("", seed);
   }
+  // Discovered addresses no known member has: another node, or another cluster, to merge with.
+  std::vector<std::string> unknown;
+  for (const std::string& address : discovered_) {
+    const bool known = std::any_of(members_.begin(), members_.end(), [&](const auto& m) {
+      return m.second.info.peer_address == address && !Tombstone(m.second.info.state);
+    });
+    if (!known) unknown.push_back(address);
+  }
+  if (!unknown.empty()) push_pull("", pick(unknown));
 }
 
 void Membership::Reap(MonoTime now, MembershipOutput& out) {

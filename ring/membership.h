@@ -183,6 +183,10 @@ struct MembershipOptions {
   std::chrono::milliseconds tombstone_retention{60'000};
   // A joining node re-sends its join Ping to every seed this often until one answers. Default: 500 ms.
   std::chrono::milliseconds join_retry_interval{500};
+  // A joining node that no seed answered within this starts alone (alive) and keeps offering its table to
+  // the seeds and discovered addresses (MaybeSync), so the first node of a cluster found through DNS
+  // (--join-dns) does not wait for itself. 0: never, it stays joining (--join). Default: 0.
+  std::chrono::milliseconds join_alone_after{0};
   // Push-pull exchange of whole tables with one random member. 0 disables. Default: 5 s.
   std::chrono::milliseconds sync_interval{5'000};
   // Each update is piggybacked at most retransmit_mult * ceil(log2(N + 1)) times (lambda). Default: 3.
@@ -222,6 +226,12 @@ class Membership {
   // Starts the node: alone (alive) when `seeds` is empty, else joining through the seeds' peer addresses
   // (this node's own address among them is ignored). Call once, before anything else.
   [[nodiscard]] MembershipOutput Start(MonoTime now, const std::vector<std::string>& seeds);
+
+  // Peer addresses found by discovery (DNS, re-resolved by the caller), replacing the previous set. A
+  // joining node sends its join to them as to its seeds; every sync interval a node offers its table to
+  // one of them that is no known member's address (this node's own is ignored), so separately started
+  // nodes -- or two clusters formed before the names resolved -- merge into one.
+  void SetDiscovered(std::vector<std::string> addresses);
 
   // Advances timers: probes, indirect probes, suspicion timeouts, join retries, syncs, reaping.
   // Call at least every probe_interval / 4 or so; later calls only delay detection.
@@ -305,6 +315,7 @@ class Membership {
   std::map<std::string, Entry, std::less<>> members_;  // other members, by id
   std::map<std::string, Queued, std::less<>> queue_;   // ids whose current record is being disseminated
   std::vector<std::string> seeds_;
+  std::vector<std::string> discovered_;  // SetDiscovered
   std::vector<std::string> probe_order_;
   size_t probe_index_ = 0;
   std::optional<Probe> probe_;
@@ -312,6 +323,7 @@ class Membership {
   uint64_t next_seq_ = 1;
   MonoTime next_probe_at_{};
   MonoTime next_join_at_{};
+  MonoTime joining_since_{};
   MonoTime next_sync_at_{};
   bool started_ = false;
   std::mt19937_64 rng_;

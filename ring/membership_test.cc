@@ -466,6 +466,33 @@ TEST(MembershipJoinTest, ANodeWhoseIdIsTakenStaysJoining) {
   EXPECT_TRUE(out.id_conflicts.empty());
 }
 
+// Discovery (--join-dns): a node no seed answers within join_alone_after starts alone; discovered
+// addresses get its join while it joins, and afterwards a sync offer when no known member has them.
+TEST(MembershipJoinTest, DiscoveredAddressesAreJoinedAndOfferedAndAFirstNodeStartsAlone) {
+  MembershipOptions options;
+  options.join_alone_after = milliseconds(3'000);
+  Membership m(options, Info("a", 1));
+  m.SetDiscovered({"peer/b", "peer/a", "peer/b"});  // its own address and duplicates ignored
+  MonoTime now{milliseconds(1'000)};
+  MembershipOutput out = m.Start(now, {"peer/c"});
+  ASSERT_EQ(out.messages.size(), 2u);  // the seed and the discovered address
+  EXPECT_EQ(out.messages[0].to_address, "peer/c");
+  EXPECT_EQ(out.messages[1].to_address, "peer/b");
+  EXPECT_FALSE(m.joined());
+  (void)m.Tick(now + milliseconds(2'000));
+  EXPECT_FALSE(m.joined());
+  out = m.Tick(now + milliseconds(3'000));
+  EXPECT_TRUE(m.joined()) << "nobody answered: the first node of its cluster";
+  EXPECT_EQ(m.self().state, MemberState::kAlive);
+  // Alive and alone: every sync offers the table to a discovered address nobody known has.
+  bool offered = false;
+  for (int i = 1; i <= 3 && !offered; ++i) {
+    out = m.Tick(now + milliseconds(3'000) + i * options.sync_interval);
+    for (const Outgoing& o : out.messages) offered |= o.to_address == "peer/b" && o.message.full_state;
+  }
+  EXPECT_TRUE(offered);
+}
+
 TEST(MembershipJoinTest, JoiningSendsItsTableToTheSeedsAndBecomesAliveOnAnswer) {
   Membership m(MembershipOptions{}, Info("new", 1));
   MonoTime now{milliseconds(1'000)};

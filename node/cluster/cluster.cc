@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -111,13 +112,17 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
         strand(net::make_strand(io_in)),
         timer(strand),
         leave_timer(strand),
+        dns_timer(strand),
         clocks(options_in.clock),
         server(io_in, ServerOptions(options_in)),
         client(io_in, ClientOptions(options_in)) {}
 
   void RegisterHandlers();
-  void Begin(ring::MemberInfo self);
+  void Begin(ring::MemberInfo self, std::vector<std::string> seeds, std::vector<std::string> discovered);
   void Arm();
+  // --join-dns: resolves the names again every dns_refresh (off the strand: getaddrinfo blocks), then
+  // hands the addresses to the membership on the strand.
+  void ArmDns();
   void OnTick();
   void Receive(ring::Message message, int64_t received_wall_ns);
   void Process(ring::MembershipOutput out);
@@ -160,6 +165,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
 
   net::steady_timer timer;
   net::steady_timer leave_timer;
+  net::steady_timer dns_timer;
   std::optional<ring::Membership> membership;
   uint64_t ring_version = 0;
   bool stopped = false;
@@ -249,10 +255,42 @@ void Cluster::Core::RegisterHandlers() {
   }
 }
 
-void Cluster::Core::Begin(ring::MemberInfo self) {
-  membership.emplace(options.membership, std::move(self));
-  Process(membership->Start(Now(), options.seeds));
+void Cluster::Core::Begin(ring::MemberInfo self, std::vector<std::string> seeds,
+                          std::vector<std::string> discovered) {
+  ring::MembershipOptions membership_options = options.membership;
+  if (!options.join_dns.empty() && membership_options.join_alone_after.count() == 0) {
+    membership_options.join_alone_after = std::chrono::milliseconds(3'000);
+  }
+  membership.emplace(membership_options, std::move(self));
+  membership->SetDiscovered(std::move(discovered));
+  Process(membership->Start(Now(), seeds));
   Arm();
+  ArmDns();
+}
+
+void Cluster::Core::ArmDns() {
+  if (stopped || options.join_dns.empty()) return;
+  dns_timer.expires_after(options.dns_refresh);
+  dns_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->stopped) return;
+    // getaddrinfo blocks: resolved on a thread of the pool, the result brought back to the strand.
+    net::post(self->io, [self] {
+      std::vector<std::string> found;
+      for (const std::string& name : self->options.join_dns) {
+        auto resolved = ResolvePeers(name);
+        if (!resolved) {
+          spdlog::warn("cluster: --join-dns {}: {}", name, resolved.error());
+          continue;
+        }
+        found.insert(found.end(), resolved->begin(), resolved->end());
+      }
+      net::post(self->strand, [self, found = std::move(found)]() mutable {
+        if (self->stopped) return;
+        self->membership->SetDiscovered(std::move(found));
+        self->ArmDns();
+      });
+    });
+  });
 }
 
 void Cluster::Core::Arm() {
@@ -575,6 +613,27 @@ Cluster::~Cluster() { Stop(); }
 peer::PeerServer& Cluster::server() { return core_->server; }
 peer::PeerClient& Cluster::client() { return core_->client; }
 
+boost::system::result<std::vector<std::string>, std::string> ResolvePeers(std::string_view name_and_port) {
+  const size_t colon = name_and_port.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == name_and_port.size()) {
+    return std::string("expected NAME:PORT");
+  }
+  net::io_context io;
+  net::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  const auto results = resolver.resolve(name_and_port.substr(0, colon), name_and_port.substr(colon + 1), ec);
+  if (ec) return ec.message();
+  std::vector<std::string> out;
+  for (const auto& entry : results) {
+    const net::ip::tcp::endpoint endpoint = entry.endpoint();
+    const std::string host = endpoint.address().is_v6() ? "[" + endpoint.address().to_string() + "]"
+                                                        : endpoint.address().to_string();
+    std::string address = host + ":" + std::to_string(endpoint.port());
+    if (std::find(out.begin(), out.end(), address) == out.end()) out.push_back(std::move(address));
+  }
+  return out;
+}
+
 std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port) {
   // "host:port", "[v6]:port" as given; "host", "[v6]" or a bare IPv6 address with the port appended.
   const size_t colon = host_or_address.rfind(':');
@@ -604,8 +663,25 @@ boost::system::result<void, std::string> Cluster::Start() {
   self.incarnation = WallClockMs();
   spdlog::info("cluster: member {} (peer {}, {} vnodes){}", self.id, peer_address_, self.vnodes,
                options_.seeds.empty() ? ", starting alone" : ", joining");
-  net::post(core_->strand,
-            [core = core_, self = std::move(self)]() mutable { core->Begin(std::move(self)); });
+  std::vector<std::string> seeds = options_.seeds;
+  std::vector<std::string> discovered;
+  for (const std::string& name : options_.join_dns) {
+    auto resolved = ResolvePeers(name);
+    if (!resolved) {
+      spdlog::warn("cluster: --join-dns {}: {} (tried again every {} ms)", name, resolved.error(),
+                   options_.dns_refresh.count());
+      continue;
+    }
+    spdlog::info("cluster: --join-dns {}: {} address(es)", name, resolved->size());
+    discovered.insert(discovered.end(), resolved->begin(), resolved->end());
+  }
+  for (const std::string& address : discovered) {
+    if (address != peer_address_) seeds.push_back(address);
+  }
+  net::post(core_->strand, [core = core_, self = std::move(self), seeds = std::move(seeds),
+                            discovered = std::move(discovered)]() mutable {
+    core->Begin(std::move(self), std::move(seeds), std::move(discovered));
+  });
   started_ = true;
   return {};
 }
@@ -624,6 +700,7 @@ void Cluster::Stop() {
     core->stopped = true;
     core->timer.cancel();
     core->leave_timer.cancel();
+    core->dns_timer.cancel();
     done->set_value();
   });
   // If the io_context is no longer running, the posted work never runs: don't wait forever.

@@ -66,6 +66,11 @@ struct ClusterOptions {
   // The peer address announced to the others instead of peer_host (--advertise-peer): "host" (with the
   // bound port) or "host:port" (e.g. behind NAT or a container's port mapping). Default: empty (peer_host).
   std::string advertise_peer;
+  // NAME:PORT names whose addresses are peers to join through (--join-dns; a Kubernetes headless service):
+  // resolved at start (their addresses join the seeds; a node no seed answers within 3 s starts alone)
+  // and every dns_refresh after (MembershipOptions' SetDiscovered). Default: empty.
+  std::vector<std::string> join_dns;
+  std::chrono::milliseconds dns_refresh{10'000};
   // Peer addresses of members to join through (--join). Empty: start alone. Default: empty.
   std::vector<std::string> seeds;
   // Virtual nodes of this member (--vnodes). REQUIRES: 1..ring::kMaxVnodes. Default: 128.
@@ -95,6 +100,10 @@ struct ClusterOptions {
 // ("10.0.0.5:7101", "[::1]:7101"), else with `port` appended ("10.0.0.5" -> "10.0.0.5:7101", "::1" ->
 // "[::1]:7101").
 [[nodiscard]] std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port);
+
+// The "ip:port" addresses `name_and_port` ("NAME:PORT") resolves to now, each once, or what went wrong.
+[[nodiscard]] boost::system::result<std::vector<std::string>, std::string> ResolvePeers(
+    std::string_view name_and_port);
 
 // Returns nullopt when `id` is 1..64 bytes of [A-Za-z0-9._-], else what is wrong.
 [[nodiscard]] std::optional<std::string> ValidateNodeId(std::string_view id);

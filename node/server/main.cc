@@ -168,6 +168,10 @@ Parsed ParseFlags(int argc, char** argv) {
       "advertise-http", po::value(&n.advertise_http),
       "HOST or HOST:PORT clients and the console reach this node's HTTP API at, as shown in /v1/cluster "
       "(default: the --listen address, or for 0.0.0.0 / :: the advertised peer host)")(
+      "join-dns", po::value(&n.cluster.join_dns)->composing(),
+      "NAME:PORT whose addresses are peers to join through (repeatable), resolved at start and every 10 s "
+      "again (a Kubernetes headless service); a node none of them answers within 3 s starts alone and "
+      "merges with the others when they appear")(
       "join", po::value(&n.cluster.seeds)->composing(),
       "HOST:PORT: peer address of a member to join through (repeatable); without it the node starts alone")(
       "vnodes", po::value(&n.cluster.vnodes)->default_value(n.cluster.vnodes),
@@ -375,6 +379,12 @@ Parsed ParseFlags(int argc, char** argv) {
   }
   if (!ParseListen(peer_listen, &n.cluster.peer_host, &n.cluster.peer_port))
     return bad("--peer-listen: expected HOST:PORT, got " + peer_listen);
+  for (const std::string& name : n.cluster.join_dns) {
+    std::string host;
+    uint16_t port = 0;
+    if (!ParseListen(name, &host, &port) || port == 0)
+      return bad("--join-dns: expected NAME:PORT, got " + name);
+  }
   for (const std::string& seed : n.cluster.seeds) {
     std::string host;
     uint16_t port = 0;

@@ -3,7 +3,13 @@
 // node and keep being answered); the restarted node rejoins and owns its keys again; while the owner
 // of a key is down, checks for that key are answered by the next node of its preference list; a node
 // that leaves exits 0 and the others see it gone.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "tests/cluster/cluster_test_util.h"
 
@@ -186,6 +192,71 @@ TEST(ClusterMembershipTest, LeavingNodeExitsZeroAndTheOthersSeeItGone) {
     EXPECT_EQ(view->IdsInState("alive"), (std::vector<std::string>{"n1", "n2"})) << cluster.id(i);
   }
   ExpectAnsweredBy(cluster, key, successor);
+}
+
+// --join-dns: three nodes given one name that resolves to their three addresses (127.0.0.11-13, one
+// peer port; the name in a private /etc/hosts bind-mounted into each node's own mount namespace) find each
+// other: the first starts alone once nobody answers, the next two join through the name, and all three
+// see the three alive. Needs root (unshare, mount); skipped otherwise.
+TEST(ClusterMembershipTest, NodesFindEachOtherThroughANameWithSeveralAddresses) {
+  if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/unshare"))
+    GTEST_SKIP() << "needs root and unshare";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rl-dns-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string hosts = (dir / "hosts").string();
+  std::ofstream(hosts)
+      << "127.0.0.1 localhost\n127.0.0.11 ringlimit-peers.test\n127.0.0.12 ringlimit-peers.test\n"
+         "127.0.0.13 ringlimit-peers.test\n";
+  // A peer port free on all three addresses.
+  uint16_t port = 0;
+  for (int attempt = 0; attempt < 20 && port == 0; ++attempt) {
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(0x7f00000b);  // 127.0.0.11
+    socklen_t len = sizeof addr;
+    if (::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(addr.sin_port);
+    }
+    ::close(probe);
+  }
+  ASSERT_NE(port, 0);
+  std::vector<std::unique_ptr<NodeProcess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    NodeProcessOptions options;
+    options.wrapper = {"unshare",
+                       "--mount",
+                       "--propagation",
+                       "private",
+                       "sh",
+                       "-c",
+                       "mount --bind " + hosts + " /etc/hosts && exec \"$0\" \"$@\""};
+    options.args = {"--threads",     "1",
+                    "--node-id",     "d" + std::to_string(i + 1),
+                    "--peer-listen", "127.0.0." + std::to_string(11 + i) + ":" + std::to_string(port),
+                    "--join-dns",    "ringlimit-peers.test:" + std::to_string(port)};
+    options.start_timeout = std::chrono::milliseconds(20'000 * kSlowdown);
+    auto node = NodeProcess::Start(std::move(options));
+    ASSERT_TRUE(node) << node.error();
+    nodes.push_back(std::move(*node));
+  }
+  for (const auto& node : nodes) {
+    auto all =
+        WaitFor("three alive members", std::chrono::milliseconds(20'000 * kSlowdown), [&](std::string* last) {
+          auto view = FetchClusterView(node->http_port());
+          if (!view) {
+            *last = view.error();
+            return false;
+          }
+          *last = std::to_string(view->IdsInState("alive").size()) + " alive";
+          return view->IdsInState("alive") == std::vector<std::string>{"d1", "d2", "d3"};
+        });
+    EXPECT_TRUE(all) << all.error() << "\n" << node->Log();
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
