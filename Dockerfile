@@ -12,7 +12,7 @@ FROM debian:bookworm-slim
 COPY --from=build /out/ringlimit_*.deb /tmp/
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends /tmp/ringlimit_*.deb curl \
  && rm -rf /var/lib/apt/lists/* /tmp/ringlimit_*.deb \
- && useradd --system --home /var/lib/ringlimit --create-home ringlimit
+ && useradd --system --uid 10001 --home /var/lib/ringlimit --create-home ringlimit
 USER ringlimit
 # Inside a container the node listens on every interface; it announces the address given in
 # RINGLIMIT_ADVERTISE_PEER (compose.yaml: the service name) and needs the secrets
