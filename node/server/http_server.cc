@@ -67,13 +67,49 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
       });
       return;
     }
+    error_code peer_ec;
+    const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+    std::string client = peer_ec ? std::string() : peer.address().to_string();
+    const size_t per_client_cap = shared_->options.max_connections_per_client != 0
+                                      ? shared_->options.max_connections_per_client
+                                      : std::max<size_t>(1, shared_->options.max_connections / 2);
+    std::shared_ptr<Session> victim;  // the connection idle the longest, closed to make room
+    bool over_client_cap = false;
+    {
+      std::lock_guard lock(shared_->mutex);
+      if (!client.empty() && shared_->per_client[client] >= per_client_cap) {
+        over_client_cap = true;
+      } else if (shared_->connections.load(std::memory_order_relaxed) >= shared_->options.max_connections) {
+        int64_t oldest = 0;
+        for (const auto& [raw, weak] : shared_->sessions) {
+          const int64_t since = raw->idle_since_ns();
+          if (since == 0 || (oldest != 0 && since >= oldest)) continue;
+          if (auto session = weak.lock()) {
+            oldest = since;
+            victim = std::move(session);
+          }
+        }
+      }
+      if (!over_client_cap && !client.empty()) ++shared_->per_client[client];
+    }
+    if (victim != nullptr) {
+      victim->CloseIfIdle();
+      shared_->reclaimed.fetch_add(1, std::memory_order_relaxed);
+    }
     const size_t open = shared_->connections.fetch_add(1, std::memory_order_relaxed);
-    if (open >= shared_->options.max_connections) {
+    if (over_client_cap || (open >= shared_->options.max_connections && victim == nullptr)) {
       shared_->connections.fetch_sub(1, std::memory_order_relaxed);
       shared_->rejected.fetch_add(1, std::memory_order_relaxed);
+      if (!over_client_cap && !client.empty()) {
+        std::lock_guard lock(shared_->mutex);
+        if (auto it = shared_->per_client.find(client); it != shared_->per_client.end() && --it->second == 0)
+          shared_->per_client.erase(it);
+      }
       std::make_shared<Session>(std::move(socket), shared_, /*counted=*/false)->Reject();
     } else {
-      std::make_shared<Session>(std::move(socket), shared_, /*counted=*/true)->Run();
+      auto session = std::make_shared<Session>(std::move(socket), shared_, /*counted=*/true);
+      session->SetClient(std::move(client));
+      session->Run();
     }
     Accept();
   }
@@ -130,6 +166,10 @@ void HttpServer::Drain() {
 }
 
 size_t HttpServer::connections() const { return shared_->connections.load(std::memory_order_relaxed); }
+
+uint64_t HttpServer::reclaimed_connections() const {
+  return shared_->reclaimed.load(std::memory_order_relaxed);
+}
 
 uint64_t HttpServer::rejected_connections() const {
   return shared_->rejected.load(std::memory_order_relaxed);

@@ -42,9 +42,13 @@ struct ServerOptions {
   // TCP port; 0 picks an ephemeral port (see HttpServer::port()). Default: 7001.
   uint16_t port = 7001;
 
-  // Open connections beyond this are answered 503 (JSON) and closed. Default: 10000.
-  // REQUIRES: >= 1.
+  // At most this many connections are open. A new one beyond it first takes the place of the connection
+  // idle the longest (closed, as nginx reclaims keep-alive connections); when none is idle it is answered
+  // 503 (JSON) and closed. Default: 10000. REQUIRES: >= 1.
   size_t max_connections = 10'000;
+  // At most this many open connections per client address; beyond it 503. 0: half of max_connections
+  // (one client never holds every connection). Default: 0.
+  size_t max_connections_per_client = 0;
 
   // Once a request's first byte arrived, the whole request must arrive within this time, or the
   // client gets 408 and the connection is closed (slow clients). Default: 10000 ms.
@@ -94,6 +98,8 @@ class HttpServer {
 
   // Open connections now.
   [[nodiscard]] size_t connections() const;
+  // Idle connections closed to make room for a new one at max_connections, since start.
+  [[nodiscard]] uint64_t reclaimed_connections() const;
   // Connections refused with 503 because max_connections were open, since start.
   [[nodiscard]] uint64_t rejected_connections() const;
 

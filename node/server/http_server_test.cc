@@ -330,23 +330,48 @@ TEST_F(HttpServerTest, IdleConnectionIsClosedQuietly) {
   EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
 }
 
-TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503) {
+// At max_connections a new connection takes the place of the connection idle the longest; when every
+// connection is busy it gets 503. Beyond the per-client cap, 503 too.
+TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503UnlessAnIdleOneIsReclaimed) {
   ServerOptions options;
   options.max_connections = 2;
+  options.max_connections_per_client = 3;  // every test client is 127.0.0.1: only the total cap applies
   StartServer(options);
   HttpClient a(server_->port()), b(server_->port()), c(server_->port());
-  ASSERT_TRUE(a.Get("/echo"));
-  ASSERT_TRUE(b.Get("/echo"));
+  // Both connections busy (a response owed): nothing to reclaim.
+  ASSERT_TRUE(a.SendRaw("GET /later?ms=1000&id=a HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(b.SendRaw("GET /later?ms=1000&id=b HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(Eventually([&] { return handler_.handled() == 2; }));
   auto refused = c.Get("/echo");
   ASSERT_TRUE(refused) << refused.error().message();
   EXPECT_EQ(refused->result_int(), 503);
   EXPECT_EQ(ErrorCode(*refused), "too_many_connections");
   EXPECT_EQ(server_->rejected_connections(), 1u);
-  // Once a connection goes, a new one is served again.
-  a.Close();
-  ASSERT_TRUE(Eventually([&] { return server_->connections() == 1; }));
+  // Once answered, both are idle: a newcomer takes the place of the one idle the longest.
+  ASSERT_TRUE(a.ReadResponse());
+  ASSERT_TRUE(b.ReadResponse());
   HttpClient d(server_->port());
   auto served = d.Get("/echo");
+  ASSERT_TRUE(served) << served.error().message();
+  EXPECT_EQ(served->result_int(), 200);
+  EXPECT_EQ(server_->reclaimed_connections(), 1u);
+  EXPECT_EQ(server_->rejected_connections(), 1u);
+}
+
+TEST_F(HttpServerTest, OneClientAddressIsCappedAtItsShare) {
+  ServerOptions options;
+  options.max_connections = 10;
+  options.max_connections_per_client = 1;
+  StartServer(options);
+  HttpClient a(server_->port()), b(server_->port());
+  ASSERT_TRUE(a.Get("/echo"));
+  auto refused = b.Get("/echo");
+  ASSERT_TRUE(refused) << refused.error().message();
+  EXPECT_EQ(refused->result_int(), 503);
+  a.Close();
+  ASSERT_TRUE(Eventually([&] { return server_->connections() == 0; }));
+  HttpClient c(server_->port());
+  auto served = c.Get("/echo");
   ASSERT_TRUE(served);
   EXPECT_EQ(served->result_int(), 200);
 }

@@ -215,7 +215,11 @@ Parsed ParseFlags(int argc, char** argv) {
                      "HOST:PORT to serve the HTTP API on; port 0 picks a free port")(
       "threads", po::value(&n.threads)->default_value(0), "threads serving requests (0 = hardware threads)")(
       "max-connections", po::value(&n.http.max_connections)->default_value(defaults.http.max_connections),
-      "open connections beyond this get 503 and are closed")(
+      "open connections at most: a new one beyond it replaces the connection idle the longest, or gets 503 "
+      "when none is idle")(
+      "max-connections-per-client",
+      po::value(&n.http.max_connections_per_client)->default_value(defaults.http.max_connections_per_client),
+      "open connections per client address at most (503 beyond); 0 = half of --max-connections")(
       "read-timeout-ms", po::value(&read_timeout_ms)->default_value(defaults.http.read_timeout.count()),
       "a started request must arrive completely within this time, else 408")(
       "idle-timeout-ms", po::value(&idle_timeout_ms)->default_value(defaults.http.idle_timeout.count()),

@@ -129,6 +129,11 @@ boost::system::result<void, std::string> Node::Start() {
         "open.\n# TYPE ringlimit_http_rejected_connections_total "
         "counter\nringlimit_http_rejected_connections_total ");
     out->append(std::to_string(server->rejected_connections()));
+    out->append(
+        "\n# HELP ringlimit_http_reclaimed_connections_total Idle connections closed to make room for a new "
+        "one at --max-connections.\n# TYPE ringlimit_http_reclaimed_connections_total counter\n"
+        "ringlimit_http_reclaimed_connections_total ");
+    out->append(std::to_string(server->reclaimed_connections()));
     out->push_back('\n');
   });
   parts_->work.emplace(parts_->io.get_executor());

@@ -87,6 +87,20 @@ Session::~Session() {
   if (counted_) shared_->connections.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(shared_->mutex);
   shared_->sessions.erase(this);
+  if (!client_.empty()) {
+    auto it = shared_->per_client.find(client_);
+    if (it != shared_->per_client.end() && --it->second == 0) shared_->per_client.erase(it);
+  }
+}
+
+void Session::CloseIfIdle() {
+  net::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed_ || self->phase_ != ReadPhase::kIdle || !self->pending_.empty() || self->writing_ ||
+        self->RequestInProgress()) {
+      return;
+    }
+    self->Close();
+  });
 }
 
 void Session::Run() {
@@ -140,6 +154,11 @@ void Session::ReadRequest() {
   if (buffer_.size() == 0) {
     phase_ = ReadPhase::kIdle;
     read_deadline_ = now + shared_->options.idle_timeout;
+    if (pending_.empty() && !writing_) {
+      idle_since_ns_.store(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+          std::memory_order_relaxed);
+    }
   } else {
     phase_ = ReadPhase::kPartial;
     read_deadline_ = now + shared_->options.read_timeout;
@@ -151,6 +170,7 @@ void Session::ReadRequest() {
 void Session::OnRead(error_code ec) {
   const ReadPhase phase = phase_;
   phase_ = ReadPhase::kNone;
+  idle_since_ns_.store(0, std::memory_order_relaxed);
   if (closed_) return;
   if (!ec) {
     const bool keep_alive = parser_->keep_alive();
@@ -309,7 +329,10 @@ void Session::OnWrite(bool close, error_code ec) {
     return;
   }
   if (pending_.empty() && phase_ == ReadPhase::kIdle) {
-    read_deadline_ = Clock::now() + shared_->options.idle_timeout;
+    const auto now = Clock::now();
+    read_deadline_ = now + shared_->options.idle_timeout;
+    idle_since_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                         std::memory_order_relaxed);
   }
   ReadRequest();
   MaybeWrite();
@@ -368,6 +391,7 @@ void Session::OnTick(error_code ec) {
       if (buffer_.size() > 0 || parser_->got_some()) {
         // The first bytes arrived: the whole request now has read_timeout to arrive.
         phase_ = ReadPhase::kPartial;
+        idle_since_ns_.store(0, std::memory_order_relaxed);
         read_deadline_ = now + shared_->options.read_timeout;
       } else if (pending_.empty() && !writing_ && now >= read_deadline_) {
         Close();  // idle keep-alive connection

@@ -39,11 +39,14 @@ struct ServerShared {
 
   std::atomic<size_t> connections{0};
   std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> reclaimed{0};
   std::atomic<bool> draining{false};
 
-  // Open sessions, so that Drain can reach them. Protected by mutex.
+  // Open sessions, so that Drain (and the reclaim of idle ones) can reach them, and the open connections
+  // per client address. Protected by mutex.
   std::mutex mutex;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  std::unordered_map<std::string, size_t> per_client;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -62,6 +65,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void Reject();
   // Finishes the requests already read, then closes (graceful shutdown). Any thread.
   void Drain();
+  // Closes the connection if it is still idle (no request read or in progress, nothing owed). Any thread.
+  void CloseIfIdle();
+  // Since when the connection has been idle (steady clock ns), 0 while it is not. Any thread.
+  [[nodiscard]] int64_t idle_since_ns() const { return idle_since_ns_.load(std::memory_order_relaxed); }
+  // The client's address ("" when unknown), counted in ServerShared::per_client while open.
+  void SetClient(std::string client) { client_ = std::move(client); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -122,6 +131,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;    // the ticker cancelled a read whose deadline passed
   bool draining_ = false;
   bool closed_ = false;
+  std::atomic<int64_t> idle_since_ns_{0};
+  std::string client_;  // set before Run, constant after
 };
 
 }  // namespace ringlimit::node

@@ -1,5 +1,11 @@
 // Every class of bad input over the wire: each gets the right status with a JSON error body, and the
 // node keeps serving everyone else afterwards.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -216,7 +222,9 @@ TEST_F(NodeBadInputTest, IdleConnectionIsClosed) {
   EXPECT_EQ(*rest, "");
 }
 
-// The connection cap alone, with the default idle timeout so that held connections stay open.
+// The connection caps, with the default idle timeout so that held connections stay open: with
+// --max-connections 4 one client address may hold 2 (half); its third gets 503 (idle connections of other
+// clients would be reclaimed instead: NodeConnectionsTest).
 class NodeConnectionCapTest : public NodeBadInputTest {
  protected:
   std::vector<std::string> Args() override { return {"--threads", "2", "--max-connections", "4"}; }
@@ -226,11 +234,11 @@ TEST_F(NodeConnectionCapTest, TooManyConnectionsGet503AndAreCounted) {
   client_->Close();  // the fixture's client is not connected; make sure
   // Connections closed just before (the harness's readiness polls, the fixture's client) may not have
   // been reaped by the server yet, so a slot can still be taken for a moment: poll, with a deadline,
-  // until four connections are held.
+  // until two connections are held.
   std::vector<std::unique_ptr<HttpClient>> held;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (held.size() < 4) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "could not hold 4 connections";
+  while (held.size() < 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "could not hold 2 connections";
     auto candidate = std::make_unique<HttpClient>(node_->http_port());
     auto response = candidate->Get("/healthz");
     ASSERT_TRUE(response);
@@ -313,6 +321,89 @@ TEST(NodeSecureByDefaultTest, BeyondLoopbackNeedsTheTokenAndTheSecretOrInsecure)
   EXPECT_NE((*anyway)->Log().find("(--insecure): admin operations and the peer port are unauthenticated"),
             std::string::npos)
       << (*anyway)->Log();
+}
+
+// An open TCP connection to 127.0.0.1:`port` from the local address `source` (127.0.0.x), or -1.
+int ConnectFrom(const char* source, uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(port);
+  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends GET /healthz on `fd` and returns the response's status code (0 when none within 5 s).
+int HealthzStatus(int fd) {
+  constexpr std::string_view kRequest = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  if (::send(fd, kRequest.data(), kRequest.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(kRequest.size()))
+    return 0;
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (got.find("\r\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buffer[512];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    got.append(buffer, static_cast<size_t>(n));
+  }
+  if (got.size() < 12 || !got.starts_with("HTTP/1.1 ")) return 0;
+  return std::stoi(got.substr(9, 3));
+}
+
+// One client cannot lock everyone out (issue 16): idle connections from one address stop at the
+// per-client cap (503 beyond), and at --max-connections a newcomer takes the place of the connection idle
+// the longest instead of being refused.
+TEST(NodeConnectionsTest, OneClientCannotHoldEveryConnection) {
+  NodeProcessOptions options;
+  options.args = {"--max-connections", "20", "--max-connections-per-client", "15", "--threads", "1"};
+  auto node = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(node) << node.error();
+  const uint16_t port = (*node)->http_port();
+  std::vector<int> hog;
+  auto close_all = [&] {
+    for (int fd : hog) ::close(fd);
+  };
+  for (int i = 0; i < 15; ++i) {
+    const int fd = ConnectFrom("127.0.0.1", port);
+    ASSERT_GE(fd, 0);
+    hog.push_back(fd);
+  }
+  ASSERT_EQ(HealthzStatus(hog.back()), 200) << "the hog's connections are open";
+  // The 16th from the same address is over its cap, served the 503 and closed.
+  const int over = ConnectFrom("127.0.0.1", port);
+  ASSERT_GE(over, 0);
+  EXPECT_EQ(HealthzStatus(over), 503);
+  ::close(over);
+  // Others still get in: 5 more fill the node to 20, then a 21st takes an idle one's place.
+  std::vector<int> others;
+  for (int i = 0; i < 5; ++i) {
+    const int fd = ConnectFrom("127.0.0.2", port);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(HealthzStatus(fd), 200) << i;
+    others.push_back(fd);
+  }
+  const int newcomer = ConnectFrom("127.0.0.3", port);
+  ASSERT_GE(newcomer, 0);
+  EXPECT_EQ(HealthzStatus(newcomer), 200) << "an idle connection was reclaimed for it";
+  HttpClient metrics(port);
+  auto text = metrics.Get("/metrics");
+  ::close(newcomer);
+  for (int fd : others) ::close(fd);
+  close_all();
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->body().find("ringlimit_http_reclaimed_connections_total "), std::string::npos);
+  EXPECT_EQ(text->body().find("ringlimit_http_reclaimed_connections_total 0\n"), std::string::npos)
+      << "at least one reclaimed";
 }
 
 // Advertised addresses: a wildcard peer listener cannot be announced, so it needs --advertise-peer; the HTTP
