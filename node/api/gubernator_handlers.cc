@@ -250,7 +250,13 @@ void Finish(const GubernatorJob& job) {
     resp->set_status(d.allowed ? gpb::UNDER_LIMIT : gpb::OVER_LIMIT);
     resp->set_limit(static_cast<int64_t>(d.limit));
     resp->set_remaining(static_cast<int64_t>(d.remaining));
-    if ((req.behavior() & gpb::RESET_REMAINING) != 0) {
+    const int64_t burst = req.burst() > 0 ? req.burst() : req.limit();
+    if (req.algorithm() == gpb::LEAKY_BUCKET && !d.allowed && req.hits() > burst && d.reset_after <= 0) {
+      // A new (or fully leaked) bucket asked for more than its burst: Gubernator answers it empty, with
+      // the time a whole burst takes to leak.
+      resp->set_remaining(0);
+      resp->set_reset_time(now_ms + req.duration());
+    } else if ((req.behavior() & gpb::RESET_REMAINING) != 0) {
       resp->set_reset_time(0);  // Gubernator answers a reset with no reset time
     } else {
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;

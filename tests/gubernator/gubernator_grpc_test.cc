@@ -146,6 +146,16 @@ TEST_F(GubernatorNodeTest, ZeroHitsPeeksAndLeakyBucketLeaks) {
   EXPECT_EQ(client_->One(leaky).status(), gpb::UNDER_LIMIT);
   EXPECT_EQ(client_->One(leaky).status(), gpb::UNDER_LIMIT);
   EXPECT_EQ(client_->One(leaky).status(), gpb::OVER_LIMIT);
+  // A new leaky bucket asked for more than its burst: Gubernator answers it empty (remaining 0), its
+  // reset time a whole burst's leak away.
+  const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  const gpb::RateLimitResp big = client_->One(Item("leaky-new", 5, 2, 60'000, gpb::LEAKY_BUCKET));
+  EXPECT_EQ(big.status(), gpb::OVER_LIMIT);
+  EXPECT_EQ(big.remaining(), 0);
+  EXPECT_GE(big.reset_time(), before_ms + 60'000);
+  EXPECT_LE(big.reset_time(), before_ms + 70'000);
 }
 
 TEST_F(GubernatorNodeTest, ResetRemainingAsGubernator) {
