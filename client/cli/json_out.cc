@@ -22,7 +22,7 @@ void Write(const boost::json::value& v, std::string* out) {
         while (s.back() == '0') s.pop_back();
         if (s.back() == '.') s.pop_back();
       }
-      if (s == "-0") s = "0";
+      if (s == "-0") s.erase(0, 1);  // (not s = "0": GCC 12 -Wrestrict false positive under ASan)
       out->append(s);
       return;
     }
