@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/json/parse.hpp>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
