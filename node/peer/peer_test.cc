@@ -162,7 +162,8 @@ std::pair<uint64_t, uint64_t> FramesForBurst(IoThreads& io, PeerServer& server, 
 TEST_F(PeerTest, CoalescingBatchesMessagesIntoFewFrames) {
   auto server = StartServer();
   PeerClientOptions batched;
-  batched.framing.coalesce_delay = std::chrono::milliseconds(500);  // wide: the burst fits even on a loaded machine
+  batched.framing.coalesce_delay =
+      std::chrono::milliseconds(500);  // wide: the burst fits even on a loaded machine
   const auto [frames, messages] = FramesForBurst(io_, *server, batched, 300);
   EXPECT_EQ(messages, 300u);
   EXPECT_LE(frames, 30u) << "300 messages should share a handful of frames";
