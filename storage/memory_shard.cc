@@ -452,7 +452,9 @@ std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,
 }
 
 bool MemoryShard::Trim(limiter::TimeNs now) {
-  SweepLocked(now, options_.sweep_per_update);
+  // The state just charged (the head) stays even when the charge left it idle (a limit that refills
+  // within nanoseconds): dropping it would only create it again on the key's next check.
+  SweepLocked(now, options_.sweep_per_update, /*spare_head=*/true);
   if (capacity_ == 0) return false;
   // The bound: evict least recently used (clean, in write-back mode) states.
   constexpr int kMaxDirtySkipped = 16;
@@ -475,12 +477,12 @@ size_t MemoryShard::SweepIdle(limiter::TimeNs now, size_t max) {
   return SweepLocked(now, max);
 }
 
-size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max) {
+size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head) {
   // From the least recently used end. A dirty idle state may go too: it is equivalent to no state
   // (a row on disk gets a pending delete).
   size_t dropped = 0;
   uint32_t index = lru_tail_;
-  for (size_t k = 0; k < max && index != kNil; ++k) {
+  for (size_t k = 0; k < max && index != kNil && !(spare_head && index == lru_head_); ++k) {
     uint32_t prev = At(index).lru_prev;
     const limiter::MergeState& state = *At(index).state;
     // (At the earliest instant only an empty state is idle: no need to materialise the others.)

@@ -167,7 +167,8 @@ class MemoryShard {
   std::optional<NeedLoad> Resolve(EntityKey key, std::span<const std::string_view> names,
                                   const Loaded& loaded, std::span<uint32_t> indices);
   bool Trim(limiter::TimeNs now);  // eviction and incremental sweep; returns "pressure"
-  size_t SweepLocked(limiter::TimeNs now, size_t max);
+  // `spare_head`: never the most recently used state.
+  size_t SweepLocked(limiter::TimeNs now, size_t max, bool spare_head = false);
 
   // Constant after construction.
   const MemoryStoreOptions& options_;

@@ -93,7 +93,7 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
   if (const Policy* owner = policies_->Owning(name)) return ReservedName(name, *owner);
   limiter::LimitSpec spec;
   if (auto error = ApplyLimitFields(check, &spec)) return error;
-  const limiter::LimitSpec& stored = inline_specs_.emplace_back(spec);
+  const limiter::LimitSpec& stored = inline_specs_.emplace_front(spec);
   checks_.push_back(PendingCheck{.key = key,
                                  .state_name = name,
                                  .spec = &stored,
@@ -107,9 +107,9 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
 
 void CheckBatch::AddInline(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
                            uint64_t cost, bool reset, size_t origin) {
-  const limiter::LimitSpec& stored = inline_specs_.emplace_back(spec);
-  const std::string& owned_key = names_.emplace_back(key);
-  const std::string& owned_name = names_.emplace_back(name);
+  const limiter::LimitSpec& stored = inline_specs_.emplace_front(spec);
+  const std::string& owned_key = names_.emplace_front(key);
+  const std::string& owned_name = names_.emplace_front(name);
   checks_.push_back(PendingCheck{.key = owned_key,
                                  .state_name = owned_name,
                                  .spec = &stored,
@@ -176,21 +176,21 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   owners_.assign(checks_.size(), std::string_view(router.self_id()));
   all_allowed_ = true;
   if (auto error = Group()) return error;
-  std::vector<std::string_view> keys;
+  PerCheck<std::string_view> keys;
   keys.reserve(groups_.size());
   for (const auto& group : groups_) keys.push_back(checks_[order_[group.first]].key);
-  std::vector<uint8_t> remote;
+  remote_.assign(groups_.size(), 0);
   const uint32_t pin = router.EnterDecisions();
-  router.Classify(keys, &remote);
+  router.Classify(keys, remote_);
 
   done_ = std::move(done);
   pending_.store(1, std::memory_order_relaxed);
   std::vector<peer::ForwardedCheck> forwards;
-  std::vector<size_t> forwarded_groups;
+  PerCheck<size_t> forwarded_groups;
   {
     std::lock_guard lock(mutex_);
     for (size_t g = 0; g < groups_.size(); ++g) {
-      if (remote[g] != 0) {
+      if (remote_[g] != 0) {
         forwards.push_back(MakeForwarded(g, now));
         forwarded_groups.push_back(g);
         continue;
@@ -204,14 +204,15 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   const bool any_local = forwards.size() < groups_.size();
   pending_.fetch_add(forwards.size() + (any_local ? 1 : 0), std::memory_order_relaxed);
   if (any_local) {
-    std::vector<std::string_view> local_keys;
+    PerCheck<std::string_view> local_keys;
     local_keys.reserve(groups_.size() - forwards.size());
     for (size_t g = 0; g < groups_.size(); ++g)
-      if (remote[g] == 0) local_keys.push_back(keys[g]);
-    router.Decided(local_keys, [this, remote = std::move(remote)](bool acked) {
+      if (remote_[g] == 0) local_keys.push_back(keys[g]);
+    // Only `this` captured: std::function keeps it inline (remote_ is not written again).
+    router.Decided(local_keys, [this](bool acked) {
       if (!acked) {
         for (size_t g = 0; g < groups_.size(); ++g)
-          if (remote[g] == 0) Unacked(g);
+          if (remote_[g] == 0) Unacked(g);
       }
       FinishOne();
     });
@@ -312,7 +313,7 @@ bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
     for (size_t i : group) owners_[i] = self_id;
     return true;
   }
-  const std::string& owner = owner_names_.emplace_back(result->owner());
+  const std::string& owner = owner_names_.emplace_front(result->owner());
   for (size_t j = 0; j < group.size(); ++j) {
     const limiter::Decision d = DecisionFromProto(result->decisions(static_cast<int>(j)));
     decisions_[group[j]] = d;

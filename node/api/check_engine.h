@@ -7,8 +7,9 @@
 #define RINGLIMIT_NODE_API_CHECK_ENGINE_H_
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
-#include <deque>
+#include <forward_list>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -120,19 +121,26 @@ class CheckBatch {
   std::optional<ApiError> ValidateKey(std::string_view key) const;
   DecisionCounters* CountersFor(std::string_view policy);
 
+  // A batch lives for one request, most often of one check (GET /v1/check): its per-check vectors keep
+  // one element inline and its node-based lists allocate nothing until used, so such a request costs no
+  // allocation here.
+  template <class T>
+  using PerCheck = boost::container::small_vector<T, 1>;
+
   const ApiContext& context_;
   std::shared_ptr<const PolicySet> policies_;  // keeps the specs alive for the request
-  std::vector<PendingCheck> checks_;
-  std::vector<limiter::Decision> decisions_;
-  std::deque<limiter::LimitSpec> inline_specs_;   // stable addresses
-  std::deque<std::string> names_;                 // owned names (Gubernator)
-  std::vector<storage::Slot> slots_;              // scratch of RunGroup
-  std::vector<const limiter::LimitSpec*> specs_;  // scratch of RunGroup
-  std::vector<limiter::Decision> group_decisions_;
-  std::vector<size_t> order_;                      // check indexes sorted by key
-  std::vector<std::pair<size_t, size_t>> groups_;  // [begin, end) in order_, one per key
-  std::vector<std::string_view> owners_;           // per check (RunRouted)
-  std::deque<std::string> owner_names_;            // owners that are not this node
+  PerCheck<PendingCheck> checks_;
+  PerCheck<limiter::Decision> decisions_;
+  std::forward_list<limiter::LimitSpec> inline_specs_;  // stable addresses
+  std::forward_list<std::string> names_;                // owned names (Gubernator)
+  PerCheck<storage::Slot> slots_;                       // scratch of RunGroup
+  PerCheck<const limiter::LimitSpec*> specs_;           // scratch of RunGroup
+  PerCheck<limiter::Decision> group_decisions_;
+  PerCheck<size_t> order_;                      // check indexes sorted by key
+  PerCheck<std::pair<size_t, size_t>> groups_;  // [begin, end) in order_, one per key
+  PerCheck<std::string_view> owners_;           // per check (RunRouted)
+  std::forward_list<std::string> owner_names_;  // owners that are not this node
+  PerCheck<uint8_t> remote_;                    // per group (RunRouted): 1 when another node decides it
 
   // RunRouted's asynchronous phase: decisions_, owners_, the scratch vectors and all_allowed_ are
   // written under mutex_; pending_ counts outstanding forwards (+1 while RunRouted itself runs).
@@ -142,8 +150,8 @@ class CheckBatch {
 
   bool all_allowed_ = true;
   std::optional<ApiError> unavailable_;
-  std::vector<uint8_t> unavailable_checks_;  // per check (RunRouted), 1: not decided
-  std::string_view last_policy_;             // metrics lookup cache
+  PerCheck<uint8_t> unavailable_checks_;  // per check (RunRouted), 1: not decided
+  std::string_view last_policy_;          // metrics lookup cache
   DecisionCounters* last_counters_ = nullptr;
 };
 

@@ -74,24 +74,25 @@ void WriteCheckResponse(const CheckBatch& batch, std::string* out) {
   out->append("]}");
 }
 
+// (No Content-Length: the HTTP transport frames every response by its body -- node/server/session.cc.)
 HttpResponse JsonOk(http::status status, std::string body) {
   HttpResponse response{status, 11};
-  response.set(http::field::content_type, "application/json");
+  response.insert(http::field::content_type, "application/json");
   response.body() = std::move(body);
-  response.prepare_payload();
   return response;
 }
 
-void SetHeaderInt(HttpResponse* response, http::field field, int64_t v) {
+// The fields below go into a fresh response, none of them set before: inserted, not set (no lookup).
+void InsertHeaderInt(HttpResponse* response, http::field field, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  response->set(field, std::string_view(buf, static_cast<size_t>(end - buf)));
+  response->insert(field, std::string_view(buf, static_cast<size_t>(end - buf)));
 }
 
-void SetHeaderInt(HttpResponse* response, std::string_view field, int64_t v) {
+void InsertHeaderInt(HttpResponse* response, std::string_view extension_field, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  response->set(field, std::string_view(buf, static_cast<size_t>(end - buf)));
+  response->insert_extension(extension_field, std::string_view(buf, static_cast<size_t>(end - buf)));
 }
 
 // RateLimit-Policy / RateLimit (draft-ietf-httpapi-ratelimit-headers-10), one list member per limit;
@@ -111,15 +112,15 @@ void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
                         (d.allowed && b.allowed && d.remaining < b.remaining);
     if (better) binding = i;
   }
-  response->set("RateLimit-Policy", headers.policy());
-  response->set("RateLimit", headers.state());
+  response->insert_extension("RateLimit-Policy", headers.policy());
+  response->insert_extension("RateLimit", headers.state());
   const limiter::Decision& b = batch.decisions()[binding];
-  SetHeaderInt(response, "X-RateLimit-Limit", static_cast<int64_t>(b.limit));
-  SetHeaderInt(response, "X-RateLimit-Remaining", static_cast<int64_t>(b.remaining));
-  SetHeaderInt(response, "X-RateLimit-Reset", CeilDiv(b.reset_after, limiter::kSecond));
+  InsertHeaderInt(response, "X-RateLimit-Limit", static_cast<int64_t>(b.limit));
+  InsertHeaderInt(response, "X-RateLimit-Remaining", static_cast<int64_t>(b.remaining));
+  InsertHeaderInt(response, "X-RateLimit-Reset", CeilDiv(b.reset_after, limiter::kSecond));
   if (!batch.all_allowed() && b.retry_after != limiter::kNever) {
-    SetHeaderInt(response, http::field::retry_after,
-                 std::max<int64_t>(1, CeilDiv(b.retry_after, limiter::kSecond)));
+    InsertHeaderInt(response, http::field::retry_after,
+                    std::max<int64_t>(1, CeilDiv(b.retry_after, limiter::kSecond)));
   }
 }
 
@@ -127,17 +128,20 @@ void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
 
 // A parsed check request, kept alive (with the arena its keys point into) until every decision is in.
 struct CheckJob {
-  explicit CheckJob(const ApiContext& context) : batch(context) {}
+  explicit CheckJob(const ApiContext& context) : arena(arena_block, sizeof arena_block), batch(context) {}
 
+  // The arena's first block: a request of a few checks parses without a heap allocation.
+  alignas(16) char arena_block[1024];
   google::protobuf::Arena arena;
   CheckBatch batch;
   bool is_get = false;
   unsigned deny_status = 0;
+  Respond respond;  // routed: whom to answer once every decision is in
 };
 
 namespace {
 
-using Prepared = std::variant<HttpResponse, std::shared_ptr<CheckJob>>;
+using Prepared = std::variant<HttpResponse, std::unique_ptr<CheckJob>>;
 
 Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
   unsigned char buffer[16384];
@@ -168,7 +172,7 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
                                         std::to_string(context.options.max_checks) + " allowed"});
   }
 
-  auto job = std::make_shared<CheckJob>(context);
+  auto job = std::make_unique<CheckJob>(context);
   job->batch.Reserve(checks.size());
   for (size_t i = 0; i < checks.size(); ++i) {
     auto prefix = [i] { return "checks[" + std::to_string(i) + "]."; };
@@ -184,7 +188,7 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
 }
 
 Prepared PrepareCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
-  auto job = std::make_shared<CheckJob>(context);
+  auto job = std::make_unique<CheckJob>(context);
   job->is_get = true;
   auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
   if (auto error = CheckFromQuery(query, check, &job->deny_status)) return ToResponse(*error);
@@ -208,13 +212,13 @@ HttpResponse Finish(const CheckJob& job) {
                                              : http::status::too_many_requests;
   HttpResponse response = JsonOk(status, std::move(body));
   SetRateLimitHeaders(batch, &response);
-  if (!batch.owners().empty()) response.set("RateLimit-Owner", batch.owners()[0]);
+  if (!batch.owners().empty()) response.insert_extension("RateLimit-Owner", batch.owners()[0]);
   return response;
 }
 
 HttpResponse RunLocal(const ApiContext& context, Prepared prepared) {
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
-  CheckJob& job = *std::get<std::shared_ptr<CheckJob>>(prepared);
+  CheckJob& job = *std::get<std::unique_ptr<CheckJob>>(prepared);
   if (auto error = job.batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
   return Finish(job);
 }
@@ -233,15 +237,17 @@ void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const Htt
                        std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond) {
   Prepared prepared = is_get ? PrepareCheckGet(context, request, query) : PrepareCheckPost(context, request);
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
-  std::shared_ptr<CheckJob> job = std::get<std::shared_ptr<CheckJob>>(std::move(prepared));
-  CheckJob* raw = job.get();
-  auto error = raw->batch.RunRouted(context.clock(), router, [job = std::move(job), respond]() mutable {
-    HttpResponse response = Finish(*job);
-    // The job (and its batch) dies here, after its last use.
-    job.reset();
-    respond(std::move(response));
-  });
-  if (error) respond(ToResponse(*error));
+  // The job owns itself until its last decision is in; the completion captures one raw pointer, which
+  // std::function keeps inline (no allocation per check).
+  CheckJob* job = std::get<std::unique_ptr<CheckJob>>(std::move(prepared)).release();
+  job->respond = std::move(respond);
+  auto answer = [job](HttpResponse response) {
+    Respond to = std::move(job->respond);
+    delete job;  // the job (and its batch) dies after its last use
+    to(std::move(response));
+  };
+  auto error = job->batch.RunRouted(context.clock(), router, [job, answer] { answer(Finish(*job)); });
+  if (error) answer(ToResponse(*error));
 }
 
 bool AuthHasKey(const ApiContext& context, const HttpRequest& request, std::string_view query) {

@@ -50,9 +50,9 @@ class CheckRouter {
   [[nodiscard]] virtual uint32_t EnterDecisions() const { return 0; }
   virtual void ExitDecisions(uint32_t pin) const { (void)pin; }
 
-  // For each key, whether another node owns it (1) or this node decides it (0). `remote` is resized
-  // to keys.size(). One ring snapshot for the whole call.
-  virtual void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const = 0;
+  // For each key, whether another node owns it (1) or this node decides it (0), into `remote` (one
+  // entry per key, keys.size() of them). One ring snapshot for the whole call.
+  virtual void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const = 0;
 
   // Completion of Forward: the owner's (or fallback node's) result, or nullopt when no other node
   // could decide and this node must decide itself. Called exactly once, possibly on another thread,

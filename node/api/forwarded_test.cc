@@ -46,9 +46,8 @@ class PairRouter final : public CheckRouter {
   PairRouter(TestNode& self, TestNode& peer) : self_(self), peer_(peer) {}
 
   const std::string& self_id() const override { return self_.id; }
-  void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override {
-    remote->clear();
-    for (std::string_view key : keys) remote->push_back(key.starts_with("b:") ? 1 : 0);
+  void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const override {
+    for (size_t i = 0; i < keys.size(); ++i) remote[i] = keys[i].starts_with("b:") ? 1 : 0;
   }
   void Forward(peer::ForwardedCheck check, ForwardDone done) override {
     ++forwarded;

@@ -1,6 +1,7 @@
 #include "node/api/response_fields.h"
 
 #include <boost/beast/core/string.hpp>
+#include <cassert>
 #include <charconv>
 #include <stdexcept>
 
@@ -89,6 +90,11 @@ void ResponseFields::insert(http::field name, string_view value) {
 
 void ResponseFields::insert(string_view name, string_view value) {
   Append(http::string_to_field(name), name, value);
+}
+
+void ResponseFields::insert_extension(string_view name, string_view value) {
+  assert(http::string_to_field(name) == http::field::unknown);
+  Append(http::field::unknown, name, value);
 }
 
 size_t ResponseFields::erase(http::field name) { return Erase(name, http::to_string(name)); }

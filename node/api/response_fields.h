@@ -101,6 +101,9 @@ class ResponseFields {
   // Adds a field (another of the same name may exist).
   void insert(boost::beast::http::field name, boost::beast::string_view value);
   void insert(boost::beast::string_view name, boost::beast::string_view value);
+  // insert() of a name Beast's http::field does not know (RateLimit, X-RateLimit-*, ...), without looking
+  // it up in Beast's table: for handlers filling a fresh response on the hot path.
+  void insert_extension(boost::beast::string_view name, boost::beast::string_view value);
   // Removes every field of that name; returns how many.
   size_t erase(boost::beast::http::field name);
   size_t erase(boost::beast::string_view name);

@@ -133,8 +133,8 @@ TEST(ClusterTest, AloneIsReadyAtOnce) {
   EXPECT_GE(a->cluster->ring().version(), 1u);
   // Every key is local.
   std::vector<std::string_view> keys = {"x", "y", "z"};
-  std::vector<uint8_t> remote;
-  a->forwarder->Classify(keys, &remote);
+  std::vector<uint8_t> remote(keys.size());
+  a->forwarder->Classify(keys, remote);
   EXPECT_EQ(remote, std::vector<uint8_t>({0, 0, 0}));
 }
 
@@ -189,8 +189,8 @@ TEST(ClusterTest, ForwardsToTheOwnerAndFallsBack) {
   const std::string remote_key = KeyOwnedBy(*a->cluster, "b");
   const std::string local_key = KeyOwnedBy(*a->cluster, "a");
   std::vector<std::string_view> keys = {remote_key, local_key};
-  std::vector<uint8_t> remote;
-  a->forwarder->Classify(keys, &remote);
+  std::vector<uint8_t> remote(keys.size());
+  a->forwarder->Classify(keys, remote);
   EXPECT_EQ(remote, std::vector<uint8_t>({1, 0}));
 
   auto result = ForwardSync(*a->forwarder, remote_key);

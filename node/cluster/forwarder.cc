@@ -361,19 +361,19 @@ std::string Forwarder::DeciderOf(ring::Token token) const {
   return std::string(cluster_.routing().Current().Decider(token));
 }
 
-void Forwarder::Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const {
-  remote->assign(keys.size(), 0);
+void Forwarder::Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const {
+  std::fill(remote.begin(), remote.end(), 0);
   const replication::RoutingTable& table = cluster_.routing().Current();
   if (table.ring == nullptr || table.ring->empty()) return;
   if (cluster_.Paused()) {  // nothing is decided here for now: every key goes to a holder (Forward)
-    remote->assign(keys.size(), 1);
+    std::fill(remote.begin(), remote.end(), 1);
     return;
   }
   const std::string& self = cluster_.self_id();
   for (size_t i = 0; i < keys.size(); ++i) {
     const ring::Token token = ring::RingToken(keys[i]);
     // A range held without its copy yet goes to the holders that have it (Forward).
-    (*remote)[i] = table.Decider(token) != self || table.Unsynced(token) ? 1 : 0;
+    remote[i] = table.Decider(token) != self || table.Unsynced(token) ? 1 : 0;
   }
 }
 

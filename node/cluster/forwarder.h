@@ -183,7 +183,7 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] bool SenderGaveUp(const peer::ForwardCheckRequest& request) const;
   [[nodiscard]] uint32_t EnterDecisions() const override;
   void ExitDecisions(uint32_t pin) const override;
-  void Classify(std::span<const std::string_view> keys, std::vector<uint8_t>* remote) const override;
+  void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) override;
 

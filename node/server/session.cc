@@ -48,26 +48,42 @@ bool IsParseError(const error_code& ec) {
 // a write buffer up to this capacity between writes.
 constexpr size_t kWriteBatchBytes = 64 << 10;
 
-// Appends `response` as HTTP/1.1 bytes: the status line, the fields as set, the body unless `head`. The
-// caller has set keep-alive and the payload size; every response has a Content-Length body (no chunking).
-void AppendResponse(const HttpResponse& response, bool head, std::string& out) {
+// Appends `response` as HTTP/1.1 bytes: the status line, the handler's fields, then the framing this
+// server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have no body) and
+// `Connection: close` when `close` -- and the body unless `head` (a HEAD answer says the length of the
+// body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
+// not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
+void AppendResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
   out.append("HTTP/1.1 ");
-  char code[8];
-  const auto [end, ec] = std::to_chars(code, code + sizeof code, response.result_int());
-  out.append(code, static_cast<size_t>(end - code));
+  const unsigned status = response.result_int();
+  char digits[24];
+  out.append(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, status).ptr - digits));
   out.push_back(' ');
   const auto reason = response.reason();
   const auto phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
   out.append(phrase.data(), phrase.size());
   out.append("\r\n");
   for (const auto& field : response) {
+    const http::field id = field.name();
+    if (id == http::field::content_length || id == http::field::transfer_encoding ||
+        id == http::field::connection) {
+      continue;
+    }
     out.append(field.name_string().data(), field.name_string().size());
     out.append(": ");
     out.append(field.value().data(), field.value().size());
     out.append("\r\n");
   }
+  const bool bodiless = status / 100 == 1 || status == 204 || status == 304;
+  if (!bodiless) {
+    out.append("Content-Length: ");
+    const char* end = std::to_chars(digits, digits + sizeof digits, response.body().size()).ptr;
+    out.append(digits, static_cast<size_t>(end - digits));
+    out.append("\r\n");
+  }
+  if (close) out.append("Connection: close\r\n");
   out.append("\r\n");
-  if (!head) out.append(response.body());
+  if (!head && !bodiless) out.append(response.body());
 }
 
 // Debug-level: a client going away is routine for a server.
@@ -81,6 +97,7 @@ Session::Session(net::ip::tcp::socket&& socket, std::shared_ptr<ServerShared> sh
     : shared_(std::move(shared)),
       counted_(counted),
       socket_(std::move(socket)),
+      strand_(socket_.get_executor().target<Strand>()),
       ticker_(socket_.get_executor()) {}
 
 Session::~Session() {
@@ -247,7 +264,12 @@ void Session::Dispatch(HttpRequest&& request) {
     return;
   }
   Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
-    // Runs inline when the handler answers on this strand, else hops onto it.
+    // Runs inline when the handler answers on this strand (a local decision: no executor in between),
+    // else hops onto it.
+    if (self->strand_ != nullptr && self->strand_->running_in_this_thread()) {
+      self->OnResponse(seq, std::move(response));
+      return;
+    }
     net::dispatch(self->socket_.get_executor(), [self, seq, response = std::move(response)]() mutable {
       self->OnResponse(seq, std::move(response));
     });
@@ -287,16 +309,12 @@ void Session::MaybeWrite() {
   size_t count = 0;
   bool close = false;
   while (count < pending_.size() && pending_[count].response && !close && out_.size() < kWriteBatchBytes) {
-    Pending& p = pending_[count];
-    HttpResponse& response = *p.response;
+    const Pending& p = pending_[count];
     // The last response of a connection that reads nothing more says so.
     const bool only = count + 1 == pending_.size();
     const bool last = read_closed_ && only && phase_ == ReadPhase::kNone;
     close = !p.keep_alive || last || (draining_ && only && !RequestInProgress());
-    response.version(11);
-    response.keep_alive(!close);
-    response.prepare_payload();
-    AppendResponse(response, p.head, out_);
+    AppendResponse(*p.response, p.head, close, out_);
     ++count;
   }
   writing_ = true;

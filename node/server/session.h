@@ -12,8 +12,10 @@
 #define RINGLIMIT_NODE_SERVER_SESSION_H_
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <chrono>
@@ -115,6 +117,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched only on the strand.
   boost::asio::ip::tcp::socket socket_;  // its executor is this connection's strand
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+  const Strand* strand_;  // that strand (null if the socket's executor is something else)
   boost::asio::steady_timer ticker_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
