@@ -14,8 +14,8 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 #include <charconv>
 #include <exception>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -43,6 +43,9 @@ std::chrono::milliseconds TickPeriod(const ServerOptions& options) {
 bool IsParseError(const error_code& ec) {
   return &ec.category() == &http::make_error_code(http::error::bad_method).category();
 }
+
+// A read asks the kernel for up to this many bytes (when the buffer has room for fewer, it grows).
+constexpr size_t kReadBytes = 64 << 10;
 
 // A write gathers the ready responses up to about this many bytes (pipelined requests); a connection keeps
 // a write buffer up to this capacity between writes.
@@ -180,8 +183,37 @@ void Session::ReadRequest() {
     phase_ = ReadPhase::kPartial;
     read_deadline_ = now + shared_->options.read_timeout;
   }
-  http::async_read(socket_, buffer_, *parser_,
-                   [self = shared_from_this()](error_code ec, size_t) { self->OnRead(ec); });
+  Parse();
+}
+
+// What http::async_read does, without its composed operations (a third of the transport's instructions
+// per request): the buffered bytes go to the parser; a whole request completes at once (OnRead, inline,
+// also for a pipelined one already buffered), else more bytes are read.
+void Session::Parse() {
+  for (;;) {
+    if (parser_->is_done()) return OnRead({});
+    if (buffer_.size() == 0) break;
+    error_code ec;
+    const size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    if (ec == http::error::need_more) break;
+    if (ec) return OnRead(ec);
+  }
+  socket_.async_read_some(buffer_.prepare(boost::beast::read_size(buffer_, kReadBytes)),
+                          [self = shared_from_this()](error_code ec, size_t n) { self->OnReadSome(ec, n); });
+}
+
+void Session::OnReadSome(error_code ec, size_t bytes) {
+  buffer_.commit(bytes);
+  if (ec == net::error::eof) {
+    if (!parser_->got_some()) return OnRead(http::error::end_of_stream);
+    // The end of the stream ends a message that has no length (the parser says whether it may).
+    error_code eof;
+    parser_->put_eof(eof);
+    return OnRead(eof);
+  }
+  if (ec) return OnRead(ec);
+  Parse();
 }
 
 void Session::OnRead(error_code ec) {

@@ -94,6 +94,8 @@ class Session : public std::enable_shared_from_this<Session> {
   };
 
   void ReadRequest();
+  void Parse();
+  void OnReadSome(boost::system::error_code ec, size_t bytes);
   void OnRead(boost::system::error_code ec);
   void Dispatch(HttpRequest&& request);
   void OnResponse(uint64_t seq, HttpResponse&& response);
