@@ -415,20 +415,25 @@ void Rebase(const LimitSpec& spec, MergeState& m, Hlc stamp, const State& level)
   base.level_whole = level.word[0];
   base.level_frac = level.word[1];
   base.at = level.word[2];
-  base.included.reserve(m.contributions.size());
-  for (const Contribution& c : m.contributions) {
-    base.included.push_back({c.id, c.version, c.epoch, c.consumed, ExpiresOf(spec, c)});
-  }
   // Buckets: keep the old base's entries of records Collect dropped (tombstones), so that a newer
   // record of the same count arriving later is not counted from zero; at most kMaxContributors in
-  // all, the longest drained dropped first.
+  // all, the longest drained dropped first. (The new base includes exactly the current records.)
   std::vector<Included> tombstones;
   if (FamilyOf(spec.algorithm) == Family::kDrain) {
     for (const Included& e : m.base.included) {
-      if (FindIncluded(base, e.id) == nullptr) {
+      auto it = std::lower_bound(m.contributions.begin(), m.contributions.end(), e.id,
+                                 [](const Contribution& c, ContributorId k) { return c.id < k; });
+      if (it == m.contributions.end() || it->id != e.id) {
         tombstones.push_back(e);
       }
     }
+  }
+  // The old base's storage is reused (a check rebases every time: no allocation then).
+  base.included = std::move(m.base.included);
+  base.included.clear();
+  base.included.reserve(m.contributions.size());
+  for (const Contribution& c : m.contributions) {
+    base.included.push_back({c.id, c.version, c.epoch, c.consumed, ExpiresOf(spec, c)});
   }
   if (!tombstones.empty()) {
     const size_t room = kMaxContributors > base.included.size() ? kMaxContributors - base.included.size() : 0;
@@ -509,13 +514,23 @@ Decision Evaluate(const LimitSpec& spec, MergeState* state, const MergeState& vi
 void Adopt(const LimitSpec& spec, MergeState& state, Hlc stamp) {
   if (state.algorithm != spec.algorithm) {
     const Hlc base = std::max(stamp, state.base.stamp + 1);
-    state = MergeState{};
+    Clear(state);
     state.algorithm = spec.algorithm;
     state.base.stamp = base;
   }
 }
 
 }  // namespace
+
+void Clear(MergeState& state) {
+  std::vector<Included> included = std::move(state.base.included);
+  std::vector<Contribution> contributions = std::move(state.contributions);
+  included.clear();
+  contributions.clear();
+  state = MergeState{};
+  state.base.included = std::move(included);
+  state.contributions = std::move(contributions);
+}
 
 MergeState Merge(const MergeState& a, const MergeState& b) {
   MergeState out = a;

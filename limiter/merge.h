@@ -105,6 +105,10 @@ struct MergeState {
   bool operator==(const MergeState&) const = default;
 };
 
+// Makes `state` equal to MergeState{} but keeps its vectors' storage (a state reused for another key
+// charges without allocating).
+void Clear(MergeState& state);
+
 // The join of two copies. Commutative, associative, idempotent (for copies of one algorithm).
 [[nodiscard]] MergeState Merge(const MergeState& a, const MergeState& b);
 // Merges `from` into `into`; returns whether `into` changed.

@@ -15,6 +15,19 @@ constexpr uint32_t kChunkBits = 10;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 
 // Entry::meta: version in the high 48 bits, then the algorithm byte, then the flags byte.
+// Spare states kept for reuse, per shard, and the most memory one may hold to be kept.
+constexpr size_t kSpareStates = 16;
+constexpr size_t kSpareStateBytes = 1024;
+
+bool SmallState(const limiter::MergeState& s) {
+  size_t bytes = s.base.included.capacity() * sizeof(limiter::Included) +
+                 s.contributions.capacity() * sizeof(limiter::Contribution);
+  for (const limiter::Contribution& c : s.contributions) {
+    bytes += c.cells.capacity() * sizeof(limiter::Cell) + c.stamps.capacity() * sizeof(limiter::TimeNs);
+  }
+  return bytes <= kSpareStateBytes;
+}
+
 constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
 constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
 constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
@@ -136,6 +149,9 @@ uint32_t MemoryShard::Allocate() {
 void MemoryShard::Free(uint32_t index) {
   Entry& e = At(index);
   e.entity = std::string();  // give back a heap buffer if the key was long
+  if (e.state != nullptr && spare_states_.size() < kSpareStates && SmallState(*e.state)) {
+    spare_states_.push_back(std::move(e.state));
+  }
   e.state.reset();
   e.slot = kNil;
   e.lru_next = free_head_;
@@ -155,10 +171,18 @@ uint32_t MemoryShard::FindInChain(uint32_t head, std::string_view name) const {
 }
 
 uint32_t MemoryShard::Intern(std::string_view name, const limiter::LimitSpec& spec) {
+  if (last_interned_ != kNil) {
+    SlotInfo& last = slots_[last_interned_];
+    if (last.refs > 0 && last.name == name && last.spec == spec) {
+      ++last.refs;
+      return last_interned_;
+    }
+  }
   std::string key = SlotKey(name, spec);
   auto it = slot_ids_.find(key);
   if (it != slot_ids_.end()) {
     ++slots_[it->second].refs;
+    last_interned_ = it->second;
     return it->second;
   }
   uint32_t slot;
@@ -171,6 +195,7 @@ uint32_t MemoryShard::Intern(std::string_view name, const limiter::LimitSpec& sp
   }
   slots_[slot] = SlotInfo{std::string(name), spec, 1};
   slot_ids_.emplace(std::move(key), slot);
+  last_interned_ = slot;
   return slot;
 }
 
@@ -211,7 +236,13 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   e.token = key.token;
   e.slot = Intern(state.name, state.spec);
   e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
-  e.state = std::make_unique<limiter::MergeState>(state.state);
+  if (spare_states_.empty()) {
+    e.state = std::make_unique<limiter::MergeState>(state.state);
+  } else {
+    e.state = std::move(spare_states_.back());
+    spare_states_.pop_back();
+    *e.state = state.state;
+  }
   uint32_t head = FindHead(key);
   if (head == kNil) {
     heads_->insert(index);
@@ -322,7 +353,14 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
   if (outcome.need) return outcome;
   for (size_t i = 0; i < n; ++i) {
     pointers[i] = &fresh[i];
-    if (indices[i] == kNil) continue;
+    if (indices[i] == kNil) {
+      // A new state is charged in a spare one's storage (no allocation when it is kept below).
+      if (!spare_states_.empty()) {
+        limiter::Clear(*spare_states_.back());
+        std::swap(fresh[i], *spare_states_.back());
+      }
+      continue;
+    }
     bool repeated = false;
     for (size_t j = 0; j < i; ++j) repeated |= indices[j] == indices[i];
     if (repeated) {

@@ -191,6 +191,12 @@ class MemoryShard {
   std::unique_ptr<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>> heads_;
   std::vector<SlotInfo> slots_;
   std::vector<uint32_t> free_slots_;
+  // The slot Intern returned last: states are mostly created under the same few (name, spec) pairs,
+  // found again here without building their key. kNil: none.
+  uint32_t last_interned_ = UINT32_MAX;
+  // States of dropped entries, kept for the next Insert (their vectors keep their capacity), at most
+  // kSpareStates.
+  std::vector<std::unique_ptr<limiter::MergeState>> spare_states_;
   boost::unordered_flat_map<std::string, uint32_t> slot_ids_;  // SlotKey(name, spec) -> slot
   boost::unordered_flat_set<uint32_t> dirty_;                  // write-back: entries newer than disk
   struct Tomb {

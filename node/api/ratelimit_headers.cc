@@ -7,14 +7,18 @@ namespace ringlimit::node {
 
 namespace {
 
-void AppendInt(std::string* out, int64_t v) {
+using Text = RateLimitHeaders::Text;
+
+void Append(Text* out, std::string_view s) { out->insert(out->end(), s.begin(), s.end()); }
+
+void AppendInt(Text* out, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->append(buf, end);
+  out->insert(out->end(), buf, end);
 }
 
 // A Structured Field string (RFC 8941): printable ASCII, with " and \ escaped.
-void AppendSfString(std::string* out, std::string_view s) {
+void AppendSfString(Text* out, std::string_view s) {
   out->push_back('"');
   for (char c : s) {
     if (c == '"' || c == '\\') {
@@ -34,18 +38,18 @@ void AppendSfString(std::string* out, std::string_view s) {
 void RateLimitHeaders::Add(std::string_view name, int64_t quota, int64_t window_seconds, int64_t remaining,
                            int64_t reset_seconds) {
   if (!policy_.empty()) {
-    policy_.append(", ");
-    state_.append(", ");
+    Append(&policy_, ", ");
+    Append(&state_, ", ");
   }
   AppendSfString(&policy_, name);
-  policy_.append(";q=");
+  Append(&policy_, ";q=");
   AppendInt(&policy_, quota);
-  policy_.append(";w=");
+  Append(&policy_, ";w=");
   AppendInt(&policy_, std::max<int64_t>(1, window_seconds));
   AppendSfString(&state_, name);
-  state_.append(";r=");
+  Append(&state_, ";r=");
   AppendInt(&state_, remaining);
-  state_.append(";t=");
+  Append(&state_, ";t=");
   AppendInt(&state_, std::max<int64_t>(0, reset_seconds));
 }
 

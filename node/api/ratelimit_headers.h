@@ -6,6 +6,7 @@
 #ifndef RINGLIMIT_NODE_API_RATELIMIT_HEADERS_H_
 #define RINGLIMIT_NODE_API_RATELIMIT_HEADERS_H_
 
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,12 +21,17 @@ class RateLimitHeaders {
            int64_t reset_seconds);
 
   [[nodiscard]] bool empty() const { return policy_.empty(); }
-  [[nodiscard]] const std::string& policy() const { return policy_; }  // RateLimit-Policy
-  [[nodiscard]] const std::string& state() const { return state_; }    // RateLimit
+  [[nodiscard]] std::string_view policy() const {
+    return {policy_.data(), policy_.size()};
+  }                                                                                        // RateLimit-Policy
+  [[nodiscard]] std::string_view state() const { return {state_.data(), state_.size()}; }  // RateLimit
+
+  // The text of one header value: a limit or two fit inline (no allocation on the check path).
+  using Text = boost::container::small_vector<char, 80>;
 
  private:
-  std::string policy_;
-  std::string state_;
+  Text policy_;
+  Text state_;
 };
 
 }  // namespace ringlimit::node

@@ -41,12 +41,10 @@ size_t ResponseFields::Find(http::field id, string_view name) const {
 }
 
 void ResponseFields::Append(http::field id, string_view name, string_view value) {
-  if (text_.capacity() == 0) text_.reserve(256);
-  if (entries_.capacity() == 0) entries_.reserve(10);
   const auto name_at = static_cast<uint32_t>(text_.size());
-  text_.append(name.data(), name.size());
+  text_.insert(text_.end(), name.begin(), name.end());
   const auto value_at = static_cast<uint32_t>(text_.size());
-  text_.append(value.data(), value.size());
+  text_.insert(text_.end(), value.begin(), value.end());
   entries_.push_back(Entry{id, name_at, static_cast<uint32_t>(name.size()), value_at,
                            static_cast<uint32_t>(value.size()), false});
 }
@@ -62,7 +60,7 @@ void ResponseFields::Set(http::field id, string_view name, string_view value) {
   }
   // The new value goes at the end of the text; the entry keeps its place in the order.
   const auto value_at = static_cast<uint32_t>(text_.size());
-  text_.append(value.data(), value.size());
+  text_.insert(text_.end(), value.begin(), value.end());
   entries_[first].value_at = value_at;
   entries_[first].value_size = static_cast<uint32_t>(value.size());
 }

@@ -13,6 +13,7 @@
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
+#include <boost/container/small_vector.hpp>
 #include <boost/optional/optional.hpp>
 #include <cstdint>
 #include <iterator>
@@ -32,6 +33,9 @@ class ResponseFields {
     bool erased;
   };
 
+  // The fields of a usual response (about ten, a few hundred bytes) fit inline: no allocation.
+  using Text = boost::container::small_vector<char, 256>;
+
  public:
   // One field, as iteration and find() see it. Valid until the fields change.
   class value_type {
@@ -46,8 +50,8 @@ class ResponseFields {
 
    private:
     friend class ResponseFields;
-    value_type(const std::string* text, const Entry* entry) : text_(text), entry_(entry) {}
-    const std::string* text_;
+    value_type(const Text* text, const Entry* entry) : text_(text), entry_(entry) {}
+    const Text* text_;
     const Entry* entry_;
   };
 
@@ -146,8 +150,8 @@ class ResponseFields {
   [[nodiscard]] bool Matches(const Entry& e, boost::beast::http::field id,
                              boost::beast::string_view name) const;
 
-  std::string text_;            // every name and value, one after the other
-  std::vector<Entry> entries_;  // in insertion order; erased ones skipped
+  Text text_;                                          // every name and value, one after the other
+  boost::container::small_vector<Entry, 10> entries_;  // in insertion order; erased ones skipped
   std::string reason_;
 };
 
