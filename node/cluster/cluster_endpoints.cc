@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
@@ -48,27 +50,55 @@ void SampleDouble(std::string* out, std::string_view name, std::string_view labe
   out->append(name).append("{").append(labels).append("} ").append(buffer).append("\n");
 }
 
-void PeerSamples(std::string* out, std::string_view side, const peer::PeerStats& s) {
-  const std::string label = std::string("side=\"") + std::string(side) + "\",what=\"";
-  const std::pair<const char*, uint64_t> rows[] = {
-      {"frames_in", s.frames_in},
-      {"frames_out", s.frames_out},
-      {"messages_in", s.messages_in},
-      {"messages_out", s.messages_out},
-      {"bytes_in", s.bytes_in},
-      {"bytes_out", s.bytes_out},
-      {"connections_opened", s.connections_opened},
-      {"auth_failures", s.auth_failures},
-      {"handshake_timeouts", s.handshake_timeouts},
-      {"malformed_frames", s.malformed_frames},
-      {"oversized_frames", s.oversized_frames},
-      {"reconnects", s.reconnects},
-      {"connect_failures", s.connect_failures},
-      {"queue_full_rejections", s.queue_full_rejections},
-      {"timeouts", s.timeouts},
-      {"rejected_connections", s.rejected_connections},
+// The peer transport's counters of both sides, one family per unit (so that sum() over a family means
+// something): bytes, frames and messages by direction, connection events, and errors by kind.
+void PeerSamples(std::string* out, const peer::PeerStats& server, const peer::PeerStats& client) {
+  struct Row {
+    const char* label;  // the family's own label
+    uint64_t peer::PeerStats::*value;
   };
-  for (const auto& [what, value] : rows) Sample(out, "ringlimit_peer_total", label + what + "\"", value);
+  struct Family {
+    const char* name;
+    const char* help;
+    std::vector<Row> rows;
+  };
+  using S = peer::PeerStats;
+  const Family families[] = {
+      {"ringlimit_peer_bytes_total",
+       "Bytes on peer connections, by side and direction.",
+       {{"direction=\"in\"", &S::bytes_in}, {"direction=\"out\"", &S::bytes_out}}},
+      {"ringlimit_peer_frames_total",
+       "Frames on peer connections, by side and direction.",
+       {{"direction=\"in\"", &S::frames_in}, {"direction=\"out\"", &S::frames_out}}},
+      {"ringlimit_peer_messages_total",
+       "Messages on peer connections, by side and direction.",
+       {{"direction=\"in\"", &S::messages_in}, {"direction=\"out\"", &S::messages_out}}},
+      {"ringlimit_peer_connection_events_total",
+       "Peer connections opened, reconnections, failed connects and connections refused, by side.",
+       {{"event=\"opened\"", &S::connections_opened},
+        {"event=\"reconnected\"", &S::reconnects},
+        {"event=\"connect_failed\"", &S::connect_failures},
+        {"event=\"rejected\"", &S::rejected_connections}}},
+      {"ringlimit_peer_errors_total",
+       "Peer transport errors, by side and kind: failed authentication (a wrong or missing cluster secret), "
+       "handshake timeouts, malformed and oversized frames, messages refused on a full queue, request "
+       "timeouts.",
+       {{"error=\"auth_failure\"", &S::auth_failures},
+        {"error=\"handshake_timeout\"", &S::handshake_timeouts},
+        {"error=\"malformed_frame\"", &S::malformed_frames},
+        {"error=\"oversized_frame\"", &S::oversized_frames},
+        {"error=\"queue_full\"", &S::queue_full_rejections},
+        {"error=\"timeout\"", &S::timeouts}}},
+  };
+  for (const Family& family : families) {
+    Metric(out, family.name, "counter", family.help);
+    for (const auto& [side, stats] :
+         {std::pair<const char*, const S*>{"server", &server}, {"client", &client}}) {
+      for (const Row& row : family.rows) {
+        Sample(out, family.name, std::string("side=\"") + side + "\"," + row.label, stats->*row.value);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -252,9 +282,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_membership_total", "what=\"stale_updates\"", m.stale_updates);
   Sample(out, "ringlimit_membership_total", "what=\"id_conflicts\"", m.id_conflicts);
 
-  Metric(out, "ringlimit_peer_total", "counter", "Peer transport counters, by side (server, client).");
-  PeerSamples(out, "server", cluster_.ServerStats());
-  PeerSamples(out, "client", cluster_.ClientStats());
+  PeerSamples(out, cluster_.ServerStats(), cluster_.ClientStats());
   Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");
   Sample(out, "ringlimit_peer_connections_open", "side=\"server\"", cluster_.ServerStats().connections_open);
   Sample(out, "ringlimit_peer_connections_open", "side=\"client\"", cluster_.ClientStats().connections_open);

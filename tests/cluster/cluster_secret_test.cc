@@ -32,8 +32,9 @@ int64_t MetricValue(uint16_t http_port, const std::string& name, const std::stri
   return -1;
 }
 
-int64_t PeerServerCounter(uint16_t http_port, const std::string& what) {
-  return MetricValue(http_port, "ringlimit_peer_total", "side=\"server\",what=\"" + what + "\"");
+// A server-side peer transport error counter (ringlimit_peer_errors_total{side="server",error=...}).
+int64_t PeerServerErrors(uint16_t http_port, const std::string& error) {
+  return MetricValue(http_port, "ringlimit_peer_errors_total", "side=\"server\",error=\"" + error + "\"");
 }
 
 class ClusterSecretTest : public ::testing::Test {
@@ -69,12 +70,12 @@ TEST_F(ClusterSecretTest, NodesWithTheSameSecretFormAClusterAndForward) {
   ASSERT_TRUE(outcome) << outcome.error();
   EXPECT_EQ(outcome->status, 200) << outcome->body;
   EXPECT_EQ(outcome->owner, "n2") << outcome->body;  // forwarded over the authenticated connection
-  EXPECT_EQ(PeerServerCounter(cluster_->http_port(0), "auth_failures"), 0);
-  EXPECT_EQ(PeerServerCounter(cluster_->http_port(1), "auth_failures"), 0);
+  EXPECT_EQ(PeerServerErrors(cluster_->http_port(0), "auth_failure"), 0);
+  EXPECT_EQ(PeerServerErrors(cluster_->http_port(1), "auth_failure"), 0);
 }
 
 TEST_F(ClusterSecretTest, ANodeWithAnotherSecretCannotJoin) {
-  const int64_t before = PeerServerCounter(cluster_->http_port(0), "auth_failures");
+  const int64_t before = PeerServerErrors(cluster_->http_port(0), "auth_failure");
   ASSERT_GE(before, 0);
   NodeProcessOptions options;
   options.args = {"--threads",        "1",
@@ -89,7 +90,7 @@ TEST_F(ClusterSecretTest, ANodeWithAnotherSecretCannotJoin) {
   // n1 refused its handshakes and counted them.
   auto counted = WaitFor(
       "n1 counts refused handshakes", std::chrono::milliseconds(5'000 * kSlowdown), [&](std::string* why) {
-        const int64_t now = PeerServerCounter(cluster_->http_port(0), "auth_failures");
+        const int64_t now = PeerServerErrors(cluster_->http_port(0), "auth_failure");
         *why = "auth_failures " + std::to_string(now) + ", before " + std::to_string(before);
         return now > before;
       });
@@ -104,9 +105,8 @@ TEST_F(ClusterSecretTest, ANodeWithAnotherSecretCannotJoin) {
 
 TEST_F(ClusterSecretTest, GarbageOnThePeerPortIsDroppedAndCounted) {
   const uint16_t http = cluster_->http_port(1);
-  const int64_t before = PeerServerCounter(http, "auth_failures") +
-                         PeerServerCounter(http, "malformed_frames") +
-                         PeerServerCounter(http, "oversized_frames");
+  const int64_t before = PeerServerErrors(http, "auth_failure") + PeerServerErrors(http, "malformed_frame") +
+                         PeerServerErrors(http, "oversized_frame");
   namespace asio = boost::asio;
   using tcp = asio::ip::tcp;
   // An HTTP request (its first 4 bytes read as a huge frame length), a frame of random bytes within the
@@ -143,9 +143,9 @@ TEST_F(ClusterSecretTest, GarbageOnThePeerPortIsDroppedAndCounted) {
   }
   auto counted = WaitFor("n2 counts the dropped connections", std::chrono::milliseconds(5'000 * kSlowdown),
                          [&](std::string* why) {
-                           const int64_t now = PeerServerCounter(http, "auth_failures") +
-                                               PeerServerCounter(http, "malformed_frames") +
-                                               PeerServerCounter(http, "oversized_frames");
+                           const int64_t now = PeerServerErrors(http, "auth_failure") +
+                                               PeerServerErrors(http, "malformed_frame") +
+                                               PeerServerErrors(http, "oversized_frame");
                            *why = std::to_string(now - before) + " counted";
                            return now >= before + static_cast<int64_t>(garbage.size());
                          });
