@@ -151,6 +151,12 @@ void Session::Drain() {
 
 bool Session::RequestInProgress() const {
   if (phase_ == ReadPhase::kPartial) return true;
+  if (phase_ == ReadPhase::kNone) {
+    // Between requests (the next one is read once the answer is written): bytes of it may be here.
+    if (read_closed_ || closed_) return false;
+    boost::system::error_code ec;
+    return buffer_.size() > 0 || (socket_.available(ec) > 0 && !ec);
+  }
   if (phase_ != ReadPhase::kIdle) return false;
   if (buffer_.size() > 0 || (parser_ && parser_->got_some())) return true;
   // Bytes already in the kernel's receive queue count too: the client has sent them.
@@ -225,7 +231,10 @@ void Session::OnRead(error_code ec) {
     const bool keep_alive = parser_->keep_alive();
     Dispatch(parser_->release());
     if (!keep_alive || draining_) read_closed_ = true;
-    ReadRequest();
+    // Answered at once and being written, nothing more buffered: the next request is read once the write
+    // completes (OnWrite). Reading now would find nothing -- the client has not seen this answer yet --
+    // and cost a recv that fails. Otherwise read on now (pipelining while a forwarded answer is pending).
+    if (!(writing_ && buffer_.size() == 0 && pending_.size() == writing_count_)) ReadRequest();
     FinishIfDone();
     return;
   }
