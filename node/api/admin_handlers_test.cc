@@ -113,6 +113,9 @@ TEST_F(AdminTest, MetricsCountRequestsDecisionsAndStore) {
            "ringlimit_request_duration_seconds_bucket{le=\"5e-05\"} 1\n",
            "ringlimit_request_duration_seconds_bucket{le=\"+Inf\"} 2\n",
            "ringlimit_request_duration_seconds_count 2\n",
+           "ringlimit_http_request_duration_seconds_count{endpoint=\"check_get\"} 2\n",
+           "ringlimit_http_request_duration_seconds_count{endpoint=\"other\"} 1\n",
+           "ringlimit_http_request_duration_seconds_bucket{endpoint=\"other\",le=\"+Inf\"} 1\n",
            "ringlimit_keys 1\n",
            "ringlimit_evictions_total 0\n",
        }) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <random>
@@ -243,6 +244,8 @@ peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckR
 }
 
 void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto took = [start] { return std::chrono::steady_clock::now() - start; };
   CheckRouter* router = context_->router;
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
@@ -269,7 +272,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
 
   if (std::optional<ApiError> refusal = RefusalOf(*router, "send the check to another node")) {
     HttpResponse response = error_response(*refusal);
-    metrics.CountRequest(endpoint, response.result_int());
+    metrics.CountRequest(endpoint, response.result_int(), took());
     respond(std::move(response));
     return;
   }
@@ -279,7 +282,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
   if (auth && !AuthHasKey(*context_, request, query)) {
     HttpResponse response = AuthWithoutKey(context_->options);
-    metrics.CountRequest(endpoint, response.result_int());
+    metrics.CountRequest(endpoint, response.result_int(), took());
     respond(std::move(response));
     return;
   }
@@ -290,10 +293,11 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   };
   auto once = std::make_shared<Once>();
   once->respond = std::move(respond);
-  auto counted = [&metrics, endpoint, once, auth, options = &context_->options](HttpResponse&& response) {
+  auto counted = [&metrics, endpoint, once, auth, options = &context_->options,
+                  took](HttpResponse&& response) {
     if (once->answered.exchange(true)) return;
     if (auth) response = AuthAnswer(*options, std::move(response));
-    metrics.CountRequest(endpoint, response.result_int());
+    metrics.CountRequest(endpoint, response.result_int(), took());
     once->respond(std::move(response));
   };
   try {
@@ -355,6 +359,7 @@ void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitR
 }
 
 HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
   Endpoint endpoint = Endpoint::kOther;
   HttpResponse response;
   try {
@@ -365,7 +370,7 @@ HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
                   std::string_view(request.target()).substr(0, 256), e.what());
     response = ToResponse({ErrorKind::kInternal, "internal error"});
   }
-  context_->metrics.CountRequest(endpoint, response.result_int());
+  context_->metrics.CountRequest(endpoint, response.result_int(), std::chrono::steady_clock::now() - start);
   return response;
 }
 

@@ -31,19 +31,33 @@ void AppendSeconds(std::string* out, int64_t ns) {
   out->append(buf, static_cast<size_t>(n));
 }
 
-// One histogram's series: `name`_bucket per bound (cumulative, then +Inf), _sum and _count, each with
-// `labels` ("" or `method="..."`). `buckets` holds Metrics::kLatencyBoundsNs.size() + 1 counters.
-void AppendHistogram(std::string* out, std::string_view name, std::string_view labels,
-                     const std::atomic<uint64_t>* buckets, uint64_t sum_ns, uint64_t count) {
+}  // namespace
+
+void DurationHistogram::Observe(std::chrono::nanoseconds latency) {
+  const int64_t ns = std::max<int64_t>(0, latency.count());
+  const auto bucket = static_cast<size_t>(
+      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) - kLatencyBoundsNs.begin());
+  buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+std::array<uint64_t, DurationHistogram::kBuckets> DurationHistogram::Buckets() const {
+  std::array<uint64_t, kBuckets> out{};
+  for (size_t b = 0; b < kBuckets; ++b) out[b] = buckets_[b].load(std::memory_order_relaxed);
+  return out;
+}
+
+void DurationHistogram::Append(std::string* out, std::string_view name, std::string_view labels) const {
   const std::string_view comma = labels.empty() ? "" : ",";
   uint64_t cumulative = 0;
-  for (size_t b = 0; b <= Metrics::kLatencyBoundsNs.size(); ++b) {
-    cumulative += buckets[b].load(std::memory_order_relaxed);
+  for (size_t b = 0; b < kBuckets; ++b) {
+    cumulative += buckets_[b].load(std::memory_order_relaxed);
     out->append(name).append("_bucket{").append(labels).append(comma).append("le=\"");
-    if (b == Metrics::kLatencyBoundsNs.size()) {
+    if (b == kLatencyBoundsNs.size()) {
       out->append("+Inf");
     } else {
-      AppendSeconds(out, Metrics::kLatencyBoundsNs[b]);
+      AppendSeconds(out, kLatencyBoundsNs[b]);
     }
     out->append("\"} ");
     AppendUint(out, cumulative);
@@ -55,14 +69,12 @@ void AppendHistogram(std::string* out, std::string_view name, std::string_view l
     out->push_back(' ');
   };
   braced("_sum");
-  AppendSeconds(out, static_cast<int64_t>(sum_ns));
+  AppendSeconds(out, static_cast<int64_t>(sum_ns_.load(std::memory_order_relaxed)));
   out->push_back('\n');
   braced("_count");
-  AppendUint(out, count);
+  AppendUint(out, count_.load(std::memory_order_relaxed));
   out->push_back('\n');
 }
-
-}  // namespace
 
 std::string_view EndpointName(Endpoint endpoint) {
   switch (endpoint) {
@@ -121,14 +133,12 @@ uint64_t Metrics::TEST_Requests(Endpoint endpoint, unsigned status) const {
   return requests_[static_cast<size_t>(endpoint) * kStatuses + status].load(std::memory_order_relaxed);
 }
 
-void Metrics::ObserveLatency(std::chrono::nanoseconds latency) {
-  const int64_t ns = std::max<int64_t>(0, latency.count());
-  const size_t bucket = static_cast<size_t>(
-      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) - kLatencyBoundsNs.begin());
-  latency_buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
-  latency_count_.fetch_add(1, std::memory_order_relaxed);
-  latency_sum_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+void Metrics::CountRequest(Endpoint endpoint, unsigned status, std::chrono::nanoseconds latency) {
+  CountRequest(endpoint, status);
+  endpoint_latency_[std::min(static_cast<size_t>(endpoint), kEndpoints - 1)].Observe(latency);
 }
+
+void Metrics::ObserveLatency(std::chrono::nanoseconds latency) { latency_.Observe(latency); }
 
 DecisionCounters* Metrics::ForPolicy(std::string_view policy) {
   {
@@ -189,12 +199,7 @@ void Metrics::CountGrpc(GrpcMethod method, GrpcResult result, std::chrono::nanos
   const auto r = static_cast<size_t>(result);
   if (m >= static_cast<size_t>(GrpcMethod::kCount) || r >= static_cast<size_t>(GrpcResult::kCount)) return;
   grpc_requests_[m * static_cast<size_t>(GrpcResult::kCount) + r].fetch_add(1, std::memory_order_relaxed);
-  const int64_t ns = std::max<int64_t>(0, latency.count());
-  const auto bucket = static_cast<size_t>(
-      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) - kLatencyBoundsNs.begin());
-  grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1) + bucket].fetch_add(1, std::memory_order_relaxed);
-  grpc_latency_count_[m].fetch_add(1, std::memory_order_relaxed);
-  grpc_latency_sum_ns_[m].fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  grpc_latency_[m].Observe(latency);
 }
 
 uint64_t Metrics::TEST_Grpc(GrpcMethod method, GrpcResult result) const {
@@ -211,8 +216,7 @@ Metrics::Summary Metrics::Summarize() const {
       out.denied += counters->denied.load(std::memory_order_relaxed);
     }
   }
-  for (size_t i = 0; i < out.latency.size(); ++i)
-    out.latency[i] = latency_buckets_[i].load(std::memory_order_relaxed);
+  out.latency = latency_.Buckets();
   return out;
 }
 
@@ -259,10 +263,7 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       "# TYPE ringlimit_grpc_duration_seconds histogram\n");
   for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
     const std::string labels = "method=\"" + std::string(GrpcMethodName(static_cast<GrpcMethod>(m))) + "\"";
-    AppendHistogram(&out, "ringlimit_grpc_duration_seconds", labels,
-                    &grpc_latency_buckets_[m * (kLatencyBoundsNs.size() + 1)],
-                    grpc_latency_sum_ns_[m].load(std::memory_order_relaxed),
-                    grpc_latency_count_[m].load(std::memory_order_relaxed));
+    grpc_latency_[m].Append(&out, "ringlimit_grpc_duration_seconds", labels);
   }
 
   out.append(
@@ -290,9 +291,17 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
   out.append(
       "# HELP ringlimit_request_duration_seconds Time from a complete request to its response.\n"
       "# TYPE ringlimit_request_duration_seconds histogram\n");
-  AppendHistogram(&out, "ringlimit_request_duration_seconds", "", latency_buckets_.data(),
-                  latency_sum_ns_.load(std::memory_order_relaxed),
-                  latency_count_.load(std::memory_order_relaxed));
+  latency_.Append(&out, "ringlimit_request_duration_seconds", "");
+  out.append(
+      "# HELP ringlimit_http_request_duration_seconds Time the API took from a complete request to its "
+      "response, by endpoint (forwarding to the key's owner and waiting for replication included); "
+      "endpoints not used yet are left out.\n"
+      "# TYPE ringlimit_http_request_duration_seconds histogram\n");
+  for (size_t e = 0; e < kEndpoints; ++e) {
+    if (endpoint_latency_[e].count() == 0) continue;
+    const std::string labels = "endpoint=\"" + std::string(EndpointName(static_cast<Endpoint>(e))) + "\"";
+    endpoint_latency_[e].Append(&out, "ringlimit_http_request_duration_seconds", labels);
+  }
 
   out.append(
       "# HELP ringlimit_keys States held in the memory tier.\n"

@@ -68,6 +68,30 @@ enum class GrpcResult : uint8_t {
 };
 [[nodiscard]] std::string_view GrpcResultName(GrpcResult result);
 
+// Upper bounds of every latency histogram's buckets, in nanoseconds (the +Inf bucket is implicit).
+inline constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
+    25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
+    5'000'000, 10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
+// A latency histogram over kLatencyBoundsNs, safe for concurrent use (relaxed atomics).
+class DurationHistogram {
+ public:
+  static constexpr size_t kBuckets = kLatencyBoundsNs.size() + 1;  // the last one is +Inf
+
+  void Observe(std::chrono::nanoseconds latency);
+  // Appends its series in the Prometheus text format -- `name`_bucket per bound (cumulative, then +Inf),
+  // `name`_sum and `name`_count -- each with `labels` ("" or `key="value",...`). No HELP/TYPE lines.
+  void Append(std::string* out, std::string_view name, std::string_view labels) const;
+  [[nodiscard]] uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  // The bucket counts, each on its own (not cumulative).
+  [[nodiscard]] std::array<uint64_t, kBuckets> Buckets() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBuckets> buckets_{};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
 // Decision counters of one policy (inline checks are counted under the policy label "_inline").
 struct DecisionCounters {
   std::atomic<uint64_t> allowed{0};
@@ -81,8 +105,11 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // One HTTP response with `status` (100..599; others are counted as 0) answered for `endpoint`.
+  // One HTTP response with `status` (100..599; others are counted as 0) answered for `endpoint`; with
+  // `latency`, the time the handler took from the complete request to the response, observed in
+  // ringlimit_http_request_duration_seconds{endpoint}.
   void CountRequest(Endpoint endpoint, unsigned status);
+  void CountRequest(Endpoint endpoint, unsigned status, std::chrono::nanoseconds latency);
 
   // The transport calls this for every response it writes: the time from the complete request to
   // the response being ready.
@@ -102,9 +129,7 @@ class Metrics {
   [[nodiscard]] std::string Render(const storage::StoreStats& store) const;
 
   // Upper bounds of the latency histogram buckets, in nanoseconds (the +Inf bucket is implicit).
-  static constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
-      25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
-      5'000'000, 10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+  static constexpr std::array<int64_t, 14> kLatencyBoundsNs = node::kLatencyBoundsNs;
 
   // Totals for the console's stats (GET /v1/stats): decisions over every policy, and the HTTP latency
   // histogram's bucket counts (per bucket, not cumulative; kLatencyBoundsNs, then +Inf).
@@ -124,17 +149,12 @@ class Metrics {
 
   // Constant after construction (the arrays themselves; their elements are atomics).
   std::unique_ptr<std::atomic<uint64_t>[]> requests_;  // [endpoint * kStatuses + status]
-  std::array<std::atomic<uint64_t>, kLatencyBoundsNs.size() + 1> latency_buckets_{};
-  std::atomic<uint64_t> latency_count_{0};
-  std::atomic<uint64_t> latency_sum_ns_{0};
+  DurationHistogram latency_;                          // every HTTP response, as the transport sees it
+  std::array<DurationHistogram, static_cast<size_t>(Endpoint::kCount)> endpoint_latency_;
   std::array<std::atomic<uint64_t>,
              static_cast<size_t>(GrpcMethod::kCount) * static_cast<size_t>(GrpcResult::kCount)>
       grpc_requests_{};
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_sum_ns_{};
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_count_{};
-  // [method * (bounds + 1) + bucket], the same buckets as the HTTP histogram.
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(GrpcMethod::kCount) * (kLatencyBoundsNs.size() + 1)>
-      grpc_latency_buckets_{};
+  std::array<DurationHistogram, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_;
 
   // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
   // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache

@@ -272,6 +272,10 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Metric(out, "ringlimit_forward_dedup_entries", "gauge", "Request ids of forwarded checks remembered now.");
   Sample(out, "ringlimit_forward_dedup_entries", "", f.dedup.size);
 
+  Metric(out, "ringlimit_forward_duration_seconds", "histogram",
+         "Round trip of a check forwarded to the node that decides it (or through a relay), from sending to "
+         "its decision arriving; attempts that got no decision are not observed.");
+  forwarder_.round_trips().Append(out, "ringlimit_forward_duration_seconds", "");
   const ring::MembershipStats& m = snapshot->stats;
   Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");
   Sample(out, "ringlimit_membership_total", "what=\"probes\"", m.probes_sent);

@@ -518,10 +518,12 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   const std::chrono::milliseconds wait = *waits;
   // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline.
   std::string payload = attempt->payload + DeadlineStamp(wait);
+  const auto sent = std::chrono::steady_clock::now();
   cluster_.client().Call(
       attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, attempt, index](peer::PeerResult result) mutable {
+      [this, attempt, index, sent](peer::PeerResult result) mutable {
         if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+          round_trips_.Observe(std::chrono::steady_clock::now() - sent);
           attempt->done(std::move(*decided));
           return;
         }
@@ -580,10 +582,12 @@ void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
   peer::ForwardCheckRequest relay;
   relay.set_relay_to(decider);
   std::string payload = attempt->payload + relay.SerializeAsString() + DeadlineStamp(*wait);
+  const auto sent = std::chrono::steady_clock::now();
   cluster_.client().Call(
       relay_address, peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, attempt](peer::PeerResult result) mutable {
+      [this, attempt, sent](peer::PeerResult result) mutable {
         if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+          round_trips_.Observe(std::chrono::steady_clock::now() - sent);
           attempt->done(std::move(*decided));
           return;
         }

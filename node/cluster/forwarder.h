@@ -84,6 +84,7 @@
 
 #include "limiter/status.h"
 #include "node/api/cluster_hooks.h"
+#include "node/api/metrics.h"
 #include "node/cluster/dedup_cache.h"
 #include "node/cluster/routing.h"
 #include "ring/token.h"
@@ -193,6 +194,8 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] ForwarderStats stats() const;
   [[nodiscard]] FailureMode failure_mode() const { return options_.failure_mode; }
+  // Round trips of forwarded checks answered with a decision: from sending to the answer.
+  [[nodiscard]] const node::DurationHistogram& round_trips() const { return round_trips_; }
 
  private:
   struct Attempt;
@@ -242,6 +245,7 @@ class Forwarder final : public node::CheckRouter {
   std::atomic<uint64_t> unacked_{0};
   mutable std::atomic<uint64_t> expired_{0};
   std::atomic<uint64_t> relayed_{0}, relays_served_{0};
+  node::DurationHistogram round_trips_;  // forwards (and relays) answered with a decision
 };
 
 }  // namespace ringlimit::cluster

@@ -107,6 +107,13 @@ TEST_P(ClusterRoutingTest, OneKeySharesOneCounterAcrossAllNodes) {
       EXPECT_EQ(outcome->status, 429) << key << " via " << cluster.id(i) << ": " << outcome->body;
     }
   }
+  // Every check sent through a node other than its key's owner was forwarded and answered: 3 of each key's
+  // 3n checks per non-owner node, each timed in ringlimit_forward_duration_seconds.
+  double forwarded = 0;
+  for (int i = 0; i < n; ++i) {
+    forwarded += MetricSample(cluster.http_port(i), "ringlimit_forward_duration_seconds_count").value_or(0);
+  }
+  EXPECT_GE(forwarded, 5 * 3 * (n - 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ClusterRoutingTest, ::testing::Values(3, 5),
