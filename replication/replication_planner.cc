@@ -112,6 +112,11 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
     stats_.updates_acked += batch.keys.size();
     stats_.lag = now - batch.oldest;
     stats_.max_lag = std::max(stats_.max_lag, stats_.lag);
+    const int64_t lag_ns = std::max<int64_t>(0, stats_.lag.count());
+    ++stats_.lag_buckets[static_cast<size_t>(
+        std::lower_bound(kLagBoundsNs.begin(), kLagBoundsNs.end(), lag_ns) - kLagBoundsNs.begin())];
+    stats_.lag_sum += std::chrono::nanoseconds(lag_ns);
+    ++stats_.lag_count;
     for (const Waiting& w : batch.waiting) {
       const std::string& key = batch.keys[w.key].key;
       if (std::find(stale.begin(), stale.end(), key) != stale.end()) {

@@ -26,6 +26,7 @@
 #ifndef RINGLIMIT_REPLICATION_REPLICATION_PLANNER_H_
 #define RINGLIMIT_REPLICATION_REPLICATION_PLANNER_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -96,6 +97,11 @@ struct PlannerOptions {
   bool ack_all = false;
 };
 
+// Upper bounds of the replication lag histogram's buckets, in nanoseconds (+Inf implicit).
+inline constexpr std::array<int64_t, 12> kLagBoundsNs = {
+    100'000,    250'000,    500'000,     1'000'000,   2'500'000,     5'000'000,
+    10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
 struct PlannerStats {
   uint64_t updates_sent = 0;   // keys shipped (one per key and target)
   uint64_t updates_acked = 0;  // of those, acknowledged
@@ -106,6 +112,10 @@ struct PlannerStats {
   uint64_t sync_timeouts = 0;           // of those, answered at sync_timeout without an acknowledgement
   std::chrono::nanoseconds lag{0};      // last acknowledged batch: oldest change in it -> acknowledgement
   std::chrono::nanoseconds max_lag{0};  // since start
+  // Every acknowledged batch's lag: counts per kLagBoundsNs bucket (the last one +Inf), sum, count.
+  std::array<uint64_t, kLagBoundsNs.size() + 1> lag_buckets{};
+  std::chrono::nanoseconds lag_sum{0};
+  uint64_t lag_count = 0;
 };
 
 class ReplicationPlanner {

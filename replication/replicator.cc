@@ -437,6 +437,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     s.sync_timeouts = p.sync_timeouts;
     s.lag_seconds = Seconds(p.lag);
     s.max_lag_seconds = Seconds(p.max_lag);
+    s.lag_buckets = p.lag_buckets;
+    s.lag_sum_ns = p.lag_sum.count();
+    s.lag_count = p.lag_count;
     s.received_updates = received_updates.load();
     s.applied_states = applied_states.load();
     s.ignored_states = ignored_states.load();

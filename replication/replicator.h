@@ -33,6 +33,7 @@
 #ifndef RINGLIMIT_REPLICATION_REPLICATOR_H_
 #define RINGLIMIT_REPLICATION_REPLICATOR_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,7 @@
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/executor.h"
+#include "replication/replication_planner.h"
 #include "storage/store.h"
 
 namespace ringlimit::replication {
@@ -105,6 +107,11 @@ struct ReplicatorStats {
   uint64_t newer_received = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
   double max_lag_seconds = 0;  // since start
+  // Every acknowledged batch's lag: per bucket of kLagBoundsNs (replication_planner.h; the last +Inf),
+  // sum and count.
+  std::array<uint64_t, kLagBoundsNs.size() + 1> lag_buckets{};
+  int64_t lag_sum_ns = 0;
+  uint64_t lag_count = 0;
   // Receiving side (every StateUpdateBatch: replication, handoff, re-replication).
   uint64_t received_updates = 0;
   uint64_t applied_states = 0;  // newer than ours: kept

@@ -223,6 +223,12 @@ TEST(ReplicatorTest, OwnerChangeReachesBothSuccessors) {
   EXPECT_GE(stats.updates_sent, 4u);
   EXPECT_EQ(stats.send_failures, 0u);
   EXPECT_GT(stats.max_lag_seconds, 0.0);
+  // Every acknowledged batch is in the lag histogram, and the buckets add up to its count.
+  EXPECT_GE(stats.lag_count, 2u);
+  uint64_t in_buckets = 0;
+  for (uint64_t n : stats.lag_buckets) in_buckets += n;
+  EXPECT_EQ(in_buckets, stats.lag_count);
+  EXPECT_GT(stats.lag_sum_ns, 0);
   EXPECT_GE(cluster.replicator("b").stats().applied_states, 2u);
 }
 

@@ -48,16 +48,18 @@ std::array<uint64_t, DurationHistogram::kBuckets> DurationHistogram::Buckets() c
   return out;
 }
 
-void DurationHistogram::Append(std::string* out, std::string_view name, std::string_view labels) const {
+void AppendHistogramSeries(std::string* out, std::string_view name, std::string_view labels,
+                           std::span<const int64_t> bounds_ns, std::span<const uint64_t> buckets,
+                           int64_t sum_ns, uint64_t count) {
   const std::string_view comma = labels.empty() ? "" : ",";
   uint64_t cumulative = 0;
-  for (size_t b = 0; b < kBuckets; ++b) {
-    cumulative += buckets_[b].load(std::memory_order_relaxed);
+  for (size_t b = 0; b <= bounds_ns.size() && b < buckets.size(); ++b) {
+    cumulative += buckets[b];
     out->append(name).append("_bucket{").append(labels).append(comma).append("le=\"");
-    if (b == kLatencyBoundsNs.size()) {
+    if (b == bounds_ns.size()) {
       out->append("+Inf");
     } else {
-      AppendSeconds(out, kLatencyBoundsNs[b]);
+      AppendSeconds(out, bounds_ns[b]);
     }
     out->append("\"} ");
     AppendUint(out, cumulative);
@@ -69,11 +71,18 @@ void DurationHistogram::Append(std::string* out, std::string_view name, std::str
     out->push_back(' ');
   };
   braced("_sum");
-  AppendSeconds(out, static_cast<int64_t>(sum_ns_.load(std::memory_order_relaxed)));
+  AppendSeconds(out, sum_ns);
   out->push_back('\n');
   braced("_count");
-  AppendUint(out, count_.load(std::memory_order_relaxed));
+  AppendUint(out, count);
   out->push_back('\n');
+}
+
+void DurationHistogram::Append(std::string* out, std::string_view name, std::string_view labels) const {
+  const std::array<uint64_t, kBuckets> buckets = Buckets();
+  AppendHistogramSeries(out, name, labels, kLatencyBoundsNs, buckets,
+                        static_cast<int64_t>(sum_ns_.load(std::memory_order_relaxed)),
+                        count_.load(std::memory_order_relaxed));
 }
 
 std::string_view EndpointName(Endpoint endpoint) {

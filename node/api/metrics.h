@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -72,6 +73,13 @@ enum class GrpcResult : uint8_t {
 inline constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
     25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
     5'000'000, 10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
+// Appends one histogram's series in the Prometheus text format -- `name`_bucket per bound of `bounds_ns`
+// (cumulative, then +Inf), `name`_sum (seconds) and `name`_count -- each with `labels` ("" or
+// `key="value",...`). `buckets` holds one count per bucket (not cumulative), bounds_ns.size() + 1 of them.
+void AppendHistogramSeries(std::string* out, std::string_view name, std::string_view labels,
+                           std::span<const int64_t> bounds_ns, std::span<const uint64_t> buckets,
+                           int64_t sum_ns, uint64_t count);
 
 // A latency histogram over kLatencyBoundsNs, safe for concurrent use (relaxed atomics).
 class DurationHistogram {

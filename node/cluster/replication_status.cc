@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "node/api/metrics.h"
 #include "node/cluster/replication_link.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
@@ -53,6 +54,10 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
         "Last replication batch: time from its oldest change to its acknowledgement.", r.lag_seconds);
   Gauge(out, "ringlimit_replication_max_lag_seconds", "Largest replication lag since start.",
         r.max_lag_seconds);
+  Family(out, "ringlimit_replication_batch_lag_seconds", "histogram",
+         "Every acknowledged replication batch: time from its oldest change to its acknowledgement.");
+  node::AppendHistogramSeries(out, "ringlimit_replication_batch_lag_seconds", "", replication::kLagBoundsNs,
+                              r.lag_buckets, r.lag_sum_ns, r.lag_count);
   Family(out, "ringlimit_replication_received_states_total", "counter",
          "States received from other nodes (replication, handoff), by whether they were newer than ours.");
   Sample(out, "ringlimit_replication_received_states_total", "result=\"applied\"",

@@ -114,6 +114,17 @@ TEST_P(ClusterRoutingTest, OneKeySharesOneCounterAcrossAllNodes) {
     forwarded += MetricSample(cluster.http_port(i), "ringlimit_forward_duration_seconds_count").value_or(0);
   }
   EXPECT_GE(forwarded, 5 * 3 * (n - 1));
+  // The owners shipped the changes to their replicas: acknowledged batches are in the lag histogram.
+  auto shipped =
+      WaitFor("an acknowledged replication batch", std::chrono::milliseconds(10'000), [&](std::string*) {
+        double batches = 0;
+        for (int i = 0; i < n; ++i) {
+          batches +=
+              MetricSample(cluster.http_port(i), "ringlimit_replication_batch_lag_seconds_count").value_or(0);
+        }
+        return batches >= 1;
+      });
+  EXPECT_TRUE(shipped) << shipped.error();
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ClusterRoutingTest, ::testing::Values(3, 5),
