@@ -24,22 +24,9 @@ export RINGLIMIT_CLUSTER_DIR RINGLIMITD
 export RINGLIMIT_CLUSTER_TIMEOUT=${RINGLIMIT_CLUSTER_TIMEOUT:-60}
 export RINGLIMIT_NODE_FLAGS="--threads 2"
 
-# A base port such that BASE+1..BASE+9 (HTTP) and BASE+101..BASE+109 (peer) are all free now. Picked
-# from 20000-29999 (below the kernel's ephemeral range, so other tests' port-0 sockets do not land in it).
-port_in_use() { ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
-pick_base() {
-  local attempt base p busy
-  for attempt in $(seq 1 50); do
-    base=$((20000 + (RANDOM % 98) * 100))
-    busy=0
-    for p in $(seq $((base + 1)) $((base + 9))) $(seq $((base + 101)) $((base + 109))); do
-      if port_in_use "$p"; then busy=1; break; fi
-    done
-    ((busy)) || { echo "$base"; return 0; }
-  done
-  return 1
-}
-RINGLIMIT_BASE_PORT=$(pick_base) || { echo "FAIL: no free port range" >&2; exit 1; }
+# A free port range for the cluster (tests/scripts/ports.sh), from 20000-29999.
+source "$root/tests/scripts/ports.sh"
+RINGLIMIT_BASE_PORT=$(pick_base 20000) || { echo "FAIL: no free port range" >&2; exit 1; }
 export RINGLIMIT_BASE_PORT
 
 cleanup() {

@@ -24,24 +24,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-readme-test-XXXXXX")
 export RINGLIMIT_CLUSTER_DIR="$work/cluster" RINGLIMITD
 export RINGLIMIT_CLUSTER_TIMEOUT=${RINGLIMIT_CLUSTER_TIMEOUT:-60}
 
-# A base port such that BASE+1..BASE+9 (HTTP), BASE+101..BASE+109 (peer) and BASE+201..BASE+209 (gRPC)
-# are free now, from 10000-19999: below the kernel's ephemeral range (32768-60999), where other tests' port-0
-# sockets land, and apart from cluster_script_test's 20000-29999.
-port_in_use() { ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
-pick_base() {
-  local attempt base p busy
-  for attempt in $(seq 1 50); do
-    base=$((10000 + (RANDOM % 98) * 100))
-    busy=0
-    for p in $(seq $((base + 1)) $((base + 9))) $(seq $((base + 101)) $((base + 109))) \
-      $(seq $((base + 201)) $((base + 209))); do
-      if port_in_use "$p"; then busy=1; break; fi
-    done
-    ((busy)) || { echo "$base"; return 0; }
-  done
-  return 1
-}
-base=$(pick_base) || { echo "FAIL: no free port range" >&2; exit 1; }
+# A free port range for the cluster (tests/scripts/ports.sh), from 10000-19999 (cluster_script_test: 20000-29999).
+source "$root/tests/scripts/ports.sh"
+base=$(pick_base 10000) || { echo "FAIL: no free port range" >&2; exit 1; }
 export RINGLIMIT_BASE_PORT=$base
 
 single_pid=""
