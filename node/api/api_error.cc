@@ -98,7 +98,12 @@ HttpResponse ErrorResponse(http::status status, std::string_view code, std::stri
   w.Key("error");
   w.BeginObject();
   w.Field("code", code);
-  w.Field("message", message);
+  // Messages may quote the request (a path, a query value); JSON needs them as valid UTF-8.
+  if (IsValidUtf8(message)) {
+    w.Field("message", message);
+  } else {
+    w.Field("message", ToValidUtf8(message));
+  }
   w.EndObject();
   w.EndObject();
   response.prepare_payload();

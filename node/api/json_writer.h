@@ -52,6 +52,10 @@ void AppendJsonString(std::string* out, std::string_view value);
 // True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
 [[nodiscard]] bool IsValidUtf8(std::string_view s);
 
+// `s` with every byte that does not begin a well-formed UTF-8 sequence replaced by U+FFFD, for text that
+// echoes what a client sent (a JSON string must be valid UTF-8).
+[[nodiscard]] std::string ToValidUtf8(std::string_view s);
+
 }  // namespace ringlimit::node
 
 #endif  // RINGLIMIT_NODE_API_JSON_WRITER_H_

@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include "node/api/handler.h"
+
 namespace ringlimit::node {
 namespace {
 
@@ -37,6 +39,22 @@ TEST(JsonWriterTest, Utf8Validation) {
   EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong
   EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // surrogate
   EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // above U+10FFFF
+}
+
+TEST(JsonWriterTest, ToValidUtf8ReplacesInvalidBytes) {
+  EXPECT_EQ(ToValidUtf8("h\xC3\xA9llo \xE2\x82\xAC"), "h\xC3\xA9llo \xE2\x82\xAC");
+  EXPECT_EQ(ToValidUtf8(std::string("a\xFF") + "b\xC3"), std::string("a\xEF\xBF\xBD") + "b\xEF\xBF\xBD");
+  EXPECT_TRUE(IsValidUtf8(ToValidUtf8("\xC0\xAF\xED\xA0\x80")));
+}
+
+// Found by fuzz/http_check: the 404 of a path holding invalid UTF-8 quoted it in a body JSON parsers reject.
+TEST(JsonWriterTest, ErrorBodyIsValidJsonWhateverTheMessage) {
+  const HttpResponse response =
+      ErrorResponse(boost::beast::http::status::not_found, "not_found", "no such endpoint: /v1/chec\x95\xC0");
+  boost::system::error_code ec;
+  const boost::json::value body = boost::json::parse(response.body(), ec);
+  ASSERT_FALSE(ec) << response.body();
+  EXPECT_EQ(body.at("error").at("message").as_string(), "no such endpoint: /v1/chec\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 }  // namespace
