@@ -240,6 +240,11 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
           return Corrupt("stamps out of order");
         }
       }
+      // Every stamp is an instant charged, so none is after `newest`; a charge of such a log would
+      // append its instant (the newest) before the later stamps and write a log no parser accepts.
+      if (k > 0 && c.stamps[k - 1] > s.newest) {
+        return Corrupt("stamp after the newest instant");
+      }
     } else if (!r.U64(c.epoch) || !r.U64(c.consumed) || !r.I64(c.last)) {
       return Corrupt("truncated bucket record");
     }

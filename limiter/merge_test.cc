@@ -394,6 +394,22 @@ TEST(MergeEncoding, HostileCountsAreRejectedWithoutAllocating) {
   EXPECT_TRUE(ParseMergeState(std::string("\x01\x00", 2)).ok());                     // empty state
 }
 
+// Found by fuzz/merge_state: a sliding_log record stamped after the state's newest instant parsed, and
+// charging it appended the (earlier) newest instant after that stamp: a log no parser accepts.
+TEST(MergeEncoding, StampAfterNewestIsRejected) {
+  MergeState s;
+  s.algorithm = Algorithm::kSlidingLog;
+  s.newest = 10 * kSecond;
+  Contribution record;
+  record.id = 42;
+  record.version = 3;
+  record.stamps = {9 * kSecond, 10 * kSecond};
+  s.contributions.push_back(record);
+  ASSERT_TRUE(ParseMergeState(EncodeMergeState(s)).ok());
+  s.contributions[0].stamps.push_back(10 * kSecond + 1);
+  EXPECT_TRUE(ParseMergeState(EncodeMergeState(s)).status().IsCorruption());
+}
+
 INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),
                          testing::ParamName);
 
