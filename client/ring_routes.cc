@@ -17,7 +17,7 @@ Result<std::shared_ptr<const RingRoutes>> RingRoutes::Build(const ClusterInfo& i
                    .code = "bad_cluster",
                    .message = "member " + m.id + " has no http_address"};
     }
-    members.push_back(ring::RingMember{m.id, m.vnodes});
+    members.push_back(ring::RingMember{m.id, m.vnodes, m.peer_address});
     http[m.id] = m.http_address;
   }
   if (members.empty()) {

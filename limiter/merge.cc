@@ -532,6 +532,15 @@ void Clear(MergeState& state) {
   state.contributions = std::move(contributions);
 }
 
+size_t HeapBytes(const MergeState& state) {
+  size_t bytes = state.base.included.capacity() * sizeof(Included) +
+                 state.contributions.capacity() * sizeof(Contribution);
+  for (const Contribution& c : state.contributions) {
+    bytes += c.cells.capacity() * sizeof(Cell) + c.stamps.capacity() * sizeof(TimeNs);
+  }
+  return bytes;
+}
+
 MergeState Merge(const MergeState& a, const MergeState& b) {
   MergeState out = a;
   MergeInto(out, b);

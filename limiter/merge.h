@@ -109,6 +109,10 @@ struct MergeState {
 // charges without allocating).
 void Clear(MergeState& state);
 
+// The bytes `state` owns on the heap (its vectors' capacities), not counting the object itself: what
+// the storage tier adds per state to account memory in bytes.
+[[nodiscard]] size_t HeapBytes(const MergeState& state);
+
 // The join of two copies. Commutative, associative, idempotent (for copies of one algorithm).
 [[nodiscard]] MergeState Merge(const MergeState& a, const MergeState& b);
 // Merges `from` into `into`; returns whether `into` changed.

@@ -25,6 +25,10 @@ namespace {
 constexpr size_t kDirtyShards = 32;
 // SendUpdates batches in flight (per call).
 constexpr size_t kMaxPushInFlight = 4;
+// The most bytes of updates one StateUpdateBatch message carries: a batch of max_batch keys whose states
+// are large (a sliding_log holds 8 bytes per admitted unit) goes out as several messages, each well under
+// the peer frame limit (peer::PeerOptions::max_frame_bytes, 16 MiB), which any single state fits.
+constexpr size_t kMaxBatchBytes = 4u << 20;
 // Stop: how much longer than send_timeout to wait for the executor before giving up on it.
 constexpr std::chrono::seconds kStopSlack{1};
 
@@ -268,8 +272,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         header.set_from(link.self_id());
         header.set_ring_fingerprint(fingerprint);
         if (b.awaited && options.ack_all) header.set_want_newer(true);
-        std::string payload = header.SerializeAsString();
-        size_t carried = 0;
+        const std::string empty = header.SerializeAsString();
+        // Usually one message; more when the states are large (kMaxBatchBytes).
+        std::vector<std::string> payloads{empty};
         for (const DirtyKey& k : b.keys) {
           auto [it, inserted] = bytes.try_emplace(k.key);
           if (inserted) {
@@ -279,28 +284,46 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
             if (k.erased || scratch.states_size() > 0) scratch.SerializeToString(&it->second);
           }
           if (it->second.empty()) continue;
-          AppendUpdate(payload, it->second);
-          ++carried;
+          if (payloads.back().size() > empty.size() &&
+              payloads.back().size() + it->second.size() > kMaxBatchBytes) {
+            payloads.push_back(empty);
+          }
+          AppendUpdate(payloads.back(), it->second);
         }
-        if (carried == 0) {  // nothing to send: as good as acknowledged
+        if (payloads.back().size() == empty.size()) {  // nothing to send: as good as acknowledged
           queue.push_back(planner.BatchReply(executor.Now(), View(ring), b.id, true));
           continue;
         }
-        auto reply = [weak = weak_from_this(), id = b.id](std::optional<std::string> reply) {
-          peer::StateUpdateAck ack;
-          const bool ok = reply.has_value() && ack.ParseFromString(*reply);
-          auto core = weak.lock();
-          if (core == nullptr) return;
+        // The batch is answered once every message of it is: acknowledged when all of them are.
+        struct Answers {
+          size_t left = 0;
+          bool ok = true;
           std::vector<std::string> stale;
-          if (ok && ack.newer_size() > 0) stale = core->AbsorbNewer(ack);  // before the waiters are told
-          core->executor.Post([core, id, ok, stale = std::move(stale)] { core->OnReply(id, ok, stale); });
         };
-        if (b.awaited && options.ack_all) {
-          link.SendRelayed(b.target, std::move(payload), options.sync_timeout * 2 / 5, options.send_timeout,
-                           std::move(reply));
-        } else {
-          link.Send(b.target, peer::METHOD_STATE_UPDATE, std::move(payload), options.send_timeout,
-                    std::move(reply));
+        auto answers = std::make_shared<Answers>();
+        answers->left = payloads.size();
+        for (std::string& payload : payloads) {
+          auto reply = [weak = weak_from_this(), id = b.id, answers](std::optional<std::string> reply) {
+            peer::StateUpdateAck ack;
+            const bool ok = reply.has_value() && ack.ParseFromString(*reply);
+            auto core = weak.lock();
+            if (core == nullptr) return;
+            std::vector<std::string> stale;
+            if (ok && ack.newer_size() > 0) stale = core->AbsorbNewer(ack);  // before the waiters are told
+            core->executor.Post([core, id, ok, answers, stale = std::move(stale)]() mutable {
+              answers->ok &= ok;
+              answers->stale.insert(answers->stale.end(), std::make_move_iterator(stale.begin()),
+                                    std::make_move_iterator(stale.end()));
+              if (--answers->left == 0) core->OnReply(id, answers->ok, answers->stale);
+            });
+          };
+          if (b.awaited && options.ack_all) {
+            link.SendRelayed(b.target, std::move(payload), options.sync_timeout * 2 / 5, options.send_timeout,
+                             std::move(reply));
+          } else {
+            link.Send(b.target, peer::METHOD_STATE_UPDATE, std::move(payload), options.send_timeout,
+                      std::move(reply));
+          }
         }
       }
       auto answer = [this](uint64_t w, bool acked) {
@@ -349,7 +372,13 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       if (push->in_flight >= kMaxPushInFlight) return;  // a reply continues
       peer::StateUpdateBatch msg;
       const size_t end = std::min(push->updates.size(), push->next + options.max_batch);
-      for (; push->next < end; ++push->next) *msg.add_updates() = std::move(push->updates[push->next]);
+      size_t carried = 0;  // bytes: large states go in more, smaller messages (kMaxBatchBytes)
+      for (; push->next < end; ++push->next) {
+        const size_t size = push->updates[push->next].ByteSizeLong();
+        if (msg.updates_size() > 0 && carried + size > kMaxBatchBytes) break;
+        carried += size;
+        *msg.add_updates() = std::move(push->updates[push->next]);
+      }
       ++push->in_flight;
       msg.set_from(link.self_id());
       const std::shared_ptr<const ring::RingView> view = link.ring();

@@ -475,6 +475,48 @@ TEST(ReplicatorTest, BatchesHoldAtMostMaxBatchUpdates) {
   EXPECT_EQ(cluster.net().Handled("b", peer::METHOD_STATE_UPDATE), 7u);  // ceil(100 / 16)
 }
 
+// Large states (a sliding_log at its 10 000-unit cap holds 10 000 stamps) do not make one huge message:
+// a batch goes out as several messages of at most a few MiB, each far under the peer frame limit, and
+// the batch is acknowledged once all of them are.
+TEST(ReplicatorTest, BatchesOfLargeStatesAreSplitByBytes) {
+  ReplicatorOptions options = Options();
+  options.interval = 60s;
+  Cluster cluster(options);
+  std::atomic<size_t> largest{0};
+  std::atomic<int> updates{0};
+  Replicator& b = cluster.replicator("b");
+  cluster.net().member("b").Handle(peer::METHOD_STATE_UPDATE, [&](std::string_view p) {
+    peer::StateUpdateBatch batch;
+    EXPECT_TRUE(batch.ParseFromArray(p.data(), static_cast<int>(p.size())));
+    largest = std::max(largest.load(), p.size());
+    updates += batch.updates_size();
+    return b.HandleStateUpdate(p);
+  });
+  limiter::LimitSpec log;
+  log.algorithm = limiter::Algorithm::kSlidingLog;
+  log.limit = limiter::kMaxSlidingLogLimit;
+  log.window = 3600 * limiter::kSecond;
+  constexpr int kKeys = 200;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back(cluster.KeyOwnedBy("a", i));
+  for (const std::string& key : keys) {
+    const limiter::TimeNs now = Now();
+    storage::Slot slot{"log", &log};
+    for (limiter::TimeNs at = now; at < now + 10; ++at) {  // 1000 units at a time: 10 000 stamps
+      cluster.store("a").Update(key, std::span<const storage::Slot>(&slot, 1), at,
+                                [&](std::span<limiter::MergeState* const> states) {
+                                  EXPECT_TRUE(ChargeMerged(log, *states[0], {1000, at, 0.}).allowed);
+                                });
+    }
+  }
+  EXPECT_TRUE(FlushAndWait(cluster.replicator("a"), 60s));
+  EXPECT_EQ(updates.load(), kKeys);
+  EXPECT_GT(cluster.net().Handled("b", peer::METHOD_STATE_UPDATE), 1u);  // one batch of 200 keys, split
+  EXPECT_LE(largest.load(), size_t{5} << 20);
+  EXPECT_EQ(cluster.replicator("a").stats().updates_acked, 2u * kKeys);
+  EXPECT_TRUE(SameStates(cluster.store("a"), cluster.store("b"), keys.back()));
+}
+
 TEST(ReplicatorTest, SyncDecidedWaitsForAnAcknowledgement) {
   Cluster cluster(SyncOptions(30s));
   cluster.PauseReplicas(true);

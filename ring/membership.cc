@@ -273,12 +273,12 @@ std::vector<RingMember> Membership::RingMembers() const {
   bool self_added = !started_ || !IsInRing(self_.state);
   for (const auto& [id, entry] : members_) {  // sorted by id; slot self in order
     if (!self_added && self_.id < id) {
-      out.push_back(RingMember{self_.id, self_.vnodes});
+      out.push_back(RingMember{self_.id, self_.vnodes, self_.peer_address});
       self_added = true;
     }
-    if (IsInRing(entry.info.state)) out.push_back(RingMember{id, entry.info.vnodes});
+    if (IsInRing(entry.info.state)) out.push_back(RingMember{id, entry.info.vnodes, entry.info.peer_address});
   }
-  if (!self_added) out.push_back(RingMember{self_.id, self_.vnodes});
+  if (!self_added) out.push_back(RingMember{self_.id, self_.vnodes, self_.peer_address});
   return out;
 }
 

@@ -127,7 +127,7 @@ TEST(MembershipOptionsTest, Validation) {
 TEST_F(MembershipRulesTest, StartsAloneAlive) {
   EXPECT_TRUE(m_.joined());
   EXPECT_EQ(m_.self().state, MemberState::kAlive);
-  EXPECT_EQ(m_.RingMembers(), (std::vector<RingMember>{{"self", kDefaultVnodes}}));
+  EXPECT_EQ(m_.RingMembers(), (std::vector<RingMember>{{"self", kDefaultVnodes, "peer/self"}}));
 }
 
 TEST_F(MembershipRulesTest, NewMemberJoinsTheRing) {
@@ -135,7 +135,8 @@ TEST_F(MembershipRulesTest, NewMemberJoinsTheRing) {
   EXPECT_TRUE(out.ring_changed);
   ASSERT_EQ(out.events.size(), 1u);
   EXPECT_EQ(out.events[0].kind, MemberEventKind::kJoined);
-  EXPECT_EQ(m_.RingMembers(), (std::vector<RingMember>{{"a", kDefaultVnodes}, {"self", kDefaultVnodes}}));
+  EXPECT_EQ(m_.RingMembers(), (std::vector<RingMember>{{"a", kDefaultVnodes, "peer/a"},
+                                                       {"self", kDefaultVnodes, "peer/self"}}));
   // Knowing it again changes nothing.
   out = Gossip({Info("a", 1)});
   EXPECT_FALSE(out.ring_changed);

@@ -122,6 +122,8 @@ RingView::RingView(uint64_t version, std::vector<RingMember> members)
       canonical.push_back('\0');
       canonical += std::to_string(m.vnodes);
       canonical.push_back('\0');
+      canonical += m.address;
+      canonical.push_back('\0');
     }
     fingerprint_ = XXH3_64bits(canonical.data(), canonical.size());
     if (fingerprint_ == 0) fingerprint_ = 1;  // 0 is reserved for the empty ring

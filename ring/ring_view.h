@@ -38,6 +38,10 @@ inline constexpr size_t kMaxMemberIdLength = 128;  // bytes
 struct RingMember {
   std::string id;                    // REQUIRES: 1..kMaxMemberIdLength bytes, unique in a ring
   uint32_t vnodes = kDefaultVnodes;  // REQUIRES: 1..kMaxVnodes
+  // Where the member is reached ("host:port" of its peer protocol); not used to place tokens, only in the
+  // fingerprint, so that two nodes that call one member at different addresses (two hosts with one id)
+  // disagree visibly. Empty: unknown (views built without addresses, e.g. by tests).
+  std::string address{};
 
   bool operator==(const RingMember&) const = default;
 };
@@ -103,8 +107,8 @@ class RingView {
   // The caller-assigned version (local to the node that built the view).
   [[nodiscard]] uint64_t version() const { return version_; }
 
-  // A hash of the member set (ids and vnodes): equal on every node that sees the same members, so
-  // nodes can compare rings. 0 for the empty ring.
+  // A hash of the member set (ids, vnodes and addresses): equal on every node that sees the same members
+  // at the same addresses, so nodes can compare rings. 0 for the empty ring.
   [[nodiscard]] uint64_t fingerprint() const { return fingerprint_; }
 
   // Members sorted by id.

@@ -178,6 +178,13 @@ TEST(RingViewTest, DeterministicRegardlessOfInputOrderAndVersion) {
   for (const RingMember& m : a->members()) EXPECT_EQ(a->Arcs(m.id), b->Arcs(m.id));
   // A different member set has a different fingerprint.
   EXPECT_NE(MustBuild(Members(6))->fingerprint(), a->fingerprint());
+  // One member at another address (two hosts that took one id): another fingerprint, the same placement.
+  std::vector<RingMember> moved = members;
+  moved[3].address = "10.0.0.2:7101";
+  auto c = MustBuild(moved, 1);
+  EXPECT_NE(c->fingerprint(), a->fingerprint());
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(c->Owner(RingToken(KeyName(i)))->id, a->Owner(RingToken(KeyName(i)))->id);
   // Golden values: vnode placement must never change between releases, or nodes of two versions would
   // disagree about ownership.
   EXPECT_EQ(VnodePosition("n1", 0), 7155942366983318843ULL);

@@ -167,6 +167,7 @@ DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksd
     : options_(options), db_(std::move(db)), loader_(std::make_unique<Loader>(*this)) {
   MemoryStoreOptions memory;
   memory.max_keys = options.max_keys;
+  memory.max_bytes = options.max_bytes;
   memory.shards = options.shards;
   memory.write_back = true;
   memory.loader = loader_.get();
@@ -357,6 +358,7 @@ Result<std::unique_ptr<Store>> OpenStateStore(const StorageOptions& options) {
   spdlog::warn("storage: no data directory (--data-dir): memory-only, counters do not survive a restart");
   MemoryStoreOptions memory;
   memory.max_keys = options.max_keys;
+  memory.max_bytes = options.max_bytes;
   memory.shards = options.shards;
   return std::unique_ptr<Store>(std::make_unique<MemoryStore>(std::move(memory)));
 }

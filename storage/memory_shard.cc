@@ -4,6 +4,7 @@
 #include <boost/container/small_vector.hpp>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "storage/key_codec.h"
 
@@ -19,14 +20,14 @@ constexpr uint32_t kChunkSize = 1u << kChunkBits;
 constexpr size_t kSpareStates = 16;
 constexpr size_t kSpareStateBytes = 1024;
 
-bool SmallState(const limiter::MergeState& s) {
-  size_t bytes = s.base.included.capacity() * sizeof(limiter::Included) +
-                 s.contributions.capacity() * sizeof(limiter::Contribution);
-  for (const limiter::Contribution& c : s.contributions) {
-    bytes += c.cells.capacity() * sizeof(limiter::Cell) + c.stamps.capacity() * sizeof(limiter::TimeNs);
-  }
-  return bytes <= kSpareStateBytes;
-}
+bool SmallState(const limiter::MergeState& s) { return limiter::HeapBytes(s) <= kSpareStateBytes; }
+
+// What one state costs beyond its slab entry (counted with its chunk) and its MergeState's own heap
+// (memory_store.h): a slot of the hash set of heads (with its share of free slots), the MergeState
+// object and the allocator's header of it.
+constexpr size_t kEntryOverhead = 16 + 16 + sizeof(limiter::MergeState);
+// An interned (name, spec): its SlotInfo, its key in slot_ids_ and the name twice.
+size_t SlotBytes(std::string_view name) { return 64 + sizeof(limiter::LimitSpec) + 2 * (name.size() + 64); }
 
 constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
 constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
@@ -118,9 +119,10 @@ struct MemoryShard::EntityEq {
   bool operator()(uint32_t i, const EntityKey& k) const { return shard->At(i).entity == k.entity; }
 };
 
-MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity)
+MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity, size_t byte_capacity)
     : options_(options),
       capacity_(capacity),
+      byte_capacity_(byte_capacity),
       free_head_(kNil),
       lru_head_(kNil),
       lru_tail_(kNil),
@@ -142,7 +144,11 @@ uint32_t MemoryShard::Allocate() {
     At(index) = Entry{};
     return index;
   }
-  if (fresh_ == chunks_.size() * kChunkSize) chunks_.push_back(std::make_unique<Entry[]>(kChunkSize));
+  if (fresh_ == chunks_.size() * kChunkSize) {
+    chunks_.push_back(std::make_unique<Entry[]>(kChunkSize));
+    accounted_.push_back(std::make_unique<uint32_t[]>(kChunkSize));
+    bytes_.fetch_add(kChunkSize * (sizeof(Entry) + sizeof(uint32_t)), std::memory_order_relaxed);
+  }
   return fresh_++;
 }
 
@@ -156,6 +162,21 @@ void MemoryShard::Free(uint32_t index) {
   e.slot = kNil;
   e.lru_next = free_head_;
   free_head_ = index;
+}
+
+uint32_t& MemoryShard::Accounted(uint32_t index) const {
+  return accounted_[index >> kChunkBits][index & (kChunkSize - 1)];
+}
+
+void MemoryShard::Account(uint32_t index) {
+  const Entry& e = At(index);
+  // A key longer than the string's inline buffer (15 bytes) is on the heap.
+  size_t bytes =
+      kEntryOverhead + limiter::HeapBytes(*e.state) + (e.entity.size() > 15 ? e.entity.capacity() + 1 : 0);
+  bytes = std::min<size_t>(bytes, std::numeric_limits<uint32_t>::max());
+  uint32_t& accounted = Accounted(index);
+  bytes_.fetch_add(bytes - accounted, std::memory_order_relaxed);  // (unsigned: wraps to a subtraction)
+  accounted = static_cast<uint32_t>(bytes);
 }
 
 uint32_t MemoryShard::FindHead(EntityKey key) const {
@@ -195,6 +216,7 @@ uint32_t MemoryShard::Intern(std::string_view name, const limiter::LimitSpec& sp
   }
   slots_[slot] = SlotInfo{std::string(name), spec, 1};
   slot_ids_.emplace(std::move(key), slot);
+  bytes_.fetch_add(SlotBytes(name), std::memory_order_relaxed);
   last_interned_ = slot;
   return slot;
 }
@@ -203,6 +225,7 @@ void MemoryShard::Release(uint32_t slot) {
   SlotInfo& info = slots_[slot];
   if (--info.refs > 0) return;
   slot_ids_.erase(SlotKey(info.name, info.spec));
+  bytes_.fetch_sub(SlotBytes(info.name), std::memory_order_relaxed);
   info.name = std::string();
   free_slots_.push_back(slot);
 }
@@ -253,6 +276,8 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   LruPushFront(index);
   ++inserts_;
   keys_.fetch_add(1, std::memory_order_relaxed);
+  Accounted(index) = 0;
+  Account(index);
   return index;
 }
 
@@ -277,6 +302,9 @@ void MemoryShard::Drop(uint32_t index, DropReason reason) {
   LruUnlink(index);
   Release(e.slot);
   Free(index);
+  const uint32_t bytes = std::exchange(Accounted(index), 0);
+  bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  released_ += bytes;
   keys_.fetch_sub(1, std::memory_order_relaxed);
   if (reason == DropReason::kIdle) idle_drops_.fetch_add(1, std::memory_order_relaxed);
   if (reason == DropReason::kEvicted) evictions_.fetch_add(1, std::memory_order_relaxed);
@@ -399,10 +427,12 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     limiter::MergeState& stored = *At(index).state;
     if (pointers[i] != &stored) stored = std::move(*pointers[i]);
     limiter::Collect(spec, stored);
+    Account(index);
     Changed(index, NextVersion(Version(At(index).meta), now));
     if (want_changes) outcome.changed.push_back({std::string(slots[i].name), Version(At(index).meta)});
   }
   outcome.pressure = Trim(now);
+  outcome.released = std::exchange(released_, 0);
   return outcome;
 }
 
@@ -417,6 +447,7 @@ MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& 
   if (index == kNil) {
     index = Insert(key, state, /*on_disk=*/Tombstoned(key, name));
     limiter::Collect(state.spec, *At(index).state);
+    Account(index);
     MarkDirty(index);
   } else {
     Entry& e = At(index);
@@ -431,12 +462,14 @@ MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& 
       Release(old_slot);
     }
     limiter::Collect(slots_[e.slot].spec, stored);
+    Account(index);
     Changed(index, std::max(Version(e.meta) + 1, state.version));
     LruUnlink(index);
     LruPushFront(index);
   }
   outcome.applied = true;
   outcome.pressure = Trim(std::numeric_limits<limiter::TimeNs>::min());
+  outcome.released = std::exchange(released_, 0);
   return outcome;
 }
 
@@ -493,12 +526,13 @@ bool MemoryShard::Trim(limiter::TimeNs now) {
   // The state just charged (the head) stays even when the charge left it idle (a limit that refills
   // within nanoseconds): dropping it would only create it again on the key's next check.
   SweepLocked(now, options_.sweep_per_update, /*spare_head=*/true);
-  if (capacity_ == 0) return false;
-  // The bound: evict least recently used (clean, in write-back mode) states.
+  if (capacity_ == 0 && byte_capacity_ == 0) return false;
+  // The bounds: evict least recently used (clean, in write-back mode) states. The most recently used
+  // stays, even alone over the byte bound: it was just charged.
   constexpr int kMaxDirtySkipped = 16;
   int skipped = 0;
   uint32_t index = lru_tail_;
-  while (keys_.load(std::memory_order_relaxed) > capacity_ && index != kNil) {
+  while (OverBound() && index != kNil && index != lru_head_) {
     uint32_t prev = At(index).lru_prev;
     if (Flags(At(index).meta) & kDirty) {
       if (++skipped > kMaxDirtySkipped) return true;
@@ -507,7 +541,7 @@ bool MemoryShard::Trim(limiter::TimeNs now) {
     }
     index = prev;
   }
-  return keys_.load(std::memory_order_relaxed) > capacity_;
+  return OverBound();
 }
 
 size_t MemoryShard::SweepIdle(limiter::TimeNs now, size_t max) {

@@ -63,7 +63,8 @@ struct Loaded {
 
 class MemoryShard {
  public:
-  MemoryShard(const MemoryStoreOptions& options, size_t capacity);
+  // At most `capacity` states (0: unbounded) and `byte_capacity` bytes (0: unbounded).
+  MemoryShard(const MemoryStoreOptions& options, size_t capacity, size_t byte_capacity);
   ~MemoryShard();
   MemoryShard(const MemoryShard&) = delete;
   MemoryShard& operator=(const MemoryShard&) = delete;
@@ -72,6 +73,7 @@ class MemoryShard {
     std::optional<NeedLoad> need;       // set: nothing was done; load these names and call again
     std::vector<ChangeNotice> changed;  // the changed states' names and versions, when want_changes
     bool pressure = false;              // over the bound with nothing clean to evict
+    size_t released = 0;                // bytes of states dropped since the last Update or Absorb
   };
 
   Outcome Update(EntityKey key, std::span<const Slot> slots, limiter::TimeNs now,
@@ -84,6 +86,7 @@ class MemoryShard {
     std::optional<NeedLoad> need;
     bool applied = false;
     bool pressure = false;
+    size_t released = 0;  // as Outcome::released
   };
   ApplyOutcome Absorb(EntityKey key, const StoredState& state, const Loaded& loaded);
 
@@ -140,6 +143,7 @@ class MemoryShard {
   uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
   uint64_t idle_drops() const { return idle_drops_.load(std::memory_order_relaxed); }
   uint64_t dirty() const { return dirty_count_.load(std::memory_order_relaxed); }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry;
@@ -149,6 +153,12 @@ class MemoryShard {
   enum class DropReason { kIdle, kEvicted, kErased };
 
   Entry& At(uint32_t index) const;
+  uint32_t& Accounted(uint32_t index) const;  // the bytes counted in bytes_ for the entry
+  void Account(uint32_t index);               // counts the entry's current size
+  bool OverBound() const {
+    return (capacity_ != 0 && keys_.load(std::memory_order_relaxed) > capacity_) ||
+           (byte_capacity_ != 0 && bytes_.load(std::memory_order_relaxed) > byte_capacity_);
+  }
   uint32_t Allocate();
   void Free(uint32_t index);
   uint32_t FindHead(EntityKey key) const;
@@ -172,22 +182,25 @@ class MemoryShard {
 
   // Constant after construction.
   const MemoryStoreOptions& options_;
-  const size_t capacity_;  // 0 = unbounded
+  const size_t capacity_;       // 0 = unbounded
+  const size_t byte_capacity_;  // 0 = unbounded
 
   // Statistics, written under mutex_, read without it.
   std::atomic<uint64_t> keys_{0};
   std::atomic<uint64_t> evictions_{0};
   std::atomic<uint64_t> idle_drops_{0};
   std::atomic<uint64_t> dirty_count_{0};
+  std::atomic<uint64_t> bytes_{0};  // accounted memory: states, slab chunks, interned names
 
   // Everything below is protected by mutex_.
   mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<Entry[]>> chunks_;  // the slab
-  uint32_t fresh_ = 0;                            // next never-used index (never decreases)
-  uint64_t inserts_ = 0;                          // entries inserted so far (see ScanCursor)
-  uint32_t free_head_;                            // free list through Entry::lru_next
-  uint32_t lru_head_;                             // most recently used
-  uint32_t lru_tail_;                             // least recently used
+  std::vector<std::unique_ptr<Entry[]>> chunks_;        // the slab
+  std::vector<std::unique_ptr<uint32_t[]>> accounted_;  // per slab entry: its bytes in bytes_
+  uint32_t fresh_ = 0;                                  // next never-used index (never decreases)
+  uint64_t inserts_ = 0;                                // entries inserted so far (see ScanCursor)
+  uint32_t free_head_;                                  // free list through Entry::lru_next
+  uint32_t lru_head_;                                   // most recently used
+  uint32_t lru_tail_;                                   // least recently used
   std::unique_ptr<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>> heads_;
   std::vector<SlotInfo> slots_;
   std::vector<uint32_t> free_slots_;
@@ -205,7 +218,8 @@ class MemoryShard {
     std::string name;
   };
   boost::unordered_flat_map<std::string, Tomb> tombs_;  // row key -> pending delete (write-back)
-  uint64_t epoch_ = 0;  // moves whenever a pending delete is forgotten (disk rows changed under loads)
+  uint64_t epoch_ = 0;   // moves whenever a pending delete is forgotten (disk rows changed under loads)
+  size_t released_ = 0;  // bytes of states dropped, not yet reported in an Outcome
 };
 
 }  // namespace ringlimit::storage

@@ -9,12 +9,22 @@
 
 #include "storage/memory_shard.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace ringlimit::storage {
 namespace {
 
+// Each shard's share of max_bytes is at least this (a sliding_log state at kMaxSlidingLogLimit with
+// count_denied, decided by a few nodes, takes some hundreds of KiB): fewer shards rather than less.
+constexpr size_t kMinShardBytes = 2u << 20;
+
 size_t ShardCount(const MemoryStoreOptions& options) {
   if (options.shards > 0) return options.shards;
-  return std::max<size_t>(16, 4 * std::max(1u, std::thread::hardware_concurrency()));
+  size_t shards = std::max<size_t>(16, 4 * std::max(1u, std::thread::hardware_concurrency()));
+  if (options.max_bytes > 0) shards = std::clamp<size_t>(options.max_bytes / kMinShardBytes, 1, shards);
+  return shards;
 }
 
 // Reads `need` through the loader (no lock held) into `loaded`, replacing what it held.
@@ -85,7 +95,10 @@ MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(std::move(options)), shard_count_(ShardCount(options_)) {
   size_t capacity = options_.max_keys == 0 ? 0 : (options_.max_keys + shard_count_ - 1) / shard_count_;
   shards_ = std::make_unique<std::unique_ptr<MemoryShard>[]>(shard_count_);
-  for (size_t i = 0; i < shard_count_; ++i) shards_[i] = std::make_unique<MemoryShard>(options_, capacity);
+  size_t byte_capacity = options_.max_bytes == 0 ? 0 : std::max<size_t>(1, options_.max_bytes / shard_count_);
+  for (size_t i = 0; i < shard_count_; ++i) {
+    shards_[i] = std::make_unique<MemoryShard>(options_, capacity, byte_capacity);
+  }
 }
 
 MemoryStore::~MemoryStore() = default;
@@ -107,9 +120,23 @@ void MemoryStore::Update(std::string_view entity, std::span<const Slot> slots, l
       continue;
     }
     if (outcome.pressure && options_.on_pressure) options_.on_pressure();
+    if (outcome.released > 0) Released(outcome.released);
     for (const ChangeNotice& c : outcome.changed) observer_->OnChanged(entity, c.name, c.version);
     return;
   }
+}
+
+void MemoryStore::Released(size_t bytes) {
+  // Freed states stay in the allocator's free lists, per thread arena: states allocated by one thread
+  // and evicted by another leave each arena holding up to the whole bound. Handing the free pages back
+  // every eighth of the bound keeps the resident size near the bound (glibc; a few ms per call).
+  if (options_.max_bytes == 0) return;
+  const size_t every = std::max<size_t>(options_.max_bytes / 8, 4u << 20);
+  if (released_.fetch_add(bytes, std::memory_order_relaxed) + bytes < every) return;
+  released_.store(0, std::memory_order_relaxed);
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 std::vector<StoredState> MemoryStore::Get(std::string_view entity) {
@@ -149,6 +176,7 @@ StoreStats MemoryStore::Stats() const {
     stats.keys += shards_[i]->keys();
     stats.evictions += shards_[i]->evictions();
     stats.idle_drops += shards_[i]->idle_drops();
+    stats.bytes += shards_[i]->bytes();
   }
   return stats;
 }
@@ -164,6 +192,7 @@ bool MemoryStore::Absorb(std::string_view entity, const StoredState& state) {
       continue;
     }
     if (outcome.pressure && options_.on_pressure) options_.on_pressure();
+    if (outcome.released > 0) Released(outcome.released);
     return outcome.applied;
   }
 }

@@ -68,6 +68,13 @@ struct MemoryStoreOptions {
   // counted in StoreStats::evictions. Default: 0. Fixed at construction.
   size_t max_keys = 0;
 
+  // Upper bound on the memory the states take, in bytes; 0 = unbounded. Every state is accounted at its
+  // real size: the slab and hash set, a key longer than 15 bytes, the MergeState and every record in it
+  // (a sliding_log's stamps: 8 bytes per admitted unit per deciding node), interned names. Split evenly
+  // among the shards; a shard over its share evicts as for max_keys (whichever bound is reached first),
+  // except the state just charged. StoreStats::bytes is the accounted total. Default: 0.
+  size_t max_bytes = 0;
+
   // Write-back mode, set by the durable tier: changes mark states dirty (CollectDirty / AckFlushed),
   // dirty states are never evicted (the shard may exceed its bound until the next flush, and calls
   // on_pressure), and idle or erased states that may be on disk leave a pending delete. Default: false.
@@ -168,6 +175,7 @@ class MemoryStore final : public Store {
 
  private:
   MemoryShard& ShardFor(ring::Token token) const;
+  void Released(size_t bytes);  // states of `bytes` were dropped: gives free memory back now and then
   // Appends the states of [first, last] (and, when set, the pending deletes) shard by shard.
   void Scan(ring::Token first, ring::Token last, std::vector<EntityState>& states,
             std::vector<std::string>* pending_deletes);
@@ -178,6 +186,7 @@ class MemoryStore final : public Store {
   std::unique_ptr<std::unique_ptr<MemoryShard>[]> shards_;
   StateObserver* observer_ = nullptr;            // set before serving
   std::function<void(size_t shard)> scan_hook_;  // tests only; set before scanning
+  std::atomic<size_t> released_{0};              // bytes dropped since the allocator was last trimmed
 };
 
 }  // namespace ringlimit::storage

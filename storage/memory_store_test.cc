@@ -223,6 +223,42 @@ TEST(MemoryStoreTest, BoundIsSplitAcrossShards) {
   EXPECT_EQ(store.Stats().keys + store.Stats().evictions, 1000u);
 }
 
+// max_bytes accounts each state at its real size: a sliding_log state holds one 8-byte stamp per admitted
+// unit, a long key is on the heap. The bound evicts least recently used states by bytes; dropping them
+// gives their bytes back.
+TEST(MemoryStoreTest, ByteBoundAccountsRealSizes) {
+  MemoryStoreOptions options;
+  options.shards = 1;
+  options.max_bytes = 4u << 20;
+  options.sweep_per_update = 0;
+  MemoryStore store(options);
+  LimitSpec small = Spec(Algorithm::kTokenBucket, 5, 60 * kSecond);
+  Charge(store, "first", "n", small, kT0);  // the slab's first chunk and the interned name
+  const uint64_t empty = store.Stats().bytes;
+  Charge(store, "k", "n", small, kT0);
+  const uint64_t one_small = store.Stats().bytes - empty;
+  EXPECT_GT(one_small, 100u);
+  EXPECT_LT(one_small, 1000u);
+  Charge(store, std::string(1000, 'x'), "n", small, kT0);  // the key alone is a KiB
+  EXPECT_GT(store.Stats().bytes - empty - one_small, 1000u + one_small);
+
+  LimitSpec log = Spec(Algorithm::kSlidingLog, 10'000, 600 * kSecond);
+  for (int i = 0; i < 200; ++i) {  // 200 x ~80 KB = 16 MB into a 4 MiB bound
+    EXPECT_TRUE(Charge(store, "log:" + std::to_string(i), "n", log, kT0, 10'000).allowed);
+    EXPECT_LE(store.Stats().bytes, options.max_bytes);
+  }
+  EXPECT_GT(store.Stats().evictions, 140u);
+  EXPECT_EQ(store.Get("log:199").size(), 1u);  // the most recent stay
+  EXPECT_TRUE(store.Get("log:0").empty());
+  for (int i = 0; i < 200; ++i) store.Erase("log:" + std::to_string(i), std::nullopt);
+  store.Erase("k", std::nullopt);
+  store.Erase(std::string(1000, 'x'), std::nullopt);
+  store.Erase("first", std::nullopt);
+  EXPECT_EQ(store.Stats().keys, 0u);
+  EXPECT_LT(store.Stats().bytes, empty);  // nothing but the slab, which stays
+  EXPECT_GT(store.Stats().bytes, 0u);
+}
+
 class RecordingObserver : public StateObserver {
  public:
   void OnChanged(std::string_view entity, std::string_view name, uint64_t version) override {

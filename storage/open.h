@@ -65,6 +65,10 @@ struct StorageOptions {
   // data_dir, evicted states stay on disk and are reloaded on their next use. Default: 0.
   size_t max_keys = 0;
 
+  // Upper bound on the memory states take in bytes; 0 = unbounded (see MemoryStoreOptions::max_bytes).
+  // Default: 0.
+  size_t max_bytes = 0;
+
   // --- Affects performance ---
 
   // Memory-tier shards; 0 = max(16, 4 x hardware threads). Default: 0.

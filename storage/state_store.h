@@ -43,6 +43,7 @@ struct StoreStats {
   uint64_t keys = 0;        // states held in memory
   uint64_t evictions = 0;   // states evicted by the memory bound since start
   uint64_t idle_drops = 0;  // states dropped because they were back to their initial value
+  uint64_t bytes = 0;       // memory the states take, as accounted against MemoryStoreOptions::max_bytes
 };
 
 class StateStore {

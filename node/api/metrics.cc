@@ -317,7 +317,12 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       "# TYPE ringlimit_keys gauge\nringlimit_keys ");
   AppendUint(&out, store.keys);
   out.append(
-      "\n# HELP ringlimit_evictions_total States evicted by the memory bound.\n"
+      "\n# HELP ringlimit_state_bytes Memory the states in the memory tier take, as accounted against "
+      "--max-memory.\n"
+      "# TYPE ringlimit_state_bytes gauge\nringlimit_state_bytes ");
+  AppendUint(&out, store.bytes);
+  out.append(
+      "\n# HELP ringlimit_evictions_total States evicted by the memory bounds (--max-keys, --max-memory).\n"
       "# TYPE ringlimit_evictions_total counter\nringlimit_evictions_total ");
   AppendUint(&out, store.evictions);
   out.append(

@@ -52,6 +52,42 @@ struct Parsed {
   int exit_code = kExitOk;
 };
 
+// "123", "64MiB", "512M", "2GiB", "1.5G" (binary units; B, K/KiB, M/MiB, G/GiB, T/TiB, case-insensitive).
+std::optional<uint64_t> ParseBytes(const std::string& text) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  size_t end = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &end);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  if (unit == "k" || unit == "kib" || unit == "kb") scale = 0x1p10;
+  if (unit == "m" || unit == "mib" || unit == "mb") scale = 0x1p20;
+  if (unit == "g" || unit == "gib" || unit == "gb") scale = 0x1p30;
+  if (unit == "t" || unit == "tib" || unit == "tb") scale = 0x1p40;
+  if (scale == 0 || !(number >= 0) || number * scale >= 0x1p63) return std::nullopt;
+  return static_cast<uint64_t>(number * scale);
+}
+
+// The memory this process may use: physical memory, or the cgroup's limit (v2 memory.max, v1
+// memory.limit_in_bytes) when lower. 0 when unknown.
+uint64_t AvailableMemory() {
+  uint64_t bytes = 0;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    uint64_t limit = 0;
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" fails the read
+  }
+  return bytes;
+}
+
 // "host:port", "[v6]:port" or ":port" (all interfaces).
 bool ParseListen(const std::string& text, std::string* host, uint16_t* port) {
   const auto colon = text.rfind(':');
@@ -124,6 +160,7 @@ Parsed ParseFlags(int argc, char** argv) {
   const NodeOptions defaults;
   std::string listen, log_level, config;
   std::string admin_token_file, cluster_secret_file;
+  std::string max_memory;
   bool insecure = false;
   std::string auth_missing_key;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
@@ -246,6 +283,9 @@ Parsed ParseFlags(int argc, char** argv) {
       "changes and on SIGHUP")(
       "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),
       "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
+      "max-memory", po::value(&max_memory)->default_value("auto"),
+      "most memory the limiter states take (e.g. 512MiB, 4GiB; at least 16MiB); least recently used are "
+      "evicted beyond it. auto = a quarter of the machine's (or the cgroup's) memory; 0 = unbounded")(
       "data-dir", po::value(&n.storage.data_dir),
       "RocksDB directory for the counters (created if missing); empty = memory-only")(
       "flush-interval-ms",
@@ -344,6 +384,16 @@ Parsed ParseFlags(int argc, char** argv) {
     return bad("timeouts must be positive");
   }
   if (n.storage.flush_interval_ms == 0) return bad("--flush-interval-ms must be at least 1");
+  constexpr uint64_t kMinMaxMemory = 16u << 20;
+  if (max_memory == "auto") {
+    n.storage.max_bytes = std::max<uint64_t>(AvailableMemory() / 4, kMinMaxMemory);
+  } else if (std::optional<uint64_t> bytes = ParseBytes(max_memory); !bytes.has_value()) {
+    return bad("--max-memory: expected a size like 512MiB or 4GiB, auto, or 0; got " + max_memory);
+  } else if (*bytes != 0 && *bytes < kMinMaxMemory) {
+    return bad("--max-memory must be at least 16MiB (or 0: unbounded), got " + max_memory);
+  } else {
+    n.storage.max_bytes = *bytes;
+  }
   if (n.http.max_connections == 0) return bad("--max-connections must be at least 1");
   // Every connection is an open file, and RocksDB, the peer transport and gRPC need some more: raise the
   // soft RLIMIT_NOFILE to the hard one, then make sure the connections fit under it.

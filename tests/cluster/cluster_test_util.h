@@ -93,7 +93,7 @@ inline Result<CheckOutcome> GetCheck(HttpClient& client, const std::string& key,
 inline std::shared_ptr<const ring::RingView> RingOfAlive(const ClusterView& view) {
   std::vector<ring::RingMember> members;
   for (const auto& m : view.members) {
-    if (m.state == "alive") members.push_back({m.id, m.vnodes});
+    if (m.state == "alive") members.push_back({m.id, m.vnodes, m.peer_address});
   }
   return ring::RingView::Create(1, std::move(members)).value_or(nullptr);
 }
