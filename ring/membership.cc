@@ -92,6 +92,9 @@ Status Validate(const MembershipOptions& o) {
   if (o.sync_interval < milliseconds(0)) return Status::InvalidArgument("sync_interval must not be negative");
   if (o.retransmit_mult == 0) return Status::InvalidArgument("retransmit_mult must be at least 1");
   if (o.max_piggyback == 0) return Status::InvalidArgument("max_piggyback must be at least 1");
+  if (o.max_vnodes < 1 || o.max_vnodes > kMaxVnodes) {
+    return Status::InvalidArgument("max member vnodes must be between 1 and " + std::to_string(kMaxVnodes));
+  }
   return Status::OK();
 }
 
@@ -288,6 +291,10 @@ std::vector<RingMember> Membership::RingMembers() const {
 bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput& out) {
   if (!Valid(update)) {
     ++stats_.invalid_updates;
+    return false;
+  }
+  if (update.vnodes > options_.max_vnodes) {
+    ++stats_.vnodes_refused;
     return false;
   }
   if (update.id == self_.id && update.peer_address != self_.peer_address) {

@@ -191,6 +191,10 @@ struct MembershipOptions {
   std::chrono::milliseconds sync_interval{5'000};
   // Each update is piggybacked at most retransmit_mult * ceil(log2(N + 1)) times (lambda). Default: 3.
   uint32_t retransmit_mult = 3;
+  // The most vnodes a member may announce: a record with more is refused (counted in
+  // MembershipStats::vnodes_refused), so one member cannot take most of the ring by asking for it.
+  // REQUIRES: 1..kMaxVnodes. Default: 512 (4 x the default vnodes).
+  uint32_t max_vnodes = 512;
 
   // --- Affects performance ---
   // Updates piggybacked per message at most (whole-table messages are not limited). Default: 8.
@@ -212,6 +216,7 @@ struct MembershipStats {
   uint64_t invalid_updates = 0;  // gossip entries dropped as malformed
   uint64_t stale_updates = 0;    // gossip entries that did not supersede what we knew
   uint64_t id_conflicts = 0;     // records refused because their id is taken by a live member elsewhere
+  uint64_t vnodes_refused = 0;   // records refused because they announce more than max_vnodes
 };
 
 class Membership {

@@ -144,6 +144,25 @@ TEST_F(MembershipRulesTest, NewMemberJoinsTheRing) {
   EXPECT_EQ(m_.stats().stale_updates, 1u);
 }
 
+// A member announcing more vnodes than max_vnodes (a fake member asking for most of the ring) is refused;
+// one at the bound joins.
+TEST_F(MembershipRulesTest, TooManyVnodesAreRefused) {
+  MemberInfo greedy = Info("greedy", 1);
+  greedy.vnodes = kMaxVnodes;
+  MembershipOutput out = Gossip({greedy});
+  EXPECT_FALSE(out.ring_changed);
+  EXPECT_EQ(m_.stats().vnodes_refused, 1u);
+  EXPECT_EQ(m_.RingMembers().size(), 1u);
+  MemberInfo heavy = Info("heavy", 1);
+  heavy.vnodes = MembershipOptions{}.max_vnodes;
+  out = Gossip({heavy});
+  EXPECT_TRUE(out.ring_changed);
+  EXPECT_EQ(m_.RingMembers().size(), 2u);
+  MembershipOptions bad;
+  bad.max_vnodes = kMaxVnodes + 1;
+  EXPECT_TRUE(Validate(bad).IsInvalidArgument());
+}
+
 TEST_F(MembershipRulesTest, IncarnationPrecedence) {
   Gossip({Info("a", 4)});
   Gossip({Info("a", 4, MemberState::kSuspect)});

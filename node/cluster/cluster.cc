@@ -85,6 +85,10 @@ std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options)
   if (auto error = ValidateNodeId(options.node_id)) return error;
   if (options.vnodes < 1 || options.vnodes > ring::kMaxVnodes)
     return "vnodes: must be between 1 and " + std::to_string(ring::kMaxVnodes);
+  if (options.vnodes > options.membership.max_vnodes) {
+    return "vnodes: " + std::to_string(options.vnodes) + " is above --max-member-vnodes " +
+           std::to_string(options.membership.max_vnodes) + " (the other members would refuse this node)";
+  }
   if (options.replicas < 1) return "replicas: must be at least 1";
   if (options.leave_timeout.count() <= 0) return "leave timeout: must be positive";
   if (Status status = ring::Validate(options.membership); !status.ok()) return status.message();

@@ -285,6 +285,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_membership_total", "what=\"invalid_updates\"", m.invalid_updates);
   Sample(out, "ringlimit_membership_total", "what=\"stale_updates\"", m.stale_updates);
   Sample(out, "ringlimit_membership_total", "what=\"id_conflicts\"", m.id_conflicts);
+  Sample(out, "ringlimit_membership_total", "what=\"vnodes_refused\"", m.vnodes_refused);
 
   PeerSamples(out, cluster_.ServerStats(), cluster_.ClientStats());
   Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");

@@ -212,7 +212,10 @@ Parsed ParseFlags(int argc, char** argv) {
       "join", po::value(&n.cluster.seeds)->composing(),
       "HOST:PORT: peer address of a member to join through (repeatable); without it the node starts alone")(
       "vnodes", po::value(&n.cluster.vnodes)->default_value(n.cluster.vnodes),
-      "virtual nodes of this member on the ring (1-4096)")(
+      "virtual nodes of this member on the ring (1 to --max-member-vnodes)")(
+      "max-member-vnodes",
+      po::value(&n.cluster.membership.max_vnodes)->default_value(n.cluster.membership.max_vnodes),
+      "the most vnodes a member may announce; a member announcing more is refused (1-4096)")(
       "replicas", po::value(&n.cluster.replicas)->default_value(n.cluster.replicas),
       "copies of each key's counters: its owner and the next replicas-1 members clockwise (capped at the "
       "member count; 1 = no replication)")(
