@@ -231,34 +231,47 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Decisions of this node answered 503 rather than as admissions because not every holder that could "
          "decide the key next acknowledged them in time (--replication sync --failure-mode closed).");
   Sample(out, "ringlimit_unacked_decisions_total", "", f.unacked);
+  // Forwarding, one family per unit (checks, attempts, batches), so that sum() over a family means something.
+  Metric(out, "ringlimit_forward_checks_total", "counter",
+         "Checks of keys another node decides, by what this node did with them: sent to their decider "
+         "(forwarded), sent through another member because the decider was unreachable from here (relayed), "
+         "decided here because no other holder answered (fallback_local), refused because no holder answered "
+         "(closed, --failure-mode closed), sent on or declined because this node was just paused (paused) or "
+         "holds the key's range without its copy yet (unsynced).");
+  const std::pair<const char*, uint64_t> checks[] = {
+      {"forwarded", f.forwarded}, {"relayed", f.relayed}, {"fallback_local", f.fallback_local},
+      {"closed", f.closed},       {"paused", f.paused},   {"unsynced", f.unsynced},
+  };
+  for (const auto& [outcome, value] : checks)
+    Sample(out, "ringlimit_forward_checks_total", std::string("outcome=\"") + outcome + "\"", value);
   Metric(
-      out, "ringlimit_forward_total", "counter",
-      "Forwarding of checks: keys sent to their owner, failed attempts, fallbacks to the next node or to "
-      "this node (fallback_open: of a key this node holds no copy of, --failure-mode open), checks refused "
-      "because no holder answered (--failure-mode closed), checks sent on or declined because this node was "
-      "just "
-      "paused (paused) or because this node holds the key's range without its copy yet (unsynced), checks "
-      "decided here for other nodes, forwarded "
-      "checks refused while joining, timed-out attempts sent again to the same node, and forwarded checks "
-      "not decided because their sender had given up on them (expired), checks sent through another member "
-      "because their decider was unreachable from here (relayed) and such checks passed on for another node "
-      "(relays_served).");
-  Sample(out, "ringlimit_forward_total", "what=\"forwarded\"", f.forwarded);
-  Sample(out, "ringlimit_forward_total", "what=\"failures\"", f.failures);
-  Sample(out, "ringlimit_forward_total", "what=\"fallback_next\"", f.fallback_next);
-  Sample(out, "ringlimit_forward_total", "what=\"fallback_local\"", f.fallback_local);
-  Sample(out, "ringlimit_forward_total", "what=\"fallback_open\"", f.fallback_open);
-  Sample(out, "ringlimit_forward_total", "what=\"closed\"", f.closed);
-  Sample(out, "ringlimit_forward_total", "what=\"paused\"", f.paused);
-  Sample(out, "ringlimit_forward_total", "what=\"unsynced\"", f.unsynced);
-  Sample(out, "ringlimit_forward_total", "what=\"served\"", f.served);
-  Sample(out, "ringlimit_forward_total", "what=\"served_malformed\"", f.served_bad);
-  Sample(out, "ringlimit_forward_total", "what=\"passed_on\"", f.passed_on);
-  Sample(out, "ringlimit_forward_total", "what=\"refused_joining\"", f.refused);
-  Sample(out, "ringlimit_forward_total", "what=\"retried_same\"", f.retried_same);
-  Sample(out, "ringlimit_forward_total", "what=\"expired\"", f.expired);
-  Sample(out, "ringlimit_forward_total", "what=\"relayed\"", f.relayed);
-  Sample(out, "ringlimit_forward_total", "what=\"relays_served\"", f.relays_served);
+      out, "ringlimit_forward_fallback_open_total", "counter",
+      "Checks decided here without a holder answering, of keys this node holds no copy of (--failure-mode "
+      "open; part of ringlimit_forward_checks_total{outcome=\"fallback_local\"}): merged into the holders' "
+      "count when they are back.");
+  Sample(out, "ringlimit_forward_fallback_open_total", "", f.fallback_open);
+  Metric(out, "ringlimit_forward_attempts_total", "counter",
+         "Forwarding attempts beyond the first of each check: attempts that got no usable answer (failed), "
+         "sent to the next holder after a failure (next_node), timed out and sent again to the same node "
+         "(retried_same).");
+  const std::pair<const char*, uint64_t> attempts[] = {
+      {"failed", f.failures}, {"next_node", f.fallback_next}, {"retried_same", f.retried_same}};
+  for (const auto& [result, value] : attempts)
+    Sample(out, "ringlimit_forward_attempts_total", std::string("result=\"") + result + "\"", value);
+  Metric(out, "ringlimit_forward_served_checks_total", "counter",
+         "Checks other nodes forwarded to this one, by what happened to them here: decided or passed on "
+         "(served), passed on to the node this one's routing names (passed_on, part of served), not decided "
+         "because their sender had given up on them (expired), relay requests passed on to their decider for "
+         "another node (relays).");
+  const std::pair<const char*, uint64_t> served[] = {
+      {"served", f.served}, {"passed_on", f.passed_on}, {"expired", f.expired}, {"relays", f.relays_served}};
+  for (const auto& [outcome, value] : served)
+    Sample(out, "ringlimit_forward_served_checks_total", std::string("outcome=\"") + outcome + "\"", value);
+  Metric(out, "ringlimit_forward_refused_batches_total", "counter",
+         "Forwarded batches this node did not decide: malformed, or refused while it was still joining "
+         "(refused_joining: the sender fails over to the key's next holder).");
+  Sample(out, "ringlimit_forward_refused_batches_total", "reason=\"malformed\"", f.served_bad);
+  Sample(out, "ringlimit_forward_refused_batches_total", "reason=\"refused_joining\"", f.refused);
   Metric(out, "ringlimit_forward_dedup_total", "counter",
          "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
          "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "
@@ -277,15 +290,28 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "its decision arriving; attempts that got no decision are not observed.");
   forwarder_.round_trips().Append(out, "ringlimit_forward_duration_seconds", "");
   const ring::MembershipStats& m = snapshot->stats;
-  Metric(out, "ringlimit_membership_total", "counter", "SWIM failure detector counters.");
-  Sample(out, "ringlimit_membership_total", "what=\"probes\"", m.probes_sent);
-  Sample(out, "ringlimit_membership_total", "what=\"indirect_probes\"", m.indirect_probes_sent);
-  Sample(out, "ringlimit_membership_total", "what=\"probes_failed\"", m.probes_failed);
-  Sample(out, "ringlimit_membership_total", "what=\"refutations\"", m.refutations);
-  Sample(out, "ringlimit_membership_total", "what=\"invalid_updates\"", m.invalid_updates);
-  Sample(out, "ringlimit_membership_total", "what=\"stale_updates\"", m.stale_updates);
-  Sample(out, "ringlimit_membership_total", "what=\"id_conflicts\"", m.id_conflicts);
-  Sample(out, "ringlimit_membership_total", "what=\"vnodes_refused\"", m.vnodes_refused);
+  // Membership, one family per unit (probes, refutations, records).
+  Metric(out, "ringlimit_membership_probes_total", "counter",
+         "SWIM failure detector probes sent: direct pings and indirect ones (through helpers).");
+  Sample(out, "ringlimit_membership_probes_total", "kind=\"direct\"", m.probes_sent);
+  Sample(out, "ringlimit_membership_probes_total", "kind=\"indirect\"", m.indirect_probes_sent);
+  Metric(out, "ringlimit_membership_failed_probes_total", "counter",
+         "Probe periods that ended without an answer (the target became suspect).");
+  Sample(out, "ringlimit_membership_failed_probes_total", "", m.probes_failed);
+  Metric(out, "ringlimit_membership_refutations_total", "counter",
+         "Times this node raised its incarnation to refute a rumour about itself.");
+  Sample(out, "ringlimit_membership_refutations_total", "", m.refutations);
+  Metric(out, "ringlimit_membership_dropped_records_total", "counter",
+         "Membership records received and not taken in: malformed (invalid), not newer than what this node "
+         "knew (stale), claiming the id of a live member at another peer address (id_conflict), announcing "
+         "more than --max-member-vnodes (too_many_vnodes).");
+  const std::pair<const char*, uint64_t> dropped[] = {{"invalid", m.invalid_updates},
+                                                      {"stale", m.stale_updates},
+                                                      {"id_conflict", m.id_conflicts},
+                                                      {"too_many_vnodes", m.vnodes_refused}};
+  for (const auto& [reason, value] : dropped)
+    Sample(out, "ringlimit_membership_dropped_records_total", std::string("reason=\"") + reason + "\"",
+           value);
 
   PeerSamples(out, cluster_.ServerStats(), cluster_.ClientStats());
   Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");

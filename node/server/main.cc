@@ -243,7 +243,7 @@ Parsed ParseFlags(int argc, char** argv) {
       "not known dead), then goes to the next node")(
       "failure-mode", po::value(&failure_mode)->default_value("open"),
       "when no holder of a key answers and this node holds no copy: open decides from this node's own copy "
-      "(merged into the holders' count later; counted in ringlimit_forward_total{what=\"fallback_open\"}), "
+      "(merged into the holders' count later; counted in ringlimit_forward_fallback_open_total), "
       "closed answers 503 unavailable")(
       "max-clock-offset-ms",
       po::value(&max_clock_offset_ms)->default_value(n.cluster.clock.max_offset.count()),

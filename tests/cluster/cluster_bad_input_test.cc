@@ -142,18 +142,19 @@ TEST_F(ClusterBadInputTest, ANodeWithATakenIdIsRefusedOnBothSides) {
   options.ready_path = "/healthz";
   auto twin = NodeProcess::Start(std::move(options));
   ASSERT_TRUE(twin) << twin.error();
-  auto refused =
-      WaitFor("both sides to count the conflict", std::chrono::milliseconds(10'000 * kSlowdown),
-              [&](std::string* last) {
-                const double seed = MetricSample(cluster_->http_port(1), "ringlimit_membership_total",
-                                                 R"(what="id_conflicts")")
-                                        .value_or(0);
-                const double newcomer =
-                    MetricSample((*twin)->http_port(), "ringlimit_membership_total", R"(what="id_conflicts")")
-                        .value_or(0);
-                *last = "n2 " + std::to_string(seed) + ", newcomer " + std::to_string(newcomer);
-                return seed >= 1 && newcomer >= 1;
-              });
+  auto refused = WaitFor("both sides to count the conflict", std::chrono::milliseconds(10'000 * kSlowdown),
+                         [&](std::string* last) {
+                           const double seed = MetricSample(cluster_->http_port(1),
+                                                            "ringlimit_membership_dropped_records_total",
+                                                            R"(reason="id_conflict")")
+                                                   .value_or(0);
+                           const double newcomer = MetricSample((*twin)->http_port(),
+                                                                "ringlimit_membership_dropped_records_total",
+                                                                R"(reason="id_conflict")")
+                                                       .value_or(0);
+                           *last = "n2 " + std::to_string(seed) + ", newcomer " + std::to_string(newcomer);
+                           return seed >= 1 && newcomer >= 1;
+                         });
   ASSERT_TRUE(refused) << refused.error() << "\n" << (*twin)->Log() << cluster_->Logs();
   HttpClient client((*twin)->http_port());
   auto ready = client.Get("/readyz");

@@ -79,7 +79,8 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
     ASSERT_EQ(outcome->owner, "n2");
   }
   const double retried_before =
-      MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="retried_same")").value_or(-1);
+      MetricSample(cluster.http_port(0), "ringlimit_forward_attempts_total", R"(result="retried_same")")
+          .value_or(-1);
   ASSERT_GE(retried_before, 0);
 
   ASSERT_TRUE(cluster.node(1).Signal(SIGSTOP));
@@ -92,7 +93,7 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
   auto retried =
       WaitFor("n1 to retry the paused owner", milliseconds(5'000 * kSlowdown), [&](std::string* last) {
         const double now =
-            MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="retried_same")")
+            MetricSample(cluster.http_port(0), "ringlimit_forward_attempts_total", R"(result="retried_same")")
                 .value_or(-1);
         *last = "retried_same " + std::to_string(now);
         return now > retried_before;
@@ -117,7 +118,10 @@ TEST(ClusterGrayTest, ForwardedCheckRetriedAfterATimeoutIsChargedOnce) {
     EXPECT_EQ(peek->remaining, 96u) << "through " << cluster.id(i);
   }
   // The owner refused the first attempt, read after its sender had given up on it.
-  EXPECT_GE(MetricSample(cluster.http_port(1), "ringlimit_forward_total", R"(what="expired")").value_or(0), 1)
+  EXPECT_GE(
+      MetricSample(cluster.http_port(1), "ringlimit_forward_served_checks_total", R"(outcome="expired")")
+          .value_or(0),
+      1)
       << cluster.Logs();
 }
 
@@ -196,15 +200,16 @@ TEST_P(FailureModeTest, ANodeWithNoCopyFollowsTheFailureModeWhenNoHolderAnswers)
   if (closed) {
     EXPECT_EQ(during->status, 503) << during->body;
     EXPECT_NE(during->body.find(R"("code":"unavailable")"), std::string::npos) << during->body;
-    EXPECT_GE(MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="closed")").value_or(0),
+    EXPECT_GE(MetricSample(cluster.http_port(0), "ringlimit_forward_checks_total", R"(outcome="closed")")
+                  .value_or(0),
               1);
   } else {
     EXPECT_EQ(during->status, 200) << during->body;
     EXPECT_TRUE(during->allowed);
     EXPECT_NE(during->owner, "n2");
     const double open =
-        MetricSample(cluster.http_port(0), "ringlimit_forward_total", R"(what="fallback_open")").value_or(0) +
-        MetricSample(cluster.http_port(2), "ringlimit_forward_total", R"(what="fallback_open")").value_or(0);
+        MetricSample(cluster.http_port(0), "ringlimit_forward_fallback_open_total", "").value_or(0) +
+        MetricSample(cluster.http_port(2), "ringlimit_forward_fallback_open_total", "").value_or(0);
     EXPECT_GE(open, 1);
   }
   // The holder is back: it decides, from its own count (plus, under open, what was admitted meanwhile once
