@@ -164,6 +164,11 @@ class ClusterInfo {
   [[nodiscard]] virtual bool ready() const = 0;
   [[nodiscard]] virtual ClusterView Describe() const = 0;
   [[nodiscard]] virtual KeyPlacementView Place(std::string_view key) const = 0;
+  // The advertised HTTP address ("host:port") of member `id`, "" when unknown. Cheap: one snapshot read.
+  [[nodiscard]] virtual std::string HttpAddressOf(std::string_view id) const {
+    (void)id;
+    return "";
+  }
   // Every member's owned ranges on the current ring (empty without one), by owner then position.
   [[nodiscard]] virtual std::vector<RingArcView> RingArcs() const = 0;
   // Starts a graceful leave (asynchronous; the node exits when done).

@@ -228,6 +228,16 @@ void Finish(const GubernatorJob& job) {
   gpb::GetRateLimitsResp* response = job.response;
   response->clear_responses();
   response->mutable_responses()->Reserve(n);
+  // metadata.owner: the deciding node's address ("host:port"), as Gubernator reports its peers; the node
+  // id where the address is not known (a node without a cluster).
+  std::vector<std::pair<std::string_view, std::string>> addresses;
+  auto address_of = [&](std::string_view owner) -> const std::string& {
+    for (const auto& [id, address] : addresses) {
+      if (id == owner) return address;
+    }
+    std::string address = job.context.cluster != nullptr ? job.context.cluster->HttpAddressOf(owner) : "";
+    return addresses.emplace_back(owner, address.empty() ? std::string(owner) : std::move(address)).second;
+  };
   for (int i = 0; i < n; ++i) {
     const gpb::RateLimitReq& req = job.request.requests(i);
     gpb::RateLimitResp* resp = response->add_responses();
@@ -264,7 +274,7 @@ void Finish(const GubernatorJob& job) {
     }
     if (!batch.owners().empty()) {
       const std::string_view owner = batch.owners()[static_cast<size_t>(index)];
-      (*resp->mutable_metadata())["owner"] = std::string(owner);
+      (*resp->mutable_metadata())["owner"] = address_of(owner);
     }
   }
 }

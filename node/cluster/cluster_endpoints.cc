@@ -109,6 +109,12 @@ ClusterEndpoints::ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder,
 
 bool ClusterEndpoints::ready() const { return cluster_.ready(); }
 
+std::string ClusterEndpoints::HttpAddressOf(std::string_view id) const {
+  const auto snapshot = cluster_.Snapshot();
+  const ring::MemberInfo* member = snapshot->Find(id);
+  return member != nullptr ? member->http_address : "";
+}
+
 node::ClusterView ClusterEndpoints::Describe() const {
   const auto snapshot = cluster_.Snapshot();
   node::ClusterView out;

@@ -33,6 +33,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
 
   [[nodiscard]] bool ready() const override;
   [[nodiscard]] node::ClusterView Describe() const override;
+  [[nodiscard]] std::string HttpAddressOf(std::string_view id) const override;
   [[nodiscard]] node::KeyPlacementView Place(std::string_view key) const override;
   [[nodiscard]] std::vector<node::RingArcView> RingArcs() const override;
   void Leave() override;

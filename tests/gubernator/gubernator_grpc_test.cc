@@ -268,6 +268,12 @@ TEST_F(GubernatorClusterTest, OneKeyHasOneCounterThroughEveryNodeAndReportsItsOw
     if (i == 0) owner = r.metadata().at("owner");
     EXPECT_EQ(r.metadata().at("owner"), owner) << "every node reports the same deciding owner";
   }
+  // As Gubernator: the owner's address, one of the cluster's HTTP addresses.
+  bool known = false;
+  for (int i = 0; i < kNodes; ++i) {
+    known |= owner == "127.0.0.1:" + std::to_string(cluster_->http_port(static_cast<size_t>(i)));
+  }
+  EXPECT_TRUE(known) << owner;
   for (int i = 0; i < kNodes; ++i) {
     EXPECT_EQ(clients_[static_cast<size_t>(i)]->One(item).status(), gpb::OVER_LIMIT) << "node " << i;
   }
