@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gubernator/gubernator.grpc.pb.h"
 #include "node/api/api_handler.h"
@@ -147,10 +150,25 @@ std::optional<std::string> GrpcServer::Start() {
   if (server_) return std::string("the gRPC server is already started");
   const std::string host =
       options_.address.find(':') != std::string::npos ? "[" + options_.address + "]" : options_.address;
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options_.tls_cert_file.empty()) {
+    auto read = [](const std::string& path, std::string* out) {
+      std::ifstream in(path);
+      std::ostringstream text;
+      if (!in || !(text << in.rdbuf())) return false;
+      *out = text.str();
+      return true;
+    };
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (!read(options_.tls_cert_file, &pair.cert_chain)) return "cannot read " + options_.tls_cert_file;
+    if (!read(options_.tls_key_file, &pair.private_key)) return "cannot read " + options_.tls_key_file;
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   int bound = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(host + ":" + std::to_string(options_.port), grpc::InsecureServerCredentials(),
-                           &bound);
+  builder.AddListeningPort(host + ":" + std::to_string(options_.port), credentials, &bound);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.RegisterService(service_.get());
   builder.RegisterService(gubernator_.get());

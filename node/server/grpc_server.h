@@ -38,6 +38,11 @@ struct GrpcServerOptions {
   // Largest request message; a larger one gets RESOURCE_EXHAUSTED. Default: 1 MiB.
   int max_message_bytes = 1 << 20;
 
+  // TLS: PEM certificate chain and private key files (both or neither; the HTTP API's --tls-cert and
+  // --tls-key). Default: empty (plaintext).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+
   // How long Stop lets calls in flight finish before cancelling them. Default: 5000 ms.
   std::chrono::milliseconds drain_timeout{5'000};
 };

@@ -137,6 +137,15 @@ boost::system::result<void> HttpServer::Start() {
   error_code ec;
   const auto address = net::ip::make_address(shared_->options.address, ec);
   if (ec) return ec;
+  if (!shared_->options.tls_cert_file.empty() || !shared_->options.tls_key_file.empty()) {
+    auto tls = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
+    tls->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                     net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                     net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    if (tls->use_certificate_chain_file(shared_->options.tls_cert_file, ec); ec) return ec;
+    if (tls->use_private_key_file(shared_->options.tls_key_file, net::ssl::context::pem, ec); ec) return ec;
+    shared_->tls = std::move(tls);
+  }
   auto listener = std::make_shared<Listener>(io_, shared_);
   if (auto opened = listener->Open(tcp::endpoint(address, shared_->options.port)); !opened) {
     return opened.error();

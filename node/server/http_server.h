@@ -50,6 +50,12 @@ struct ServerOptions {
   // (one client never holds every connection). Default: 0.
   size_t max_connections_per_client = 0;
 
+  // TLS: a PEM certificate chain and its private key (both or neither). Set: every connection is TLS
+  // (1.2 or 1.3; a client that does not complete the handshake within read_timeout is closed). Start fails
+  // when either file cannot be read or they do not match. Default: empty (plain HTTP).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+
   // Once a request's first byte arrived, the whole request must arrive within this time, or the
   // client gets 408 and the connection is closed (slow clients). Default: 10000 ms.
   std::chrono::milliseconds read_timeout{10'000};

@@ -294,6 +294,9 @@ Parsed ParseFlags(int argc, char** argv) {
       "flush-interval-ms",
       po::value(&n.storage.flush_interval_ms)->default_value(defaults.storage.flush_interval_ms),
       "how often dirty counters are written to RocksDB (the most a kill -9 can lose)")(
+      "tls-cert", po::value(&n.http.tls_cert_file),
+      "serve the HTTP API (and --grpc-listen) over TLS with this PEM certificate chain; needs --tls-key")(
+      "tls-key", po::value(&n.http.tls_key_file), "the PEM private key of --tls-cert")(
       "admin-token-file", po::value(&admin_token_file),
       "read --admin-token from this file (trailing whitespace dropped); or set RINGLIMIT_ADMIN_TOKEN")(
       "admin-token", po::value(&n.api.admin_token),
@@ -418,6 +421,9 @@ Parsed ParseFlags(int argc, char** argv) {
     }
   }
   if (n.http.max_header_bytes < 256) return bad("--max-header-bytes must be at least 256");
+  if (n.http.tls_cert_file.empty() != n.http.tls_key_file.empty()) {
+    return bad("give both --tls-cert and --tls-key (or neither)");
+  }
   n.http.read_timeout = std::chrono::milliseconds(read_timeout_ms);
   n.http.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
   n.api.headroom_ttl = std::chrono::milliseconds(headroom_ttl_ms);
@@ -429,6 +435,8 @@ Parsed ParseFlags(int argc, char** argv) {
       return bad("--grpc-listen: expected HOST:PORT, got " + grpc_listen);
     if (grpc_max_message_bytes < 1024) return bad("--grpc-max-message-bytes must be at least 1024");
     grpc.max_message_bytes = grpc_max_message_bytes;
+    grpc.tls_cert_file = n.http.tls_cert_file;
+    grpc.tls_key_file = n.http.tls_key_file;
     grpc.drain_timeout = n.drain_timeout;
     n.grpc = std::move(grpc);
   } else if (!n.rls_config_path.empty()) {

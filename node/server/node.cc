@@ -152,9 +152,9 @@ boost::system::result<void, std::string> Node::Start() {
     }
   }
   parts_->handler.SetReady(true);
-  spdlog::info("node {} listening on http://{}:{} ({} threads, max_keys {}, max_memory {} MiB, data_dir {})",
-               node_id_, options_.http.address, http_port(), threads, options_.storage.max_keys,
-               options_.storage.max_bytes >> 20,
+  spdlog::info("node {} listening on {}://{}:{} ({} threads, max_keys {}, max_memory {} MiB, data_dir {})",
+               node_id_, options_.http.tls_cert_file.empty() ? "http" : "https", options_.http.address,
+               http_port(), threads, options_.storage.max_keys, options_.storage.max_bytes >> 20,
                options_.storage.data_dir.empty() ? "none (memory-only)" : options_.storage.data_dir);
   return {};
 }

@@ -13,6 +13,7 @@
 #include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
@@ -101,7 +102,49 @@ Session::Session(net::ip::tcp::socket&& socket, std::shared_ptr<ServerShared> sh
       counted_(counted),
       socket_(std::move(socket)),
       strand_(socket_.get_executor().target<Strand>()),
-      ticker_(socket_.get_executor()) {}
+      ticker_(socket_.get_executor()) {
+  if (shared_->tls != nullptr) tls_.emplace(socket_, *shared_->tls);
+}
+
+template <class Handler>
+void Session::ReadSome(net::mutable_buffer buffer, Handler&& handler) {
+  if (tls_) {
+    tls_->async_read_some(buffer, std::forward<Handler>(handler));
+  } else {
+    socket_.async_read_some(buffer, std::forward<Handler>(handler));
+  }
+}
+
+template <class Handler>
+void Session::Write(Handler&& handler) {
+  if (tls_) {
+    net::async_write(*tls_, net::buffer(out_), std::forward<Handler>(handler));
+  } else {
+    net::async_write(socket_, net::buffer(out_), std::forward<Handler>(handler));
+  }
+}
+
+void Session::Handshake(void (Session::*next)()) {
+  phase_ = ReadPhase::kPartial;  // the ticker closes a handshake that takes longer than read_timeout
+  read_deadline_ = Clock::now() + shared_->options.read_timeout;
+  tls_->async_handshake(net::ssl::stream_base::server, [self = shared_from_this(), next](error_code ec) {
+    self->phase_ = ReadPhase::kNone;
+    if (self->closed_) return;
+    if (ec) {
+      spdlog::debug("http connection: TLS handshake failed: {}", ec.message());
+      self->Close();
+      return;
+    }
+    ((*self).*next)();
+  });
+}
+
+void Session::StartReading() { ReadRequest(); }
+
+void Session::RejectNow() {
+  QueueError(http::status::service_unavailable, "too_many_connections",
+             "the server has reached its connection limit; retry later");
+}
 
 Session::~Session() {
   if (counted_) shared_->connections.fetch_sub(1, std::memory_order_relaxed);
@@ -133,6 +176,7 @@ void Session::Run() {
     self->socket_.set_option(net::ip::tcp::no_delay(true), ignored);
     self->draining_ = self->shared_->draining.load();
     self->ArmTicker();
+    if (self->tls_) return self->Handshake(&Session::StartReading);
     self->ReadRequest();
   });
 }
@@ -140,8 +184,8 @@ void Session::Run() {
 void Session::Reject() {
   net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     self->ArmTicker();
-    self->QueueError(http::status::service_unavailable, "too_many_connections",
-                     "the server has reached its connection limit; retry later");
+    if (self->tls_) return self->Handshake(&Session::RejectNow);
+    self->RejectNow();
   });
 }
 
@@ -205,13 +249,14 @@ void Session::Parse() {
     if (ec == http::error::need_more) break;
     if (ec) return OnRead(ec);
   }
-  socket_.async_read_some(buffer_.prepare(boost::beast::read_size(buffer_, kReadBytes)),
-                          [self = shared_from_this()](error_code ec, size_t n) { self->OnReadSome(ec, n); });
+  ReadSome(buffer_.prepare(boost::beast::read_size(buffer_, kReadBytes)),
+           [self = shared_from_this()](error_code ec, size_t n) { self->OnReadSome(ec, n); });
 }
 
 void Session::OnReadSome(error_code ec, size_t bytes) {
   buffer_.commit(bytes);
-  if (ec == net::error::eof) {
+  // (A TLS client that closes without close_notify ends the stream "truncated": an end of stream too.)
+  if (ec == net::error::eof || ec == net::ssl::error::stream_truncated) {
     if (!parser_->got_some()) return OnRead(http::error::end_of_stream);
     // The end of the stream ends a message that has no length (the parser says whether it may).
     error_code eof;
@@ -361,8 +406,7 @@ void Session::MaybeWrite() {
   writing_ = true;
   writing_count_ = count;
   write_deadline_ = Clock::now() + shared_->options.write_timeout;
-  net::async_write(socket_, net::buffer(out_),
-                   [self = shared_from_this(), close](error_code ec, size_t) { self->OnWrite(close, ec); });
+  Write([self = shared_from_this(), close](error_code ec, size_t) { self->OnWrite(close, ec); });
 }
 
 void Session::OnWrite(bool close, error_code ec) {

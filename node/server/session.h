@@ -14,6 +14,8 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -38,6 +40,8 @@ struct ServerShared {
   ServerOptions options;
   RequestHandler* handler = nullptr;
   RequestObserver observer;
+
+  std::shared_ptr<boost::asio::ssl::context> tls;  // set before serving; null: plain HTTP
 
   std::atomic<size_t> connections{0};
   std::atomic<uint64_t> rejected{0};
@@ -93,6 +97,15 @@ class Session : public std::enable_shared_from_this<Session> {
     bool head = false;  // a HEAD request: its response is written without the body
   };
 
+  // Reads some bytes / writes `out_`, through TLS when the connection has it.
+  template <class Handler>
+  void ReadSome(boost::asio::mutable_buffer buffer, Handler&& handler);
+  template <class Handler>
+  void Write(Handler&& handler);
+  // TLS: the server side of the handshake (under the read timeout), then `next`; a failure closes.
+  void Handshake(void (Session::*next)());
+  void StartReading();
+  void RejectNow();
   void ReadRequest();
   void Parse();
   void OnReadSome(boost::system::error_code ec, size_t bytes);
@@ -119,6 +132,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched only on the strand.
   boost::asio::ip::tcp::socket socket_;  // its executor is this connection's strand
+  // TLS over socket_ (ServerShared::tls set), else empty.
+  std::optional<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls_;
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   const Strand* strand_;  // that strand (null if the socket's executor is something else)
   boost::asio::steady_timer ticker_;

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# TLS on the HTTP API and the gRPC port (--tls-cert / --tls-key), from outside as a user runs it: a
+# certificate authority and a server certificate made with openssl, a node started with them, then curl
+# (checks over https, verified against the CA; plain HTTP refused) and Debian's python3-grpcio
+# (/usr/bin/python3: Gubernator HealthCheck over TLS; a plaintext channel fails). Bad TLS flags stop the
+# node at start with a message.
+#
+#   RINGLIMITD=build/release/node/server/ringlimitd tests/scripts/tls_test.sh
+set -euo pipefail
+
+[[ -x "${RINGLIMITD:-}" ]] || { echo "FAIL: set RINGLIMITD to the ringlimitd binary" >&2; exit 1; }
+for tool in curl jq openssl /usr/bin/python3; do
+  command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/bootstrap installs it)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-tls-test-XXXXXX")
+pid=""
+cleanup() {
+  local rc=$?
+  [[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+  if ((rc != 0)); then
+    echo "--- node log" >&2
+    cat "$work/node.log" >&2 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A CA and a certificate for 127.0.0.1 / localhost signed by it.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=ringlimit test CA" \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$work/node.key" -out "$work/node.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$work/san.ext"
+openssl x509 -req -in "$work/node.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+  -extfile "$work/san.ext" -out "$work/node.pem" 2>/dev/null
+
+# Bad flags: a missing key, an unreadable certificate.
+if "$RINGLIMITD" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --tls-cert "$work/node.pem" >"$work/bad.log" 2>&1; then
+  fail "a node started with --tls-cert and no --tls-key"
+fi
+grep -q -- "give both --tls-cert and --tls-key" "$work/bad.log" || fail "no message for a missing --tls-key: $(cat "$work/bad.log")"
+if "$RINGLIMITD" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --tls-cert "$work/missing.pem" \
+  --tls-key "$work/node.key" >"$work/bad.log" 2>&1; then
+  fail "a node started with a certificate file that does not exist"
+fi
+
+"$RINGLIMITD" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 \
+  --tls-cert "$work/node.pem" --tls-key "$work/node.key" --port-file "$work/ports.json" >"$work/node.log" 2>&1 &
+pid=$!
+https() { curl -sS --max-time 5 --cacert "$work/ca.pem" "$@"; }
+deadline=$((SECONDS + 30))
+until [[ -s "$work/ports.json" ]] && https -o /dev/null "https://127.0.0.1:$(jq -r .http "$work/ports.json")/readyz" 2>/dev/null; do
+  kill -0 "$pid" 2>/dev/null || fail "the node exited"
+  ((SECONDS < deadline)) || fail "the node did not become ready over https within 30 s"
+  sleep 0.1
+done
+port=$(jq -r .http "$work/ports.json")
+grpc_port=$(jq -r .grpc_port "$work/ports.json")
+
+# Checks over https, keep-alive across requests on one connection: the limit holds.
+out=$(https "https://127.0.0.1:$port/v1/check?key=tls&limit=2&window_ms=60000" \
+  "https://127.0.0.1:$port/v1/check?key=tls&limit=2&window_ms=60000" \
+  "https://127.0.0.1:$port/v1/check?key=tls&limit=2&window_ms=60000" -o /dev/null -o /dev/null -o /dev/null \
+  -w '%{http_code} %{num_connects}\n')
+[[ "$out" == $'200 1\n200 0\n429 0' ]] || fail "three checks over one https connection: got $(printf '%q' "$out")"
+body=$(https -H 'Content-Type: application/json' -d '{"checks":[{"key":"tls-post","limit":5,"window_ms":60000}]}' \
+  "https://127.0.0.1:$port/v1/check")
+[[ $(jq -r .results[0].remaining <<<"$body") == 4 ]] || fail "POST over https: $body"
+# An untrusted certificate is refused by a verifying client; plain HTTP gets no HTTP answer.
+if curl -sS --max-time 5 -o /dev/null "https://127.0.0.1:$port/healthz" 2>/dev/null; then
+  fail "curl trusted the test certificate without --cacert"
+fi
+code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
+[[ "$code" == "000" ]] || fail "plain HTTP on the TLS port answered $code"
+# The node still serves after those.
+https -o /dev/null "https://127.0.0.1:$port/healthz" || fail "the node stopped serving https"
+
+# gRPC over TLS: Gubernator's HealthCheck (an empty request) answers; a plaintext channel does not.
+/usr/bin/python3 - "$grpc_port" "$work/ca.pem" <<'PY' 2>"$work/grpc.err" || fail "gRPC over TLS: $(tail -5 "$work/grpc.err")"
+import sys, grpc
+port, ca = sys.argv[1], open(sys.argv[2], "rb").read()
+method = "/pb.gubernator.V1/HealthCheck"
+secure = grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(root_certificates=ca))
+reply = secure.unary_unary(method)(b"", timeout=10)
+assert b"healthy" in reply, reply
+plain = grpc.insecure_channel(f"127.0.0.1:{port}")
+try:
+    plain.unary_unary(method)(b"", timeout=3)
+    raise SystemExit("a plaintext gRPC call succeeded on the TLS port")
+except grpc.RpcError as e:
+    assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e.code()
+PY
+
+kill -TERM "$pid"
+wait "$pid" || fail "the node did not exit cleanly on SIGTERM"
+pid=""
+echo "PASS: TLS on the HTTP API and gRPC"
