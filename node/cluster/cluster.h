@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "node/peer/peer_options.h"
 #include "node/peer/peer_stats.h"
 #include "replication/routing_table.h"
 #include "ring/clock_offset.h"
@@ -79,6 +80,10 @@ struct ClusterOptions {
   uint32_t replicas = 3;
   // HMAC secret of the peer handshake (--cluster-secret). Default: empty (no authentication).
   std::string cluster_secret;
+  // TLS on the peer port, server and client side (peer::MakeTlsContext: --peer-tls-cert, --peer-tls-key,
+  // --peer-tls-ca). Both or neither. Default: null (plain TCP).
+  std::shared_ptr<boost::asio::ssl::context> peer_tls_server;
+  std::shared_ptr<boost::asio::ssl::context> peer_tls_client;
   // SWIM timings (--probe-interval-ms, --probe-timeout-ms, --suspicion-timeout-ms). Defaults: see
   // ring::MembershipOptions.
   ring::MembershipOptions membership;

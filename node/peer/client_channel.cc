@@ -50,7 +50,7 @@ void ClientConnection::Start(const HostPort& address) {
               boost::system::error_code ignored;
               self->socket().set_option(tcp::no_delay(true), ignored);
               self->phase_ = Phase::kAwaitHello;
-              self->StartReading();
+              self->SecureThen(/*server=*/false, [self] { self->StartReading(); });
             });
       });
 }

@@ -54,6 +54,22 @@ void FramedConnection::Close() {
 
 void FramedConnection::StartReading() { ReadMore(); }
 
+void FramedConnection::SecureThen(bool server, std::function<void()> next) {
+  if (options_.tls == nullptr) return next();
+  tls_.emplace(socket_, *options_.tls);
+  tls_->async_handshake(server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+                        [self = shared_from_this(), next = std::move(next)](boost::system::error_code ec) {
+                          if (self->closed_) return;
+                          if (ec) {
+                            StatsCounters::Add(self->stats_.auth_failures);
+                            spdlog::warn("peer: TLS handshake failed: {}", ec.message());
+                            self->Close();
+                            return;
+                          }
+                          next();
+                        });
+}
+
 void FramedConnection::ReadMore() {
   if (closed_) return;
   // Move a partial frame to the front, so that the free space is at the end.
@@ -79,9 +95,15 @@ void FramedConnection::ReadMore() {
     read_buffer_.resize(chunk);
     read_buffer_.shrink_to_fit();
   }
-  socket_.async_read_some(
-      asio::buffer(read_buffer_.data() + read_end_, read_buffer_.size() - read_end_),
-      [self = shared_from_this()](boost::system::error_code ec, size_t bytes) { self->OnRead(ec, bytes); });
+  auto buffer = asio::buffer(read_buffer_.data() + read_end_, read_buffer_.size() - read_end_);
+  auto done = [self = shared_from_this()](boost::system::error_code ec, size_t bytes) {
+    self->OnRead(ec, bytes);
+  };
+  if (tls_) {
+    tls_->async_read_some(buffer, std::move(done));
+  } else {
+    socket_.async_read_some(buffer, std::move(done));
+  }
 }
 
 void FramedConnection::OnRead(boost::system::error_code ec, size_t bytes) {
@@ -227,11 +249,14 @@ void FramedConnection::StartWrite() {
   }
   if (pending_.empty()) urgent_ = false;
   writing_ = true;
-  asio::async_write(
-      socket_, asio::buffer(write_buffer_),
-      [self = shared_from_this(), messages, one_way](boost::system::error_code ec, size_t bytes) {
-        self->OnWrite(ec, bytes, messages, one_way);
-      });
+  auto done = [self = shared_from_this(), messages, one_way](boost::system::error_code ec, size_t bytes) {
+    self->OnWrite(ec, bytes, messages, one_way);
+  };
+  if (tls_) {
+    asio::async_write(*tls_, asio::buffer(write_buffer_), std::move(done));
+  } else {
+    asio::async_write(socket_, asio::buffer(write_buffer_), std::move(done));
+  }
 }
 
 void FramedConnection::OnWrite(boost::system::error_code ec, size_t bytes, size_t messages, size_t one_way) {
@@ -260,3 +285,32 @@ void FramedConnection::OnWrite(boost::system::error_code ec, size_t bytes, size_
 }
 
 }  // namespace ringlimit::peer::internal
+
+namespace ringlimit::peer {
+
+namespace asio = boost::asio;
+
+std::shared_ptr<asio::ssl::context> MakeTlsContext(bool server, const std::string& cert_file,
+                                                   const std::string& key_file, const std::string& ca_file,
+                                                   std::string* error) {
+  auto tls = std::make_shared<asio::ssl::context>(server ? asio::ssl::context::tls_server
+                                                         : asio::ssl::context::tls_client);
+  tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1);
+  boost::system::error_code ec;
+  auto failed = [&](const std::string& what) {
+    *error = what + ": " + ec.message();
+    return nullptr;
+  };
+  if (tls->use_certificate_chain_file(cert_file, ec); ec) return failed("peer TLS certificate " + cert_file);
+  if (tls->use_private_key_file(key_file, asio::ssl::context::pem, ec); ec) {
+    return failed("peer TLS key " + key_file);
+  }
+  if (tls->load_verify_file(ca_file, ec); ec) return failed("peer TLS CA " + ca_file);
+  tls->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
+  if (ec) return failed("peer TLS verify mode");
+  return tls;
+}
+
+}  // namespace ringlimit::peer

@@ -11,13 +11,17 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -57,6 +61,9 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   [[nodiscard]] bool closed() const { return closed_; }
   [[nodiscard]] size_t pending_messages() const { return pending_.size(); }
 
+  // With FramingOptions::tls: the TLS handshake (as the server or the client), then `next`; without: `next`
+  // at once. A failed handshake closes the connection. Call before anything is read or written.
+  void SecureThen(bool server, std::function<void()> next);
   // Replaces the (unopened) socket by an accepted one. REQUIRES: its executor is strand().
   void AdoptSocket(boost::asio::ip::tcp::socket&& socket) { socket_ = std::move(socket); }
   // Frames read from now on may be up to options.max_frame_bytes (until then: kHandshakeFrameLimit).
@@ -99,6 +106,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
 
   // State below is touched on strand_ only.
   boost::asio::ip::tcp::socket socket_;
+  std::optional<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls_;  // over socket_, once secured
   boost::asio::steady_timer flush_timer_;
   uint32_t frame_limit_ = kHandshakeFrameLimit;  // largest frame accepted now
   bool closed_ = false;

@@ -9,7 +9,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace ringlimit::peer {
 
@@ -36,7 +41,23 @@ struct FramingOptions {
   // write share the next one. A positive window batches more at low concurrency but costs a timer
   // and an event-loop wake-up per frame, and adds that much latency. Default: 0.
   std::chrono::microseconds coalesce_delay{0};
+
+  // --- Affects behaviour ---
+
+  // TLS on every connection (MakeTlsContext, below): the server side's context for PeerServerOptions, the
+  // client side's for PeerClientOptions. A peer that does not complete the TLS handshake is dropped (counted
+  // as an auth failure). Null: plain TCP. Default: null.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
+
+// A TLS context for the peer port: this node's certificate chain and key (PEM files), and the cluster's CA
+// (PEM), which every peer's certificate must chain to -- on both sides (mutual TLS): a server refuses a
+// client without such a certificate, a client a server. Peers are addressed by IP, so no host name is
+// checked: the CA is the trust anchor (and --cluster-secret still authenticates each peer). TLS 1.2+.
+// Returns null and sets `error` when a file cannot be read or the key does not match the certificate.
+std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(bool server, const std::string& cert_file,
+                                                          const std::string& key_file,
+                                                          const std::string& ca_file, std::string* error);
 
 struct PeerServerOptions {
   // --- Affects behaviour ---

@@ -95,12 +95,7 @@ class ServerSession : public FramedConnection {
     }
     boost::system::error_code ignored;
     socket().set_option(tcp::no_delay(true), ignored);
-    server_nonce_ = auth::RandomNonce();
-    transport::Frame hello;
-    hello.mutable_hello()->set_version(kProtocolVersion);
-    hello.mutable_hello()->set_server_nonce(server_nonce_);
-    hello.mutable_hello()->set_auth_required(!shared_->options.cluster_secret.empty());
-    SendControlFrame(hello);
+    // The handshake timer covers the TLS handshake (when the port has TLS) and the hello exchange.
     handshake_timer_.expires_after(shared_->options.handshake_timeout);
     handshake_timer_.async_wait([self = Self()](boost::system::error_code ec) {
       if (ec || self->closed() || self->phase_ == Phase::kOpen) return;
@@ -108,6 +103,16 @@ class ServerSession : public FramedConnection {
       spdlog::warn("peer: connection did not complete the handshake in time; closing it");
       self->Close();
     });
+    SecureThen(/*server=*/true, [self = Self()] { self->Hello(); });
+  }
+
+  void Hello() {
+    server_nonce_ = auth::RandomNonce();
+    transport::Frame hello;
+    hello.mutable_hello()->set_version(kProtocolVersion);
+    hello.mutable_hello()->set_server_nonce(server_nonce_);
+    hello.mutable_hello()->set_auth_required(!shared_->options.cluster_secret.empty());
+    SendControlFrame(hello);
     StartReading();
   }
 

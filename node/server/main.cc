@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "node/cluster/cluster.h"
+#include "node/peer/peer_options.h"
 #include "node/server/file_watcher.h"
 #include "node/server/node.h"
 
@@ -161,6 +162,7 @@ Parsed ParseFlags(int argc, char** argv) {
   std::string listen, log_level, config;
   std::string admin_token_file, cluster_secret_file;
   std::string max_memory;
+  std::string peer_tls_cert, peer_tls_key, peer_tls_ca;
   bool insecure = false;
   std::string auth_missing_key;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
@@ -297,6 +299,11 @@ Parsed ParseFlags(int argc, char** argv) {
       "tls-cert", po::value(&n.http.tls_cert_file),
       "serve the HTTP API (and --grpc-listen) over TLS with this PEM certificate chain; needs --tls-key")(
       "tls-key", po::value(&n.http.tls_key_file), "the PEM private key of --tls-cert")(
+      "peer-tls-cert", po::value(&peer_tls_cert),
+      "TLS on the peer port with this PEM certificate chain (mutual: every peer needs one signed by "
+      "--peer-tls-ca); needs --peer-tls-key and --peer-tls-ca, on every node")(
+      "peer-tls-key", po::value(&peer_tls_key), "the PEM private key of --peer-tls-cert")(
+      "peer-tls-ca", po::value(&peer_tls_ca), "the PEM CA every peer's certificate must chain to")(
       "admin-token-file", po::value(&admin_token_file),
       "read --admin-token from this file (trailing whitespace dropped); or set RINGLIMIT_ADMIN_TOKEN")(
       "admin-token", po::value(&n.api.admin_token),
@@ -423,6 +430,19 @@ Parsed ParseFlags(int argc, char** argv) {
   if (n.http.max_header_bytes < 256) return bad("--max-header-bytes must be at least 256");
   if (n.http.tls_cert_file.empty() != n.http.tls_key_file.empty()) {
     return bad("give both --tls-cert and --tls-key (or neither)");
+  }
+  if (!peer_tls_cert.empty() || !peer_tls_key.empty() || !peer_tls_ca.empty()) {
+    if (peer_tls_cert.empty() || peer_tls_key.empty() || peer_tls_ca.empty()) {
+      return bad("give all of --peer-tls-cert, --peer-tls-key and --peer-tls-ca (or none)");
+    }
+    std::string error;
+    n.cluster.peer_tls_server =
+        ringlimit::peer::MakeTlsContext(true, peer_tls_cert, peer_tls_key, peer_tls_ca, &error);
+    if (n.cluster.peer_tls_server != nullptr) {
+      n.cluster.peer_tls_client =
+          ringlimit::peer::MakeTlsContext(false, peer_tls_cert, peer_tls_key, peer_tls_ca, &error);
+    }
+    if (n.cluster.peer_tls_client == nullptr) return bad(error);
   }
   n.http.read_timeout = std::chrono::milliseconds(read_timeout_ms);
   n.http.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);

@@ -2,8 +2,9 @@
 # TLS on the HTTP API and the gRPC port (--tls-cert / --tls-key), from outside as a user runs it: a
 # certificate authority and a server certificate made with openssl, a node started with them, then curl
 # (checks over https, verified against the CA; plain HTTP refused) and Debian's python3-grpcio
-# (/usr/bin/python3: Gubernator HealthCheck over TLS; a plaintext channel fails). Bad TLS flags stop the
-# node at start with a message.
+# (/usr/bin/python3: Gubernator HealthCheck over TLS; a plaintext channel fails). Then the peer port over
+# mutual TLS: two nodes form a cluster and forward checks; one without a certificate cannot join. Bad TLS
+# flags stop a node at start with a message.
 #
 #   RINGLIMITD=build/release/node/server/ringlimitd tests/scripts/tls_test.sh
 set -euo pipefail
@@ -96,4 +97,61 @@ PY
 kill -TERM "$pid"
 wait "$pid" || fail "the node did not exit cleanly on SIGTERM"
 pid=""
-echo "PASS: TLS on the HTTP API and gRPC"
+
+# The peer port over mutual TLS: two nodes with certificates from the CA form a cluster and forward checks to
+# each other; a node without a certificate cannot join them (its TLS handshake is refused).
+peer_tls=(--peer-tls-cert "$work/node.pem" --peer-tls-key "$work/node.key" --peer-tls-ca "$work/ca.pem")
+if "$RINGLIMITD" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --peer-tls-cert "$work/node.pem" \
+  --peer-tls-key "$work/node.key" >"$work/bad.log" 2>&1; then
+  fail "a node started with --peer-tls-cert and no --peer-tls-ca"
+fi
+grep -q -- "give all of --peer-tls-cert, --peer-tls-key and --peer-tls-ca" "$work/bad.log" ||
+  fail "no message for a missing --peer-tls-ca: $(cat "$work/bad.log")"
+pids=()
+start_node() {  # NAME [FLAGS...]: starts a node writing $work/NAME.ports.json
+  local name=$1
+  shift
+  "$RINGLIMITD" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --node-id "$name" --port-file "$work/$name.ports.json" \
+    "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+}
+wait_ports() {
+  local deadline=$((SECONDS + 30))
+  until [[ -s "$work/$1.ports.json" ]]; do
+    ((SECONDS < deadline)) || fail "$1 wrote no port file"
+    sleep 0.1
+  done
+}
+cleanup_cluster() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
+trap 'cleanup_cluster; cleanup' EXIT
+start_node a "${peer_tls[@]}"
+wait_ports a
+a_peer=$(jq -r .peer_port "$work/a.ports.json")
+start_node b "${peer_tls[@]}" --join "127.0.0.1:$a_peer"
+start_node plain --join "127.0.0.1:$a_peer"
+wait_ports b
+wait_ports plain
+b_http=$(jq -r .http "$work/b.ports.json")
+plain_http=$(jq -r .http "$work/plain.ports.json")
+deadline=$((SECONDS + 30))
+until [[ $(curl -s "http://127.0.0.1:$b_http/v1/cluster" | jq '[.members[] | select(.state == "alive")] | length' 2>/dev/null) == 2 ]]; do
+  ((SECONDS < deadline)) || fail "b did not see a and b alive over the TLS peer port: $(curl -s "http://127.0.0.1:$b_http/v1/cluster")"
+  sleep 0.1
+done
+# Checks of keys a owns are forwarded to it over TLS and decided there.
+checks=$(jq -nc '{checks: [range(0; 40) | {key: ("k\(.)"), limit: 5, window_ms: 60000}]}')
+body=$(curl -s -H 'Content-Type: application/json' -d "$checks" "http://127.0.0.1:$b_http/v1/check")
+[[ $(jq '[.results[] | select(.allowed and .owner == "a")] | length' <<<"$body") -gt 0 ]] ||
+  fail "no check was decided by a through the TLS peer port: $body"
+[[ $(jq '[.results[] | select(.allowed | not)] | length' <<<"$body") == 0 ]] || fail "a check was refused: $body"
+# The node without a certificate never joins: a refuses its handshake, it is not ready, the others do not list it.
+deadline=$((SECONDS + 15))
+until grep -q "peer: TLS handshake failed" "$work/a.log"; do
+  ((SECONDS < deadline)) || fail "a logged no refused TLS handshake from the node without a certificate"
+  sleep 0.1
+done
+[[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$plain_http/readyz") != 200 ]] ||
+  fail "a node without a peer certificate joined the TLS cluster"
+[[ $(curl -s "http://127.0.0.1:$b_http/v1/cluster" | jq '[.members[] | select(.id == "plain")] | length') == 0 ]] ||
+  fail "the TLS cluster lists the node without a certificate"
+echo "PASS: TLS on the HTTP API, gRPC and the peer port"
