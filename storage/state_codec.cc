@@ -47,6 +47,10 @@ std::optional<StoredState> StateFromProto(std::string_view name, const state::St
   for (int i = 0; i < 3; ++i) plain.word[i] = msg.word(i);
   plain.tail.assign(msg.tail().begin(), msg.tail().end());
   s.state = limiter::FromPlain(s.spec, plain, kLegacyContributor, std::max<uint64_t>(1, msg.version()));
+  // Words no limiter could have written (a negative level, a corrupt row) convert to a merged state that
+  // its own encoding refuses: the row would decode now and be lost at its next write-back. Refuse it now,
+  // as any other corrupt row (found by fuzz/stored_state_fuzz.cc).
+  if (!limiter::ParseMergeState(limiter::EncodeMergeState(s.state)).ok()) return std::nullopt;
   return s;
 }
 
