@@ -6,7 +6,6 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-
 #include "state.pb.h"
 
 namespace ringlimit::fuzz {
@@ -17,7 +16,6 @@ inline bool QuietProtobuf() {
   google::protobuf::SetLogHandler(nullptr);
   return true;
 }
-
 
 }  // namespace ringlimit::fuzz
 
