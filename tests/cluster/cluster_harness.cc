@@ -56,23 +56,6 @@ std::string ErrorCode(const ClientResponse& response) {
   return error == nullptr ? "" : StringField(*error, "code");
 }
 
-uint16_t PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 const MemberView* ClusterView::Find(std::string_view id) const {
   for (const auto& m : members) {
     if (m.id == id) return &m;
@@ -256,18 +239,14 @@ Result<size_t> Cluster::AddNode(std::vector<std::string> extra_args, std::vector
   m.extra_args = std::move(extra_args);
   m.address = PlacementOf(m.id).address;
   m.env = std::move(env);
-  // A port another node of this cluster already uses is skipped; others are unlikely to take it in the
-  // moment between picking and binding.
-  for (int attempt = 0; attempt < 20 && m.peer_port == 0; ++attempt) {
-    const uint16_t port = PickFreePort();
-    const bool taken =
-        std::any_of(nodes_.begin(), nodes_.end(), [&](const Member& o) { return o.peer_port == port; });
-    if (port != 0 && !taken) m.peer_port = port;
-  }
-  if (m.peer_port == 0) return std::string("no free peer port");
+  // The first start binds an ephemeral peer port (picking a free one beforehand raced with other tests
+  // taking it before the node bound it); restarts keep that port, as a restarted node keeps its address.
   auto process = Launch(m, AnyRunningExcept(nodes_.size()));
   if (!process) return process.error();
   m.process = std::move(*process);
+  const auto peer_port = m.process->port("peer_port");
+  if (!peer_port || *peer_port == 0) return m.id + ": no peer_port in its port file";
+  m.peer_port = *peer_port;
   nodes_.push_back(std::move(m));
   return nodes_.size() - 1;
 }

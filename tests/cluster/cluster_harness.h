@@ -47,9 +47,6 @@ namespace ringlimit::testing {
 // `value[name]` as a string if it is one, else "".
 [[nodiscard]] std::string StringField(const boost::json::value& value, std::string_view name);
 
-// A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released). 0 on failure.
-[[nodiscard]] uint16_t PickFreePort();
-
 // A member as one node's GET /v1/cluster shows it.
 struct MemberView {
   std::string id;
