@@ -94,8 +94,8 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
     if (!known_domain) continue;  // Envoy's ratelimit answers OK for a domain it does not know
     if (descriptor.has_limit()) {
       const auto unit = static_cast<int>(descriptor.limit().unit());
-      if (unit < static_cast<int>(rls::Unit::kSecond) || unit > static_cast<int>(rls::Unit::kDay)) {
-        return Invalid(at + ".limit.unit: must be SECOND, MINUTE, HOUR or DAY");
+      if (unit < static_cast<int>(rls::Unit::kSecond) || unit > static_cast<int>(rls::Unit::kWeek)) {
+        return Invalid(at + ".limit.unit: must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
       }
       rls::RlsLimit& limit = job->overrides.emplace_back();
       limit.requests_per_unit = descriptor.limit().requests_per_unit();
@@ -131,7 +131,9 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
     item.round = round;
     item.index = static_cast<int32_t>(batch.checks().size());
     const std::string& name = job->names.emplace_back(StateName(*item.limit));
-    batch.AddInline(key, name, spec, cost, /*reset=*/false, static_cast<size_t>(i));
+    // A descriptor's own hits_addend (0 allowed: only checks) wins over the request's.
+    const uint64_t hits = descriptor.has_hits_addend() ? descriptor.hits_addend().value() : cost;
+    batch.AddInline(key, name, spec, hits, /*reset=*/false, static_cast<size_t>(i));
   }
   return std::nullopt;
 }

@@ -24,6 +24,8 @@ descriptors:
     shadow_mode: true
   - key: bucket
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 3}
 )";
 
 class RlsHandlersTest : public ApiTest {
@@ -70,6 +72,47 @@ TEST_F(RlsHandlersTest, FixedWindowsAreAlignedOnTheEpochAndReset) {
   rlsv3::RateLimitResponse b = Call("user", "u1");
   EXPECT_EQ(b.overall_code(), rlsv3::RateLimitResponse::OK);
   EXPECT_EQ(b.statuses(0).limit_remaining(), 1u);
+}
+
+TEST_F(RlsHandlersTest, MonthsAreThirtyDaysAlignedOnTheEpochAsInEnvoysRatelimit) {
+  // envoyproxy/ratelimit: a month is 30 days and its windows start at multiples of 30 days since the epoch.
+  const limiter::TimeNs month = 30 * 86400 * limiter::kSecond;
+  Advance(month - now_ % month + 86400 * limiter::kSecond);  // one day into a window
+  rlsv3::RateLimitResponse a = Call("monthly", "m", 2);
+  EXPECT_EQ(a.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(a.statuses(0).current_limit().unit(), rlsv3::RateLimitResponse::RateLimit::MONTH);
+  EXPECT_EQ(a.statuses(0).duration_until_reset().seconds(), 29 * 86400);
+  EXPECT_EQ(Call("monthly", "m", 2).overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  Advance(29 * 86400 * limiter::kSecond);
+  EXPECT_EQ(Call("monthly", "m").statuses(0).limit_remaining(), 2u);
+}
+
+TEST_F(RlsHandlersTest, ADescriptorsOwnHitsAddendAndAWeekOverride) {
+  rlsv3::RateLimitRequest request;
+  request.set_domain("d");
+  request.set_hits_addend(5);  // for descriptors without their own
+  auto add = [&](std::string value, std::optional<uint64_t> hits) {
+    auto* descriptor = request.add_descriptors();
+    auto* entry = descriptor->add_entries();
+    entry->set_key("user");
+    entry->set_value(std::move(value));
+    auto* limit = descriptor->mutable_limit();
+    limit->set_requests_per_unit(10);
+    limit->set_unit(envoy::type::v3::WEEK);
+    if (hits) descriptor->mutable_hits_addend()->set_value(*hits);
+  };
+  add("a", 1);             // its own: 1
+  add("b", std::nullopt);  // the request's: 5
+  add("c", 0);             // 0: only checks
+  rlsv3::RateLimitResponse response;
+  handler_->ShouldRateLimit(request, config_, &response, [](std::optional<ApiError> e) { EXPECT_FALSE(e); });
+  ASSERT_EQ(response.statuses_size(), 3);
+  EXPECT_EQ(response.statuses(0).limit_remaining(), 9u);
+  EXPECT_EQ(response.statuses(1).limit_remaining(), 5u);
+  EXPECT_EQ(response.statuses(2).limit_remaining(), 10u);
+  EXPECT_EQ(response.statuses(0).current_limit().unit(), rlsv3::RateLimitResponse::RateLimit::WEEK);
+  const limiter::DurationNs week = 7 * 86400 * limiter::kSecond;  // windows from the epoch
+  EXPECT_EQ(response.statuses(0).duration_until_reset().seconds(), (week - now_ % week) / limiter::kSecond);
 }
 
 TEST_F(RlsHandlersTest, ShadowModeCountsWhatItWouldHaveDenied) {

@@ -53,7 +53,7 @@ std::optional<RlsLimit> ParseRateLimit(const YAML::Node& node, const std::string
       if (!s) return std::nullopt;
       auto unit = ParseUnit(*s);
       if (!unit) {
-        *error = at + ": unknown unit '" + *s + "' (second, minute, hour or day)";
+        *error = at + ": unknown unit '" + *s + "' (second, minute, hour, day, week, month or year)";
         return std::nullopt;
       }
       limit.unit = *unit;
@@ -189,6 +189,9 @@ std::optional<Unit> ParseUnit(std::string_view name) {
   if (lower == "minute") return Unit::kMinute;
   if (lower == "hour") return Unit::kHour;
   if (lower == "day") return Unit::kDay;
+  if (lower == "week") return Unit::kWeek;
+  if (lower == "month") return Unit::kMonth;
+  if (lower == "year") return Unit::kYear;
   return std::nullopt;
 }
 
@@ -202,6 +205,12 @@ limiter::DurationNs UnitDuration(Unit unit) {
       return 3600 * limiter::kSecond;
     case Unit::kDay:
       return 86400 * limiter::kSecond;
+    case Unit::kWeek:
+      return 7 * 86400 * limiter::kSecond;
+    case Unit::kMonth:
+      return 30 * 86400 * limiter::kSecond;
+    case Unit::kYear:
+      return 365 * 86400 * limiter::kSecond;
   }
   return limiter::kSecond;
 }

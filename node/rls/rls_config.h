@@ -36,8 +36,9 @@
 namespace ringlimit::node::rls {
 
 // The units of envoyproxy/ratelimit's rate_limit.unit; the numbers are the RateLimitResponse.RateLimit.Unit
-// enumerators of Envoy's rls.proto.
-enum class Unit : uint8_t { kSecond = 1, kMinute = 2, kHour = 3, kDay = 4 };
+// enumerators of Envoy's rls.proto. As in envoyproxy/ratelimit, a week is 7 days, a month 30 days and a
+// year 365 days, and every window starts at a multiple of its length since the Unix epoch.
+enum class Unit : uint8_t { kSecond = 1, kMinute = 2, kHour = 3, kDay = 4, kMonth = 5, kYear = 6, kWeek = 7 };
 
 [[nodiscard]] std::optional<Unit> ParseUnit(std::string_view name);  // case-insensitive
 [[nodiscard]] limiter::DurationNs UnitDuration(Unit unit);

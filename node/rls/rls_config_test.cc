@@ -114,12 +114,21 @@ TEST(RlsConfigTest, UnlimitedAndUnknownDomain) {
   EXPECT_NE(config->Match("other", Entries{{"k", "1"}}).rule, nullptr);
 }
 
+TEST(RlsConfigTest, UnitsAsEnvoysRatelimitCountsThem) {
+  EXPECT_EQ(UnitDuration(*ParseUnit("Week")), 7 * 86400 * limiter::kSecond);
+  EXPECT_EQ(UnitDuration(*ParseUnit("month")), 30 * 86400 * limiter::kSecond);
+  EXPECT_EQ(UnitDuration(*ParseUnit("YEAR")), 365 * 86400 * limiter::kSecond);
+  EXPECT_EQ(static_cast<int>(*ParseUnit("week")), 7);  // RateLimitResponse.RateLimit.Unit.WEEK
+  EXPECT_FALSE(ParseUnit("weeks"));
+}
+
 TEST(RlsConfigTest, RejectsBadFilesWithThePlace) {
   EXPECT_NE(ParseError("domain: [").find("not valid YAML"), std::string::npos);
   EXPECT_NE(ParseError("descriptors: []").find("needs a non-empty domain"), std::string::npos);
   EXPECT_NE(
-      ParseError("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: week, requests_per_unit: 1}\n")
-          .find("descriptors[0].rate_limit.unit: unknown unit 'week'"),
+      ParseError(
+          "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+          .find("descriptors[0].rate_limit.unit: unknown unit 'fortnight'"),
       std::string::npos);
   EXPECT_NE(ParseError("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n")
                 .find("needs unit and requests_per_unit"),
