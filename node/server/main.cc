@@ -594,6 +594,23 @@ int main(int argc, char** argv) {
     main_io.stop();
   };
   ringlimit::node::Node node(flags.node);
+  // The rate limit service's config is also reread when its file changes (as envoyproxy/ratelimit does);
+  // a bad file is logged and the previous config stays in force, as on SIGHUP. Watched before the node
+  // reads it and says it is ready, so no change written after either is missed.
+  std::optional<ringlimit::node::FileWatcher> rls_watcher;
+  if (!flags.node.rls_config_path.empty()) {
+    rls_watcher.emplace(main_io, flags.node.rls_config_path, [&] {
+      if (ringlimit::Status reloaded = node.ReloadRlsConfig(); !reloaded.ok()) {
+        spdlog::error("{} changed: rls config not reloaded, the previous one stays in force: {}",
+                      flags.node.rls_config_path, reloaded.message());
+      } else {
+        spdlog::info("{} changed: rls config reloaded", flags.node.rls_config_path);
+      }
+    });
+    if (auto failed = rls_watcher->Start()) {
+      spdlog::warn("--rls-config is reloaded on SIGHUP only: {}", *failed);
+    }
+  }
   if (auto started = node.Start(); !started) {
     spdlog::critical("cannot start: {}", started.error());
     return kExitStartFailed;
@@ -632,22 +649,6 @@ int main(int argc, char** argv) {
         main_io.stop();
       };
   signals.async_wait(on_signal);
-  // The rate limit service's config is also reread when its file changes (as envoyproxy/ratelimit does);
-  // a bad file is logged and the previous config stays in force, as on SIGHUP.
-  std::optional<ringlimit::node::FileWatcher> rls_watcher;
-  if (!flags.node.rls_config_path.empty()) {
-    rls_watcher.emplace(main_io, flags.node.rls_config_path, [&] {
-      if (ringlimit::Status reloaded = node.ReloadRlsConfig(); !reloaded.ok()) {
-        spdlog::error("{} changed: rls config not reloaded, the previous one stays in force: {}",
-                      flags.node.rls_config_path, reloaded.message());
-      } else {
-        spdlog::info("{} changed: rls config reloaded", flags.node.rls_config_path);
-      }
-    });
-    if (auto failed = rls_watcher->Start()) {
-      spdlog::warn("--rls-config is reloaded on SIGHUP only: {}", *failed);
-    }
-  }
   main_io.run();
   rls_watcher.reset();
   node.Stop();
