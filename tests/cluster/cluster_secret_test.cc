@@ -1,6 +1,7 @@
 // --cluster-secret at process level: nodes sharing the secret form a cluster and forward to each other;
 // a node with another secret never joins (its handshakes are refused and counted by the members it
-// tries), and bytes that are not the peer protocol are dropped on the peer port without harming the node.
+// tries), a member announcing more virtual nodes than --max-member-vnodes is refused, and bytes that are not
+// the peer protocol are dropped on the peer port without harming the node.
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -100,6 +101,41 @@ TEST_F(ClusterSecretTest, ANodeWithAnotherSecretCannotJoin) {
     auto view = FetchClusterView(cluster_->http_port(i));
     ASSERT_TRUE(view) << view.error();
     EXPECT_EQ(view->Find("intruder"), nullptr) << cluster_->id(i) << " lists the intruder";
+  }
+}
+
+// A member that knows the secret but announces 4096 virtual nodes (it would own ~99% of the ring) is
+// refused by members keeping the default --max-member-vnodes 512: counted, never listed, and the keys stay
+// with the members that were there.
+TEST_F(ClusterSecretTest, AMemberAnnouncingTooManyVnodesIsRefused) {
+  const auto refused = [&](size_t i) {
+    return MetricValue(cluster_->http_port(i), "ringlimit_membership_dropped_records_total",
+                       "reason=\"too_many_vnodes\"");
+  };
+  ASSERT_EQ(refused(0), 0);
+  NodeProcessOptions options;
+  options.args = {
+      "--threads",           "1",     "--node-id", "greedy",
+      "--cluster-secret",    kSecret, "--vnodes",  "4096",
+      "--max-member-vnodes", "4096",  "--join",    "127.0.0.1:" + std::to_string(cluster_->peer_port(0))};
+  options.ready_path = "/healthz";  // it may never become ready: nobody takes it in
+  auto greedy = NodeProcess::Start(std::move(options));
+  ASSERT_TRUE(greedy) << greedy.error();
+  auto counted = WaitFor("n1 and n2 refuse the greedy member's records",
+                         std::chrono::milliseconds(10'000 * kSlowdown), [&](std::string* why) {
+                           *why =
+                               "refused " + std::to_string(refused(0)) + " / " + std::to_string(refused(1));
+                           return refused(0) > 0 && refused(1) > 0;
+                         });
+  EXPECT_TRUE(counted) << counted.error() << "\n" << (*greedy)->Log();
+  ExpectClusterIntact();  // exactly n1 and n2, alive, on both
+  auto view = FetchClusterView(cluster_->http_port(0));
+  ASSERT_TRUE(view) << view.error();
+  for (int k = 0; k < 20; ++k) {
+    HttpClient client(cluster_->http_port(1));
+    auto outcome = PostCheck(client, "greedy-" + std::to_string(k));
+    ASSERT_TRUE(outcome) << outcome.error();
+    EXPECT_TRUE(outcome->owner == "n1" || outcome->owner == "n2") << outcome->body;
   }
 }
 
