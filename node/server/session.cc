@@ -457,11 +457,24 @@ void Session::FinishIfDone() {
 }
 
 void Session::Linger() {
+  if (phase_ != ReadPhase::kLinger) {
+    phase_ = ReadPhase::kLinger;
+    read_deadline_ = Clock::now() + kLingerTime;
+  }
+  buffer_.clear();
+  if (tls_ && !tls_closing_) {
+    // TLS ends with close_notify (a client that sees the TCP close without it may report a truncation
+    // attack); then the client's own close_notify, or anything else it still sends, ends the linger.
+    tls_closing_ = true;
+    tls_->async_shutdown([self = shared_from_this()](error_code ec) {
+      if (self->closed_) return;
+      if (!ec) return self->Close();
+      self->Linger();  // it kept sending: drain as for plain HTTP, under the same deadline
+    });
+    return;
+  }
   error_code ignored;
   socket_.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
-  phase_ = ReadPhase::kLinger;
-  read_deadline_ = Clock::now() + kLingerTime;
-  buffer_.clear();
   socket_.async_read_some(buffer_.prepare(16 << 10),
                           [self = shared_from_this()](error_code ec, size_t) { self->OnLinger(ec); });
 }

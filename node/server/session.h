@@ -134,6 +134,7 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::ip::tcp::socket socket_;  // its executor is this connection's strand
   // TLS over socket_ (ServerShared::tls set), else empty.
   std::optional<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls_;
+  bool tls_closing_ = false;  // close_notify sent (Linger)
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   const Strand* strand_;  // that strand (null if the socket's executor is something else)
   boost::asio::steady_timer ticker_;

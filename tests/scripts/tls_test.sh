@@ -78,6 +78,27 @@ code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$po
 # The node still serves after those.
 https -o /dev/null "https://127.0.0.1:$port/healthz" || fail "the node stopped serving https"
 
+# A connection the node closes (Connection: close, and a 400 that closes it) ends with TLS close_notify, not
+# a bare TCP close: Python's ssl, told not to ignore an unexpected EOF, raises on a close without it.
+/usr/bin/python3 - "$port" "$work/ca.pem" <<'PY' 2>"$work/close.err" || fail "TLS close: $(tail -5 "$work/close.err")"
+import socket, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+context = ssl.create_default_context(cafile=ca)
+context.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF  # set by default since Python 3.10
+for request, status in ((b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b" 200 "),
+                        (b"GET /v1/check?limit=-1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b" 400 ")):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=False) as tls:
+            tls.sendall(request)
+            answer = b""
+            while True:
+                chunk = tls.recv(65536)  # raises SSLEOFError on a TCP close without close_notify
+                if not chunk:
+                    break
+                answer += chunk
+            assert status in answer.split(b"\r\n", 1)[0], answer[:200]
+PY
+
 # gRPC over TLS: Gubernator's HealthCheck (an empty request) answers; a plaintext channel does not.
 /usr/bin/python3 - "$grpc_port" "$work/ca.pem" <<'PY' 2>"$work/grpc.err" || fail "gRPC over TLS: $(tail -5 "$work/grpc.err")"
 import sys, grpc
