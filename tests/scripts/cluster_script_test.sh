@@ -13,38 +13,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 script=${CLUSTER_SCRIPT:-$root/scripts/cluster}  # CLUSTER_SCRIPT: try a modified copy
-[[ -x "${RINGLIMITD:-}" ]] || { echo "FAIL: set RINGLIMITD to the ringlimitd binary" >&2; exit 1; }
-for tool in curl jq ss; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/bootstrap installs it)" >&2; exit 1; }
-done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-script-test-XXXXXX")
-RINGLIMIT_CLUSTER_DIR="$work/cluster"
-export RINGLIMIT_CLUSTER_DIR RINGLIMITD
-export RINGLIMIT_CLUSTER_TIMEOUT=${RINGLIMIT_CLUSTER_TIMEOUT:-60}
-export RINGLIMIT_NODE_FLAGS="--threads 2"
-
-# A free port range for the cluster (tests/scripts/ports.sh), from 20000-29999.
+# Its own cluster directory and a free port range from 20000-29999 (tests/scripts/ports.sh), cleaned up on exit.
 source "$root/tests/scripts/ports.sh"
-RINGLIMIT_BASE_PORT=$(pick_base 20000) || { echo "FAIL: no free port range" >&2; exit 1; }
-export RINGLIMIT_BASE_PORT
-
-cleanup() {
-  local rc=$?
-  # Stop whatever is left (by the pids the script recorded), then remove the directory.
-  "$script" down --wipe >/dev/null 2>&1 || true
-  for f in "$RINGLIMIT_CLUSTER_DIR"/n*/pid; do
-    [[ -f "$f" ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
-  done
-  if ((rc != 0)); then
-    for log in "$RINGLIMIT_CLUSTER_DIR"/n*/log; do
-      [[ -f "$log" ]] && { echo "--- $log (tail) ---"; tail -n 30 "$log"; }
-    done
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
+script_cluster_env "$script" 20000 script-test
 
 step=0
 fail() { echo "FAIL (step $step): $*" >&2; exit 1; }

@@ -9,43 +9,20 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[[ -x "${RINGLIMITD:-}" ]] || { echo "FAIL: set RINGLIMITD to the ringlimitd binary" >&2; exit 1; }
-for tool in curl jq ss promtool /usr/bin/python3; do
+for tool in promtool /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/bootstrap installs it)" >&2; exit 1; }
 done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-metrics-test-XXXXXX")
-RINGLIMIT_CLUSTER_DIR="$work/cluster"
-export RINGLIMIT_CLUSTER_DIR RINGLIMITD
-export RINGLIMIT_CLUSTER_TIMEOUT=${RINGLIMIT_CLUSTER_TIMEOUT:-60}
-export RINGLIMIT_NODE_FLAGS="--threads 2"
+# Its own cluster directory and port range (the other script tests take theirs from 10000 and 20000 up).
 source "$root/tests/scripts/ports.sh"
-# Its own port range (the other script tests take theirs from 10000 and 20000 up).
-RINGLIMIT_BASE_PORT=$(pick_base 1100) || { echo "FAIL: no free port range" >&2; exit 1; }
-export RINGLIMIT_BASE_PORT
-
-cleanup() {
-  local rc=$?
-  "$root/scripts/cluster" down --wipe >/dev/null 2>&1 || true
-  for f in "$RINGLIMIT_CLUSTER_DIR"/n*/pid; do
-    [[ -f "$f" ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
-  done
-  if ((rc != 0)); then
-    for log in "$RINGLIMIT_CLUSTER_DIR"/n*/log; do
-      [[ -f "$log" ]] && { echo "--- $log (tail) ---"; tail -n 30 "$log"; }
-    done
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
+script_cluster_env "$root/scripts/cluster" 1100 metrics-test
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$root/scripts/cluster" up 3 >"$work/up.log" 2>&1 || fail "scripts/cluster up 3: $(tail -5 "$work/up.log")"
 http() { echo $((RINGLIMIT_BASE_PORT + $1)); }
 grpc() { echo $((RINGLIMIT_BASE_PORT + 200 + $1)); }
 
-# Traffic through every node: 20 keys, limit 3, 5 checks each -- allowed and denied, most forwarded.
+# Traffic through every node: 20 keys of limit 3, each checked on every node (most forwarded to another
+# owner), m1 and m2 past their limit.
 for i in 1 2 3; do
   for k in $(seq 1 20); do
     curl -s -o /dev/null "http://127.0.0.1:$(http "$i")/v1/check?key=m$k&limit=3&window_ms=60000&algorithm=token_bucket"
