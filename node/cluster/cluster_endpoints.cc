@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,14 @@ void Sample(std::string* out, std::string_view name, std::string_view labels, ui
   out->append(name);
   if (!labels.empty()) out->append("{").append(labels).append("}");
   out->append(" ").append(std::to_string(value)).append("\n");
+}
+
+// One sample per value of one label: `name{label="value"} count` for each (value, count) pair.
+void SampleEach(std::string* out, std::string_view name, std::string_view label,
+                std::initializer_list<std::pair<const char*, uint64_t>> samples) {
+  for (const auto& [value, count] : samples) {
+    Sample(out, name, std::string(label) + "=\"" + value + "\"", count);
+  }
 }
 
 void SampleDouble(std::string* out, std::string_view name, std::string_view labels, double value) {
@@ -244,12 +253,13 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "decided here because no other holder answered (fallback_local), refused because no holder answered "
          "(closed, --failure-mode closed), sent on or declined because this node was just paused (paused) or "
          "holds the key's range without its copy yet (unsynced).");
-  const std::pair<const char*, uint64_t> checks[] = {
-      {"forwarded", f.forwarded}, {"relayed", f.relayed}, {"fallback_local", f.fallback_local},
-      {"closed", f.closed},       {"paused", f.paused},   {"unsynced", f.unsynced},
-  };
-  for (const auto& [outcome, value] : checks)
-    Sample(out, "ringlimit_forward_checks_total", std::string("outcome=\"") + outcome + "\"", value);
+  SampleEach(out, "ringlimit_forward_checks_total", "outcome",
+             {{"forwarded", f.forwarded},
+              {"relayed", f.relayed},
+              {"fallback_local", f.fallback_local},
+              {"closed", f.closed},
+              {"paused", f.paused},
+              {"unsynced", f.unsynced}});
   Metric(
       out, "ringlimit_forward_fallback_open_total", "counter",
       "Checks decided here without a holder answering, of keys this node holds no copy of (--failure-mode "
@@ -260,19 +270,18 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Forwarding attempts beyond the first of each check: attempts that got no usable answer (failed), "
          "sent to the next holder after a failure (next_node), timed out and sent again to the same node "
          "(retried_same).");
-  const std::pair<const char*, uint64_t> attempts[] = {
-      {"failed", f.failures}, {"next_node", f.fallback_next}, {"retried_same", f.retried_same}};
-  for (const auto& [result, value] : attempts)
-    Sample(out, "ringlimit_forward_attempts_total", std::string("result=\"") + result + "\"", value);
+  SampleEach(out, "ringlimit_forward_attempts_total", "result",
+             {{"failed", f.failures}, {"next_node", f.fallback_next}, {"retried_same", f.retried_same}});
   Metric(out, "ringlimit_forward_served_checks_total", "counter",
          "Checks other nodes forwarded to this one, by what happened to them here: decided or passed on "
          "(served), passed on to the node this one's routing names (passed_on, part of served), not decided "
          "because their sender had given up on them (expired), relay requests passed on to their decider for "
          "another node (relays).");
-  const std::pair<const char*, uint64_t> served[] = {
-      {"served", f.served}, {"passed_on", f.passed_on}, {"expired", f.expired}, {"relays", f.relays_served}};
-  for (const auto& [outcome, value] : served)
-    Sample(out, "ringlimit_forward_served_checks_total", std::string("outcome=\"") + outcome + "\"", value);
+  SampleEach(out, "ringlimit_forward_served_checks_total", "outcome",
+             {{"served", f.served},
+              {"passed_on", f.passed_on},
+              {"expired", f.expired},
+              {"relays", f.relays_served}});
   Metric(out, "ringlimit_forward_refused_batches_total", "counter",
          "Forwarded batches this node did not decide: malformed, or refused while it was still joining "
          "(refused_joining: the sender fails over to the key's next holder).");
@@ -282,12 +291,13 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
          "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "
          "dropped early because the cache was full (evicted) or at the end of their ttl (expired).");
-  const std::pair<const char*, uint64_t> dedup[] = {
-      {"inserted", f.dedup.inserted},   {"hits", f.dedup.hits},       {"waits", f.dedup.waits},
-      {"abandoned", f.dedup.abandoned}, {"evicted", f.dedup.evicted}, {"expired", f.dedup.expired},
-  };
-  for (const auto& [what, value] : dedup)
-    Sample(out, "ringlimit_forward_dedup_total", std::string("what=\"") + what + "\"", value);
+  SampleEach(out, "ringlimit_forward_dedup_total", "what",
+             {{"inserted", f.dedup.inserted},
+              {"hits", f.dedup.hits},
+              {"waits", f.dedup.waits},
+              {"abandoned", f.dedup.abandoned},
+              {"evicted", f.dedup.evicted},
+              {"expired", f.dedup.expired}});
   Metric(out, "ringlimit_forward_dedup_entries", "gauge", "Request ids of forwarded checks remembered now.");
   Sample(out, "ringlimit_forward_dedup_entries", "", f.dedup.size);
 
@@ -311,13 +321,11 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Membership records received and not taken in: malformed (invalid), not newer than what this node "
          "knew (stale), claiming the id of a live member at another peer address (id_conflict), announcing "
          "more than --max-member-vnodes (too_many_vnodes).");
-  const std::pair<const char*, uint64_t> dropped[] = {{"invalid", m.invalid_updates},
-                                                      {"stale", m.stale_updates},
-                                                      {"id_conflict", m.id_conflicts},
-                                                      {"too_many_vnodes", m.vnodes_refused}};
-  for (const auto& [reason, value] : dropped)
-    Sample(out, "ringlimit_membership_dropped_records_total", std::string("reason=\"") + reason + "\"",
-           value);
+  SampleEach(out, "ringlimit_membership_dropped_records_total", "reason",
+             {{"invalid", m.invalid_updates},
+              {"stale", m.stale_updates},
+              {"id_conflict", m.id_conflicts},
+              {"too_many_vnodes", m.vnodes_refused}});
 
   PeerSamples(out, cluster_.ServerStats(), cluster_.ClientStats());
   Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");
