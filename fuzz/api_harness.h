@@ -73,6 +73,19 @@ class ApiHarness {
     return response;
   }
 
+  // POSTs `body` as application/json to `path` (Send's checks included) and returns what answered, with the
+  // body parsed when the answer is a 200 (null otherwise; a 200 whose body does not parse fails the input).
+  std::pair<node::HttpResponse, boost::json::value> PostJson(std::string_view path, std::string_view body) {
+    node::HttpRequest request{boost::beast::http::verb::post, path, 11};
+    request.set(boost::beast::http::field::content_type, "application/json");
+    request.body() = std::string(body);
+    request.prepare_payload();
+    node::HttpResponse response = Send(std::move(request));
+    boost::json::value answer;
+    if (response.result_int() == 200) answer = boost::json::parse(response.body());
+    return {std::move(response), std::move(answer)};
+  }
+
   // The invariants of any response to any request: never a 5xx (the node is ready and has no cluster,
   // so only a bug answers 500); a JSON Content-Type means a body that parses; every 4xx is JSON -- the
   // error body {"error":{"code","message"}}, Gubernator's gateway error {"code","message"}, or a

@@ -62,14 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   ringlimit::fuzz::ApiHarness harness;
-  ringlimit::node::HttpRequest request{boost::beast::http::verb::post, "/v1/check", 11};
-  request.set(boost::beast::http::field::content_type, "application/json");
-  request.body() = std::string(body);
-  request.prepare_payload();
-  const ringlimit::node::HttpResponse response = harness.Send(std::move(request));
+  const auto [response, answer] = harness.PostJson("/v1/check", body);
   if (response.result_int() == 200) {
     FUZZ_CHECK(parsed, "200 for a body that is not JSON");
-    const boost::json::value answer = boost::json::parse(response.body());
     const auto* results = answer.get_object().if_contains("results");
     // One result per limit: a check names one limit or a policy of one or more.
     FUZZ_CHECK(results != nullptr && results->is_array() && results->get_array().size() >= checks,

@@ -123,6 +123,13 @@ std::optional<limiter::Algorithm> AlgorithmOf(gpb::Algorithm algorithm) {
   return std::nullopt;
 }
 
+// A LEAKY_BUCKET item asking for more than the bucket holds: charged as a whole burst (it empties the
+// bucket) and answered OVER_LIMIT with nothing left, as Gubernator does.
+int64_t BurstOf(const gpb::RateLimitReq& req) { return req.burst() > 0 ? req.burst() : req.limit(); }
+bool LeakyOverBurst(const gpb::RateLimitReq& req) {
+  return req.algorithm() == gpb::LEAKY_BUCKET && req.hits() > BurstOf(req);
+}
+
 // The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
 std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
@@ -145,6 +152,9 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
   // DRAIN_OVER_LIMIT: an over-limit hit empties what is left (Gubernator sets remaining to 0): the
   // limiter's count_denied charges a denied request, and a bucket never holds less than nothing.
   spec->count_denied = (req.behavior() & gpb::DRAIN_OVER_LIMIT) != 0;
+  // LEAKY_BUCKET asked for more than its burst: Gubernator answers the bucket empty and keeps it so (a new
+  // bucket starts full of those hits), so a whole burst is charged, denied or not (LeakyOverBurst).
+  if (LeakyOverBurst(req)) spec->count_denied = true;
   if (spec->limit == 0) return "";  // always over the limit; no state needed
   if (auto invalid = limiter::Validate(*spec)) {
     std::string field = invalid->field == "window" ? "duration" : invalid->field;
@@ -215,8 +225,10 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
     job->check_of[i] = {round, static_cast<int32_t>(batch.checks().size())};
     // RESET_REMAINING starts the state over and ignores the hits, as Gubernator.
     const bool reset = (req.behavior() & gpb::RESET_REMAINING) != 0;
-    batch.AddInline(req.unique_key(), req.name(), spec, reset ? 0 : static_cast<uint64_t>(req.hits()), reset,
-                    i);
+    const uint64_t hits = reset                 ? 0
+                          : LeakyOverBurst(req) ? static_cast<uint64_t>(BurstOf(req))
+                                                : static_cast<uint64_t>(req.hits());
+    batch.AddInline(req.unique_key(), req.name(), spec, hits, reset, i);
   }
   return std::nullopt;
 }
@@ -260,10 +272,9 @@ void Finish(const GubernatorJob& job) {
     resp->set_status(d.allowed ? gpb::UNDER_LIMIT : gpb::OVER_LIMIT);
     resp->set_limit(static_cast<int64_t>(d.limit));
     resp->set_remaining(static_cast<int64_t>(d.remaining));
-    const int64_t burst = req.burst() > 0 ? req.burst() : req.limit();
-    if (req.algorithm() == gpb::LEAKY_BUCKET && !d.allowed && req.hits() > burst && d.reset_after <= 0) {
-      // A new (or fully leaked) bucket asked for more than its burst: Gubernator answers it empty, with
-      // the time a whole burst takes to leak.
+    if (LeakyOverBurst(req)) {
+      // Answered empty, with the time the whole limit takes to leak.
+      resp->set_status(gpb::OVER_LIMIT);
       resp->set_remaining(0);
       resp->set_reset_time(now_ms + req.duration());
     } else if ((req.behavior() & gpb::RESET_REMAINING) != 0) {

@@ -156,6 +156,10 @@ TEST_F(GubernatorNodeTest, ZeroHitsPeeksAndLeakyBucketLeaks) {
   EXPECT_EQ(big.remaining(), 0);
   EXPECT_GE(big.reset_time(), before_ms + 60'000);
   EXPECT_LE(big.reset_time(), before_ms + 70'000);
+  // ... and it stays empty: the next hit waits for the leak (30 s for one of 2 per minute).
+  const gpb::RateLimitResp next = client_->One(Item("leaky-new", 1, 2, 60'000, gpb::LEAKY_BUCKET));
+  EXPECT_EQ(next.status(), gpb::OVER_LIMIT);
+  EXPECT_EQ(next.remaining(), 0);
 }
 
 TEST_F(GubernatorNodeTest, ResetRemainingAsGubernator) {
