@@ -4,8 +4,10 @@
 
 #include <boost/json.hpp>
 #include <charconv>
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <variant>
 
@@ -130,15 +132,74 @@ bool LeakyOverBurst(const gpb::RateLimitReq& req) {
   return req.algorithm() == gpb::LEAKY_BUCKET && req.hits() > BurstOf(req);
 }
 
+// Gubernator's calendar units: `duration` under DURATION_IS_GREGORIAN (GregorianMinutes .. GregorianYears).
+enum Gregorian : int64_t { kMinutes = 0, kHours = 1, kDays = 2, kWeeks = 3, kMonths = 4, kYears = 5 };
+
+struct Period {
+  limiter::TimeNs start = 0;
+  limiter::TimeNs end = 0;  // exclusive
+};
+
+// The UTC calendar period of `unit` that holds `now` (minutes, hours and days start at multiples of their
+// length since the epoch; months and years at their first day). nullopt for weeks and unknown units.
+std::optional<Period> GregorianPeriod(int64_t unit, limiter::TimeNs now) {
+  using namespace std::chrono;
+  auto fixed = [now](limiter::DurationNs length) {
+    const limiter::TimeNs start = (now >= 0 ? now : now - length + 1) / length * length;
+    return Period{start, start + length};
+  };
+  auto ns = [](sys_days day) { return duration_cast<nanoseconds>(day.time_since_epoch()).count(); };
+  const year_month_day today{floor<days>(sys_time<nanoseconds>(nanoseconds(now)))};
+  switch (unit) {
+    case kMinutes:
+      return fixed(60 * limiter::kSecond);
+    case kHours:
+      return fixed(3600 * limiter::kSecond);
+    case kDays:
+      return fixed(86400 * limiter::kSecond);
+    case kMonths: {
+      const year_month_day first = today.year() / today.month() / 1;
+      return Period{ns(sys_days(first)), ns(sys_days(first + months(1)))};
+    }
+    case kYears:
+      return Period{ns(sys_days(today.year() / January / 1)),
+                    ns(sys_days((today.year() + years(1)) / January / 1))};
+    default:
+      return std::nullopt;
+  }
+}
+
+bool IsGregorian(const gpb::RateLimitReq& req) { return (req.behavior() & gpb::DURATION_IS_GREGORIAN) != 0; }
+
+// The item's duration in milliseconds at `now`: its calendar period's whole length under
+// DURATION_IS_GREGORIAN (0 for a unit without one), else `duration`.
+int64_t DurationMs(const gpb::RateLimitReq& req, limiter::TimeNs now) {
+  if (!IsGregorian(req)) return req.duration();
+  const std::optional<Period> period = GregorianPeriod(req.duration(), now);
+  return period ? (period->end - period->start) / limiter::kMillisecond : 0;
+}
+
 // The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
-std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
+std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter::LimitSpec* spec) {
   if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
   if (req.name().empty()) return "field 'namespace' cannot be empty";
   if (req.hits() < 0) return "field 'hits' cannot be negative";
   if (req.limit() < 0) return "field 'limit' cannot be negative";
-  if (req.duration() <= 0) return "field 'duration' must be a positive number of milliseconds";
+  std::optional<Period> period;
+  if (IsGregorian(req)) {
+    // As Gubernator: `duration` names a calendar unit; TOKEN_BUCKET counts in that calendar period (UTC)
+    // and resets at its end, LEAKY_BUCKET leaks `limit` per period.
+    if (req.duration() == kWeeks)
+      return "`Duration = GregorianWeeks` not yet supported; consider making a PR!`";
+    period = GregorianPeriod(req.duration(), now);
+    if (!period)
+      return "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval";
+    if (req.algorithm() == gpb::TOKEN_BUCKET && req.duration() >= kMonths)
+      return "behavior DURATION_IS_GREGORIAN with months or years is not supported for TOKEN_BUCKET yet";
+  } else if (req.duration() <= 0) {
+    return "field 'duration' must be a positive number of milliseconds";
+  }
   if (req.burst() < 0) return "field 'burst' cannot be negative";
-  if (req.behavior() & gpb::DURATION_IS_GREGORIAN) return "behavior DURATION_IS_GREGORIAN is not supported";
   if (req.unique_key().size() > 1024) return "field 'unique_key' is longer than 1024 bytes";
   if (req.name().size() > 256) return "field 'name' is longer than 256 bytes";
   if (static_cast<uint64_t>(req.hits()) > limiter::kMaxCost) return "field 'hits' is too large";
@@ -146,8 +207,15 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::LimitSpec* spec) {
   if (!algorithm) return "field 'algorithm': unknown value";
   spec->algorithm = *algorithm;
   spec->limit = static_cast<uint64_t>(req.limit());
-  if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
-  spec->window = req.duration() * limiter::kMillisecond;
+  if (period) {
+    spec->window = period->end - period->start;
+    // A calendar TOKEN_BUCKET is a window that starts over at the period's end: the epoch-aligned fixed
+    // window of the period's length (minutes, hours, days: UTC periods are such windows).
+    if (*algorithm == limiter::Algorithm::kTokenBucket) spec->algorithm = limiter::Algorithm::kFixedWindow;
+  } else {
+    if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
+    spec->window = req.duration() * limiter::kMillisecond;
+  }
   spec->burst = static_cast<uint64_t>(req.burst());
   // DRAIN_OVER_LIMIT: an over-limit hit empties what is left (Gubernator sets remaining to 0): the
   // limiter's count_denied charges a denied request, and a bucket never holds less than nothing.
@@ -196,6 +264,7 @@ struct GubernatorJob {
   gpb::GetRateLimitsResp* response;
   std::vector<std::string> errors;                    // per item; "" when valid
   std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
+  limiter::TimeNs now = 0;  // the calendar periods' instant (DURATION_IS_GREGORIAN), read once in Prepare
   CheckRounds rounds;
 };
 
@@ -208,13 +277,14 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
                                                    std::to_string(job->context.options.max_checks) + "'"};
   }
   job->errors.resize(n);
+  job->now = job->context.clock();
   job->check_of.assign(n, {-1, -1});
   std::unordered_map<std::string_view, int32_t> rounds_of_key;  // key -> items seen so far
   const std::shared_ptr<const PolicySet> policies = job->context.policies.Current();
   for (size_t i = 0; i < n; ++i) {
     const gpb::RateLimitReq& req = request.requests(static_cast<int>(i));
     limiter::LimitSpec spec;
-    job->errors[i] = ItemError(req, &spec);
+    job->errors[i] = ItemError(req, job->now, &spec);
     if (job->errors[i].empty()) {
       if (const Policy* owner = policies->Owning(req.name()))
         job->errors[i] = ReservedName(req.name(), *owner).message;
@@ -260,7 +330,7 @@ void Finish(const GubernatorJob& job) {
     }
     if (round < 0) {  // limit 0: nothing is ever admitted
       resp->set_status(req.hits() > 0 ? gpb::OVER_LIMIT : gpb::UNDER_LIMIT);
-      resp->set_reset_time(now_ms + req.duration());
+      resp->set_reset_time(now_ms + DurationMs(req, job.now));
       continue;
     }
     const CheckBatch& batch = job.rounds[static_cast<size_t>(round)];
@@ -276,9 +346,12 @@ void Finish(const GubernatorJob& job) {
       // Answered empty, with the time the whole limit takes to leak.
       resp->set_status(gpb::OVER_LIMIT);
       resp->set_remaining(0);
-      resp->set_reset_time(now_ms + req.duration());
+      resp->set_reset_time(now_ms + DurationMs(req, job.now));
     } else if ((req.behavior() & gpb::RESET_REMAINING) != 0) {
       resp->set_reset_time(0);  // Gubernator answers a reset with no reset time
+    } else if (IsGregorian(req) && req.algorithm() == gpb::TOKEN_BUCKET) {
+      // The period's last millisecond, as Gubernator reports a calendar bucket's expiry.
+      resp->set_reset_time(GregorianPeriod(req.duration(), job.now)->end / limiter::kMillisecond - 1);
     } else {
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
       resp->set_reset_time(now_ms + reset_ms);

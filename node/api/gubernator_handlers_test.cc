@@ -120,6 +120,65 @@ TEST_F(GubernatorTest, LeakyBucket) {
   EXPECT_EQ(Call(body).at("responses").at(0).at("status").as_string(), "UNDER_LIMIT");
 }
 
+// DURATION_IS_GREGORIAN: `duration` is a calendar unit (0 minutes, 1 hours, 2 days, 3 weeks, 4 months,
+// 5 years). kStart is 2023-11-14 22:00:00 UTC.
+std::string Gregorian(const char* algorithm, int duration, int limit, int hits = 1) {
+  return std::string(R"({"requests":[{"name":"cal","unique_key":"k)") + std::to_string(duration) +
+         R"(","hits":)" + std::to_string(hits) + R"(,"limit":)" + std::to_string(limit) + R"(,"duration":)" +
+         std::to_string(duration) + R"(,"algorithm":")" + algorithm +
+         R"(","behavior":"DURATION_IS_GREGORIAN"}]})";
+}
+
+TEST_F(GubernatorTest, GregorianTokenBucketCountsInItsCalendarPeriodAndResetsAtItsEnd) {
+  const int64_t start_ms = kStart / limiter::kMillisecond;
+  Advance(10'250 * limiter::kMillisecond);  // 22:00:10.250
+  auto resp = [&](const std::string& body) { return Call(body).at("responses").at(0).as_object(); };
+  json::object a = resp(Gregorian("TOKEN_BUCKET", 0, 2));
+  EXPECT_EQ(a.at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(a.at("remaining").as_string(), "1");
+  // The minute's last millisecond, as Gubernator reports it.
+  EXPECT_EQ(a.at("reset_time").as_string(), std::to_string(start_ms + 60'000 - 1));
+  EXPECT_EQ(resp(Gregorian("TOKEN_BUCKET", 0, 2)).at("remaining").as_string(), "0");
+  json::object over = resp(Gregorian("TOKEN_BUCKET", 0, 2));
+  EXPECT_EQ(over.at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(over.at("reset_time").as_string(), std::to_string(start_ms + 60'000 - 1));
+  Advance(49'750 * limiter::kMillisecond);  // 22:01:00.000: the next minute, all of it back at once
+  json::object next = resp(Gregorian("TOKEN_BUCKET", 0, 2));
+  EXPECT_EQ(next.at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(next.at("remaining").as_string(), "1");
+  EXPECT_EQ(next.at("reset_time").as_string(), std::to_string(start_ms + 120'000 - 1));
+  // Hours and days end at 23:00 and at midnight.
+  EXPECT_EQ(resp(Gregorian("TOKEN_BUCKET", 1, 5)).at("reset_time").as_string(),
+            std::to_string(start_ms + 3'600'000 - 1));
+  EXPECT_EQ(resp(Gregorian("TOKEN_BUCKET", 2, 5)).at("reset_time").as_string(),
+            std::to_string(start_ms + 2 * 3'600'000 - 1));
+}
+
+TEST_F(GubernatorTest, GregorianLeakyBucketLeaksTheLimitOverTheWholePeriod) {
+  // November 2023 has 30 days: 30 per month leak one a day.
+  auto status = [&](int hits) {
+    return std::string(
+        Call(Gregorian("LEAKY_BUCKET", 4, 30, hits)).at("responses").at(0).at("status").as_string());
+  };
+  EXPECT_EQ(status(30), "UNDER_LIMIT");
+  EXPECT_EQ(status(1), "OVER_LIMIT");
+  Advance(86'400 * limiter::kSecond);
+  EXPECT_EQ(status(1), "UNDER_LIMIT");
+  EXPECT_EQ(status(1), "OVER_LIMIT");
+}
+
+TEST_F(GubernatorTest, GregorianUnitsGubernatorRefuses) {
+  auto error = [&](const std::string& body) {
+    return std::string(Call(body).at("responses").at(0).at("error").as_string());
+  };
+  EXPECT_EQ(error(Gregorian("TOKEN_BUCKET", 3, 5)),
+            "`Duration = GregorianWeeks` not yet supported; consider making a PR!`");
+  EXPECT_EQ(error(Gregorian("LEAKY_BUCKET", 7, 5)),
+            "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval");
+  EXPECT_NE(error(Gregorian("TOKEN_BUCKET", 4, 5)).find("not supported"), std::string::npos);
+  EXPECT_EQ(error(Gregorian("LEAKY_BUCKET", 5, 5)), "");  // a leaky bucket over a year
+}
+
 // Errors of the whole request in grpc-gateway's form: {"code": <gRPC code>, "message": ..., "details": []}.
 void ExpectGatewayError(const HttpResponse& response, unsigned status, int64_t code) {
   EXPECT_EQ(response.result_int(), status) << response.body();

@@ -162,6 +162,25 @@ TEST_F(GubernatorNodeTest, ZeroHitsPeeksAndLeakyBucketLeaks) {
   EXPECT_EQ(next.remaining(), 0);
 }
 
+TEST_F(GubernatorNodeTest, GregorianDurationsAsGubernator) {
+  // duration 2 = GregorianDays: counted in the UTC day, reset at its last millisecond.
+  const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  const gpb::RateLimitReq day = Item("calendar", 1, 2, 2, gpb::TOKEN_BUCKET, gpb::DURATION_IS_GREGORIAN);
+  const gpb::RateLimitResp first = client_->One(day);
+  EXPECT_EQ(first.error(), "");
+  EXPECT_EQ(first.remaining(), 1);
+  EXPECT_EQ(first.reset_time(), (before_ms / 86'400'000 + 1) * 86'400'000 - 1);
+  EXPECT_EQ(client_->One(day).remaining(), 0);
+  EXPECT_EQ(client_->One(day).status(), gpb::OVER_LIMIT);
+  // Weeks: Gubernator's own error, per item.
+  EXPECT_NE(client_->One(Item("calendar-w", 1, 2, 3, gpb::TOKEN_BUCKET, gpb::DURATION_IS_GREGORIAN))
+                .error()
+                .find("GregorianWeeks"),
+            std::string::npos);
+}
+
 TEST_F(GubernatorNodeTest, ResetRemainingAsGubernator) {
   EXPECT_EQ(client_->One(Item("reset", 4, 5, 3'600'000)).remaining(), 1);
   // RESET_REMAINING forgets what was counted and ignores the hits: remaining = limit, no reset time.
