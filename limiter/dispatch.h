@@ -19,6 +19,10 @@ auto WithView(const LimitSpec& spec, const State& state, TimeNs now, const Capac
       FixedWindowView v(spec, state, now, caps);
       return fn(v);
     }
+    case Algorithm::kAnchoredWindow: {
+      AnchoredWindowView v(spec, state, now, caps);
+      return fn(v);
+    }
     case Algorithm::kSlidingLog: {
       SlidingLogView v(spec, state, now, caps);
       return fn(v);

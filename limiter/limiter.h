@@ -50,6 +50,9 @@ enum class Algorithm : uint8_t {
   kTokenBucket = 5,
   kLeakyBucket = 6,
   kGcra = 7,
+  // fixed_window whose windows start at the first request after the previous window ended (not at
+  // multiples of `window` since the epoch), and end `window` later: Gubernator's TOKEN_BUCKET.
+  kAnchoredWindow = 8,
 };
 
 // How a limit's verdict is applied.
@@ -60,9 +63,9 @@ enum class Mode : uint8_t {
   kDynamic = 3,  // above limit, up to dynamic_limit, admit only while Request::headroom says so
 };
 
-// Canonical lower-case names ("fixed_window", "sliding_log", "sliding_window", "sliding_window_approx",
-// "token_bucket", "leaky_bucket", "gcra"; "hard", "soft", "shadow", "dynamic"). Parse accepts exactly
-// these names and returns nullopt for anything else.
+// Canonical lower-case names ("fixed_window", "anchored_window", "sliding_log", "sliding_window",
+// "sliding_window_approx", "token_bucket", "leaky_bucket", "gcra"; "hard", "soft", "shadow", "dynamic").
+// Parse accepts exactly these names and returns nullopt for anything else.
 std::string_view AlgorithmName(Algorithm algorithm);
 std::optional<Algorithm> ParseAlgorithm(std::string_view name);
 std::string_view ModeName(Mode mode);

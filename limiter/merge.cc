@@ -27,6 +27,7 @@ enum class Family { kWindow, kLog, kDrain };
 Family FamilyOf(Algorithm a) {
   switch (a) {
     case Algorithm::kFixedWindow:
+    case Algorithm::kAnchoredWindow:
     case Algorithm::kSlidingWindowApprox:
     case Algorithm::kSlidingWindow:
       return Family::kWindow;
@@ -61,6 +62,12 @@ int64_t LiveCells(const LimitSpec& spec) {
     default:
       return 1;
   }
+}
+
+// anchored_window: a cell's index is the instant its window started, so a cell is live while fewer than
+// `window` nanoseconds have passed since (whatever width it was counted under).
+bool AnchoredLive(const LimitSpec& spec, int64_t start, TimeNs at) {
+  return start <= at && static_cast<i128>(at) - start < spec.window;
 }
 
 size_t SlidingSlot(int64_t bucket, int64_t n) {  // as sliding_window.cc: tail[0] holds the width
@@ -166,7 +173,34 @@ void ForEachCell(const Contribution& c, DurationNs width, int64_t newest_cell, F
   fn(newest_cell, total);
 }
 
+// anchored_window: the live cells of every record, added up (windows of different copies that overlap
+// are all counted: never less than any copy saw), in the window that started last.
+State MaterializeAnchored(const LimitSpec& spec, const MergeState& m) {
+  State s;
+  s.algorithm = spec.algorithm;
+  s.word[0] = m.newest;
+  uint64_t count = 0;
+  int64_t start = 0;
+  for (const Contribution& c : m.contributions) {
+    if (Absorbed(m.base, c)) {
+      continue;
+    }
+    for (const Cell& cell : c.cells) {
+      if (AnchoredLive(spec, cell.index, m.newest)) {
+        start = count == 0 ? cell.index : std::max(start, cell.index);
+        count = SatAdd(count, cell.count);
+      }
+    }
+  }
+  s.word[1] = static_cast<int64_t>(std::min<uint64_t>(count, INT64_MAX));
+  s.word[2] = start;
+  return s;
+}
+
 State MaterializeWindow(const LimitSpec& spec, const MergeState& m) {
+  if (spec.algorithm == Algorithm::kAnchoredWindow) {
+    return MaterializeAnchored(spec, m);
+  }
   const DurationNs width = CellWidth(spec);
   const int64_t k = FloorDiv(m.newest, width);
   const int64_t live = LiveCells(spec);
@@ -307,6 +341,9 @@ uint64_t PlainCell(const LimitSpec& spec, const State& s, int64_t index) {
   if (s.algorithm != spec.algorithm) {
     return 0;
   }
+  if (spec.algorithm == Algorithm::kAnchoredWindow) {  // index: a window's start
+    return s.word[1] > 0 && s.word[2] == index ? AsCount(s.word[1]) : 0;
+  }
   const DurationNs width = CellWidth(spec);
   const int64_t k = FloorDiv(s.word[0], width);
   if (spec.algorithm == Algorithm::kSlidingWindow) {
@@ -332,11 +369,17 @@ Contribution& RecordOf(MergeState& m, ContributorId id) {
 void RecordWindow(const LimitSpec& spec, MergeState& m, Contribution& rec, const State& before,
                   const State& after, TimeNs now) {
   const DurationNs width = CellWidth(spec);
-  const int64_t k = FloorDiv(now, width);
+  const bool anchored = spec.algorithm == Algorithm::kAnchoredWindow;
+  // The cell charged: anchored_window's is the start of the window the view charged in.
+  const int64_t k = anchored ? after.word[2] : FloorDiv(now, width);
   if (Absorbed(m.base, rec)) {
     rec.cells.clear();  // a reset took them: start afresh
   }
-  if (rec.width != width) {  // counted under other parameters: carry the total into this cell
+  if (anchored) {
+    rec.width = width;  // a start means the same under any width
+    std::erase_if(rec.cells,
+                  [&](const Cell& c) { return !AnchoredLive(spec, c.index, now) && c.index != k; });
+  } else if (rec.width != width) {  // counted under other parameters: carry the total into this cell
     uint64_t total = 0;
     for (const Cell& c : rec.cells) {
       total = SatAdd(total, c.count);
@@ -348,7 +391,9 @@ void RecordWindow(const LimitSpec& spec, MergeState& m, Contribution& rec, const
     rec.width = width;
   }
   const int64_t live = LiveCells(spec);
-  std::erase_if(rec.cells, [&](const Cell& c) { return c.index <= k - live; });
+  if (!anchored) {
+    std::erase_if(rec.cells, [&](const Cell& c) { return c.index <= k - live; });
+  }
   auto it = std::lower_bound(rec.cells.begin(), rec.cells.end(), k,
                              [](const Cell& c, int64_t i) { return c.index < i; });
   const uint64_t own = (it != rec.cells.end() && it->index == k) ? it->count : 0;
@@ -397,6 +442,9 @@ TimeNs ExpiresOf(const LimitSpec& spec, const Contribution& c) {
       int64_t top = kMinTime / 2;
       for (const Cell& cell : c.cells) {
         top = std::max(top, cell.index);
+      }
+      if (spec.algorithm == Algorithm::kAnchoredWindow) {
+        return SatTime(static_cast<i128>(top) + std::max(c.width, spec.window));
       }
       return SatTime((static_cast<i128>(top) + LiveCells(spec)) * std::max<DurationNs>(c.width, 1));
     }
@@ -664,6 +712,14 @@ MergeState FromPlain(const LimitSpec& spec, const State& plain, ContributorId co
   Contribution& rec = RecordOf(m, contributor);
   rec.version = stamp;
   rec.width = CellWidth(spec);
+  if (spec.algorithm == Algorithm::kAnchoredWindow) {
+    if (plain.word[1] > 0 && AnchoredLive(spec, plain.word[2], m.newest)) {
+      rec.cells.push_back({plain.word[2], AsCount(plain.word[1])});
+    } else {
+      m.contributions.clear();
+    }
+    return m;
+  }
   const int64_t k = FloorDiv(m.newest, rec.width);
   const int64_t live = LiveCells(spec);
   for (int64_t index = k - live + 1; index <= k; ++index) {
@@ -714,6 +770,10 @@ void Collect(const LimitSpec& spec, MergeState& m) {
   auto dead = [&](Contribution& c) -> bool {
     switch (family) {
       case Family::kWindow: {
+        if (spec.algorithm == Algorithm::kAnchoredWindow) {
+          std::erase_if(c.cells, [&](const Cell& cell) { return !AnchoredLive(spec, cell.index, m.newest); });
+          return c.cells.empty();
+        }
         const int64_t k = FloorDiv(m.newest, std::max<DurationNs>(c.width, 1));
         const int64_t live = c.width == CellWidth(spec) ? LiveCells(spec) : spec.buckets;
         std::erase_if(c.cells, [&](const Cell& cell) { return cell.index <= k - live; });

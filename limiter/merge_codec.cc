@@ -25,8 +25,8 @@ constexpr uint32_t kMaxCells = kMaxBuckets + 1;
 constexpr uint32_t kMaxStamps = static_cast<uint32_t>(internal::kCountDeniedFactor * kMaxSlidingLogLimit);
 
 bool IsWindow(Algorithm a) {
-  return a == Algorithm::kFixedWindow || a == Algorithm::kSlidingWindowApprox ||
-         a == Algorithm::kSlidingWindow;
+  return a == Algorithm::kFixedWindow || a == Algorithm::kAnchoredWindow ||
+         a == Algorithm::kSlidingWindowApprox || a == Algorithm::kSlidingWindow;
 }
 
 class Writer {
@@ -163,7 +163,7 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
   if (format != kFormat) {
     return Corrupt("unknown format " + std::to_string(format));
   }
-  if (algorithm > static_cast<uint8_t>(Algorithm::kGcra)) {
+  if (algorithm > static_cast<uint8_t>(Algorithm::kAnchoredWindow)) {
     return Corrupt("unknown algorithm " + std::to_string(algorithm));
   }
   MergeState s;
@@ -259,13 +259,14 @@ size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors) {
   size_t record = 16;
   switch (spec.algorithm) {
     case Algorithm::kFixedWindow:
+    case Algorithm::kAnchoredWindow:
     case Algorithm::kSlidingWindowApprox:
     case Algorithm::kSlidingWindow:
       // A record keeps the cells that still count (1, 2 or buckets) plus the one being replaced.
       record += 8 + 4 +
-                16 * (static_cast<size_t>(spec.algorithm == Algorithm::kSlidingWindow ? spec.buckets
-                                          : spec.algorithm == Algorithm::kFixedWindow ? 1
-                                                                                      : 2) +
+                16 * (static_cast<size_t>(spec.algorithm == Algorithm::kSlidingWindow         ? spec.buckets
+                                          : spec.algorithm == Algorithm::kSlidingWindowApprox ? 2
+                                                                                              : 1) +
                       1);
       break;
     case Algorithm::kSlidingLog:

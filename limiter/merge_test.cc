@@ -223,6 +223,7 @@ TEST_P(MergeAllAlgorithms, ConcurrentDecidersLoseNoAdmission) {
         EXPECT_EQ(plain.tail.size(), total);
         break;
       case Algorithm::kFixedWindow:
+      case Algorithm::kAnchoredWindow:
       case Algorithm::kSlidingWindowApprox:
       case Algorithm::kSlidingWindow:
         EXPECT_EQ(static_cast<uint64_t>(plain.word[1]), total);  // the views clamp at 2x on read

@@ -20,8 +20,9 @@ struct AlgorithmEntry {
   Algorithm algorithm;
   std::string_view name;
 };
-constexpr std::array<AlgorithmEntry, 7> kAlgorithms = {{
+constexpr std::array<AlgorithmEntry, 8> kAlgorithms = {{
     {Algorithm::kFixedWindow, "fixed_window"},
+    {Algorithm::kAnchoredWindow, "anchored_window"},
     {Algorithm::kSlidingLog, "sliding_log"},
     {Algorithm::kSlidingWindow, "sliding_window"},
     {Algorithm::kSlidingWindowApprox, "sliding_window_approx"},
@@ -59,6 +60,7 @@ u128 BaseCapacity(const LimitSpec& spec) {
     case Algorithm::kGcra:
       return static_cast<u128>(spec.burst) + 1;
     case Algorithm::kFixedWindow:
+    case Algorithm::kAnchoredWindow:
     case Algorithm::kSlidingLog:
     case Algorithm::kSlidingWindow:
     case Algorithm::kSlidingWindowApprox:
@@ -222,7 +224,8 @@ uint64_t Fingerprint(const LimitSpec& spec) {
 size_t StateBytes(const LimitSpec& spec) {
   switch (spec.algorithm) {
     case Algorithm::kFixedWindow:
-      return 16;  // newest instant seen, count
+      return 16;                      // newest instant seen, count
+    case Algorithm::kAnchoredWindow:  // newest instant seen, count, window start
     case Algorithm::kSlidingWindowApprox:
     case Algorithm::kTokenBucket:
     case Algorithm::kLeakyBucket:

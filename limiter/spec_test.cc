@@ -42,7 +42,7 @@ TEST(Validate, EveryRequirement) {
     return InvalidField(s);
   };
   EXPECT_EQ(with([](LimitSpec& s) { s.algorithm = static_cast<Algorithm>(0); }), "algorithm");
-  EXPECT_EQ(with([](LimitSpec& s) { s.algorithm = static_cast<Algorithm>(8); }), "algorithm");
+  EXPECT_EQ(with([](LimitSpec& s) { s.algorithm = static_cast<Algorithm>(9); }), "algorithm");
   EXPECT_EQ(with([](LimitSpec& s) { s.limit = 0; }), "limit");
   EXPECT_EQ(with([](LimitSpec& s) { s.limit = kMaxLimit + 1; }), "limit");
   EXPECT_EQ(with([](LimitSpec& s) { s.limit = kMaxLimit; }), "");

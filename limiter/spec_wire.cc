@@ -20,6 +20,8 @@ state::Algorithm AlgorithmToProto(Algorithm algorithm) {
       return state::ALGORITHM_LEAKY_BUCKET;
     case Algorithm::kGcra:
       return state::ALGORITHM_GCRA;
+    case Algorithm::kAnchoredWindow:
+      return state::ALGORITHM_ANCHORED_WINDOW;
   }
   // No enumerator: Algorithm{} (0 = ALGORITHM_UNSPECIFIED) or garbage, sent as its number.
   return static_cast<state::Algorithm>(static_cast<int>(algorithm));
@@ -55,6 +57,8 @@ Result<Algorithm> AlgorithmFromProto(state::Algorithm algorithm) {
       return Algorithm::kLeakyBucket;
     case state::ALGORITHM_GCRA:
       return Algorithm::kGcra;
+    case state::ALGORITHM_ANCHORED_WINDOW:
+      return Algorithm::kAnchoredWindow;
     case state::ALGORITHM_UNSPECIFIED:
       return Status::InvalidArgument("algorithm: unspecified");
     // protoc's range markers, not values.

@@ -42,7 +42,7 @@ inline const std::vector<Algorithm>& AllAlgorithms() {
       Algorithm::kFixedWindow,   Algorithm::kSlidingLog,
       Algorithm::kSlidingWindow, Algorithm::kSlidingWindowApprox,
       Algorithm::kTokenBucket,   Algorithm::kLeakyBucket,
-      Algorithm::kGcra,
+      Algorithm::kGcra,          Algorithm::kAnchoredWindow,
   };
   return all;
 }

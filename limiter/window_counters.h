@@ -69,6 +69,59 @@ class FixedWindowView {
   uint64_t count_;
 };
 
+// anchored_window. State: word[0] = newest instant seen, word[1] = units counted in the current window,
+// word[2] = the instant that window started. A window starts at the first request that charges at or
+// after the end of the previous one and lasts `window`; a count belongs to the window it was charged in, so
+// after a window-length change it is kept only while the window under the new length still runs.
+class AnchoredWindowView {
+ public:
+  AnchoredWindowView(const LimitSpec& spec, const State& state, TimeNs now, const Capacities& caps)
+      : window_(spec.window), store_cap_(caps.max * kCountDeniedFactor) {
+    const bool mine = state.algorithm == Algorithm::kAnchoredWindow;
+    now_ = std::max(now, mine ? state.word[0] : now);
+    // A window runs once something was counted in it (a request that charges nothing starts none).
+    const bool running = mine && state.word[1] > 0 && state.word[2] <= now_ &&
+                         static_cast<i128>(now_) - state.word[2] < window_;
+    start_ = running ? state.word[2] : now_;
+    count_ = running ? std::min(AsCount(state.word[1]), store_cap_) : 0;
+  }
+
+  DurationNs TimeToFit(uint64_t cost, uint64_t cap) const {
+    if (cost > cap) {
+      return kNever;
+    }
+    if (count_ <= cap - cost) {
+      return 0;
+    }
+    return UntilWindowEnd();  // a request then starts the next window
+  }
+  void Charge(uint64_t units) { count_ += std::min(units, store_cap_ - count_); }
+  uint64_t Remaining(uint64_t cap) const { return count_ >= cap ? 0 : cap - count_; }
+  TimeNs Now() const { return now_; }
+  DurationNs ResetAfter() const { return count_ == 0 ? 0 : UntilWindowEnd(); }
+  void Store(State& state) const {
+    DropTail(state);
+    state.algorithm = Algorithm::kAnchoredWindow;
+    state.word[0] = now_;
+    state.word[1] = static_cast<int64_t>(count_);
+    state.word[2] = start_;
+  }
+
+  uint64_t count() const { return count_; }
+  TimeNs start() const { return start_; }
+
+ private:
+  DurationNs UntilWindowEnd() const {
+    return SatDuration(static_cast<i128>(start_) + window_ - static_cast<i128>(now_));
+  }
+
+  DurationNs window_;
+  uint64_t store_cap_;
+  TimeNs now_;
+  TimeNs start_;
+  uint64_t count_;
+};
+
 // sliding_window_approx. State: word[0] = newest instant seen, word[1] = units counted in the
 // fixed window containing it ("current"), word[2] = units of the window before ("previous").
 // Usage at now' = floor(previous * (window - elapsed) / window) + current, elapsed = time since the

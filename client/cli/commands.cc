@@ -141,7 +141,8 @@ int Check(const std::vector<std::string>& args, std::ostream& out, std::ostream&
                                                       "inline limit: units per window")(
       "window,w", po::value(&window), "inline window: 250ms, 60s, 5m, 1h, 1d (bare number: ms)")(
       "algorithm,a", po::value(&algorithm),
-      "fixed_window, sliding_log, sliding_window, sliding_window_approx, token_bucket (default), "
+      "fixed_window, anchored_window, sliding_log, sliding_window, sliding_window_approx, token_bucket "
+      "(default), "
       "leaky_bucket, gcra")("burst", po::value(&burst), "bucket capacity / GCRA burst")(
       "name", po::value(&name), "inline limit name (default \"default\")")(
       "mode", po::value(&mode), "hard, soft, shadow or dynamic")("cost", po::value(&cost)->default_value(1),

@@ -280,7 +280,7 @@ std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec
     auto algorithm = limiter::ParseAlgorithm(c.algorithm());
     if (!algorithm) {
       return Invalid("algorithm",
-                     "unknown algorithm (expected fixed_window, sliding_log, sliding_window, "
+                     "unknown algorithm (expected fixed_window, anchored_window, sliding_log, sliding_window, "
                      "sliding_window_approx, token_bucket, leaky_bucket or gcra)");
     }
     spec->algorithm = *algorithm;

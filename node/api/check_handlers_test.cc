@@ -47,6 +47,21 @@ TEST_F(CheckTest, PostAdmitsUpToTheLimitThenDenies) {
   EXPECT_TRUE(Json(Post("/v1/check", kThreePerMinute)).at("allowed").as_bool());
 }
 
+TEST_F(CheckTest, AnchoredWindowStartsAtTheFirstRequest) {
+  // Windows from the first request, not from the epoch: reset_ms is a whole window after it and does
+  // not move with later requests.
+  const char* url = "/v1/check?key=anchored&algorithm=anchored_window&limit=2&window_ms=1000";
+  Advance(123 * limiter::kMillisecond);
+  json::value a = Json(Get(url));
+  EXPECT_EQ(a.at("results").at(0).at("reset_ms").to_number<int64_t>(), 1000);
+  Advance(600 * limiter::kMillisecond);
+  json::value b = Json(Get(url));
+  EXPECT_EQ(b.at("results").at(0).at("reset_ms").to_number<int64_t>(), 400);
+  EXPECT_EQ(Get(url).result_int(), 429u);
+  Advance(400 * limiter::kMillisecond);
+  EXPECT_EQ(Json(Get(url)).at("results").at(0).at("remaining").to_number<uint64_t>(), 1u);
+}
+
 TEST_F(CheckTest, ResultCarriesEveryFieldOfTheProtoSchema) {
   json::value v = Json(Post("/v1/check", kThreePerMinute));
   const json::object& result = v.at("results").as_array().at(0).as_object();

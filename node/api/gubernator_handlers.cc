@@ -115,7 +115,9 @@ std::optional<ApiError> ReadRateLimitReq(const json::object& o, gpb::RateLimitRe
 std::optional<limiter::Algorithm> AlgorithmOf(gpb::Algorithm algorithm) {
   switch (algorithm) {
     case gpb::TOKEN_BUCKET:
-      return limiter::Algorithm::kTokenBucket;
+      // Gubernator's token bucket is a window from the first hit: everything back at once at
+      // created_at + duration, then a new window from the next hit.
+      return limiter::Algorithm::kAnchoredWindow;
     case gpb::LEAKY_BUCKET:
       return limiter::Algorithm::kLeakyBucket;
     case gpb::Algorithm_INT_MIN_SENTINEL_DO_NOT_USE_:  // protoc's range markers, not values
@@ -211,7 +213,7 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter
     spec->window = period->end - period->start;
     // A calendar TOKEN_BUCKET is a window that starts over at the period's end: the epoch-aligned fixed
     // window of the period's length (minutes, hours, days: UTC periods are such windows).
-    if (*algorithm == limiter::Algorithm::kTokenBucket) spec->algorithm = limiter::Algorithm::kFixedWindow;
+    if (*algorithm == limiter::Algorithm::kAnchoredWindow) spec->algorithm = limiter::Algorithm::kFixedWindow;
   } else {
     if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
     spec->window = req.duration() * limiter::kMillisecond;
@@ -352,6 +354,10 @@ void Finish(const GubernatorJob& job) {
     } else if (IsGregorian(req) && req.algorithm() == gpb::TOKEN_BUCKET) {
       // The period's last millisecond, as Gubernator reports a calendar bucket's expiry.
       resp->set_reset_time(GregorianPeriod(req.duration(), job.now)->end / limiter::kMillisecond - 1);
+    } else if (req.algorithm() == gpb::TOKEN_BUCKET && d.reset_after <= 0) {
+      // Nothing counted yet (a peek, or hits over the limit, on a new bucket): Gubernator's new bucket
+      // ends a duration from now.
+      resp->set_reset_time(now_ms + req.duration());
     } else {
       const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
       resp->set_reset_time(now_ms + reset_ms);

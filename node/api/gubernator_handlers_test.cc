@@ -39,6 +39,29 @@ TEST_F(GubernatorTest, UnderThenOverLimitInGubernatorsShape) {
   EXPECT_EQ(v.at("responses").at(0).at("remaining").as_string(), "0");
 }
 
+TEST_F(GubernatorTest, TokenBucketResetsAtAFixedTimeAndRefillsAllAtOnce) {
+  // As Gubernator's: the bucket ends `duration` after its first hit (reset_time stays put on every hit),
+  // nothing comes back before, everything at once after; the next hit starts a new bucket.
+  const int64_t t0 = kStart / limiter::kMillisecond;
+  auto hit = [&]() { return Call(kRequest).at("responses").at(0).as_object(); };  // limit 2 per 1000 ms
+  json::object a = hit();
+  EXPECT_EQ(a.at("remaining").as_string(), "1");
+  EXPECT_EQ(a.at("reset_time").as_string(), std::to_string(t0 + 1000));
+  Advance(400 * limiter::kMillisecond);
+  json::object b = hit();
+  EXPECT_EQ(b.at("remaining").as_string(), "0");
+  EXPECT_EQ(b.at("reset_time").as_string(), std::to_string(t0 + 1000));  // not moved by the hit
+  Advance(500 * limiter::kMillisecond);                                  // 900 ms: no refill yet
+  json::object c = hit();
+  EXPECT_EQ(c.at("status").as_string(), "OVER_LIMIT");
+  EXPECT_EQ(c.at("reset_time").as_string(), std::to_string(t0 + 1000));
+  Advance(250 * limiter::kMillisecond);  // 1150 ms: all back, a new bucket from this hit
+  json::object d = hit();
+  EXPECT_EQ(d.at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(d.at("remaining").as_string(), "1");
+  EXPECT_EQ(d.at("reset_time").as_string(), std::to_string(t0 + 1150 + 1000));
+}
+
 TEST_F(GubernatorTest, AcceptsNumericEnumsStringIntegersAndCamelCase) {
   const std::string body =
       R"({"requests":[{"name":"n","uniqueKey":"k","hits":"3","limit":"5","duration":"60000","algorithm":1,)"
