@@ -162,6 +162,23 @@ TEST_F(GubernatorNodeTest, ZeroHitsPeeksAndLeakyBucketLeaks) {
   EXPECT_EQ(next.remaining(), 0);
 }
 
+TEST_F(GubernatorNodeTest, TokenBucketResetTimeIsFixedAtTheFirstHit) {
+  const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  const gpb::RateLimitResp first = client_->One(Item("fixed-reset", 1, 3, 60'000));
+  EXPECT_EQ(first.remaining(), 2);
+  EXPECT_GE(first.reset_time(), before_ms + 60'000);  // a whole duration from the first hit
+  EXPECT_LE(first.reset_time(), before_ms + 70'000);
+  // Later hits neither move it nor get anything back before it.
+  const gpb::RateLimitResp second = client_->One(Item("fixed-reset", 2, 3, 60'000));
+  EXPECT_EQ(second.remaining(), 0);
+  EXPECT_EQ(second.reset_time(), first.reset_time());
+  const gpb::RateLimitResp over = client_->One(Item("fixed-reset", 1, 3, 60'000));
+  EXPECT_EQ(over.status(), gpb::OVER_LIMIT);
+  EXPECT_EQ(over.reset_time(), first.reset_time());
+}
+
 TEST_F(GubernatorNodeTest, GregorianDurationsAsGubernator) {
   // duration 2 = GregorianDays: counted in the UTC day, reset at its last millisecond.
   const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
