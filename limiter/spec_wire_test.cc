@@ -58,8 +58,8 @@ TEST(SpecWire, EnumsMapByNameNotByAccident) {
 }
 
 TEST(SpecWire, UnknownWireEnumValuesAreRejected) {
-  // proto3 enums are open: a newer node's algorithm 8 parses into the field as the number 8.
-  for (int number : {-1, 8, 42, 1 << 20}) {
+  // proto3 enums are open: a newer node's algorithm 9 parses into the field as the number 9.
+  for (int number : {-1, 9, 42, 1 << 20}) {
     const Result<Algorithm> a = AlgorithmFromProto(static_cast<state::Algorithm>(number));
     EXPECT_TRUE(a.status().IsInvalidArgument()) << number;
     EXPECT_NE(a.status().message().find(std::to_string(number)), std::string::npos) << a.status().message();
@@ -74,10 +74,10 @@ TEST(SpecWire, UnknownWireEnumValuesAreRejected) {
   SpecToProto(FullSpec(Algorithm::kGcra, Mode::kHard), &wire);
   ASSERT_TRUE(SpecFromProto(wire).ok());
   state::LimitSpec newer_algorithm = wire;
-  newer_algorithm.set_algorithm(static_cast<state::Algorithm>(8));
+  newer_algorithm.set_algorithm(static_cast<state::Algorithm>(9));
   state::LimitSpec parsed;  // through bytes: the unknown number survives parsing
   ASSERT_TRUE(parsed.ParseFromString(newer_algorithm.SerializeAsString()));
-  EXPECT_EQ(static_cast<int>(parsed.algorithm()), 8);
+  EXPECT_EQ(static_cast<int>(parsed.algorithm()), 9);
   EXPECT_TRUE(SpecFromProto(parsed).status().IsInvalidArgument());
   state::LimitSpec newer_mode = wire;
   newer_mode.set_mode(static_cast<state::Mode>(4));

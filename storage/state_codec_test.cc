@@ -54,10 +54,10 @@ TEST(StateCodec, UnknownEnumNumbersAndInvalidSpecsAreRejected) {
   ASSERT_TRUE(StateFromProto("api", good));
 
   state::StoredState m = good;
-  m.set_state_algorithm(static_cast<state::Algorithm>(8));  // written by a newer algorithm
+  m.set_state_algorithm(static_cast<state::Algorithm>(9));  // written by a newer algorithm
   EXPECT_FALSE(DecodeStateValue("api", m.SerializeAsString()));
   m = good;
-  m.mutable_spec()->set_algorithm(static_cast<state::Algorithm>(8));
+  m.mutable_spec()->set_algorithm(static_cast<state::Algorithm>(9));
   EXPECT_FALSE(DecodeStateValue("api", m.SerializeAsString()));
   m = good;
   m.mutable_spec()->set_mode(static_cast<state::Mode>(4));
