@@ -279,9 +279,10 @@ std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec
   if (!c.algorithm().empty()) {
     auto algorithm = limiter::ParseAlgorithm(c.algorithm());
     if (!algorithm) {
-      return Invalid("algorithm",
-                     "unknown algorithm (expected fixed_window, anchored_window, sliding_log, sliding_window, "
-                     "sliding_window_approx, token_bucket, leaky_bucket or gcra)");
+      return Invalid(
+          "algorithm",
+          "unknown algorithm (expected fixed_window, anchored_window, sliding_log, sliding_window, "
+          "sliding_window_approx, token_bucket, leaky_bucket or gcra)");
     }
     spec->algorithm = *algorithm;
   }
