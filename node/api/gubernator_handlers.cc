@@ -127,9 +127,10 @@ std::optional<limiter::Algorithm> AlgorithmOf(gpb::Algorithm algorithm) {
   return std::nullopt;
 }
 
+int64_t BurstOf(const gpb::RateLimitReq& req) { return req.burst() > 0 ? req.burst() : req.limit(); }
+
 // A LEAKY_BUCKET item asking for more than the bucket holds: charged as a whole burst (it empties the
 // bucket) and answered OVER_LIMIT with nothing left, as Gubernator does.
-int64_t BurstOf(const gpb::RateLimitReq& req) { return req.burst() > 0 ? req.burst() : req.limit(); }
 bool LeakyOverBurst(const gpb::RateLimitReq& req) {
   return req.algorithm() == gpb::LEAKY_BUCKET && req.hits() > BurstOf(req);
 }
@@ -359,8 +360,11 @@ void Finish(const GubernatorJob& job) {
       // ends a duration from now.
       resp->set_reset_time(now_ms + req.duration());
     } else {
-      const int64_t reset_ms = d.reset_after <= 0 ? 0 : (d.reset_after - 1) / limiter::kMillisecond + 1;
-      resp->set_reset_time(now_ms + reset_ms);
+      // The reset instant in whole milliseconds, as Gubernator counts (a bucket's created_at in ms +
+      // duration): the same reset_time on every hit of a window, whatever fraction of a millisecond each
+      // was decided at.
+      const limiter::TimeNs at = job.rounds.now() + std::max<limiter::DurationNs>(d.reset_after, 0);
+      resp->set_reset_time(at / limiter::kMillisecond);
     }
     if (!batch.owners().empty()) {
       const std::string_view owner = batch.owners()[static_cast<size_t>(index)];
