@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
@@ -30,7 +31,10 @@ struct Item {
   };
   Kind kind = Kind::kNoRule;
   const rls::RlsLimit* limit = nullptr;
+  const std::vector<std::string>* replaces = nullptr;  // the matched rule's rate_limit.replaces
+  const std::string* key = nullptr;                    // the counter's key (kCheck)
   bool shadow = false;
+  bool quota = false;
   int32_t round = -1;
   int32_t index = -1;
 };
@@ -78,9 +82,10 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
   }
   const uint64_t cost = request.hits_addend() == 0 ? 1 : request.hits_addend();
   const bool known_domain = job->config->HasDomain(request.domain());
-  std::unordered_map<std::string_view, int32_t> rounds_of_key;
   job->items.resize(static_cast<size_t>(request.descriptors_size()));
   Entries entries;
+  Entries counter;
+  // First what applies to each descriptor, then (replaces needs them all) what is counted.
   for (int i = 0; i < request.descriptors_size(); ++i) {
     const auto& descriptor = request.descriptors(i);
     const std::string at = "descriptors[" + std::to_string(i) + "]";
@@ -104,36 +109,57 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
       limit.spec.limit = limit.requests_per_unit;
       limit.spec.window = rls::UnitDuration(limit.unit);
       item.limit = &limit;
+      item.key = &job->keys.emplace_back(RlsKey(request.domain(), entries));
     } else {
-      const rls::RlsMatch match = job->config->Match(request.domain(), entries);
+      const rls::RlsMatch match = job->config->Match(request.domain(), entries, &counter);
       if (match.rule == nullptr) continue;
+      if (match.rule->limit) item.replaces = &match.rule->limit->replaces;
       if (match.rule->unlimited) {
         item.kind = Item::Kind::kUnlimited;
         continue;
       }
       item.limit = &*match.rule->limit;
       item.shadow = match.rule->shadow_mode;
+      item.quota = match.rule->quota_mode;
+      item.key = &job->keys.emplace_back(RlsKey(request.domain(), counter));
+    }
+    if (item.key->size() > context.options.max_key_bytes) {
+      return Invalid(at + ": the rate limit key is longer than " +
+                     std::to_string(context.options.max_key_bytes) + " bytes");
+    }
+  }
+
+  // envoyproxy/ratelimit's replaces: a named limit that another matched limit of this request replaces
+  // is not applied (its descriptor is answered as if no rule matched, and nothing is counted).
+  std::unordered_set<std::string_view> replaced;
+  for (const Item& item : job->items) {
+    if (item.replaces != nullptr) replaced.insert(item.replaces->begin(), item.replaces->end());
+  }
+
+  std::unordered_map<std::string_view, int32_t> rounds_of_key;
+  for (int i = 0; i < request.descriptors_size(); ++i) {
+    Item& item = job->items[static_cast<size_t>(i)];
+    if (item.limit == nullptr || item.kind == Item::Kind::kUnlimited) continue;
+    if (!item.limit->name.empty() && replaced.contains(item.limit->name)) {
+      item = Item{};
+      continue;
     }
     if (item.limit->requests_per_unit == 0) {
       item.kind = Item::Kind::kZero;
       continue;
     }
-    std::string& key = job->keys.emplace_back(RlsKey(request.domain(), entries));
-    if (key.size() > context.options.max_key_bytes) {
-      return Invalid(at + ": the rate limit key is longer than " +
-                     std::to_string(context.options.max_key_bytes) + " bytes");
-    }
     limiter::LimitSpec spec = item.limit->spec;
     if (item.shadow) spec.mode = limiter::Mode::kShadow;
     item.kind = Item::Kind::kCheck;
-    const int32_t round = rounds_of_key[key]++;
+    const int32_t round = rounds_of_key[*item.key]++;
     CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));
     item.round = round;
     item.index = static_cast<int32_t>(batch.checks().size());
     const std::string& name = job->names.emplace_back(StateName(*item.limit));
     // A descriptor's own hits_addend (0 allowed: only checks) wins over the request's.
+    const auto& descriptor = request.descriptors(i);
     const uint64_t hits = descriptor.has_hits_addend() ? descriptor.hits_addend().value() : cost;
-    batch.AddInline(key, name, spec, hits, /*reset=*/false, static_cast<size_t>(i));
+    batch.AddInline(*item.key, name, spec, hits, /*reset=*/false, static_cast<size_t>(i));
   }
   return std::nullopt;
 }
@@ -192,11 +218,22 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
         !binding || (over && !binding->over) || (over == binding->over && remaining < binding->remaining);
     if (better) binding = Binding{over, limit, remaining, reset_seconds};
   };
+  // OVER_LIMIT when a descriptor not in quota mode is over, or when every quota-mode one is.
   bool over = false;
+  size_t quota = 0, quota_over = 0;
+  auto set_over = [&](const Item& item, rlsv3::RateLimitResponse::DescriptorStatus* status) {
+    status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
+    if (item.quota) {
+      ++quota_over;
+    } else {
+      over = true;
+    }
+  };
   for (size_t i = 0; i < job.items.size(); ++i) {
     const Item& item = job.items[i];
     auto* status = response->add_statuses();
     status->set_code(rlsv3::RateLimitResponse::OK);
+    if (item.quota && (item.kind == Item::Kind::kZero || item.kind == Item::Kind::kCheck)) ++quota;
     switch (item.kind) {
       case Item::Kind::kNoRule:
         break;
@@ -205,10 +242,7 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
         break;
       case Item::Kind::kZero: {
         SetLimit(*item.limit, status);
-        if (!item.shadow) {
-          status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
-          over = true;
-        }
+        if (!item.shadow) set_over(item, status);
         const limiter::DurationNs window = item.limit->spec.window;
         SetDuration(window - job.rounds.now() % window, status->mutable_duration_until_reset());
         add_to_headers(i, item, true, 0, window - job.rounds.now() % window);
@@ -220,10 +254,7 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
         if (batch.unavailable(index)) return *batch.unavailable();
         const limiter::Decision& d = batch.decisions()[index];
         SetLimit(*item.limit, status);
-        if (!d.allowed) {
-          status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
-          over = true;
-        }
+        if (!d.allowed) set_over(item, status);
         status->set_limit_remaining(
             static_cast<uint32_t>(std::min<uint64_t>(d.remaining, std::numeric_limits<uint32_t>::max())));
         SetDuration(d.reset_after, status->mutable_duration_until_reset());
@@ -232,6 +263,7 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
       }
     }
   }
+  if (quota > 0 && quota_over == quota) over = true;
   response->set_overall_code(over ? rlsv3::RateLimitResponse::OVER_LIMIT : rlsv3::RateLimitResponse::OK);
   if (binding) {
     AddHeader(response, "RateLimit-Policy", headers.policy());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
@@ -26,6 +27,27 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
   - key: monthly
     rate_limit: {unit: month, requests_per_unit: 3}
+  - key: category
+    value: read
+    rate_limit: {unit: minute, requests_per_unit: 1, name: reads}
+  - key: endpoint
+    value: /special
+    rate_limit: {unit: minute, requests_per_unit: 3, name: special, replaces: [{name: reads}]}
+  - key: file
+    value: /shared/*.pdf
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: file
+    value: /own/*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true, replaces: [{name: reads}]}
 )";
 
 class RlsHandlersTest : public ApiTest {
@@ -55,8 +77,74 @@ class RlsHandlersTest : public ApiTest {
     return response;
   }
 
+  // One call with one descriptor of one entry per element of `descriptors`.
+  rlsv3::RateLimitResponse CallMany(const Entries& descriptors) {
+    rlsv3::RateLimitRequest request;
+    request.set_domain("d");
+    for (const auto& [key, value] : descriptors) {
+      auto* entry = request.add_descriptors()->add_entries();
+      entry->set_key(std::string(key));
+      entry->set_value(std::string(value));
+    }
+    rlsv3::RateLimitResponse response;
+    handler_->ShouldRateLimit(request, config_, &response,
+                              [](std::optional<ApiError> e) { EXPECT_FALSE(e); });
+    return response;
+  }
+
   std::shared_ptr<const rls::RlsConfig> config_;
 };
+
+TEST_F(RlsHandlersTest, AReplacingLimitSwitchesOffTheLimitItNamesAsInEnvoysRatelimit) {
+  // The category limit (1 a minute) alone: the second read is over.
+  EXPECT_EQ(CallMany({{"category", "read"}}).overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(CallMany({{"category", "read"}}).overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  // With the endpoint that replaces it, only the endpoint's limit (3 a minute) applies and the category's
+  // descriptor is answered OK with no limit, nothing counted.
+  for (int i = 0; i < 3; ++i) {
+    rlsv3::RateLimitResponse r = CallMany({{"category", "read"}, {"endpoint", "/special"}});
+    EXPECT_EQ(r.overall_code(), rlsv3::RateLimitResponse::OK) << i;
+    EXPECT_EQ(r.statuses(0).code(), rlsv3::RateLimitResponse::OK);
+    EXPECT_FALSE(r.statuses(0).has_current_limit());
+    EXPECT_EQ(r.statuses(1).current_limit().name(), "special");
+    EXPECT_EQ(r.statuses(1).limit_remaining(), static_cast<uint32_t>(2 - i));
+  }
+  EXPECT_EQ(CallMany({{"category", "read"}, {"endpoint", "/special"}}).overall_code(),
+            rlsv3::RateLimitResponse::OVER_LIMIT);
+  // An unlimited limit replaces too.
+  rlsv3::RateLimitResponse free = CallMany({{"category", "read"}, {"free", "x"}});
+  EXPECT_EQ(free.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(free.statuses(1).limit_remaining(), std::numeric_limits<uint32_t>::max());
+}
+
+TEST_F(RlsHandlersTest, WildcardValuesCountPerValueOrSharedWithShareThreshold) {
+  // /own/*: one counter per value.
+  EXPECT_EQ(Call("file", "/own/a").overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("file", "/own/b").overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("file", "/own/a").overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  // /shared/*.pdf with share_threshold: every matching value in one counter of 2.
+  EXPECT_EQ(Call("file", "/shared/x.pdf").overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("file", "/shared/y/z.pdf").overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(Call("file", "/shared/w.pdf").overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  // Not matching any pattern, and no key-only rule: no limit.
+  rlsv3::RateLimitResponse other = Call("file", "/shared/x.txt");
+  EXPECT_EQ(other.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_FALSE(other.statuses(0).has_current_limit());
+}
+
+TEST_F(RlsHandlersTest, QuotaModeIsOverOnlyWhenEveryQuotaDescriptorIs) {
+  const Entries both{{"quota_a", "q"}, {"quota_b", "q"}};
+  EXPECT_EQ(CallMany(both).overall_code(), rlsv3::RateLimitResponse::OK);
+  // quota_a is over, quota_b still has one: OK overall, quota_a's status says OVER_LIMIT.
+  rlsv3::RateLimitResponse r = CallMany(both);
+  EXPECT_EQ(r.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(r.statuses(1).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(r.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(CallMany(both).overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);  // both over
+  // A descriptor not in quota mode that is over makes the request over.
+  EXPECT_EQ(CallMany({{"user", "qq"}, {"user", "qq"}, {"user", "qq"}, {"quota_b", "fresh"}}).overall_code(),
+            rlsv3::RateLimitResponse::OVER_LIMIT);
+}
 
 TEST_F(RlsHandlersTest, FixedWindowsAreAlignedOnTheEpochAndReset) {
   // Move to 10 s into a minute: the window ends in 50 s.

@@ -36,25 +36,61 @@ std::optional<bool> Bool(const YAML::Node& node, const std::string& where, std::
   return b;
 }
 
-std::optional<RlsLimit> ParseRateLimit(const YAML::Node& node, const std::string& where, std::string* error) {
+// rate_limit.replaces: a list of maps with a non-empty name, none the limit's own.
+bool ParseReplaces(const YAML::Node& node, const std::string& where, std::vector<std::string>* replaces,
+                   std::string* error) {
+  if (!node.IsSequence()) {
+    *error = where + ": must be a list of {name: ...}";
+    return false;
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const YAML::Node entry = node[i];
+    if (!entry.IsMap()) {
+      *error = at + ": must be a map with a name";
+      return false;
+    }
+    std::string name;
+    for (const auto& field : entry) {
+      if (field.first.as<std::string>() != "name") {
+        *error = at + "." + field.first.as<std::string>() + ": unknown field";
+        return false;
+      }
+      auto s = Scalar(field.second, at + ".name", error);
+      if (!s) return false;
+      name = *s;
+    }
+    if (name.empty()) {
+      *error = at + ": should not have an empty replaces entry";
+      return false;
+    }
+    replaces->push_back(std::move(name));
+  }
+  return true;
+}
+
+// rate_limit: sets rule->limit (and rule->unlimited for `unlimited: true`, envoyproxy/ratelimit's place
+// for it; such a limit keeps only its name and replaces).
+bool ParseRateLimit(const YAML::Node& node, const std::string& where, RlsRule* rule, std::string* error) {
   if (!node.IsMap()) {
     *error = where + ": must be a map";
-    return std::nullopt;
+    return false;
   }
   RlsLimit limit;
   limit.spec.algorithm = limiter::Algorithm::kFixedWindow;
   bool has_unit = false;
   bool has_requests = false;
+  bool unlimited = false;
   for (const auto& field : node) {
     const std::string name = field.first.as<std::string>();
     const std::string at = where + "." + name;
     if (name == "unit") {
       auto s = Scalar(field.second, at, error);
-      if (!s) return std::nullopt;
+      if (!s) return false;
       auto unit = ParseUnit(*s);
       if (!unit) {
         *error = at + ": unknown unit '" + *s + "' (second, minute, hour, day, week, month or year)";
-        return std::nullopt;
+        return false;
       }
       limit.unit = *unit;
       has_unit = true;
@@ -62,41 +98,61 @@ std::optional<RlsLimit> ParseRateLimit(const YAML::Node& node, const std::string
       uint64_t n = 0;
       if (!field.second.IsScalar() || !YAML::convert<uint64_t>::decode(field.second, n) || n > UINT32_MAX) {
         *error = at + ": must be an integer from 0 to 4294967295";
-        return std::nullopt;
+        return false;
       }
       limit.requests_per_unit = static_cast<uint32_t>(n);
       has_requests = true;
     } else if (name == "name") {
       auto s = Scalar(field.second, at, error);
-      if (!s) return std::nullopt;
+      if (!s) return false;
       limit.name = *s;
     } else if (name == "algorithm") {
       auto s = Scalar(field.second, at, error);
-      if (!s) return std::nullopt;
+      if (!s) return false;
       auto algorithm = limiter::ParseAlgorithm(*s);
       if (!algorithm) {
         *error = at + ": unknown algorithm '" + *s + "'";
-        return std::nullopt;
+        return false;
       }
       limit.spec.algorithm = *algorithm;
+    } else if (name == "unlimited") {
+      auto b = Bool(field.second, at, error);
+      if (!b) return false;
+      unlimited = *b;
+    } else if (name == "replaces") {
+      if (!ParseReplaces(field.second, at, &limit.replaces, error)) return false;
     } else {
       *error = at + ": unknown field";
-      return std::nullopt;
+      return false;
     }
+  }
+  if (std::find(limit.replaces.begin(), limit.replaces.end(), limit.name) != limit.replaces.end()) {
+    *error = where + ".replaces: should not contain the name of the same descriptor";
+    return false;
+  }
+  if (unlimited) {
+    if (has_unit || has_requests) {
+      *error = where + ": should not specify unit or requests_per_unit when unlimited";
+      return false;
+    }
+    rule->unlimited = true;
+    rule->limit = std::move(limit);
+    return true;
   }
   if (!has_unit || !has_requests) {
     *error = where + ": needs unit and requests_per_unit";
-    return std::nullopt;
+    return false;
   }
   limit.spec.limit = limit.requests_per_unit;
   limit.spec.window = UnitDuration(limit.unit);
   if (limit.requests_per_unit > 0) {
     if (auto invalid = limiter::Validate(limit.spec)) {
       *error = where + ": " + invalid->field + ": " + invalid->message;
-      return std::nullopt;
+      return false;
     }
   }
-  return limit;
+  rule->limit = std::move(limit);
+  return true;
 }
 
 bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<RlsRule>* rules,
@@ -116,6 +172,7 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
     }
     RlsRule rule;
     bool has_key = false;
+    bool descriptor_unlimited = false;  // `unlimited: true` next to key (ringlimit's first form)
     for (const auto& field : node) {
       const std::string name = field.first.as<std::string>();
       const std::string field_at = at + "." + name;
@@ -129,21 +186,21 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
         if (!s) return false;
         rule.value = *s;
       } else if (name == "rate_limit") {
-        auto limit = ParseRateLimit(field.second, field_at, error);
-        if (!limit) return false;
-        rule.limit = std::move(*limit);
-      } else if (name == "shadow_mode") {
+        if (!ParseRateLimit(field.second, field_at, &rule, error)) return false;
+      } else if (name == "shadow_mode" || name == "quota_mode" || name == "unlimited" ||
+                 name == "share_threshold") {
         auto b = Bool(field.second, field_at, error);
         if (!b) return false;
-        rule.shadow_mode = *b;
-      } else if (name == "unlimited") {
-        auto b = Bool(field.second, field_at, error);
-        if (!b) return false;
-        rule.unlimited = *b;
+        bool& flag = name == "shadow_mode"  ? rule.shadow_mode
+                     : name == "quota_mode" ? rule.quota_mode
+                     : name == "unlimited"  ? descriptor_unlimited
+                                            : rule.share_threshold;
+        flag = *b;
       } else if (name == "descriptors") {
         if (!ParseRules(field.second, field_at, &rule.children, error)) return false;
-      } else if (name == "detailed_metric" || name == "replaces") {
-        // Accepted for compatibility with envoyproxy/ratelimit files; no effect here.
+      } else if (name == "detailed_metric" || name == "value_to_metric" || name == "metadata") {
+        // Accepted for compatibility with envoyproxy/ratelimit files: metrics and metadata only, no effect
+        // here.
       } else {
         *error = field_at + ": unknown field";
         return false;
@@ -153,8 +210,17 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
       *error = at + ": needs a non-empty key";
       return false;
     }
-    if (rule.unlimited && rule.limit && rule.limit->requests_per_unit > 0) {
-      *error = at + ": unlimited and a rate_limit exclude each other";
+    if (descriptor_unlimited) {
+      if (rule.limit && !rule.unlimited) {
+        *error = at + ": unlimited and a rate_limit exclude each other";
+        return false;
+      }
+      rule.unlimited = true;
+    }
+    if (rule.value && rule.value->empty()) rule.value.reset();  // as envoyproxy/ratelimit: "" is no value
+    rule.wildcard = rule.value && rule.value->find('*') != std::string::npos;
+    if (rule.share_threshold && !rule.wildcard) {
+      *error = at + ".share_threshold: only for a wildcard value (one with a '*')";
       return false;
     }
     if (!seen.emplace(rule.key, rule.value).second) {
@@ -167,21 +233,48 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
   return true;
 }
 
-// The rule of `rules` for one entry: the one with its key and value, else the key-only one.
+// The rule of `rules` for one entry: the one with its key and value, else the first with its key and a
+// wildcard value matching it, else the key-only one.
 const RlsRule* Find(const std::vector<RlsRule>& rules, std::string_view key, std::string_view value) {
   const RlsRule* key_only = nullptr;
+  const RlsRule* wildcard = nullptr;
   for (const RlsRule& rule : rules) {
     if (rule.key != key) continue;
     if (!rule.value) {
       key_only = &rule;
     } else if (*rule.value == value) {
       return &rule;
+    } else if (rule.wildcard && wildcard == nullptr && WildcardMatch(*rule.value, value)) {
+      wildcard = &rule;
     }
   }
-  return key_only;
+  return wildcard != nullptr ? wildcard : key_only;
 }
 
 }  // namespace
+
+bool WildcardMatch(std::string_view pattern, std::string_view value) {
+  size_t star = pattern.find('*');
+  if (star == std::string_view::npos) return pattern == value;
+  // The literal before the first `*` and after the last one anchor the ends; the literals between them
+  // are found in order, each as early as it occurs (which never loses a match).
+  const std::string_view head = pattern.substr(0, star);
+  const size_t last_star = pattern.rfind('*');
+  const std::string_view tail = pattern.substr(last_star + 1);
+  if (value.size() < head.size() + tail.size() || !value.starts_with(head) || !value.ends_with(tail)) {
+    return false;
+  }
+  std::string_view rest = value.substr(head.size(), value.size() - head.size() - tail.size());
+  while (star < last_star) {
+    const size_t next = pattern.find('*', star + 1);
+    const std::string_view literal = pattern.substr(star + 1, next - star - 1);
+    const size_t at = rest.find(literal);
+    if (at == std::string_view::npos) return false;
+    rest.remove_prefix(at + literal.size());
+    star = next;
+  }
+  return true;
+}
 
 std::optional<Unit> ParseUnit(std::string_view name) {
   const std::string lower = Lower(name);
@@ -268,13 +361,16 @@ Result<std::shared_ptr<const RlsConfig>> RlsConfig::Load(const std::string& path
 }
 
 RlsMatch RlsConfig::Match(std::string_view domain,
-                          std::span<const std::pair<std::string_view, std::string_view>> entries) const {
+                          std::span<const std::pair<std::string_view, std::string_view>> entries,
+                          std::vector<std::pair<std::string_view, std::string_view>>* counter) const {
+  if (counter != nullptr) counter->assign(entries.begin(), entries.end());
   auto it = domains_.find(domain);
   if (it == domains_.end() || entries.empty()) return {};
   const std::vector<RlsRule>* level = &it->second;
   for (size_t i = 0; i < entries.size(); ++i) {
     const RlsRule* rule = Find(*level, entries[i].first, entries[i].second);
     if (rule == nullptr) return {};
+    if (rule->share_threshold && counter != nullptr) (*counter)[i].second = *rule->value;
     if (i + 1 == entries.size()) {
       if (rule->unlimited || rule->limit) return {rule};
       return {};

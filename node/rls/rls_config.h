@@ -10,10 +10,17 @@
 //       rate_limit: {unit: second, requests_per_unit: 2}
 //       shadow_mode: true                 # decide and count, but always answer OK
 //       descriptors: [...]                # nested: matched by the request's next entries
+//     - key: file
+//       value: /reports/*                 # wildcard: each `*` matches any run of characters
+//       share_threshold: true             # every matching value shares one counter
+//       rate_limit: {unit: minute, requests_per_unit: 5, name: reports, replaces: [{name: files}]}
 //
-// Beyond envoyproxy/ratelimit: `algorithm` (any of limiter::ParseAlgorithm's names; default
-// fixed_window) next to `unit` in rate_limit. Several domains may share one file as YAML documents
-// separated by `---`.
+// As envoyproxy/ratelimit: `rate_limit.unlimited`, `rate_limit.replaces` (a matched limit whose name
+// another matched limit of the same request replaces is not applied), `quota_mode` (see RlsRule);
+// `detailed_metric`, `value_to_metric` and `metadata` are accepted and have no effect. Beyond it:
+// `algorithm` (any of limiter::ParseAlgorithm's names; default fixed_window) next to `unit` in
+// rate_limit, and `unlimited: true` at the descriptor level as well. Several domains may share one file
+// as YAML documents separated by `---`.
 //
 // Thread safety: an RlsConfig is immutable once parsed; share it through RlsConfigHolder.
 #ifndef RINGLIMIT_NODE_RLS_RLS_CONFIG_H_
@@ -47,24 +54,33 @@ enum class Unit : uint8_t { kSecond = 1, kMinute = 2, kHour = 3, kDay = 4, kMont
 struct RlsLimit {
   uint32_t requests_per_unit = 0;  // 0: nothing is ever admitted (spec unused)
   Unit unit = Unit::kSecond;
-  std::string name;         // rate_limit.name; reported as current_limit.name
-  limiter::LimitSpec spec;  // algorithm, limit = requests_per_unit, window = one unit
+  std::string name;                   // rate_limit.name; reported as current_limit.name
+  std::vector<std::string> replaces;  // rate_limit.replaces[].name: limits this one switches off
+  limiter::LimitSpec spec;            // algorithm, limit = requests_per_unit, window = one unit
 };
 
 // One node of the descriptor tree.
 struct RlsRule {
   std::string key;
   std::optional<std::string> value;  // nullopt: matches any value of `key`
+  bool wildcard = false;             // `value` has a `*`: a pattern, each `*` any run of characters
+  bool share_threshold = false;      // wildcard only: every matching value counts in one counter
   std::optional<RlsLimit> limit;     // rate_limit; nullopt: none at this level
   bool shadow_mode = false;          // decide and count, answer OK
-  bool unlimited = false;            // always OK, nothing counted
-  std::vector<RlsRule> children;     // matched against the next entries
+  // Over its limit, this descriptor makes the request OVER_LIMIT only when every quota_mode
+  // descriptor of the request is over (envoyproxy/ratelimit's quota mode).
+  bool quota_mode = false;
+  bool unlimited = false;         // always OK, nothing counted
+  std::vector<RlsRule> children;  // matched against the next entries
 };
 
 // What a descriptor's entries matched.
 struct RlsMatch {
   const RlsRule* rule = nullptr;  // the rule of the last entry; null: no rule applies (answer OK)
 };
+
+// Whether `value` matches `pattern`, in which each `*` matches any run of characters (none included).
+[[nodiscard]] bool WildcardMatch(std::string_view pattern, std::string_view value);
 
 class RlsConfig {
  public:
@@ -78,11 +94,16 @@ class RlsConfig {
   [[nodiscard]] bool HasDomain(std::string_view domain) const { return domains_.contains(domain); }
 
   // Walks `entries` (key, value) through `domain`'s tree as envoyproxy/ratelimit does: at each level
-  // the rule with the entry's key and value wins over the rule with the key alone; the walk stops at
-  // the first entry that matches nothing. A rule applies only when it matched the last entry and has a
-  // rate_limit or is unlimited. Unknown domain: no rule.
-  [[nodiscard]] RlsMatch Match(std::string_view domain,
-                               std::span<const std::pair<std::string_view, std::string_view>> entries) const;
+  // the rule with the entry's key and value wins, then the first rule (in file order) with the key and
+  // a wildcard value matching it, then the rule with the key alone; the walk stops at the first entry
+  // that matches nothing. A rule applies only when it matched the last entry and has a rate_limit or is
+  // unlimited. Unknown domain: no rule.
+  //
+  // `counter` (optional) is set to the entries that name the descriptor's counter: `entries`, except
+  // that an entry matched by a wildcard rule with share_threshold has the rule's pattern as its value.
+  [[nodiscard]] RlsMatch Match(
+      std::string_view domain, std::span<const std::pair<std::string_view, std::string_view>> entries,
+      std::vector<std::pair<std::string_view, std::string_view>>* counter = nullptr) const;
 
   // Number of domains (tests, logs).
   [[nodiscard]] size_t domains() const { return domains_.size(); }

@@ -160,6 +160,101 @@ TEST(RlsConfigTest, RejectsBadFilesWithThePlace) {
             std::string::npos);
 }
 
+TEST(RlsConfigTest, WildcardsMatchAsInEnvoysRatelimit) {
+  EXPECT_TRUE(WildcardMatch("value*", "value"));
+  EXPECT_TRUE(WildcardMatch("value*", "value123"));
+  EXPECT_FALSE(WildcardMatch("value*", "valu"));
+  EXPECT_TRUE(WildcardMatch("/api/*/action", "/api/123/action"));
+  EXPECT_FALSE(WildcardMatch("/api/*/action", "/api/123/other"));
+  EXPECT_TRUE(WildcardMatch("*", ""));
+  EXPECT_TRUE(WildcardMatch("a*b*c", "abc"));
+  EXPECT_TRUE(WildcardMatch("a*b*c", "a-b-b-c"));
+  EXPECT_FALSE(WildcardMatch("a*b*c", "acb"));
+  EXPECT_FALSE(WildcardMatch("ab*ba", "aba"));  // the ends may not overlap
+  EXPECT_TRUE(WildcardMatch("plain", "plain"));
+  EXPECT_FALSE(WildcardMatch("plain", "plains"));
+
+  auto config = MustParse(R"(
+domain: w
+descriptors:
+  - key: path
+    value: /v1/*
+    rate_limit: {unit: second, requests_per_unit: 1, name: first}
+  - key: path
+    value: /v1/users*
+    rate_limit: {unit: second, requests_per_unit: 2, name: second}
+  - key: path
+    value: /v1/users
+    rate_limit: {unit: second, requests_per_unit: 3, name: exact}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 4, name: any}
+  - key: tenant
+    value: "t-*"
+    share_threshold: true
+    descriptors:
+      - key: plan
+        rate_limit: {unit: second, requests_per_unit: 5}
+)");
+  auto name = [&](std::string_view value) {
+    RlsMatch m = config->Match("w", Entries{{"path", value}});
+    return m.rule != nullptr ? m.rule->limit->name : "";
+  };
+  EXPECT_EQ(name("/v1/users"), "exact");    // the exact value first
+  EXPECT_EQ(name("/v1/users/7"), "first");  // then the first matching pattern in file order
+  EXPECT_EQ(name("/v2/x"), "any");          // then the key alone
+  // share_threshold: the counter's entries carry the pattern, the others the request's values.
+  Entries counter;
+  RlsMatch nested = config->Match("w", Entries{{"tenant", "t-9"}, {"plan", "gold"}}, &counter);
+  ASSERT_NE(nested.rule, nullptr);
+  EXPECT_EQ(counter, (Entries{{"tenant", "t-*"}, {"plan", "gold"}}));
+  (void)config->Match("w", Entries{{"path", "/v1/a"}}, &counter);
+  EXPECT_EQ(counter, (Entries{{"path", "/v1/a"}}));
+}
+
+TEST(RlsConfigTest, EnvoysRatelimitFieldsParse) {
+  auto config = MustParse(R"(
+domain: e
+descriptors:
+  - key: ldap
+    rate_limit:
+      unlimited: true
+      name: ldap
+  - key: user
+    quota_mode: true
+    detailed_metric: true
+    value_to_metric: true
+    metadata: {team: edge}
+    rate_limit:
+      name: users
+      replaces: [{name: ldap}, {name: other}]
+      unit: minute
+      requests_per_unit: 7
+)");
+  RlsMatch ldap = config->Match("e", Entries{{"ldap", "x"}});
+  ASSERT_NE(ldap.rule, nullptr);
+  EXPECT_TRUE(ldap.rule->unlimited);
+  RlsMatch user = config->Match("e", Entries{{"user", "x"}});
+  ASSERT_NE(user.rule, nullptr);
+  EXPECT_TRUE(user.rule->quota_mode);
+  EXPECT_EQ(user.rule->limit->replaces, (std::vector<std::string>{"ldap", "other"}));
+  EXPECT_EQ(user.rule->limit->requests_per_unit, 7u);
+
+  EXPECT_NE(ParseError("domain: e\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1, "
+                       "replaces: [{name: ''}]}}]")
+                .find("should not have an empty replaces entry"),
+            std::string::npos);
+  EXPECT_NE(ParseError("domain: e\ndescriptors: [{key: k, rate_limit: {name: a, unit: second, "
+                       "requests_per_unit: 1, replaces: [{name: a}]}}]")
+                .find("should not contain the name of the same descriptor"),
+            std::string::npos);
+  EXPECT_NE(ParseError("domain: e\ndescriptors: [{key: k, rate_limit: {unlimited: true, unit: second}}]")
+                .find("when unlimited"),
+            std::string::npos);
+  EXPECT_NE(ParseError("domain: e\ndescriptors: [{key: k, value: v, share_threshold: true}]")
+                .find("only for a wildcard value"),
+            std::string::npos);
+}
+
 TEST(RlsConfigTest, HolderKeepsTheOldConfigOnABadReload) {
   const std::string path = testing::TempDir() + "/rls_config_test.yaml";
   {

@@ -176,6 +176,39 @@ TEST_F(RlsNodeTest, UnlimitedAlwaysAnswersOk) {
   }
 }
 
+TEST_F(RlsNodeTest, EnvoysRatelimitUnlimitedReplacesAndWildcards) {
+  // rate_limit: {unlimited: true}, envoyproxy/ratelimit's place for it.
+  RlsAnswer ldap = Call("edge", {{{"ldap", "x"}}}, 1000);
+  ASSERT_TRUE(ldap.status.ok()) << ldap.status.error_message();
+  EXPECT_EQ(ldap.response.overall_code(), Code::OK);
+  EXPECT_EQ(ldap.response.statuses(0).limit_remaining(), std::numeric_limits<uint32_t>::max());
+
+  // replaces: with the endpoint's limit matched too, the category's limit is not applied.
+  EXPECT_EQ(Call("edge", {{{"category", "read"}}}).response.overall_code(), Code::OK);
+  EXPECT_EQ(Call("edge", {{{"category", "read"}}}).response.overall_code(), Code::OVER_LIMIT);
+  for (uint32_t i = 0; i < 2; ++i) {
+    RlsAnswer a = Call("edge", {{{"category", "read"}}, {{"endpoint", "/reports"}}});
+    ASSERT_TRUE(a.status.ok());
+    EXPECT_EQ(a.response.overall_code(), Code::OK) << i;
+    EXPECT_FALSE(a.response.statuses(0).has_current_limit());
+    EXPECT_EQ(a.response.statuses(1).current_limit().name(), "reports");
+    EXPECT_EQ(a.response.statuses(1).limit_remaining(), 1 - i);
+  }
+  EXPECT_EQ(Call("edge", {{{"category", "read"}}, {{"endpoint", "/reports"}}}).response.overall_code(),
+            Code::OVER_LIMIT);
+
+  // Wildcards: /shared/* shares one counter of 2 (share_threshold); *.pdf counts per value.
+  EXPECT_EQ(Call("edge", {{{"file", "/shared/a"}}}).response.overall_code(), Code::OK);
+  EXPECT_EQ(Call("edge", {{{"file", "/shared/b"}}}).response.overall_code(), Code::OK);
+  EXPECT_EQ(Call("edge", {{{"file", "/shared/c"}}}).response.overall_code(), Code::OVER_LIMIT);
+  EXPECT_EQ(Call("edge", {{{"file", "a.pdf"}}}).response.overall_code(), Code::OK);
+  EXPECT_EQ(Call("edge", {{{"file", "b.pdf"}}}).response.overall_code(), Code::OK);
+  EXPECT_EQ(Call("edge", {{{"file", "a.pdf"}}}).response.overall_code(), Code::OVER_LIMIT);
+  RlsAnswer none = Call("edge", {{{"file", "a.txt"}}});
+  EXPECT_EQ(none.response.overall_code(), Code::OK);
+  EXPECT_FALSE(none.response.statuses(0).has_current_limit());
+}
+
 TEST_F(RlsNodeTest, UnknownDomainAndUnmatchedDescriptorsAreOk) {
   for (int i = 0; i < 5; ++i) {
     RlsAnswer a = Call("nope", {{{"remote_address", "10.0.0.1"}}, {{"blocked", "x"}}});

@@ -45,6 +45,21 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 0}
   - key: exact
     rate_limit: {unit: hour, requests_per_unit: 40}
+  - key: ldap
+    rate_limit: {unlimited: true}
+  - key: category
+    value: read
+    rate_limit: {unit: hour, requests_per_unit: 1, name: reads}
+  - key: endpoint
+    value: /reports
+    rate_limit: {unit: hour, requests_per_unit: 2, name: reports, replaces: [{name: reads}]}
+  - key: file
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: file
+    value: "*.pdf"
+    rate_limit: {unit: hour, requests_per_unit: 1}
 )";
 
 // A RateLimitRequest of `domain` with one descriptor per element of `descriptors`.
