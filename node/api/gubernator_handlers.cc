@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -182,6 +183,16 @@ int64_t DurationMs(const gpb::RateLimitReq& req, limiter::TimeNs now) {
   return period ? (period->end - period->start) / limiter::kMillisecond : 0;
 }
 
+// The key a DURATION_IS_GREGORIAN TOKEN_BUCKET over months or years counts under: unique_key and the
+// period's first instant, so the next month (or year) starts a new counter; "" for every other item.
+std::string GregorianKey(const gpb::RateLimitReq& req, limiter::TimeNs now) {
+  if (!IsGregorian(req) || req.algorithm() != gpb::TOKEN_BUCKET || req.duration() < kMonths) return "";
+  const std::optional<Period> period = GregorianPeriod(req.duration(), now);
+  if (!period) return "";
+  return req.unique_key() + (req.duration() == kMonths ? "\x1egregorian-month:" : "\x1egregorian-year:") +
+         std::to_string(period->start / limiter::kSecond);
+}
+
 // The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
 std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter::LimitSpec* spec) {
   if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
@@ -197,8 +208,6 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter
     period = GregorianPeriod(req.duration(), now);
     if (!period)
       return "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval";
-    if (req.algorithm() == gpb::TOKEN_BUCKET && req.duration() >= kMonths)
-      return "behavior DURATION_IS_GREGORIAN with months or years is not supported for TOKEN_BUCKET yet";
   } else if (req.duration() <= 0) {
     return "field 'duration' must be a positive number of milliseconds";
   }
@@ -212,9 +221,13 @@ std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter
   spec->limit = static_cast<uint64_t>(req.limit());
   if (period) {
     spec->window = period->end - period->start;
-    // A calendar TOKEN_BUCKET is a window that starts over at the period's end: the epoch-aligned fixed
-    // window of the period's length (minutes, hours, days: UTC periods are such windows).
-    if (*algorithm == limiter::Algorithm::kAnchoredWindow) spec->algorithm = limiter::Algorithm::kFixedWindow;
+    // A calendar TOKEN_BUCKET is a window that starts over at the period's end. Minutes, hours and days:
+    // the epoch-aligned fixed window of the period's length (UTC periods are such windows). Months and
+    // years are not multiples of one length: each period counts under its own key (GregorianKey) in an
+    // anchored window as long as the period, which cannot end before the period does.
+    if (*algorithm == limiter::Algorithm::kAnchoredWindow && req.duration() < kMonths) {
+      spec->algorithm = limiter::Algorithm::kFixedWindow;
+    }
   } else {
     if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
     spec->window = req.duration() * limiter::kMillisecond;
@@ -268,6 +281,7 @@ struct GubernatorJob {
   std::vector<std::string> errors;                    // per item; "" when valid
   std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
   limiter::TimeNs now = 0;  // the calendar periods' instant (DURATION_IS_GREGORIAN), read once in Prepare
+  std::deque<std::string> keys;  // GregorianKey's keys (stable: the batches keep views)
   CheckRounds rounds;
 };
 
@@ -293,7 +307,11 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
         job->errors[i] = ReservedName(req.name(), *owner).message;
     }
     if (!job->errors[i].empty() || spec.limit == 0) continue;
-    const int32_t round = rounds_of_key[req.unique_key()]++;
+    std::string_view key = req.unique_key();
+    if (std::string calendar = GregorianKey(req, job->now); !calendar.empty()) {
+      key = job->keys.emplace_back(std::move(calendar));
+    }
+    const int32_t round = rounds_of_key[key]++;
     CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));
     job->check_of[i] = {round, static_cast<int32_t>(batch.checks().size())};
     // RESET_REMAINING starts the state over and ignores the hits, as Gubernator.
@@ -301,7 +319,7 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
     const uint64_t hits = reset                 ? 0
                           : LeakyOverBurst(req) ? static_cast<uint64_t>(BurstOf(req))
                                                 : static_cast<uint64_t>(req.hits());
-    batch.AddInline(req.unique_key(), req.name(), spec, hits, reset, i);
+    batch.AddInline(key, req.name(), spec, hits, reset, i);
   }
   return std::nullopt;
 }

@@ -198,8 +198,41 @@ TEST_F(GubernatorTest, GregorianUnitsGubernatorRefuses) {
             "`Duration = GregorianWeeks` not yet supported; consider making a PR!`");
   EXPECT_EQ(error(Gregorian("LEAKY_BUCKET", 7, 5)),
             "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval");
-  EXPECT_NE(error(Gregorian("TOKEN_BUCKET", 4, 5)).find("not supported"), std::string::npos);
+  EXPECT_EQ(error(Gregorian("TOKEN_BUCKET", 4, 5)), "");  // a token bucket over a month
   EXPECT_EQ(error(Gregorian("LEAKY_BUCKET", 5, 5)), "");  // a leaky bucket over a year
+}
+
+TEST_F(GubernatorTest, GregorianTokenBucketOverMonthsAndYearsFollowsTheCalendar) {
+  // kStart is 2023-11-14 22:00 UTC: November ends at 2023-12-01 00:00, the year at 2024-01-01 00:00.
+  const int64_t december_ms = 1'701'388'800'000;
+  const int64_t year_2024_ms = 1'704'067'200'000;
+  auto resp = [&](int64_t unit) {
+    return Call(Gregorian("TOKEN_BUCKET", unit, 2)).at("responses").at(0).as_object();
+  };
+  json::object a = resp(4);
+  EXPECT_EQ(a.at("error").as_string(), "");
+  EXPECT_EQ(a.at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(a.at("remaining").as_string(), "1");
+  EXPECT_EQ(a.at("reset_time").as_string(), std::to_string(december_ms - 1));
+  EXPECT_EQ(resp(4).at("remaining").as_string(), "0");
+  EXPECT_EQ(resp(4).at("status").as_string(), "OVER_LIMIT");
+  json::object year = resp(5);  // the year's counter, apart from the month's
+  EXPECT_EQ(year.at("remaining").as_string(), "1");
+  EXPECT_EQ(year.at("reset_time").as_string(), std::to_string(year_2024_ms - 1));
+  EXPECT_EQ(resp(5).at("remaining").as_string(), "0");
+  // A millisecond before December: still November's counter.
+  Advance((december_ms - 1) * limiter::kMillisecond - now_);
+  EXPECT_EQ(resp(4).at("status").as_string(), "OVER_LIMIT");
+  // December: everything back at once, though November's first hit was only 16 days ago; the year's
+  // counter goes on.
+  Advance(limiter::kMillisecond);
+  json::object december = resp(4);
+  EXPECT_EQ(december.at("status").as_string(), "UNDER_LIMIT");
+  EXPECT_EQ(december.at("remaining").as_string(), "1");
+  EXPECT_EQ(december.at("reset_time").as_string(), std::to_string(year_2024_ms - 1));  // Dec has 31 days
+  EXPECT_EQ(resp(5).at("status").as_string(), "OVER_LIMIT");
+  Advance((year_2024_ms - december_ms) * limiter::kMillisecond);
+  EXPECT_EQ(resp(5).at("status").as_string(), "UNDER_LIMIT");
 }
 
 // Errors of the whole request in grpc-gateway's form: {"code": <gRPC code>, "message": ..., "details": []}.
