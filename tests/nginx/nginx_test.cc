@@ -48,19 +48,50 @@ void ReplaceAll(std::string& text, const std::string& from, const std::string& t
   }
 }
 
+std::string HeaderOf(const ClientResponse& response, std::string_view name) {
+  auto it = response.find(name);
+  return it == response.end() ? "" : std::string(it->value());
+}
+
 class Nginx {
  public:
   ~Nginx() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    Stop();
     std::error_code ignored;
     fs::remove_all(dir_, ignored);
   }
 
+  // Starts nginx on two free ports (front(), the recipe's listener, and the app behind it). nginx cannot
+  // bind port 0 and report it, so the ports are picked free and may be taken by another process before
+  // nginx binds them: then nginx exits, or the front port answers without being nginx, and it is tried
+  // again on other ports.
+  Result<void> Start(const Cluster& cluster) {
+    std::string errors;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      front_ = FreePort();
+      const uint16_t app = FreePort();
+      if (front_ == 0 || app == 0 || front_ == app) continue;
+      auto started = StartOn(cluster, front_, app);
+      if (started) return {};
+      errors += started.error() + "\n";
+      Stop();
+    }
+    return "nginx did not start in 5 attempts:\n" + errors;
+  }
+
+  [[nodiscard]] uint16_t front() const { return front_; }
+
+ private:
+  void Stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
   // The example config with the cluster's addresses, the app and the front port filled in.
-  Result<void> Start(const Cluster& cluster, uint16_t front, uint16_t app) {
+  Result<void> StartOn(const Cluster& cluster, uint16_t front, uint16_t app) {
     dir_ = fs::temp_directory_path() / ("rl-nginx-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     std::ifstream in(std::string(RINGLIMIT_SOURCE_DIR) + "/examples/nginx/ringlimit.conf");
@@ -99,16 +130,29 @@ class Nginx {
       ::execv(kNginx, argv);
       _exit(127);
     }
+    bool exited = false;
     auto up = WaitFor("nginx to listen", milliseconds(10'000), [&](std::string* last) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // e.g. a port was taken: bind() failed
+        pid_ = -1;
+        exited = true;
+        return true;
+      }
       HttpClient probe(front, milliseconds(500));
       auto response = probe.Get("/");
-      if (!response) *last = response.error().message();
-      return response.has_value();
+      if (!response) {
+        *last = response.error().message();
+        return false;
+      }
+      if (HeaderOf(*response, "Server").starts_with("nginx")) return true;
+      *last = "port " + std::to_string(front) + " answers but is not nginx";
+      return false;
     });
+    if (exited) return "nginx exited: " + Log();
     if (!up) return up.error() + "\n" + Log();
     return {};
   }
 
+ public:
   std::string Log() const {
     std::ifstream in(dir_ / "error.log");
     std::stringstream a;
@@ -121,22 +165,17 @@ class Nginx {
  private:
   fs::path dir_;
   pid_t pid_ = -1;
+  uint16_t front_ = 0;
 };
-
-std::string HeaderOf(const ClientResponse& response, std::string_view name) {
-  auto it = response.find(name);
-  return it == response.end() ? "" : std::string(it->value());
-}
 
 TEST(NginxRecipeTest, LimitsPassesHeadersSendsNoBodyAndFailsOpen) {
   if (!fs::exists(kNginx)) GTEST_SKIP() << "no nginx (scripts/bootstrap installs nginx-light)";
   auto started = Cluster::Start({.nodes = 3, .args = {"--threads", "2"}});
   ASSERT_TRUE(started) << started.error();
   Cluster& cluster = **started;
-  const uint16_t front = FreePort(), app = FreePort();
-  ASSERT_NE(front, app);
   Nginx nginx;
-  auto running = nginx.Start(cluster, front, app);
+  auto running = nginx.Start(cluster);
+  const uint16_t front = nginx.front();
   ASSERT_TRUE(running) << running.error();
 
   HttpClient client(front, milliseconds(5'000));
