@@ -33,7 +33,8 @@ def clear(target):
 
 def encode(message_type, text):
     proto = {"ringlimit.transport": "transport.proto", "ringlimit.peer": "peer.proto",
-             "ringlimit.state": "state.proto"}[message_type.rsplit(".", 1)[0]]
+             "ringlimit.state": "state.proto",
+             "envoy.service.ratelimit.v3": "envoy/service/ratelimit/v3/rls.proto"}[message_type.rsplit(".", 1)[0]]
     return subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"), "--encode=" + message_type, proto],
                           input=text.encode(), capture_output=True, check=True).stdout
 
@@ -303,6 +304,32 @@ def main():
     }
     for name, data in policies.items():
         write("policies_json", name, data)
+
+    # rls: two length bytes, the YAML config (empty: the target's own), then a RateLimitRequest.
+    clear("rls")
+
+    def rls(config, request_text):
+        request = encode("envoy.service.ratelimit.v3.RateLimitRequest", request_text)
+        return struct.pack("<H", len(config)) + config.encode() + request
+
+    def descriptor(*entries, extra=""):
+        return "descriptors { " + " ".join('entries { key: "%s" value: "%s" }' % e for e in entries) + extra + " }"
+
+    own = {
+        "replaces": 'domain: "d" ' + descriptor(("a", "v")) + " " + descriptor(("a", "x-y")),
+        "unlimited_replaces": 'domain: "d" ' + descriptor(("a", "v")) + " " + descriptor(("u", "1")),
+        "shared_wildcard": 'domain: "d" hits_addend: 2 ' + descriptor(("b", "p")) + " " + descriptor(("b", "q")),
+        "quota": 'domain: "d" ' + descriptor(("c", "1")) + " " + descriptor(("c", "2")) + " " + descriptor(("c", "1")),
+        "nested": 'domain: "d" ' + descriptor(("n", "1"), ("m", "a-b")) + " " + descriptor(("n", "1"), ("m", "ab")),
+        "override": 'domain: "d" ' + descriptor(("z", "0"), extra=" limit { requests_per_unit: 1 unit: MINUTE }"),
+        "shadow_zero": 'domain: "d" ' + descriptor(("s", "1")) + " " + descriptor(("z", "1")),
+        "unknown_domain": 'domain: "other" ' + descriptor(("a", "v")),
+    }
+    for name, text in own.items():
+        write("rls", name, rls("", text))
+    custom = ("domain: e\ndescriptors:\n  - key: k\n    value: \"*.*\"\n"
+              "    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: m}]}\n")
+    write("rls", "custom_config", rls(custom, 'domain: "e" ' + descriptor(("k", "a.b"))))
     return 0
 
 

@@ -5,7 +5,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <chrono>
-#include <deque>
+#include <forward_list>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -281,7 +281,7 @@ struct GubernatorJob {
   std::vector<std::string> errors;                    // per item; "" when valid
   std::vector<std::pair<int32_t, int32_t>> check_of;  // item -> (round, check index); round -1: none
   limiter::TimeNs now = 0;  // the calendar periods' instant (DURATION_IS_GREGORIAN), read once in Prepare
-  std::deque<std::string> keys;  // GregorianKey's keys (stable: the batches keep views)
+  std::forward_list<std::string> keys;  // GregorianKey's keys (stable: the batches keep views)
   CheckRounds rounds;
 };
 
@@ -309,7 +309,7 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
     if (!job->errors[i].empty() || spec.limit == 0) continue;
     std::string_view key = req.unique_key();
     if (std::string calendar = GregorianKey(req, job->now); !calendar.empty()) {
-      key = job->keys.emplace_back(std::move(calendar));
+      key = job->keys.emplace_front(std::move(calendar));
     }
     const int32_t round = rounds_of_key[key]++;
     CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));

@@ -1,7 +1,7 @@
 #include "node/api/rls_handlers.h"
 
 #include <algorithm>
-#include <deque>
+#include <forward_list>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -60,10 +60,12 @@ struct RlsJob {
 
   const ApiContext& context;
   std::shared_ptr<const rls::RlsConfig> config;
-  std::vector<Item> items;              // per descriptor
-  std::deque<rls::RlsLimit> overrides;  // stable addresses
-  std::deque<std::string> keys;         // stable: the batches keep views
-  std::deque<std::string> names;
+  std::vector<Item> items;  // per descriptor
+  // At stable addresses (the batches keep views). Lists: an empty one allocates nothing (a std::deque
+  // allocates on construction).
+  std::forward_list<rls::RlsLimit> overrides;
+  std::forward_list<std::string> keys;
+  std::forward_list<std::string> names;
   CheckRounds rounds;
 };
 
@@ -102,14 +104,14 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
       if (unit < static_cast<int>(rls::Unit::kSecond) || unit > static_cast<int>(rls::Unit::kWeek)) {
         return Invalid(at + ".limit.unit: must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
       }
-      rls::RlsLimit& limit = job->overrides.emplace_back();
+      rls::RlsLimit& limit = job->overrides.emplace_front();
       limit.requests_per_unit = descriptor.limit().requests_per_unit();
       limit.unit = static_cast<rls::Unit>(unit);
       limit.spec.algorithm = limiter::Algorithm::kFixedWindow;
       limit.spec.limit = limit.requests_per_unit;
       limit.spec.window = rls::UnitDuration(limit.unit);
       item.limit = &limit;
-      item.key = &job->keys.emplace_back(RlsKey(request.domain(), entries));
+      item.key = &job->keys.emplace_front(RlsKey(request.domain(), entries));
     } else {
       const rls::RlsMatch match = job->config->Match(request.domain(), entries, &counter);
       if (match.rule == nullptr) continue;
@@ -121,7 +123,7 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
       item.limit = &*match.rule->limit;
       item.shadow = match.rule->shadow_mode;
       item.quota = match.rule->quota_mode;
-      item.key = &job->keys.emplace_back(RlsKey(request.domain(), counter));
+      item.key = &job->keys.emplace_front(RlsKey(request.domain(), counter));
     }
     if (item.key->size() > context.options.max_key_bytes) {
       return Invalid(at + ": the rate limit key is longer than " +
@@ -155,7 +157,7 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
     CheckBatch& batch = job->rounds.Round(static_cast<size_t>(round));
     item.round = round;
     item.index = static_cast<int32_t>(batch.checks().size());
-    const std::string& name = job->names.emplace_back(StateName(*item.limit));
+    const std::string& name = job->names.emplace_front(StateName(*item.limit));
     // A descriptor's own hits_addend (0 allowed: only checks) wins over the request's.
     const auto& descriptor = request.descriptors(i);
     const uint64_t hits = descriptor.has_hits_addend() ? descriptor.hits_addend().value() : cost;

@@ -1,5 +1,7 @@
 #include "node/rls/rls_config.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/mark.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -276,6 +278,60 @@ bool WildcardMatch(std::string_view pattern, std::string_view value) {
   return true;
 }
 
+namespace {
+
+// Records how far yaml-cpp's parser got (the furthest event position) while walking one document.
+class Progress : public YAML::EventHandler {
+ public:
+  int furthest = -1;
+  YAML::Mark at;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { Saw(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Saw(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Saw(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    Saw(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Saw(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Saw(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Saw(const YAML::Mark& mark) {
+    if (mark.pos > furthest) furthest = mark.pos;
+    at = mark;
+  }
+};
+
+// yaml-cpp 0.7's LoadAll never returns on some malformed text: a ',' where a document should start
+// yields empty documents forever, none consuming it (and memory grows with each). Walking the documents
+// with its parser first, text on which a document makes no progress is refused here, so that LoadAll is
+// only given text it finishes. Throws what the parser throws for text it rejects itself.
+std::optional<std::string> NeverEnds(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  Progress progress;
+  int before = -1;
+  while (parser.HandleNextDocument(progress)) {
+    if (progress.furthest <= before) {
+      return "line " + std::to_string(progress.at.line + 1) + ", column " +
+             std::to_string(progress.at.column + 1) + ": unexpected text where a document should start";
+    }
+    before = progress.furthest;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<Unit> ParseUnit(std::string_view name) {
   const std::string lower = Lower(name);
   if (lower == "second") return Unit::kSecond;
@@ -311,7 +367,10 @@ limiter::DurationNs UnitDuration(Unit unit) {
 Result<std::shared_ptr<const RlsConfig>> RlsConfig::Parse(std::string_view yaml) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    const std::string text(yaml);
+    if (std::optional<std::string> stuck = NeverEnds(text))
+      return Status::InvalidArgument("not valid YAML", *stuck);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("not valid YAML", e.what());
   }

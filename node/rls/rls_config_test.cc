@@ -255,6 +255,20 @@ descriptors:
             std::string::npos);
 }
 
+TEST(RlsConfigTest, TextYamlCppWouldNeverFinishIsRefused) {
+  // yaml-cpp 0.7's LoadAll loops forever on these (found by fuzz/rls_fuzz.cc): refused instead.
+  for (std::string_view text :
+       {",", ", a", "---\n,", "%YAML 1.2\n,", "\"x\"\n,\n", "domain: e\n%x:\n, - key: k"}) {
+    auto parsed = RlsConfig::Parse(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_NE(parsed.status().message().find("not valid YAML"), std::string::npos)
+        << parsed.status().message();
+  }
+  // Several documents, empty ones included, still parse.
+  auto config = MustParse("---\n---\ndomain: a\ndescriptors: []\n---\ndomain: b\n...\n");
+  EXPECT_EQ(config->domains(), 2u);
+}
+
 TEST(RlsConfigTest, HolderKeepsTheOldConfigOnABadReload) {
   const std::string path = testing::TempDir() + "/rls_config_test.yaml";
   {
