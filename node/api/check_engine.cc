@@ -93,7 +93,7 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
   if (const Policy* owner = policies_->Owning(name)) return ReservedName(name, *owner);
   limiter::LimitSpec spec;
   if (auto error = ApplyLimitFields(check, &spec)) return error;
-  const limiter::LimitSpec& stored = inline_specs_.emplace_front(spec);
+  const limiter::LimitSpec& stored = StoreSpec(spec);
   checks_.push_back(PendingCheck{.key = key,
                                  .state_name = name,
                                  .spec = &stored,
@@ -107,7 +107,7 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
 
 void CheckBatch::AddInline(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
                            uint64_t cost, bool reset, size_t origin) {
-  const limiter::LimitSpec& stored = inline_specs_.emplace_front(spec);
+  const limiter::LimitSpec& stored = StoreSpec(spec);
   const std::string& owned_key = names_.emplace_front(key);
   const std::string& owned_name = names_.emplace_front(name);
   checks_.push_back(PendingCheck{.key = owned_key,
@@ -129,11 +129,19 @@ void CheckBatch::AddResolved(std::string_view key, std::string_view name, const 
   c.counters = nullptr;
 }
 
+const limiter::LimitSpec& CheckBatch::StoreSpec(const limiter::LimitSpec& spec) {
+  if (!first_spec_) return first_spec_.emplace(spec);
+  return inline_specs_.emplace_front(spec);
+}
+
 std::optional<ApiError> CheckBatch::Group() {
   order_.resize(checks_.size());
   std::iota(order_.begin(), order_.end(), size_t{0});
-  std::stable_sort(order_.begin(), order_.end(),
-                   [&](size_t a, size_t b) { return checks_[a].key < checks_[b].key; });
+  // (One check needs no sorting; std::stable_sort would still allocate its buffer.)
+  if (order_.size() > 1) {
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](size_t a, size_t b) { return checks_[a].key < checks_[b].key; });
+  }
   // Validate every group before charging anything, so an error leaves every state untouched.
   groups_.clear();
   for (size_t begin = 0; begin < order_.size();) {

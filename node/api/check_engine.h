@@ -60,6 +60,9 @@ struct PendingCheck {
 class CheckBatch {
  public:
   explicit CheckBatch(const ApiContext& context);
+  // Its checks point into it (specs, names): never copied or moved.
+  CheckBatch(const CheckBatch&) = delete;
+  CheckBatch& operator=(const CheckBatch&) = delete;
 
   // Adds the limits of one api.Check (a named policy expands to several). `origin` is its index in
   // the request. Errors: invalid key/name/fields, unknown policy.
@@ -104,6 +107,8 @@ class CheckBatch {
  private:
   // Sorts checks by key into order_ and groups_; errors on a limit named twice for one key.
   std::optional<ApiError> Group();
+  // A copy of `spec` that lives as long as the batch.
+  const limiter::LimitSpec& StoreSpec(const limiter::LimitSpec& spec);
   void RunGroup(std::span<const size_t> group, limiter::TimeNs now);
   // Builds the message for the checks of groups_[g].
   peer::ForwardedCheck MakeForwarded(size_t g, limiter::TimeNs now) const;
@@ -131,10 +136,13 @@ class CheckBatch {
   std::shared_ptr<const PolicySet> policies_;  // keeps the specs alive for the request
   PerCheck<PendingCheck> checks_;
   PerCheck<limiter::Decision> decisions_;
-  std::forward_list<limiter::LimitSpec> inline_specs_;  // stable addresses
-  std::forward_list<std::string> names_;                // owned names (Gubernator)
-  PerCheck<storage::Slot> slots_;                       // scratch of RunGroup
-  PerCheck<const limiter::LimitSpec*> specs_;           // scratch of RunGroup
+  // Inline limits' specs, at stable addresses: the first here (no allocation for a single check), the
+  // others in the list (StoreSpec).
+  std::optional<limiter::LimitSpec> first_spec_;
+  std::forward_list<limiter::LimitSpec> inline_specs_;
+  std::forward_list<std::string> names_;       // owned names (Gubernator)
+  PerCheck<storage::Slot> slots_;              // scratch of RunGroup
+  PerCheck<const limiter::LimitSpec*> specs_;  // scratch of RunGroup
   PerCheck<limiter::Decision> group_decisions_;
   PerCheck<size_t> order_;                      // check indexes sorted by key
   PerCheck<std::pair<size_t, size_t>> groups_;  // [begin, end) in order_, one per key

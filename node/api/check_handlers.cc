@@ -2,9 +2,12 @@
 
 #include <google/protobuf/arena.h>
 
+#include <array>
 #include <boost/json.hpp>
 #include <charconv>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <variant>
 
 #include "node/api/api_context.h"
@@ -18,6 +21,7 @@ namespace ringlimit::node {
 
 namespace http = boost::beast::http;
 namespace json = boost::json;
+using namespace std::string_view_literals;
 
 namespace {
 
@@ -45,33 +49,33 @@ void AppendUint(std::string* out, uint64_t v) {
 // the hot path of POST /v1/check.
 void WriteCheckResponse(const CheckBatch& batch, std::string* out) {
   out->reserve(out->size() + 32 + batch.checks().size() * 200);
-  out->append(batch.all_allowed() ? R"({"allowed":true,"results":[)" : R"({"allowed":false,"results":[)");
+  out->append(batch.all_allowed() ? R"({"allowed":true,"results":[)"sv : R"({"allowed":false,"results":[)"sv);
   for (size_t i = 0; i < batch.checks().size(); ++i) {
     const PendingCheck& c = batch.checks()[i];
     const limiter::Decision& d = batch.decisions()[i];
-    out->append(i == 0 ? R"({"key":)" : R"(,{"key":)");
+    out->append(i == 0 ? R"({"key":)"sv : R"(,{"key":)"sv);
     AppendJsonString(out, c.key);
-    out->append(R"(,"name":)");
+    out->append(R"(,"name":)"sv);
     AppendJsonString(out, c.state_name);
-    out->append(d.allowed ? R"(,"allowed":true,"limit":)" : R"(,"allowed":false,"limit":)");
+    out->append(d.allowed ? R"(,"allowed":true,"limit":)"sv : R"(,"allowed":false,"limit":)"sv);
     AppendUint(out, d.limit);
-    out->append(R"(,"remaining":)");
+    out->append(R"(,"remaining":)"sv);
     AppendUint(out, d.remaining);
-    out->append(R"(,"reset_ms":)");
+    out->append(R"(,"reset_ms":)"sv);
     AppendInt(out, CeilDiv(d.reset_after, limiter::kMillisecond));
-    out->append(R"(,"retry_after_ms":)");
+    out->append(R"(,"retry_after_ms":)"sv);
     AppendInt(out, d.allowed ? 0 : RetryAfterMs(d.retry_after));
-    out->append(R"(,"delay_ms":)");
+    out->append(R"(,"delay_ms":)"sv);
     AppendInt(out, CeilDiv(d.delay, limiter::kMillisecond));
-    out->append(R"(,"mode":")");
+    out->append(R"(,"mode":")"sv);
     out->append(limiter::ModeName(c.spec->mode));
-    out->append(d.would_deny ? R"(","would_deny":true)" : R"(","would_deny":false)");
+    out->append(d.would_deny ? R"(","would_deny":true)"sv : R"(","would_deny":false)"sv);
     // The deciding node; "" for a handler that is not part of a cluster.
-    out->append(R"(,"owner":)");
+    out->append(R"(,"owner":)"sv);
     AppendJsonString(out, batch.owners().empty() ? std::string_view() : batch.owners()[i]);
     out->push_back('}');
   }
-  out->append("]}");
+  out->append("]}"sv);
 }
 
 // (No Content-Length: the HTTP transport frames every response by its body -- node/server/session.cc.)
@@ -141,7 +145,54 @@ struct CheckJob {
 
 namespace {
 
-using Prepared = std::variant<HttpResponse, std::unique_ptr<CheckJob>>;
+// A job is about 2 KiB, above what glibc's per-thread malloc cache holds (1032 bytes): each thread keeps
+// up to kKept freed job blocks for its next jobs, freed for good when the thread ends.
+class JobCache {
+ public:
+  static constexpr size_t kKept = 16;
+  ~JobCache() {
+    for (size_t i = 0; i < count_; ++i) std::free(blocks_[i]);
+  }
+  void* Take() {
+    if (count_ > 0) return blocks_[--count_];
+    void* block = std::malloc(sizeof(CheckJob));
+    if (block == nullptr) throw std::bad_alloc();
+    return block;
+  }
+  void Give(void* block) {
+    if (count_ == kKept) {
+      std::free(block);
+    } else {
+      blocks_[count_++] = block;
+    }
+  }
+
+ private:
+  std::array<void*, kKept> blocks_{};
+  size_t count_ = 0;
+};
+
+thread_local JobCache job_cache;
+
+struct JobDeleter {
+  void operator()(CheckJob* job) const noexcept {
+    job->~CheckJob();
+    job_cache.Give(job);
+  }
+};
+using JobPtr = std::unique_ptr<CheckJob, JobDeleter>;
+
+JobPtr NewJob(const ApiContext& context) {
+  void* block = job_cache.Take();
+  try {
+    return JobPtr(new (block) CheckJob(context));
+  } catch (...) {
+    job_cache.Give(block);
+    throw;
+  }
+}
+
+using Prepared = std::variant<HttpResponse, JobPtr>;
 
 Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
   unsigned char buffer[16384];
@@ -172,7 +223,7 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
                                         std::to_string(context.options.max_checks) + " allowed"});
   }
 
-  auto job = std::make_unique<CheckJob>(context);
+  JobPtr job = NewJob(context);
   job->batch.Reserve(checks.size());
   for (size_t i = 0; i < checks.size(); ++i) {
     auto prefix = [i] { return "checks[" + std::to_string(i) + "]."; };
@@ -188,7 +239,7 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
 }
 
 Prepared PrepareCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
-  auto job = std::make_unique<CheckJob>(context);
+  JobPtr job = NewJob(context);
   job->is_get = true;
   auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
   if (auto error = CheckFromQuery(query, check, &job->deny_status)) return ToResponse(*error);
@@ -218,7 +269,7 @@ HttpResponse Finish(const CheckJob& job) {
 
 HttpResponse RunLocal(const ApiContext& context, Prepared prepared) {
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
-  CheckJob& job = *std::get<std::unique_ptr<CheckJob>>(prepared);
+  CheckJob& job = *std::get<JobPtr>(prepared);
   if (auto error = job.batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
   return Finish(job);
 }
@@ -239,11 +290,11 @@ void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const Htt
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
   // The job owns itself until its last decision is in; the completion captures one raw pointer, which
   // std::function keeps inline (no allocation per check).
-  CheckJob* job = std::get<std::unique_ptr<CheckJob>>(std::move(prepared)).release();
+  CheckJob* job = std::get<JobPtr>(std::move(prepared)).release();
   job->respond = std::move(respond);
   auto answer = [job](HttpResponse response) {
     Respond to = std::move(job->respond);
-    delete job;  // the job (and its batch) dies after its last use
+    JobDeleter()(job);  // the job (and its batch) dies after its last use
     to(std::move(response));
   };
   auto error = job->batch.RunRouted(context.clock(), router, [job, answer] { answer(Finish(*job)); });

@@ -5,6 +5,7 @@
 
 #include "api.pb.h"
 #include "node/api/api_test_util.h"
+#include "node/api/ratelimit_headers.h"
 
 namespace ringlimit::node {
 namespace {
@@ -171,6 +172,23 @@ TEST_F(CheckTest, ShadowModeAdmitsButReportsTheDenial) {
   EXPECT_TRUE(v.at("results").at(0).at("would_deny").as_bool());
   EXPECT_EQ(v.at("results").at(0).at("mode").as_string(), "shadow");
   EXPECT_EQ(metrics_.ForPolicy("")->shadow_denied.load(), 1u);
+}
+
+TEST(RateLimitHeadersTest, ManyLimitsAndEscapedNamesOutgrowTheInlineText) {
+  RateLimitHeaders headers;
+  std::string policy, state;
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "limit-" + std::to_string(i);
+    headers.Add(name, 100 + i, 60, i, 30);
+    policy += (i ? ", " : "") + ("\"" + name + "\";q=" + std::to_string(100 + i) + ";w=60");
+    state += (i ? ", " : "") + ("\"" + name + "\";r=" + std::to_string(i) + ";t=30");
+  }
+  EXPECT_EQ(headers.policy(), policy);
+  EXPECT_EQ(headers.state(), state);
+  RateLimitHeaders escaped;
+  escaped.Add("a\"b\\c\n", 1, 0, 0, -5);  // quote and backslash escaped, a control character replaced
+  EXPECT_EQ(escaped.policy(), R"("a\"b\\c?";q=1;w=1)");
+  EXPECT_EQ(escaped.state(), R"("a\"b\\c?";r=0;t=0)");
 }
 
 TEST_F(CheckTest, GetAllowedCarriesRateLimitHeaders) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 namespace ringlimit::node {
 
@@ -9,17 +10,24 @@ namespace {
 
 using Text = RateLimitHeaders::Text;
 
-void Append(Text* out, std::string_view s) { out->insert(out->end(), s.begin(), s.end()); }
+void Append(Text* out, std::string_view s) { out->Append(s); }
 
 void AppendInt(Text* out, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->insert(out->end(), buf, end);
+  Append(out, std::string_view(buf, static_cast<size_t>(end - buf)));
 }
 
 // A Structured Field string (RFC 8941): printable ASCII, with " and \ escaped.
 void AppendSfString(Text* out, std::string_view s) {
   out->push_back('"');
+  const bool plain =
+      std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+  if (plain) {  // the usual name: copied at once
+    Append(out, s);
+    out->push_back('"');
+    return;
+  }
   for (char c : s) {
     if (c == '"' || c == '\\') {
       out->push_back('\\');
@@ -37,7 +45,7 @@ void AppendSfString(Text* out, std::string_view s) {
 
 void RateLimitHeaders::Add(std::string_view name, int64_t quota, int64_t window_seconds, int64_t remaining,
                            int64_t reset_seconds) {
-  if (!policy_.empty()) {
+  if (!empty()) {
     Append(&policy_, ", ");
     Append(&state_, ", ");
   }

@@ -3,6 +3,7 @@
 #include <boost/beast/core/string.hpp>
 #include <cassert>
 #include <charconv>
+#include <cstring>
 #include <stdexcept>
 
 namespace ringlimit::node {
@@ -42,9 +43,11 @@ size_t ResponseFields::Find(http::field id, string_view name) const {
 
 void ResponseFields::Append(http::field id, string_view name, string_view value) {
   const auto name_at = static_cast<uint32_t>(text_.size());
-  text_.insert(text_.end(), name.begin(), name.end());
-  const auto value_at = static_cast<uint32_t>(text_.size());
-  text_.insert(text_.end(), value.begin(), value.end());
+  const auto value_at = static_cast<uint32_t>(name_at + name.size());
+  // Grown once, uninitialised, then copied into (small_vector's range insert is several times slower).
+  text_.resize(value_at + value.size(), boost::container::default_init);
+  std::memcpy(text_.data() + name_at, name.data(), name.size());
+  std::memcpy(text_.data() + value_at, value.data(), value.size());
   entries_.push_back(Entry{id, name_at, static_cast<uint32_t>(name.size()), value_at,
                            static_cast<uint32_t>(value.size()), false});
 }
@@ -60,7 +63,8 @@ void ResponseFields::Set(http::field id, string_view name, string_view value) {
   }
   // The new value goes at the end of the text; the entry keeps its place in the order.
   const auto value_at = static_cast<uint32_t>(text_.size());
-  text_.insert(text_.end(), value.begin(), value.end());
+  text_.resize(value_at + value.size(), boost::container::default_init);
+  std::memcpy(text_.data() + value_at, value.data(), value.size());
   entries_[first].value_at = value_at;
   entries_[first].value_size = static_cast<uint32_t>(value.size());
 }

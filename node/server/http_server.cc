@@ -17,7 +17,8 @@ using net::ip::tcp;
 
 struct HttpServer::Shared : ServerShared {};
 
-// Accepts connections, each on a new strand, and starts a Session for each. Lives while an accept
+// Accepts connections, each on a new strand (or the io_context's executor, single_thread), and starts
+// a Session for each. Lives while an accept
 // or a retry timer is pending.
 class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
  public:
@@ -40,10 +41,14 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
   uint16_t port() const { return port_; }
 
   void Accept() {
-    acceptor_.async_accept(net::make_strand(io_),
-                           [self = shared_from_this()](error_code ec, tcp::socket socket) {
-                             self->OnAccept(ec, std::move(socket));
-                           });
+    auto on_accept = [self = shared_from_this()](error_code ec, tcp::socket socket) {
+      self->OnAccept(ec, std::move(socket));
+    };
+    if (shared_->options.single_thread) {
+      acceptor_.async_accept(io_.get_executor(), std::move(on_accept));
+    } else {
+      acceptor_.async_accept(net::make_strand(io_), std::move(on_accept));
+    }
   }
 
   void Stop() {

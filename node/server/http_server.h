@@ -77,6 +77,12 @@ struct ServerOptions {
   // Pipelined requests in flight per connection (read but not yet answered). Reading pauses at this
   // bound until the oldest response is written. Default: 32. REQUIRES: >= 1.
   size_t max_pipelined = 32;
+
+  // The io_context is run by exactly one thread: connections then use its executor as it is, without a
+  // strand each (one thread already runs their handlers one at a time; a strand would add two mutex
+  // locks and an executor hop per handler). Other threads may still post to the connections.
+  // Default: false (a strand per connection).
+  bool single_thread = false;
 };
 
 class HttpServer {

@@ -107,10 +107,13 @@ class TestHandler : public RequestHandler {
   std::thread worker_;
 };
 
-class HttpServerTest : public ::testing::Test {
+// Every case twice: two threads running the io_context with a strand per connection, and one thread
+// with ServerOptions::single_thread (connections on the io_context's own executor).
+class HttpServerTest : public ::testing::TestWithParam<bool> {
  protected:
   void StartServer(ServerOptions options) {
     options.port = 0;
+    options.single_thread = GetParam();
     server_ = std::make_unique<HttpServer>(
         io_, options, handler_, [this](unsigned status, std::chrono::nanoseconds, bool from_transport) {
           if (from_transport) transport_errors_.fetch_add(1);
@@ -119,7 +122,7 @@ class HttpServerTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start());
     ASSERT_NE(server_->port(), 0);
     work_.emplace(io_.get_executor());
-    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
+    for (int i = 0; i < (GetParam() ? 1 : 2); ++i) threads_.emplace_back([this] { io_.run(); });
   }
 
   void TearDown() override {
@@ -159,7 +162,7 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<int> ok_{0};
 };
 
-TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+TEST_P(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   StartServer({});
   HttpClient client(server_->port());
   for (int i = 0; i < 100; ++i) {
@@ -174,7 +177,7 @@ TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_EQ(ok_.load(), 100);
 }
 
-TEST_F(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
+TEST_P(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
   StartServer({});
   HttpClient client(server_->port());
   // The first request is answered last by the handler; the responses must still be in order.
@@ -196,7 +199,7 @@ TEST_F(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
   EXPECT_EQ(last->body(), "GET ");
 }
 
-TEST_F(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {
+TEST_P(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {
   StartServer({});
   HttpClient client(server_->port());
   // Pipelined, so a body written after the HEAD answer would show up before the second response.
@@ -215,7 +218,7 @@ TEST_F(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {
   EXPECT_TRUE(rest.ends_with("\r\n\r\nGET ")) << rest;
 }
 
-TEST_F(HttpServerTest, PipelineDeeperThanTheBoundIsStillAnsweredInOrder) {
+TEST_P(HttpServerTest, PipelineDeeperThanTheBoundIsStillAnsweredInOrder) {
   ServerOptions options;
   options.max_pipelined = 2;
   StartServer(options);
@@ -233,7 +236,7 @@ TEST_F(HttpServerTest, PipelineDeeperThanTheBoundIsStillAnsweredInOrder) {
   }
 }
 
-TEST_F(HttpServerTest, ConnectionCloseIsHonoured) {
+TEST_P(HttpServerTest, ConnectionCloseIsHonoured) {
   StartServer({});
   HttpClient client(server_->port());
   ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
@@ -243,7 +246,7 @@ TEST_F(HttpServerTest, ConnectionCloseIsHonoured) {
   EXPECT_FALSE(client.connected());  // the client saw Connection: close
 }
 
-TEST_F(HttpServerTest, Http10WithoutKeepAliveGetsOneAnswer) {
+TEST_P(HttpServerTest, Http10WithoutKeepAliveGetsOneAnswer) {
   StartServer({});
   HttpClient client(server_->port());
   ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.0\r\n\r\n"));
@@ -252,7 +255,7 @@ TEST_F(HttpServerTest, Http10WithoutKeepAliveGetsOneAnswer) {
   EXPECT_NE(rest->find("200 OK"), std::string::npos);
 }
 
-TEST_F(HttpServerTest, OversizedBodyGets413Json) {
+TEST_P(HttpServerTest, OversizedBodyGets413Json) {
   ServerOptions options;
   options.max_body_bytes = 1000;
   StartServer(options);
@@ -269,7 +272,7 @@ TEST_F(HttpServerTest, OversizedBodyGets413Json) {
   EXPECT_EQ(ok->result_int(), 200);
 }
 
-TEST_F(HttpServerTest, OversizedHeadersGet431Json) {
+TEST_P(HttpServerTest, OversizedHeadersGet431Json) {
   ServerOptions options;
   options.max_header_bytes = 4096;
   StartServer(options);
@@ -281,7 +284,7 @@ TEST_F(HttpServerTest, OversizedHeadersGet431Json) {
   EXPECT_GE(transport_errors_.load(), 1);
 }
 
-TEST_F(HttpServerTest, MalformedRequestGets400Json) {
+TEST_P(HttpServerTest, MalformedRequestGets400Json) {
   StartServer({});
   HttpClient client(server_->port());
   ASSERT_TRUE(client.SendRaw("GET /echo HTTP/1.1\r\nContent-Length: banana\r\n\r\n"));
@@ -291,7 +294,7 @@ TEST_F(HttpServerTest, MalformedRequestGets400Json) {
   EXPECT_EQ(ErrorCode(*response), "bad_http");
 }
 
-TEST_F(HttpServerTest, PartialRequestTimesOutWith408) {
+TEST_P(HttpServerTest, PartialRequestTimesOutWith408) {
   ServerOptions options;
   options.read_timeout = 200ms;
   StartServer(options);
@@ -306,7 +309,7 @@ TEST_F(HttpServerTest, PartialRequestTimesOutWith408) {
   EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
 }
 
-TEST_F(HttpServerTest, SlowHeadersTimeOutWith408) {
+TEST_P(HttpServerTest, SlowHeadersTimeOutWith408) {
   ServerOptions options;
   options.read_timeout = 200ms;
   StartServer(options);
@@ -317,7 +320,7 @@ TEST_F(HttpServerTest, SlowHeadersTimeOutWith408) {
   EXPECT_EQ(response->result_int(), 408);
 }
 
-TEST_F(HttpServerTest, IdleConnectionIsClosedQuietly) {
+TEST_P(HttpServerTest, IdleConnectionIsClosedQuietly) {
   ServerOptions options;
   options.idle_timeout = 200ms;
   StartServer(options);
@@ -332,7 +335,7 @@ TEST_F(HttpServerTest, IdleConnectionIsClosedQuietly) {
 
 // At max_connections a new connection takes the place of the connection idle the longest; when every
 // connection is busy it gets 503. Beyond the per-client cap, 503 too.
-TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503UnlessAnIdleOneIsReclaimed) {
+TEST_P(HttpServerTest, ConnectionsBeyondTheCapGet503UnlessAnIdleOneIsReclaimed) {
   ServerOptions options;
   options.max_connections = 2;
   options.max_connections_per_client = 3;  // every test client is 127.0.0.1: only the total cap applies
@@ -358,7 +361,7 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503UnlessAnIdleOneIsReclaimed) 
   EXPECT_EQ(server_->rejected_connections(), 1u);
 }
 
-TEST_F(HttpServerTest, OneClientAddressIsCappedAtItsShare) {
+TEST_P(HttpServerTest, OneClientAddressIsCappedAtItsShare) {
   ServerOptions options;
   options.max_connections = 10;
   options.max_connections_per_client = 1;
@@ -376,7 +379,7 @@ TEST_F(HttpServerTest, OneClientAddressIsCappedAtItsShare) {
   EXPECT_EQ(served->result_int(), 200);
 }
 
-TEST_F(HttpServerTest, DrainFinishesRequestsInFlightAndClosesIdleConnections) {
+TEST_P(HttpServerTest, DrainFinishesRequestsInFlightAndClosesIdleConnections) {
   StartServer({});
   HttpClient idle(server_->port());
   ASSERT_TRUE(idle.Get("/echo"));
@@ -397,7 +400,7 @@ TEST_F(HttpServerTest, DrainFinishesRequestsInFlightAndClosesIdleConnections) {
   EXPECT_FALSE(late.Get("/echo"));
 }
 
-TEST_F(HttpServerTest, DrainWaitsForAPartlyReceivedRequest) {
+TEST_P(HttpServerTest, DrainWaitsForAPartlyReceivedRequest) {
   StartServer({});
   HttpClient client(server_->port());
   ASSERT_TRUE(client.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nabc"));
@@ -413,7 +416,7 @@ TEST_F(HttpServerTest, DrainWaitsForAPartlyReceivedRequest) {
   EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
 }
 
-TEST_F(HttpServerTest, ManyConcurrentClients) {
+TEST_P(HttpServerTest, ManyConcurrentClients) {
   StartServer({});
   std::atomic<int> ok{0};
   std::vector<std::thread> clients;
@@ -430,13 +433,18 @@ TEST_F(HttpServerTest, ManyConcurrentClients) {
   EXPECT_EQ(ok.load(), 16 * 50);
 }
 
-TEST_F(HttpServerTest, StartFailsOnAPortInUse) {
+TEST_P(HttpServerTest, StartFailsOnAPortInUse) {
   StartServer({});
   ServerOptions options;
   options.port = server_->port();
   HttpServer second(io_, options, handler_, nullptr);
   EXPECT_FALSE(second.Start());
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, HttpServerTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OneThreadNoStrand" : "TwoThreadsStrandPerConnection";
+                         });
 
 }  // namespace
 }  // namespace ringlimit::node

@@ -54,13 +54,20 @@ unsigned ThreadCount(unsigned requested) {
 // Declared in dependency order: members are destroyed bottom-up, so the server and its threads go
 // before the handler, and the handler before what it refers to.
 struct Node::Parts {
+  // The HTTP server's options: options.http, single_thread when one thread runs the io_context.
+  static ServerOptions HttpOptions(const NodeOptions& options) {
+    ServerOptions http = options.http;
+    http.single_thread = ThreadCount(options.threads) == 1;
+    return http;
+  }
+
   Parts(const NodeOptions& options, std::unique_ptr<storage::Store> store_in)
       : store(std::move(store_in)),
         policies(options.policies_path),
         rls_config(options.rls_config_path),
         handler(*store, SystemClock(), policies, metrics, options.api),
         io(static_cast<int>(ThreadCount(options.threads))),
-        server(io, options.http, handler,
+        server(io, HttpOptions(options), handler,
                [this](unsigned status, std::chrono::nanoseconds latency, bool from_transport) {
                  if (from_transport) {
                    metrics.CountTransportError(status);

@@ -18,6 +18,7 @@
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
 #include <charconv>
+#include <cstring>
 #include <exception>
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -57,37 +58,49 @@ constexpr size_t kWriteBatchBytes = 64 << 10;
 // `Connection: close` when `close` -- and the body unless `head` (a HEAD answer says the length of the
 // body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
 // not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
+char* Put(char* p, std::string_view s) {
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
 void AppendResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
-  out.append("HTTP/1.1 ");
   const unsigned status = response.result_int();
-  char digits[24];
-  out.append(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, status).ptr - digits));
-  out.push_back(' ');
   const auto reason = response.reason();
-  const auto phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
-  out.append(phrase.data(), phrase.size());
-  out.append("\r\n");
-  for (const auto& field : response) {
-    const http::field id = field.name();
-    if (id == http::field::content_length || id == http::field::transfer_encoding ||
-        id == http::field::connection) {
-      continue;
-    }
-    out.append(field.name_string().data(), field.name_string().size());
-    out.append(": ");
-    out.append(field.value().data(), field.value().size());
-    out.append("\r\n");
-  }
+  const std::string_view phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
   const bool bodiless = status / 100 == 1 || status == 204 || status == 304;
-  if (!bodiless) {
-    out.append("Content-Length: ");
-    const char* end = std::to_chars(digits, digits + sizeof digits, response.body().size()).ptr;
-    out.append(digits, static_cast<size_t>(end - digits));
-    out.append("\r\n");
+  const std::string_view body = !head && !bodiless ? std::string_view(response.body()) : std::string_view();
+  auto framing = [](http::field id) {
+    return id == http::field::content_length || id == http::field::transfer_encoding ||
+           id == http::field::connection;
+  };
+  // One resize to a bound of the size, then plain copies (96: the status line's and the framing's
+  // constant parts and numbers).
+  size_t bound = 96 + phrase.size() + body.size();
+  for (const auto& field : response) bound += field.name_string().size() + field.value().size() + 4;
+  const size_t start = out.size();
+  out.resize(start + bound);
+  char* const begin = out.data() + start;
+  char* p = Put(begin, "HTTP/1.1 ");
+  p = std::to_chars(p, p + 10, status).ptr;
+  *p++ = ' ';
+  p = Put(p, phrase);
+  p = Put(p, "\r\n");
+  for (const auto& field : response) {
+    if (framing(field.name())) continue;
+    p = Put(p, field.name_string());
+    p = Put(p, ": ");
+    p = Put(p, field.value());
+    p = Put(p, "\r\n");
   }
-  if (close) out.append("Connection: close\r\n");
-  out.append("\r\n");
-  if (!head && !bodiless) out.append(response.body());
+  if (!bodiless) {
+    p = Put(p, "Content-Length: ");
+    p = std::to_chars(p, p + 20, response.body().size()).ptr;
+    p = Put(p, "\r\n");
+  }
+  if (close) p = Put(p, "Connection: close\r\n");
+  p = Put(p, "\r\n");
+  p = Put(p, body);
+  out.resize(start + static_cast<size_t>(p - begin));
 }
 
 // Debug-level: a client going away is routine for a server.
@@ -102,6 +115,7 @@ Session::Session(net::ip::tcp::socket&& socket, std::shared_ptr<ServerShared> sh
       counted_(counted),
       socket_(std::move(socket)),
       strand_(socket_.get_executor().target<Strand>()),
+      io_executor_(socket_.get_executor().target<net::io_context::executor_type>()),
       ticker_(socket_.get_executor()) {
   if (shared_->tls != nullptr) tls_.emplace(socket_, *shared_->tls);
 }
@@ -350,9 +364,10 @@ void Session::Dispatch(HttpRequest&& request) {
     return;
   }
   Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
-    // Runs inline when the handler answers on this strand (a local decision: no executor in between),
-    // else hops onto it.
-    if (self->strand_ != nullptr && self->strand_->running_in_this_thread()) {
+    // Runs inline when the handler answers on this strand, or on the one thread of a single_thread
+    // server (a local decision: no executor in between), else hops onto it.
+    if ((self->strand_ != nullptr && self->strand_->running_in_this_thread()) ||
+        (self->io_executor_ != nullptr && self->io_executor_->running_in_this_thread())) {
       self->OnResponse(seq, std::move(response));
       return;
     }

@@ -2,8 +2,8 @@
 //
 // A Session is owned by the handlers it has pending (shared_from_this): it lives while a read, a
 // write, the deadline ticker or an unanswered request refers to it. All its state is touched only on
-// its strand, so it needs no mutex; the only thing other threads do is post onto that strand (a
-// handler's Respond callback, Drain).
+// its strand (or, with ServerOptions::single_thread, the io_context's one thread), so it needs no
+// mutex; the only thing other threads do is post onto it (a handler's Respond callback, Drain).
 //
 // Per connection: requests are read one after the other (pipelining: up to max_pipelined read ahead
 // of their responses), handed to the RequestHandler, and the responses are written strictly in
@@ -20,9 +20,9 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/container/devector.hpp>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -137,12 +137,17 @@ class Session : public std::enable_shared_from_this<Session> {
   bool tls_closing_ = false;  // close_notify sent (Linger)
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   const Strand* strand_;  // that strand (null if the socket's executor is something else)
+  // The io_context's own executor (ServerOptions::single_thread), else null.
+  const boost::asio::io_context::executor_type* io_executor_;
   boost::asio::steady_timer ticker_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
-  std::deque<Pending> pending_;  // in request order; front() is the oldest unanswered request
-  uint64_t first_seq_ = 0;       // sequence number of pending_.front()
-  uint64_t next_seq_ = 0;        // sequence number of the next request read
+  // In request order; front() is the oldest unanswered request. A devector: a request read and its
+  // answer written, a push_back and a pop_front, reuse its storage (std::deque allocated a block of one
+  // Pending each time).
+  boost::container::devector<Pending> pending_;
+  uint64_t first_seq_ = 0;  // sequence number of pending_.front()
+  uint64_t next_seq_ = 0;   // sequence number of the next request read
   ReadPhase phase_ = ReadPhase::kNone;
   Clock::time_point read_deadline_;
   Clock::time_point write_deadline_;

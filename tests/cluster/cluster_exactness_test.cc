@@ -18,10 +18,15 @@ constexpr int kAttemptsPerKey = 26;              // 6 more than the limit
 constexpr int kConsecutive = 2;                  // items i..i+1 hit the same key: contention from two nodes
 constexpr int kItems = kKeys * kAttemptsPerKey;  // 13000 checks
 
-class ClusterExactnessTest : public ::testing::TestWithParam<const char*> {};
+struct Case {
+  const char* algorithm;
+  const char* threads;  // --threads of every node ("1": one thread, connections without strands)
+};
+
+class ClusterExactnessTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ClusterExactnessTest, SixtyFourClientsOverAllNodesAdmitExactlyTheLimitPerKey) {
-  auto started = Cluster::Start({.nodes = kNodes});
+  auto started = Cluster::Start({.nodes = kNodes, .args = {"--threads", GetParam().threads}});
   ASSERT_TRUE(started) << started.error();
   Cluster& cluster = **started;
   std::vector<uint16_t> ports;
@@ -29,8 +34,8 @@ TEST_P(ClusterExactnessTest, SixtyFourClientsOverAllNodesAdmitExactlyTheLimitPer
 
   // A long window: nothing refills during the test (a token bucket of 20 per day refills one token
   // every 72 minutes).
-  const CheckSpec spec{.algorithm = GetParam(), .limit = kLimit, .window_ms = 86'400'000};
-  const std::string prefix = std::string("exact-") + GetParam() + "-";
+  const CheckSpec spec{.algorithm = GetParam().algorithm, .limit = kLimit, .window_ms = 86'400'000};
+  const std::string prefix = std::string("exact-") + GetParam().algorithm + "-";
   std::array<std::atomic<int>, kKeys> allowed{};
   std::array<std::atomic<int>, kKeys> denied{};
   std::atomic<int> next{0}, failed{0};
@@ -70,7 +75,12 @@ TEST_P(ClusterExactnessTest, SixtyFourClientsOverAllNodesAdmitExactlyTheLimitPer
   EXPECT_EQ(wrong, 0) << "keys with a wrong admitted count";
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, ClusterExactnessTest, ::testing::Values("fixed_window", "token_bucket"));
+INSTANTIATE_TEST_SUITE_P(Algorithms, ClusterExactnessTest,
+                         ::testing::Values(Case{"fixed_window", "2"}, Case{"token_bucket", "2"},
+                                           Case{"token_bucket", "1"}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.algorithm) + "_threads" + info.param.threads;
+                         });
 
 }  // namespace
 }  // namespace ringlimit::testing
