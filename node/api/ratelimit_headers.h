@@ -29,6 +29,7 @@ class RateLimitHeaders {
   class Text {
    public:
     void Append(std::string_view s) {
+      if (s.empty()) return;  // (an empty view may hold a null pointer, which memcpy must not be given)
       if (heap_.empty() && size_ + s.size() <= kInline) {
         std::memcpy(inline_ + size_, s.data(), s.size());
         size_ += s.size();

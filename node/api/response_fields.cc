@@ -46,8 +46,9 @@ void ResponseFields::Append(http::field id, string_view name, string_view value)
   const auto value_at = static_cast<uint32_t>(name_at + name.size());
   // Grown once, uninitialised, then copied into (small_vector's range insert is several times slower).
   text_.resize(value_at + value.size(), boost::container::default_init);
-  std::memcpy(text_.data() + name_at, name.data(), name.size());
-  std::memcpy(text_.data() + value_at, value.data(), value.size());
+  // (An empty view may hold a null pointer, which memcpy must not be given.)
+  if (!name.empty()) std::memcpy(text_.data() + name_at, name.data(), name.size());
+  if (!value.empty()) std::memcpy(text_.data() + value_at, value.data(), value.size());
   entries_.push_back(Entry{id, name_at, static_cast<uint32_t>(name.size()), value_at,
                            static_cast<uint32_t>(value.size()), false});
 }
@@ -64,7 +65,7 @@ void ResponseFields::Set(http::field id, string_view name, string_view value) {
   // The new value goes at the end of the text; the entry keeps its place in the order.
   const auto value_at = static_cast<uint32_t>(text_.size());
   text_.resize(value_at + value.size(), boost::container::default_init);
-  std::memcpy(text_.data() + value_at, value.data(), value.size());
+  if (!value.empty()) std::memcpy(text_.data() + value_at, value.data(), value.size());
   entries_[first].value_at = value_at;
   entries_[first].value_size = static_cast<uint32_t>(value.size());
 }

@@ -59,7 +59,7 @@ constexpr size_t kWriteBatchBytes = 64 << 10;
 // body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
 // not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
 char* Put(char* p, std::string_view s) {
-  std::memcpy(p, s.data(), s.size());
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // (an empty view may hold a null pointer)
   return p + s.size();
 }
 
