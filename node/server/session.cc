@@ -53,16 +53,17 @@ constexpr size_t kReadBytes = 64 << 10;
 // a write buffer up to this capacity between writes.
 constexpr size_t kWriteBatchBytes = 64 << 10;
 
-// Appends `response` as HTTP/1.1 bytes: the status line, the handler's fields, then the framing this
-// server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have no body) and
-// `Connection: close` when `close` -- and the body unless `head` (a HEAD answer says the length of the
-// body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
-// not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
+// Copies `s` to `p`; returns the end of the copy.
 char* Put(char* p, std::string_view s) {
   if (!s.empty()) std::memcpy(p, s.data(), s.size());  // (an empty view may hold a null pointer)
   return p + s.size();
 }
 
+// Appends `response` as HTTP/1.1 bytes: the status line, the handler's fields, then the framing this
+// server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have no body) and
+// `Connection: close` when `close` -- and the body unless `head` (a HEAD answer says the length of the
+// body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
+// not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
 void AppendResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
   const unsigned status = response.result_int();
   const auto reason = response.reason();
