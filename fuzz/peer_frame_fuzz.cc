@@ -35,7 +35,7 @@ using ringlimit::peer::StatsCounters;
 using ringlimit::peer::internal::FramedConnection;
 using ringlimit::peer::internal::kFrameHeaderBytes;
 using ringlimit::peer::internal::kHandshakeFrameLimit;
-using ringlimit::peer::internal::Strand;
+using ringlimit::peer::internal::SerialExecutor;
 using ringlimit::transport::Frame;
 
 // The full frame limit of this harness: the default (16 MiB) works the same but makes every input that
@@ -80,7 +80,8 @@ Expected ReadPlainly(std::string_view stream) {
 
 class Connection final : public FramedConnection {
  public:
-  Connection(Strand strand, StatsCounters& stats) : FramedConnection(std::move(strand), Options(), stats) {}
+  Connection(SerialExecutor strand, StatsCounters& stats)
+      : FramedConnection(std::move(strand), Options(), stats) {}
 
   void Start(int fd) {
     asio::ip::tcp::socket socket(strand());

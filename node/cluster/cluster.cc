@@ -57,6 +57,7 @@ peer::PeerServerOptions ServerOptions(const ClusterOptions& options) {
   server.port = options.peer_port;
   server.cluster_secret = options.cluster_secret;
   server.framing.tls = options.peer_tls_server;
+  server.single_thread = options.single_thread;
   return server;
 }
 
@@ -64,6 +65,7 @@ peer::PeerClientOptions ClientOptions(const ClusterOptions& options) {
   peer::PeerClientOptions client;
   client.cluster_secret = options.cluster_secret;
   client.framing.tls = options.peer_tls_client;
+  client.single_thread = options.single_thread;
   // A member that crashed and came back must be reachable again quickly: its probes and the seed's
   // answers to its join go through this client.
   client.connect_timeout = std::max(options.membership.probe_timeout, std::chrono::milliseconds(200));

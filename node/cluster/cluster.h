@@ -99,6 +99,13 @@ struct ClusterOptions {
   // Leave(): how long to wait for the `left` announcements to be delivered before reporting done.
   // Default: 2000 ms.
   std::chrono::milliseconds leave_timeout{2000};
+
+  // --- Affects performance ---
+
+  // Exactly one thread runs the io_context: the peer transport's channels and connections use its
+  // executor rather than a strand each (PeerServerOptions/PeerClientOptions::single_thread). The node
+  // sets it for --threads 1. Default: false.
+  bool single_thread = false;
 };
 
 // The address to announce for a listener on `port`: `host_or_address` as given when it carries a port

@@ -18,7 +18,7 @@ using tcp = asio::ip::tcp;
 // ---------------------------------------------------------------------------------------------------
 // ClientConnection
 
-ClientConnection::ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared,
+ClientConnection::ClientConnection(SerialExecutor strand, std::shared_ptr<ClientShared> shared,
                                    std::weak_ptr<PeerChannel> channel)
     : FramedConnection(strand, shared->options.framing, shared->stats),
       shared_(std::move(shared)),
@@ -157,7 +157,7 @@ PeerChannel::PeerChannel(std::shared_ptr<ClientShared> shared, std::string name,
     : shared_(std::move(shared)),
       name_(std::move(name)),
       address_(std::move(address)),
-      strand_(shared_->io.get_executor()),
+      strand_(MakeSerialExecutor(shared_->io, shared_->options.single_thread)),
       deadline_timer_(strand_),
       backoff_timer_(strand_),
       backoff_(shared_->options.backoff_initial) {}

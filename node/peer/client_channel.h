@@ -1,9 +1,10 @@
 // Internals of PeerClient: PeerChannel (one per peer address: the calls, their deadlines, the
 // backoff, the current connection) and ClientConnection (one TCP connection attempt: connect,
-// handshake, then responses). Both of one peer share that peer's strand.
+// handshake, then responses). Both of one peer share that peer's serial executor (a strand, or the
+// io_context's executor with PeerClientOptions::single_thread; see SerialExecutor).
 //
 // Thread safety: PeerChannel's Call, Send, Close and outstanding() may be called from any thread;
-// everything else (and all of ClientConnection) runs on the channel's strand.
+// everything else (and all of ClientConnection) runs on the channel's serial executor.
 #ifndef RINGLIMIT_NODE_PEER_CLIENT_CHANNEL_H_
 #define RINGLIMIT_NODE_PEER_CLIENT_CHANNEL_H_
 
@@ -72,7 +73,8 @@ struct ClientShared {
 
 class ClientConnection : public FramedConnection {
  public:
-  ClientConnection(Strand strand, std::shared_ptr<ClientShared> shared, std::weak_ptr<PeerChannel> channel);
+  ClientConnection(SerialExecutor strand, std::shared_ptr<ClientShared> shared,
+                   std::weak_ptr<PeerChannel> channel);
 
   // Resolves, connects and runs the handshake; the channel hears OnOpen or OnConnectionClosed.
   void Start(const HostPort& address);
@@ -152,7 +154,7 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
   const std::shared_ptr<ClientShared> shared_;
   const std::string name_;
   const HostPort address_;
-  Strand strand_;
+  SerialExecutor strand_;
 
   // Any thread.
   std::atomic<size_t> outstanding_{0};  // calls not completed + one-way messages not written

@@ -31,7 +31,7 @@ void AppendFrame(const transport::Frame& frame, std::string& out) {
   frame.SerializeWithCachedSizesToArray(p + kFrameHeaderBytes);
 }
 
-FramedConnection::FramedConnection(Strand strand, FramingOptions options, StatsCounters& stats)
+FramedConnection::FramedConnection(SerialExecutor strand, FramingOptions options, StatsCounters& stats)
     : strand_(std::move(strand)),
       options_(std::move(options)),
       stats_(stats),

@@ -4,12 +4,14 @@
 // at the latest coalesce_delay after the oldest queued envelope). Malformed or oversized input closes
 // this connection only and is counted.
 //
-// Thread safety: every method, and every virtual hook, runs on the connection's strand; the object
-// is otherwise unsynchronized. Kept alive by its pending handlers (shared_from_this).
+// Thread safety: every method, and every virtual hook, runs on the connection's serial executor (see
+// SerialExecutor); the object is otherwise unsynchronized. Kept alive by its pending handlers
+// (shared_from_this).
 #ifndef RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
 #define RINGLIMIT_NODE_PEER_FRAMED_CONNECTION_H_
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -31,7 +33,16 @@
 
 namespace ringlimit::peer::internal {
 
-using Strand = boost::asio::strand<boost::asio::any_io_executor>;
+// The executor a connection's (or a peer channel's) handlers run on, one at a time: a strand of the
+// io_context, or, when exactly one thread runs the io_context (single_thread in the options), the
+// io_context's own executor -- one thread already runs them one at a time, and a strand would only add
+// a lock, a queue and an executor hop to every handler.
+using SerialExecutor = boost::asio::any_io_executor;
+
+inline SerialExecutor MakeSerialExecutor(boost::asio::io_context& io, bool single_thread) {
+  if (single_thread) return io.get_executor();
+  return boost::asio::make_strand(io.get_executor());
+}
 
 inline constexpr size_t kFrameHeaderBytes = 4;
 // Frames before the handshake completes are far smaller; this bounds what an unauthenticated peer can
@@ -46,7 +57,7 @@ void AppendFrame(const transport::Frame& frame, std::string& out);
 class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
  public:
   // `stats` must outlive the connection (hold its owner alive through the derived class).
-  FramedConnection(Strand strand, FramingOptions options, StatsCounters& stats);
+  FramedConnection(SerialExecutor strand, FramingOptions options, StatsCounters& stats);
   virtual ~FramedConnection();
 
   FramedConnection(const FramedConnection&) = delete;
@@ -56,7 +67,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void Close();
 
  protected:
-  [[nodiscard]] Strand& strand() { return strand_; }
+  [[nodiscard]] SerialExecutor& strand() { return strand_; }
   [[nodiscard]] boost::asio::ip::tcp::socket& socket() { return socket_; }
   [[nodiscard]] bool closed() const { return closed_; }
   [[nodiscard]] size_t pending_messages() const { return pending_.size(); }
@@ -100,7 +111,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void OnWrite(boost::system::error_code ec, size_t bytes, size_t messages, size_t one_way);
 
   // Constant after construction.
-  Strand strand_;
+  SerialExecutor strand_;
   const FramingOptions options_;
   StatsCounters& stats_;
 

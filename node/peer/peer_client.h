@@ -12,7 +12,7 @@
 //   });
 //
 // Thread safety: every public method may be called concurrently from any thread without external
-// synchronization. Callbacks run on the peer connection's strand (an io_context thread), never inline
+// synchronization. Callbacks run on the peer's serial executor (an io_context thread), never inline
 // in Call: they must not block, and may call Call/Send again.
 //
 // Lifetime: the io_context must outlive the client and keep running until every callback has run.

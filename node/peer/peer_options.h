@@ -85,6 +85,10 @@ struct PeerServerOptions {
   // Frame limits; responses are written at the end of the turn that produced them (coalesce_delay 0).
   FramingOptions framing = ServerFraming();
 
+  // Exactly one thread runs the io_context: connections use its executor instead of a strand each.
+  // Default: false.
+  bool single_thread = false;
+
   static FramingOptions ServerFraming() {
     FramingOptions framing;
     framing.coalesce_delay = std::chrono::microseconds{0};
@@ -126,6 +130,10 @@ struct PeerClientOptions {
   bool flush_when_idle = true;
 
   FramingOptions framing;
+
+  // Exactly one thread runs the io_context: each peer's channel and connection use its executor instead
+  // of a strand. Default: false.
+  bool single_thread = false;
 };
 
 // Per-call options of PeerClient::Call.

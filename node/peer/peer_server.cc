@@ -52,7 +52,7 @@ struct ServerShared {
 
 class ServerSession : public FramedConnection {
  public:
-  ServerSession(Strand strand, std::shared_ptr<ServerShared> shared)
+  ServerSession(SerialExecutor strand, std::shared_ptr<ServerShared> shared)
       : FramedConnection(strand, shared->options.framing, shared->stats),
         shared_(std::move(shared)),
         handshake_timer_(strand) {}
@@ -274,7 +274,7 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
   ServerListener(asio::io_context& io, std::shared_ptr<ServerShared> shared)
       : io_(io),
         shared_(std::move(shared)),
-        acceptor_(Strand(io.get_executor())),
+        acceptor_(MakeSerialExecutor(io, shared_->options.single_thread)),
         retry_timer_(acceptor_.get_executor()) {}
 
   // Before any asynchronous operation: no concurrency yet.
@@ -295,7 +295,7 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
   uint16_t port() const { return port_; }
 
   void Accept() {
-    Strand strand(io_.get_executor());
+    SerialExecutor strand = MakeSerialExecutor(io_, shared_->options.single_thread);
     acceptor_.async_accept(strand, [self = shared_from_this(), strand](boost::system::error_code ec,
                                                                        tcp::socket socket) mutable {
       if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
@@ -320,7 +320,7 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
   }
 
  private:
-  void OnAccepted(Strand strand, tcp::socket socket) {
+  void OnAccepted(SerialExecutor strand, tcp::socket socket) {
     StatsCounters& stats = shared_->stats;
     if (stats.connections_open.load() >= shared_->options.max_connections) {
       StatsCounters::Add(stats.rejected_connections);

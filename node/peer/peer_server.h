@@ -12,7 +12,8 @@
 //
 // Thread safety: Register must be called before Start (handlers are then immutable). Start, Stop,
 // port() and Stats() may be called from any thread. The server runs on an io_context the caller owns
-// and runs on any number of threads; every connection has its own strand.
+// and runs on any number of threads; every connection has its own strand (with
+// PeerServerOptions::single_thread, one thread runs the io_context and connections use its executor).
 //
 // Lifetime: the io_context must outlive the server and keep running until Stop() has taken effect;
 // handlers and everything they capture must stay valid until the io_context has stopped (a handler may

@@ -44,9 +44,18 @@ struct Held {
   }
 };
 
-class PeerTest : public ::testing::Test {
+// Every case twice: two threads running the io_context with a strand per connection and channel, and one
+// thread with single_thread (connections and channels on the io_context's own executor).
+class PeerTest : public ::testing::TestWithParam<bool> {
  protected:
+  bool single_thread() const { return GetParam(); }
+  PeerClientOptions Client(PeerClientOptions options = {}) const {
+    options.single_thread = single_thread();
+    return options;
+  }
+
   std::unique_ptr<PeerServer> StartServer(PeerServerOptions options = {}) {
+    options.single_thread = single_thread();
     auto server = std::make_unique<PeerServer>(io_.io(), options);
     server->Register(kEcho, [](std::string payload, PeerResponder r) { r.Reply("echo:" + payload); });
     server->Register(kHold, [held = held_](std::string payload, PeerResponder r) {
@@ -61,13 +70,13 @@ class PeerTest : public ::testing::Test {
     return server;
   }
 
-  IoThreads io_;
+  IoThreads io_{GetParam() ? 1 : 2};
   std::shared_ptr<Held> held_ = std::make_shared<Held>();
 };
 
-TEST_F(PeerTest, RequestResponseRoundTrip) {
+TEST_P(PeerTest, RequestResponseRoundTrip) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   PeerResult result = CallSync(client, Address(server->port()), kEcho, "hello");
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_EQ(result.payload(), "echo:hello");
@@ -81,9 +90,9 @@ TEST_F(PeerTest, RequestResponseRoundTrip) {
   EXPECT_EQ(client.Stats().messages_in, 2u);
 }
 
-TEST_F(PeerTest, HandlerErrorsAreNamedValues) {
+TEST_P(PeerTest, HandlerErrorsAreNamedValues) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   PeerResult fail = CallSync(client, peer, kFail, "");
   EXPECT_EQ(fail.kind(), PeerErrorKind::kRemoteError);
@@ -98,11 +107,11 @@ TEST_F(PeerTest, HandlerErrorsAreNamedValues) {
   EXPECT_EQ(CallSync(client, peer, kEcho, "still").payload(), "echo:still");
 }
 
-TEST_F(PeerTest, InvalidArgumentsAreRefused) {
+TEST_P(PeerTest, InvalidArgumentsAreRefused) {
   auto server = StartServer();
   PeerClientOptions options;
   options.framing.max_frame_bytes = 4096;
-  PeerClient client(io_.io(), options);
+  PeerClient client(io_.io(), Client(options));
   EXPECT_EQ(CallSync(client, "no-port", kEcho, "").kind(), PeerErrorKind::kInvalidArgument);
   EXPECT_EQ(CallSync(client, "127.0.0.1:99999", kEcho, "").kind(), PeerErrorKind::kInvalidArgument);
   EXPECT_EQ(CallSync(client, Address(server->port()), 0, "").kind(), PeerErrorKind::kInvalidArgument);
@@ -112,9 +121,9 @@ TEST_F(PeerTest, InvalidArgumentsAreRefused) {
             PeerErrorKind::kInvalidArgument);
 }
 
-TEST_F(PeerTest, ManyConcurrentRequestsAnsweredOutOfOrder) {
+TEST_P(PeerTest, ManyConcurrentRequestsAnsweredOutOfOrder) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   constexpr int kCalls = 500;
   std::atomic<int> matched{0}, done{0};
@@ -159,25 +168,25 @@ std::pair<uint64_t, uint64_t> FramesForBurst(IoThreads& io, PeerServer& server, 
   return {after.frames_in - before.frames_in, after.messages_in - before.messages_in};
 }
 
-TEST_F(PeerTest, CoalescingBatchesMessagesIntoFewFrames) {
+TEST_P(PeerTest, CoalescingBatchesMessagesIntoFewFrames) {
   auto server = StartServer();
   PeerClientOptions batched;
   batched.framing.coalesce_delay =
       std::chrono::milliseconds(500);  // wide: the burst fits even on a loaded machine
-  const auto [frames, messages] = FramesForBurst(io_, *server, batched, 300);
+  const auto [frames, messages] = FramesForBurst(io_, *server, Client(batched), 300);
   EXPECT_EQ(messages, 300u);
   EXPECT_LE(frames, 30u) << "300 messages should share a handful of frames";
 
   PeerClientOptions unbatched;
   unbatched.framing.coalesce_max_messages = 1;
-  const auto [frames1, messages1] = FramesForBurst(io_, *server, unbatched, 300);
+  const auto [frames1, messages1] = FramesForBurst(io_, *server, Client(unbatched), 300);
   EXPECT_EQ(messages1, 300u);
   EXPECT_EQ(frames1, 300u);
 
   PeerClientOptions by_count;
   by_count.framing.coalesce_delay = std::chrono::seconds(5);  // only the count threshold flushes
   by_count.framing.coalesce_max_messages = 10;
-  const auto [frames10, messages10] = FramesForBurst(io_, *server, by_count, 100, /*warm_up=*/false);
+  const auto [frames10, messages10] = FramesForBurst(io_, *server, Client(by_count), 100, /*warm_up=*/false);
   EXPECT_EQ(messages10, 100u);
   // No frame holds more than 10 messages; frames may hold fewer (messages that waited for the
   // connection or for a write in progress are flushed without waiting for a full frame).
@@ -185,9 +194,9 @@ TEST_F(PeerTest, CoalescingBatchesMessagesIntoFewFrames) {
   EXPECT_LT(frames10, 100u);
 }
 
-TEST_F(PeerTest, OneWayMessagesAreDelivered) {
+TEST_P(PeerTest, OneWayMessagesAreDelivered) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(client.Send(peer, kHold, "note").ok());
   ASSERT_TRUE(WaitFor([&] { return held_->size() == 10; }));
@@ -199,9 +208,9 @@ TEST_F(PeerTest, OneWayMessagesAreDelivered) {
   EXPECT_EQ(CallSync(client, peer, kEcho, "after").payload(), "echo:after");
 }
 
-TEST_F(PeerTest, RequestTimesOut) {
+TEST_P(PeerTest, RequestTimesOut) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   const auto start = std::chrono::steady_clock::now();
   PeerResult r = CallSync(client, peer, kHold, "never answered", {.timeout = milliseconds(100)});
@@ -214,11 +223,11 @@ TEST_F(PeerTest, RequestTimesOut) {
   EXPECT_EQ(client.TEST_Outstanding(peer), 0u);
 }
 
-TEST_F(PeerTest, BoundedQueueRejectsWithOverloaded) {
+TEST_P(PeerTest, BoundedQueueRejectsWithOverloaded) {
   auto server = StartServer();
   PeerClientOptions options;
   options.max_queued_per_peer = 4;
-  PeerClient client(io_.io(), options);
+  PeerClient client(io_.io(), Client(options));
   const std::string peer = Address(server->port());
   std::atomic<int> answered{0};
   for (int i = 0; i < 4; ++i) {
@@ -234,11 +243,11 @@ TEST_F(PeerTest, BoundedQueueRejectsWithOverloaded) {
   EXPECT_EQ(CallSync(client, peer, kEcho, "room again").payload(), "echo:room again");
 }
 
-TEST_F(PeerTest, ServerInflightCapAnswersOverloaded) {
+TEST_P(PeerTest, ServerInflightCapAnswersOverloaded) {
   PeerServerOptions options;
   options.max_inflight_per_connection = 2;
   auto server = StartServer(options);
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   client.Call(peer, kHold, "a", [](PeerResult) {});
   client.Call(peer, kHold, "b", [](PeerResult) {});
@@ -249,7 +258,7 @@ TEST_F(PeerTest, ServerInflightCapAnswersOverloaded) {
   ASSERT_TRUE(WaitFor([&] { return CallSync(client, peer, kEcho, "d").ok(); }));
 }
 
-TEST_F(PeerTest, UnreachablePeerFailsFastDuringBackoff) {
+TEST_P(PeerTest, UnreachablePeerFailsFastDuringBackoff) {
   uint16_t port;
   {
     auto server = StartServer();  // find a free port, then close it
@@ -259,7 +268,7 @@ TEST_F(PeerTest, UnreachablePeerFailsFastDuringBackoff) {
   PeerClientOptions options;
   options.backoff_initial = milliseconds(2000);
   options.backoff_max = milliseconds(2000);
-  PeerClient client(io_.io(), options);
+  PeerClient client(io_.io(), Client(options));
   EXPECT_EQ(CallSync(client, Address(port), kEcho, "").kind(), PeerErrorKind::kUnavailable);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(CallSync(client, Address(port), kEcho, "").kind(), PeerErrorKind::kUnavailable);
@@ -267,14 +276,14 @@ TEST_F(PeerTest, UnreachablePeerFailsFastDuringBackoff) {
   EXPECT_EQ(client.Stats().connect_failures, 1u);
 }
 
-TEST_F(PeerTest, ServerKilledThenClientReconnectsToNewServerOnSamePort) {
+TEST_P(PeerTest, ServerKilledThenClientReconnectsToNewServerOnSamePort) {
   auto server = StartServer();
   const uint16_t port = server->port();
   const std::string peer = Address(port);
   PeerClientOptions options;
   options.backoff_initial = milliseconds(10);
   options.backoff_max = milliseconds(40);
-  PeerClient client(io_.io(), options);
+  PeerClient client(io_.io(), Client(options));
   ASSERT_EQ(CallSync(client, peer, kEcho, "before").payload(), "echo:before");
 
   // A request in flight when the server dies fails with connection lost.
@@ -297,6 +306,7 @@ TEST_F(PeerTest, ServerKilledThenClientReconnectsToNewServerOnSamePort) {
   // Stop() closes the old listener asynchronously: retry until the port is free again.
   PeerServerOptions same_port;
   same_port.port = port;
+  same_port.single_thread = single_thread();
   std::unique_ptr<PeerServer> reborn;
   ASSERT_TRUE(WaitFor([&] {
     reborn = std::make_unique<PeerServer>(io_.io(), same_port);
@@ -309,9 +319,9 @@ TEST_F(PeerTest, ServerKilledThenClientReconnectsToNewServerOnSamePort) {
   EXPECT_GE(client.Stats().connect_failures + client.Stats().reconnects, 1u);
 }
 
-TEST_F(PeerTest, StopFailsPendingCallsExactlyOnce) {
+TEST_P(PeerTest, StopFailsPendingCallsExactlyOnce) {
   auto server = StartServer();
-  auto client = std::make_unique<PeerClient>(io_.io(), PeerClientOptions{});
+  auto client = std::make_unique<PeerClient>(io_.io(), Client());
   const std::string peer = Address(server->port());
   constexpr int kCalls = 50;
   auto shutdown = std::make_shared<std::atomic<int>>(0);
@@ -335,9 +345,9 @@ TEST_F(PeerTest, StopFailsPendingCallsExactlyOnce) {
   EXPECT_EQ(callbacks->load(), kCalls);
 }
 
-TEST_F(PeerTest, DisconnectFailsPendingAndReconnectsLater) {
+TEST_P(PeerTest, DisconnectFailsPendingAndReconnectsLater) {
   auto server = StartServer();
-  PeerClient client(io_.io(), {});
+  PeerClient client(io_.io(), Client());
   const std::string peer = Address(server->port());
   auto pending = std::make_shared<std::promise<PeerResult>>();
   auto result = pending->get_future();
@@ -350,12 +360,12 @@ TEST_F(PeerTest, DisconnectFailsPendingAndReconnectsLater) {
   EXPECT_EQ(client.Stats().connections_opened, 2u);
 }
 
-TEST_F(PeerTest, ClientsInOneProcessKeepTheirOwnChannels) {
+TEST_P(PeerTest, ClientsInOneProcessKeepTheirOwnChannels) {
   // Channels are found through a per-thread cache (ring/published.h): two clients calling the same
   // address from the same threads must still each use, drop and stop only their own channel.
   auto server = StartServer();
-  PeerClient a(io_.io(), {});
-  PeerClient b(io_.io(), {});
+  PeerClient a(io_.io(), Client());
+  PeerClient b(io_.io(), Client());
   const std::string peer = Address(server->port());
   std::atomic<int> ok{0};
   std::vector<std::thread> callers;
@@ -382,6 +392,11 @@ TEST_F(PeerTest, ClientsInOneProcessKeepTheirOwnChannels) {
   EXPECT_EQ(CallSync(a, peer, kEcho, "a").kind(), PeerErrorKind::kShutdown);
   EXPECT_EQ(CallSync(b, peer, kEcho, "b").payload(), "echo:b");
 }
+
+INSTANTIATE_TEST_SUITE_P(Executors, PeerTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SingleThread" : "Strands";
+                         });
 
 TEST(ParseHostPortTest, Forms) {
   auto v4 = ParseHostPort("127.0.0.1:7101");

@@ -216,6 +216,7 @@ std::optional<std::string> Node::StartCluster() {
   Parts& p = *parts_;
   cluster::ClusterOptions options = options_.cluster;
   options.node_id = node_id_;
+  options.single_thread = ThreadCount(options_.threads) == 1;
   std::string http_host = options_.advertise_http;
   if (http_host.empty()) {
     http_host = options_.http.address;
