@@ -6,6 +6,8 @@
 #ifndef RINGLIMIT_REPLICATION_TESTING_EXECUTOR_THREAD_H_
 #define RINGLIMIT_REPLICATION_TESTING_EXECUTOR_THREAD_H_
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -36,6 +38,10 @@ class ExecutorThread {
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   AsioExecutor executor_;
+  // spdlog creates its default logger at the first log line, in a function-local static whose guard
+  // Debian's (uninstrumented) libspdlog checks with a load ThreadSanitizer cannot see: made here, on the
+  // test's thread, before any executor thread logs, as ringlimitd's main does before its threads.
+  const bool logger_made_ = spdlog::default_logger_raw() != nullptr;
   std::thread thread_;
 };
 
