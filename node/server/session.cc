@@ -288,6 +288,9 @@ void Session::OnRead(error_code ec) {
   idle_since_ns_.store(0, std::memory_order_relaxed);
   if (closed_) return;
   if (!ec) {
+    // A drain that has begun but whose post has not reached this connection yet counts too (Drain sets the
+    // shared flag before posting): a request read from now on is answered with Connection: close.
+    if (!draining_ && shared_->draining.load(std::memory_order_relaxed)) draining_ = true;
     const bool keep_alive = parser_->keep_alive();
     Dispatch(parser_->release());
     if (!keep_alive || draining_) read_closed_ = true;
