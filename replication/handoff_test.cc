@@ -174,10 +174,15 @@ class HandoffTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) Charge(StoreOf(ring->Owner(ring::RingToken(Key(i)))->id), Key(i));
   }
 
-  bool Idle(const std::string& id) { return HandoffOf(id).InProgress().empty(); }
+  // Nothing in progress on `id`, and the routing table of the step that finished it published too: the
+  // manager publishes its progress before its routing table, within one task of its executor.
+  bool Idle(const std::string& id) {
+    Member& m = members_.at(id);
+    return m.handoff->InProgress().empty() && m.exec->Sync();
+  }
   bool AllIdle() {
     for (auto& [id, m] : members_) {
-      if (!m.handoff->InProgress().empty()) return false;
+      if (!Idle(id)) return false;
     }
     return true;
   }

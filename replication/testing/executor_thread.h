@@ -34,6 +34,15 @@ class ExecutorThread {
 
   Executor& executor() { return executor_; }
 
+  // Waits until everything posted to the executor before this call has run: what a task publishes in
+  // steps (a progress snapshot, then a routing table) is then all published. False after `timeout`.
+  bool Sync(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    auto ran = std::make_shared<std::promise<void>>();
+    std::future<void> done = ran->get_future();
+    executor_.Post([ran] { ran->set_value(); });
+    return done.wait_for(timeout) == std::future_status::ready;
+  }
+
  private:
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
