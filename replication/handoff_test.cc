@@ -300,6 +300,7 @@ TEST_F(HandoffTest, SwitchHoldsTheRangesChecksUntilHandoffDoneIsAcknowledged) {
     auto out = HandoffOf("a").InProgress();
     return out.size() == 1 && out[0].phase == "done-sent";
   }));
+  ASSERT_TRUE(members_.at("a").exec->Sync());  // the routing table of that step is published too
   EXPECT_TRUE(HandoffOf("a").Switching(moved));
   EXPECT_EQ(HandoffOf("a").RouteOverride(moved), "c");  // a no longer decides it...
   EXPECT_EQ(HandoffOf("c").RouteOverride(moved), "a");  // ...nor c, which waits for HandoffDone
