@@ -330,6 +330,24 @@ def main():
     custom = ("domain: e\ndescriptors:\n  - key: k\n    value: \"*.*\"\n"
               "    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: m}]}\n")
     write("rls", "custom_config", rls(custom, 'domain: "e" ' + descriptor(("k", "a.b"))))
+
+    # request_head: a byte choosing the head size limit (below 128: 16 KiB; else (byte - 127) * 4 bytes),
+    # then the bytes a client sends.
+    clear("request_head")
+    heads = {
+        "wrk_check": "GET /v1/check?name=bench&algorithm=token_bucket&limit=1000&window_ms=1000&key=k1 HTTP/1.1\r\n"
+                     "Host: 127.0.0.1:8080\r\n\r\n",
+        "curl": "GET /v1/check?key=a HTTP/1.1\r\nHost: localhost\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n",
+        "pipelined": "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nX-Empty:\r\n\r\n",
+        "whitespace": "DELETE /v1/keys/k HTTP/1.1\r\nhost:x\r\nX-Spaces: \t a  b \t \r\n\r\n",
+        "body": "POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+        "connection": "GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "http10": "GET / HTTP/1.0\r\n\r\n",
+        "fold": "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+    }
+    for name, head in heads.items():
+        write("request_head", name, b"\x00" + head.encode())
+    write("request_head", "small_limit", b"\x90" + heads["curl"].encode())
     return 0
 
 

@@ -20,6 +20,10 @@
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <optional>
+#include <string_view>
+
+#include "node/server/request_head.h"
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -232,9 +236,7 @@ void Session::DoDrain() {
 void Session::ReadRequest() {
   if (read_closed_ || closed_ || phase_ != ReadPhase::kNone) return;
   if (pending_.size() >= shared_->options.max_pipelined) return;  // resumed by OnWrite
-  parser_.emplace();
-  parser_->header_limit(shared_->options.max_header_bytes);
-  parser_->body_limit(shared_->options.max_body_bytes);
+  parser_.reset();  // made by Parse when the request is not one ParseSimpleRequestHead takes
   const auto now = Clock::now();
   if (buffer_.size() == 0) {
     phase_ = ReadPhase::kIdle;
@@ -255,7 +257,21 @@ void Session::ReadRequest() {
 // per request): the buffered bytes go to the parser; a whole request completes at once (OnRead, inline,
 // also for a pipelined one already buffered), else more bytes are read.
 void Session::Parse() {
-  for (;;) {
+  if (!parser_ && buffer_.size() > 0) {
+    // The head nearly every client sends, whole in the buffer: one pass, no Beast parser.
+    HttpRequest request;
+    const auto bytes = buffer_.data();
+    if (std::optional<size_t> used =
+            ParseSimpleRequestHead(std::string_view(static_cast<const char*>(bytes.data()), bytes.size()),
+                                   shared_->options.max_header_bytes, request)) {
+      buffer_.consume(*used);
+      return OnRequest(std::move(request), /*keep_alive=*/true);
+    }
+    parser_.emplace();
+    parser_->header_limit(shared_->options.max_header_bytes);
+    parser_->body_limit(shared_->options.max_body_bytes);
+  }
+  while (parser_) {
     if (parser_->is_done()) return OnRead({});
     if (buffer_.size() == 0) break;
     error_code ec;
@@ -272,7 +288,7 @@ void Session::OnReadSome(error_code ec, size_t bytes) {
   buffer_.commit(bytes);
   // (A TLS client that closes without close_notify ends the stream "truncated": an end of stream too.)
   if (ec == net::error::eof || ec == net::ssl::error::stream_truncated) {
-    if (!parser_->got_some()) return OnRead(http::error::end_of_stream);
+    if (!parser_ || !parser_->got_some()) return OnRead(http::error::end_of_stream);
     // The end of the stream ends a message that has no length (the parser says whether it may).
     error_code eof;
     parser_->put_eof(eof);
@@ -283,25 +299,15 @@ void Session::OnReadSome(error_code ec, size_t bytes) {
 }
 
 void Session::OnRead(error_code ec) {
+  if (!ec) {
+    const bool keep_alive = parser_->keep_alive();
+    return OnRequest(parser_->release(), keep_alive);
+  }
   const ReadPhase phase = phase_;
   phase_ = ReadPhase::kNone;
   idle_since_ns_.store(0, std::memory_order_relaxed);
   if (closed_) return;
-  if (!ec) {
-    // A drain that has begun but whose post has not reached this connection yet counts too (Drain sets the
-    // shared flag before posting): a request read from now on is answered with Connection: close.
-    if (!draining_ && shared_->draining.load(std::memory_order_relaxed)) draining_ = true;
-    const bool keep_alive = parser_->keep_alive();
-    Dispatch(parser_->release());
-    if (!keep_alive || draining_) read_closed_ = true;
-    // Answered at once and being written, nothing more buffered: the next request is read once the write
-    // completes (OnWrite). Reading now would find nothing -- the client has not seen this answer yet --
-    // and cost a recv that fails. Otherwise read on now (pipelining while a forwarded answer is pending).
-    if (!(writing_ && buffer_.size() == 0 && pending_.size() == writing_count_)) ReadRequest();
-    FinishIfDone();
-    return;
-  }
-  const bool partial = phase == ReadPhase::kPartial || buffer_.size() > 0 || parser_->got_some();
+  const bool partial = phase == ReadPhase::kPartial || buffer_.size() > 0 || (parser_ && parser_->got_some());
   read_closed_ = true;
   if (timed_out_) {
     timed_out_ = false;
@@ -326,6 +332,22 @@ void Session::OnRead(error_code ec) {
   } else if (ec != http::error::end_of_stream && ec != net::error::operation_aborted) {
     Fail(ec, "read");
   }
+  FinishIfDone();
+}
+
+void Session::OnRequest(HttpRequest&& request, bool keep_alive) {
+  phase_ = ReadPhase::kNone;
+  idle_since_ns_.store(0, std::memory_order_relaxed);
+  if (closed_) return;
+  // A drain that has begun but whose post has not reached this connection yet counts too (Drain sets the
+  // shared flag before posting): a request read from now on is answered with Connection: close.
+  if (!draining_ && shared_->draining.load(std::memory_order_relaxed)) draining_ = true;
+  Dispatch(std::move(request));
+  if (!keep_alive || draining_) read_closed_ = true;
+  // Answered at once and being written, nothing more buffered: the next request is read once the write
+  // completes (OnWrite). Reading now would find nothing -- the client has not seen this answer yet --
+  // and cost a recv that fails. Otherwise read on now (pipelining while a forwarded answer is pending).
+  if (!(writing_ && buffer_.size() == 0 && pending_.size() == writing_count_)) ReadRequest();
   FinishIfDone();
 }
 
@@ -523,7 +545,7 @@ void Session::OnTick(error_code ec) {
   }
   switch (phase_) {
     case ReadPhase::kIdle:
-      if (buffer_.size() > 0 || parser_->got_some()) {
+      if (buffer_.size() > 0 || (parser_ && parser_->got_some())) {
         // The first bytes arrived: the whole request now has read_timeout to arrive.
         phase_ = ReadPhase::kPartial;
         idle_since_ns_.store(0, std::memory_order_relaxed);

@@ -109,7 +109,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadRequest();
   void Parse();
   void OnReadSome(boost::system::error_code ec, size_t bytes);
+  // A read that ended in an error, or (from Beast's parser) in a whole request, which goes to OnRequest.
   void OnRead(boost::system::error_code ec);
+  // A whole request was read; `keep_alive`: the connection may carry another one after it.
+  void OnRequest(HttpRequest&& request, bool keep_alive);
   void Dispatch(HttpRequest&& request);
   void OnResponse(uint64_t seq, HttpResponse&& response);
   // Queues a transport error response (it closes the connection once written).
@@ -141,6 +144,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const boost::asio::io_context::executor_type* io_executor_;
   boost::asio::steady_timer ticker_;
   boost::beast::flat_buffer buffer_;
+  // Beast's parser for the request being read, made only when ParseSimpleRequestHead does not take it.
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   // In request order; front() is the oldest unanswered request. A devector: a request read and its
   // answer written, a push_back and a pop_front, reuse its storage (std::deque allocated a block of one
