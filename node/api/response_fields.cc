@@ -43,12 +43,19 @@ size_t ResponseFields::Find(http::field id, string_view name) const {
 
 void ResponseFields::Append(http::field id, string_view name, string_view value) {
   const auto name_at = static_cast<uint32_t>(text_.size());
-  const auto value_at = static_cast<uint32_t>(name_at + name.size());
-  // Grown once, uninitialised, then copied into (small_vector's range insert is several times slower).
-  text_.resize(value_at + value.size(), boost::container::default_init);
+  const auto value_at = static_cast<uint32_t>(name_at + name.size() + 2);
+  // Grown once, uninitialised, then copied into (small_vector's range insert is several times slower):
+  // "name: value\r\n", as the field goes on the wire.
+  text_.resize(value_at + value.size() + 2, boost::container::default_init);
+  char* const at = text_.data();
   // (An empty view may hold a null pointer, which memcpy must not be given.)
-  if (!name.empty()) std::memcpy(text_.data() + name_at, name.data(), name.size());
-  if (!value.empty()) std::memcpy(text_.data() + value_at, value.data(), value.size());
+  if (!name.empty()) std::memcpy(at + name_at, name.data(), name.size());
+  at[value_at - 2] = ':';
+  at[value_at - 1] = ' ';
+  if (!value.empty()) std::memcpy(at + value_at, value.data(), value.size());
+  at[value_at + value.size()] = '\r';
+  at[value_at + value.size() + 1] = '\n';
+  if (IsFraming(id)) wire_ = false;
   entries_.push_back(Entry{id, name_at, static_cast<uint32_t>(name.size()), value_at,
                            static_cast<uint32_t>(value.size()), false});
 }
@@ -60,9 +67,14 @@ void ResponseFields::Set(http::field id, string_view name, string_view value) {
     return;
   }
   for (size_t i = first + 1; i < entries_.size(); ++i) {
-    if (Matches(entries_[i], id, name)) entries_[i].erased = true;
+    if (Matches(entries_[i], id, name)) {
+      entries_[i].erased = true;
+      wire_ = false;
+    }
   }
-  // The new value goes at the end of the text; the entry keeps its place in the order.
+  // The new value goes at the end of the text; the entry keeps its place in the order (the text is no
+  // longer the fields in order).
+  wire_ = false;
   const auto value_at = static_cast<uint32_t>(text_.size());
   text_.resize(value_at + value.size(), boost::container::default_init);
   if (!value.empty()) std::memcpy(text_.data() + value_at, value.data(), value.size());
@@ -75,6 +87,7 @@ size_t ResponseFields::Erase(http::field id, string_view name) {
   for (Entry& e : entries_) {
     if (Matches(e, id, name)) {
       e.erased = true;
+      wire_ = false;
       ++n;
     }
   }
@@ -107,6 +120,12 @@ size_t ResponseFields::erase(string_view name) { return Erase(http::string_to_fi
 void ResponseFields::clear() {
   text_.clear();
   entries_.clear();
+  wire_ = true;
+}
+
+bool ResponseFields::IsFraming(http::field id) {
+  return id == http::field::content_length || id == http::field::transfer_encoding ||
+         id == http::field::connection;
 }
 
 ResponseFields::const_iterator ResponseFields::find(http::field name) const {

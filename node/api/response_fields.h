@@ -17,6 +17,7 @@
 #include <boost/optional/optional.hpp>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,6 +114,14 @@ class ResponseFields {
   size_t erase(boost::beast::string_view name);
   void clear();
 
+  // Every field as it goes on the wire ("Name: value\r\n" each, in order), when the text is exactly that:
+  // nothing set again in place or erased, and none of the fields the transport writes itself
+  // (Content-Length, Transfer-Encoding, Connection). Otherwise nullopt: iterate.
+  [[nodiscard]] std::optional<std::string_view> wire() const {
+    if (!wire_) return std::nullopt;
+    return std::string_view(text_.data(), text_.size());
+  }
+
   [[nodiscard]] const_iterator find(boost::beast::http::field name) const;
   [[nodiscard]] const_iterator find(boost::beast::string_view name) const;
   [[nodiscard]] size_t count(boost::beast::http::field name) const;
@@ -150,7 +159,10 @@ class ResponseFields {
   [[nodiscard]] bool Matches(const Entry& e, boost::beast::http::field id,
                              boost::beast::string_view name) const;
 
-  Text text_;                                          // every name and value, one after the other
+  [[nodiscard]] static bool IsFraming(boost::beast::http::field id);
+
+  Text text_;         // every field as "name: value\r\n", one after the other (values set again: at the end)
+  bool wire_ = true;  // text_ is the fields in order, none of them framing (wire())
   boost::container::small_vector<Entry, 10> entries_;  // in insertion order; erased ones skipped
   std::string reason_;
 };

@@ -69,5 +69,35 @@ TEST(ResponseFieldsTest, PayloadAndKeepAliveAsBeastSetsThem) {
   EXPECT_EQ(Lines(copy), Lines(r));
 }
 
+// The wire form the transport copies in one go: exactly the lines iteration gives, while it holds.
+TEST(ResponseFieldsTest, WireFormIsTheFieldsInOrderUntilOneIsReplacedErasedOrFraming) {
+  HttpResponse r{http::status::ok, 11};
+  ASSERT_TRUE(r.wire().has_value());
+  EXPECT_EQ(*r.wire(), "");
+  r.set(http::field::content_type, "application/json");
+  r.insert_extension("RateLimit", "\"api\";r=9;t=1");
+  r.insert("X-Empty", "");
+  ASSERT_TRUE(r.wire().has_value());
+  EXPECT_EQ(*r.wire(), "Content-Type: application/json\r\nRateLimit: \"api\";r=9;t=1\r\nX-Empty: \r\n");
+  EXPECT_EQ(r[http::field::content_type], "application/json");
+  EXPECT_EQ(r["ratelimit"], "\"api\";r=9;t=1");
+  HttpResponse copy = r;
+  EXPECT_EQ(copy.wire(), r.wire());
+
+  HttpResponse replaced = r;
+  replaced.set("X-Empty", "now set");
+  EXPECT_FALSE(replaced.wire().has_value());
+  EXPECT_EQ(Lines(replaced), (std::vector<std::string>{"Content-Type: application/json",
+                                                       "RateLimit: \"api\";r=9;t=1", "X-Empty: now set"}));
+  HttpResponse erased = r;
+  erased.erase("RateLimit");
+  EXPECT_FALSE(erased.wire().has_value());
+  HttpResponse framed = r;
+  framed.prepare_payload();
+  EXPECT_FALSE(framed.wire().has_value());
+  framed.clear();
+  EXPECT_EQ(framed.wire(), std::optional<std::string_view>(""));
+}
+
 }  // namespace
 }  // namespace ringlimit::node

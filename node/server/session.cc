@@ -80,8 +80,15 @@ void AppendResponse(const HttpResponse& response, bool head, bool close, std::st
   };
   // One resize to a bound of the size, then plain copies (96: the status line's and the framing's
   // constant parts and numbers).
+  // The handler's fields in one copy when they are already in wire form (a usual response), else one by
+  // one.
+  const std::optional<std::string_view> block = response.wire();
   size_t bound = 96 + phrase.size() + body.size();
-  for (const auto& field : response) bound += field.name_string().size() + field.value().size() + 4;
+  if (block) {
+    bound += block->size();
+  } else {
+    for (const auto& field : response) bound += field.name_string().size() + field.value().size() + 4;
+  }
   const size_t start = out.size();
   out.resize(start + bound);
   char* const begin = out.data() + start;
@@ -90,12 +97,16 @@ void AppendResponse(const HttpResponse& response, bool head, bool close, std::st
   *p++ = ' ';
   p = Put(p, phrase);
   p = Put(p, "\r\n");
-  for (const auto& field : response) {
-    if (framing(field.name())) continue;
-    p = Put(p, field.name_string());
-    p = Put(p, ": ");
-    p = Put(p, field.value());
-    p = Put(p, "\r\n");
+  if (block) {
+    p = Put(p, *block);
+  } else {
+    for (const auto& field : response) {
+      if (framing(field.name())) continue;
+      p = Put(p, field.name_string());
+      p = Put(p, ": ");
+      p = Put(p, field.value());
+      p = Put(p, "\r\n");
+    }
   }
   if (!bodiless) {
     p = Put(p, "Content-Length: ");
