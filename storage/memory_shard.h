@@ -16,6 +16,7 @@
 #include <boost/unordered/unordered_flat_set.hpp>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -178,7 +179,10 @@ class MemoryShard {
                                   const Loaded& loaded, std::span<uint32_t> indices);
   bool Trim(limiter::TimeNs now);  // eviction and incremental sweep; returns "pressure"
   // `spare_head`: never the most recently used state.
-  size_t SweepLocked(limiter::TimeNs now, size_t max, bool spare_head = false);
+  // Drops idle states among the `max` least recently used, but none changed after `changed_after` (the
+  // incremental sweep's grace) nor, with `spare_head`, the most recently used.
+  size_t SweepLocked(limiter::TimeNs now, size_t max, bool spare_head = false,
+                     limiter::TimeNs changed_after = std::numeric_limits<limiter::TimeNs>::max());
 
   // Constant after construction.
   const MemoryStoreOptions& options_;
