@@ -7,7 +7,8 @@
 //
 // Per connection: requests are read one after the other (pipelining: up to max_pipelined read ahead
 // of their responses), handed to the RequestHandler, and the responses are written strictly in
-// request order whatever order the handler completes them in.
+// request order whatever order the handler completes them in. A request whose whole head is buffered
+// and of the common shape is parsed in one pass (request_head.h); Beast's parser reads every other one.
 #ifndef RINGLIMIT_NODE_SERVER_SESSION_H_
 #define RINGLIMIT_NODE_SERVER_SESSION_H_
 
