@@ -1,6 +1,13 @@
 // ParseSimpleRequestHead against Beast's request parser: whatever the one-pass parser takes, Beast takes
 // too, with the same method, target, version, fields and length, no body and keep-alive; what it leaves
 // to Beast is the rest (bodies, HTTP/1.0, Connection, odd bytes, heads at the size limit).
+// GCC 12 with the sanitizers (scripts/build --asan) reports -Wmaybe-uninitialized inside Beast's request
+// parser once it is inlined here: the false positive node/server/session.cc silences the same way, for the
+// headers only (the diagnostic state is per source location).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "node/server/request_head.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +19,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace ringlimit::node {
 namespace {
