@@ -525,8 +525,7 @@ std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,
 bool MemoryShard::Trim(limiter::TimeNs now) {
   // The state just charged (the head) stays even when the charge left it idle (a limit that refills
   // within nanoseconds): dropping it would only create it again on the key's next check.
-  const bool grace =
-      options_.idle_grace > 0 && now >= std::numeric_limits<limiter::TimeNs>::min() + options_.idle_grace;
+  const bool grace = options_.idle_grace > 0 && now != std::numeric_limits<limiter::TimeNs>::min();
   SweepLocked(now, options_.sweep_per_update, /*spare_head=*/true,
               grace ? now - options_.idle_grace : std::numeric_limits<limiter::TimeNs>::max());
   if (capacity_ == 0 && byte_capacity_ == 0) return false;
