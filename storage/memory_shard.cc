@@ -525,9 +525,7 @@ std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,
 bool MemoryShard::Trim(limiter::TimeNs now) {
   // The state just charged (the head) stays even when the charge left it idle (a limit that refills
   // within nanoseconds): dropping it would only create it again on the key's next check.
-  const bool grace = options_.idle_grace > 0 && now != std::numeric_limits<limiter::TimeNs>::min();
-  SweepLocked(now, options_.sweep_per_update, /*spare_head=*/true,
-              grace ? now - options_.idle_grace : std::numeric_limits<limiter::TimeNs>::max());
+  SweepLocked(now, options_.sweep_per_update, /*spare_head=*/true);
   if (capacity_ == 0 && byte_capacity_ == 0) return false;
   // The bounds: evict least recently used (clean, in write-back mode) states. The most recently used
   // stays, even alone over the byte bound: it was just charged.
@@ -551,20 +549,13 @@ size_t MemoryShard::SweepIdle(limiter::TimeNs now, size_t max) {
   return SweepLocked(now, max);
 }
 
-size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head,
-                                limiter::TimeNs changed_after) {
+size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head) {
   // From the least recently used end. A dirty idle state may go too: it is equivalent to no state
   // (a row on disk gets a pending delete).
   size_t dropped = 0;
   uint32_t index = lru_tail_;
   for (size_t k = 0; k < max && index != kNil && !(spare_head && index == lru_head_); ++k) {
     uint32_t prev = At(index).lru_prev;
-    // (The version's clock is the change's wall time in ms, or a little later: see NextVersion.)
-    if (changed_after != std::numeric_limits<limiter::TimeNs>::max() &&
-        static_cast<limiter::TimeNs>(Version(At(index).meta) >> 4) > changed_after / limiter::kMillisecond) {
-      index = prev;
-      continue;  // changed within the grace: kept without a look at its state
-    }
     const limiter::MergeState& state = *At(index).state;
     // (At the earliest instant only an empty state is idle: no need to materialise the others.)
     if (state.algorithm == limiter::Algorithm{} ||

@@ -16,7 +16,6 @@
 #include <boost/unordered/unordered_flat_set.hpp>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -179,10 +178,7 @@ class MemoryShard {
                                   const Loaded& loaded, std::span<uint32_t> indices);
   bool Trim(limiter::TimeNs now);  // eviction and incremental sweep; returns "pressure"
   // `spare_head`: never the most recently used state.
-  // Drops idle states among the `max` least recently used, but none changed after `changed_after` (the
-  // incremental sweep's grace) nor, with `spare_head`, the most recently used.
-  size_t SweepLocked(limiter::TimeNs now, size_t max, bool spare_head = false,
-                     limiter::TimeNs changed_after = std::numeric_limits<limiter::TimeNs>::max());
+  size_t SweepLocked(limiter::TimeNs now, size_t max, bool spare_head = false);
 
   // Constant after construction.
   const MemoryStoreOptions& options_;

@@ -97,13 +97,6 @@ struct MemoryStoreOptions {
   // shard and drops those already back to their initial value (limiter::MergedIdleAt <= now). 0 = only
   // by SweepIdle and eviction. Default: 2.
   size_t sweep_per_update = 2;
-
-  // The incremental sweep leaves a state changed less than this long ago (its version's clock), idle or
-  // not: an idle state decides exactly as no state would, and a key checked again within the grace is
-  // then charged in place instead of being dropped and created again (a limit that refills within a key's
-  // revisit time, over many keys, otherwise pays both on every check). Bounded by max_keys / max_bytes
-  // like any state. SweepIdle and eviction do not wait for it. 0 = drop as soon as idle. Default: 5 s.
-  limiter::DurationNs idle_grace = 5 * limiter::kSecond;
 };
 
 // One dirty state or pending delete, copied out of memory for the flusher.

@@ -177,38 +177,6 @@ TEST(MemoryStoreTest, IdleStatesAreDroppedBySweepAndOnAccess) {
   EXPECT_EQ(lazy.Stats().idle_drops, 0u);
 }
 
-TEST(MemoryStoreTest, TheIncrementalSweepLeavesStatesChangedWithinTheGrace) {
-  MemoryStoreOptions options;
-  options.shards = 1;
-  options.sweep_per_update = 4;
-  options.idle_grace = 5 * kSecond;
-  MemoryStore store(options);
-  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);  // idle again a second after a charge
-  Charge(store, "a", "n", spec, kT0);
-  // Two seconds later "a" is idle but changed within the grace: another key's update leaves it.
-  Charge(store, "b", "n", spec, kT0 + 2 * kSecond);
-  EXPECT_EQ(store.Stats().keys, 2u);
-  EXPECT_EQ(store.Stats().idle_drops, 0u);
-  // Checked again within the grace: charged in place, deciding as a fresh state would.
-  const limiter::Decision again = Charge(store, "a", "n", spec, kT0 + 3 * kSecond);
-  EXPECT_TRUE(again.allowed);
-  EXPECT_EQ(again.remaining, 4u);
-  EXPECT_EQ(store.Stats().keys, 2u);
-  // Past the grace both go, at the next update of another key.
-  Charge(store, "c", "n", spec, kT0 + 20 * kSecond);
-  EXPECT_EQ(store.Stats().idle_drops, 2u);
-  EXPECT_TRUE(store.Get("a").empty());
-  EXPECT_TRUE(store.Get("b").empty());
-
-  // Without a grace, the next update drops an idle state at once.
-  options.idle_grace = 0;
-  MemoryStore eager(options);
-  Charge(eager, "a", "n", spec, kT0);
-  Charge(eager, "b", "n", spec, kT0 + 2 * kSecond);
-  EXPECT_EQ(eager.Stats().idle_drops, 1u);
-  EXPECT_TRUE(eager.Get("a").empty());
-}
-
 TEST(MemoryStoreTest, SweepIdleDropsIdleStatesWithoutTraffic) {
   MemoryStoreOptions options;
   options.sweep_per_update = 0;
