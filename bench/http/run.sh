@@ -10,6 +10,8 @@
 #   naive Beast            bench/http/naive_http_server: Beast HTTP/1.1, keep-alive, "200 ok", no limiter
 #   ringlimitd memory      ringlimitd --threads 1, counters in memory only
 #   ringlimitd --data-dir  ringlimitd --threads 1 --data-dir <tmp dir> (RocksDB write-back)
+#   Node.js + Redis        bench/compare/app.js: Node.js http + rate-limiter-flexible + ioredis, against a
+#                          redis-server on the same CPU (server CPU = node + redis-server); NODE_BASELINE=0 skips it
 # Scenarios, GET /v1/check from `wrk -t1 -c$CONNECTIONS --latency` (keep-alive) pinned to CPU $CLIENT_CPU:
 #   hot key, allowed       one key, limit 1e9 per s: every request is admitted
 #   N keys, allowed        $KEYS keys drawn uniformly at random (wrk Lua script), same limit
@@ -17,7 +19,10 @@
 #                          the first request get 429
 #   N keys, denied         the same over $KEYS keys: all but the first request per key get 429
 # The naive server has no limiter, so no denied rows ("-"). Plus, ringlimitd only: POST /v1/check with 100
-# checks per request on 100 distinct keys, reported per decision.
+# checks per request on 100 distinct keys, reported per decision. Then the cluster targets, from
+# bench/cluster/cluster_bench (3 real nodes on this machine; CLUSTER=0 skips it): a forwarded check's CPU
+# against a local one's, and a node of the cluster reached by a ring-aware client (every check sent to its
+# key's owner, the "local" phase) against a single node, per node and per CPU second.
 #
 # Measured for every wrk run: req/s and p99 (wrk --latency); server CPU per check = the utime + stime of the
 # server's processes (/proc/PID/stat fields 14 and 15; nginx: master + worker), read right before and
@@ -29,12 +34,18 @@
 # --data-dir <= 1.10x memory-only at N keys allowed; POST >= 1,000,000 decisions/s (memory-only); two serving
 # threads >= 1.7x one thread's req/s (N keys allowed, memory-only, wrk -t2; with 4 CPUs or more the server
 # has CPUs 2-3 and wrk 0-1; with fewer they share every CPU, req/s cannot show the target, and the verdict
-# is an estimate from the CPU per check of two threads against one: 2 / ratio).
+# is an estimate from the CPU per check of two threads against one: 2 / ratio); ringlimitd memory req/s >= 5x
+# Node.js + Redis's (hot key and N keys, allowed); forwarded <= 1.5x local CPU per check, and a ring-aware
+# node >= 0.9x a single node's checks per CPU second.
 #
 # Knobs (environment, defaults): DURATION=5s REPEAT=3 CONNECTIONS=32 KEYS=100000 SERVER_CPU=1 CLIENT_CPU=0
 #   RINGLIMIT_BUILD_DIR=build/release, RINGLIMITD=$RINGLIMIT_BUILD_DIR/node/server/ringlimitd
-# Builds ringlimitd and naive_http_server if missing (scripts/build), installs wrk, nginx-light, taskset
-# and curl if missing (apt-get). Work files live in a temporary directory removed on exit.
+#   NODE_BASELINE=1 (0: no Node.js + Redis rows), NODE_MODULES=~/.cache/ringlimit-bench/node_modules (where
+#   rate-limiter-flexible and ioredis are, installed there with npm if missing), CLUSTER=1 (0: no cluster
+#   targets), CLUSTER_SECONDS=5 (measured seconds per cluster_bench phase)
+# Builds ringlimitd, naive_http_server and cluster_bench if missing (scripts/build), installs wrk,
+# nginx-light, taskset and curl if missing, and redis-server, nodejs and npm for the Node.js rows (apt-get).
+# Work files live in a temporary directory removed on exit.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -46,6 +57,10 @@ connections=${CONNECTIONS:-32}
 keys=${KEYS:-100000}
 server_cpu=${SERVER_CPU:-1}
 client_cpu=${CLIENT_CPU:-0}
+node_baseline=${NODE_BASELINE:-1}
+node_modules=${NODE_MODULES:-${XDG_CACHE_HOME:-$HOME/.cache}/ringlimit-bench/node_modules}
+cluster=${CLUSTER:-1}
+cluster_seconds=${CLUSTER_SECONDS:-5}
 
 # shellcheck source=bench/http/nginx.sh
 source "$root/bench/http/nginx.sh"
@@ -55,6 +70,9 @@ die() { log "$*"; exit 1; }
 
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive integer, not '$repeat'"
 [[ $keys =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$keys'"
+[[ $node_baseline =~ ^[01]$ ]] || die "NODE_BASELINE must be 0 or 1, not '$node_baseline'"
+[[ $cluster =~ ^[01]$ ]] || die "CLUSTER must be 0 or 1, not '$cluster'"
+[[ $cluster_seconds =~ ^[1-9][0-9]*$ ]] || die "CLUSTER_SECONDS must be a positive integer, not '$cluster_seconds'"
 
 # --- Prerequisites --------------------------------------------------------------------------------
 missing=()
@@ -62,6 +80,12 @@ command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+if ((node_baseline)); then
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  [[ -d "$node_modules/rate-limiter-flexible" && -d "$node_modules/ioredis" ]] ||
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 if ((${#missing[@]} > 0)); then
   log "installing ${missing[*]}"
   sudo=""
@@ -70,6 +94,21 @@ if ((${#missing[@]} > 0)); then
     { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; }
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+# The Node.js baseline's packages, installed once into $node_modules (npm needs the network then). Without
+# them the Node.js rows are left out with a note rather than failing the whole run.
+node_skipped=""
+if ((node_baseline)) && [[ ! -d "$node_modules/rate-limiter-flexible" || ! -d "$node_modules/ioredis" ]]; then
+  log "npm install rate-limiter-flexible ioredis (into $(dirname "$node_modules"))"
+  mkdir -p "$(dirname "$node_modules")"
+  # (A package.json of its own, so that npm installs here rather than into a project further up.)
+  if ! (cd "$(dirname "$node_modules")" && { [[ -f package.json ]] || npm init -y >/dev/null; } &&
+    npm install --silent --no-audit --no-fund rate-limiter-flexible ioredis >/dev/null 2>&1) ||
+    [[ ! -d "$node_modules/rate-limiter-flexible" || ! -d "$node_modules/ioredis" ]]; then
+    node_skipped="npm could not install rate-limiter-flexible and ioredis into $(dirname "$node_modules")"
+    log "warning: $node_skipped; no Node.js + Redis rows"
+    node_baseline=0
+  fi
+fi
 
 ringlimitd=${RINGLIMITD:-$build_dir/node/server/ringlimitd}
 if [[ ! -x "$ringlimitd" ]]; then
@@ -96,9 +135,10 @@ wrk_threads=1
 
 work=$(mktemp -d /tmp/ringlimit-bench-http.XXXXXX)
 server_pid=""
-server_pids=()  # every process whose CPU is the server's (nginx: master and worker)
+server_pids=()  # every process whose CPU is the server's (nginx: master and worker; node and redis-server)
 cleanup() {
-  if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  local pid
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -124,8 +164,8 @@ wait_file() {
 }
 
 stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  local pid
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   server_pid=""
   server_pids=()
 }
@@ -163,6 +203,27 @@ start_nginx() {
   local workers
   workers=$(pgrep -P "$server_pid") || die "nginx has no worker process"
   read -ra server_pids <<<"$server_pid $(echo "$workers" | xargs)"
+}
+
+# The Node.js app server of bench/compare (rate-limiter-flexible over ioredis) and its redis-server, both
+# on the server CPU; their CPU is counted together.
+start_node() {
+  local redis_port redis_pid deadline=$((SECONDS + 15))
+  redis_port=$(free_port) || die "no free port for redis-server"
+  taskset -c "$server_cpu" redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+    >"$work/redis.log" 2>&1 &
+  redis_pid=$!
+  server_pids=("$redis_pid")
+  until (exec 3<>"/dev/tcp/127.0.0.1/$redis_port") 2>/dev/null; do
+    ((SECONDS <= deadline)) || { log "redis-server did not start:"; cat "$work/redis.log" >&2; return 1; }
+    sleep 0.05
+  done
+  port=$(free_port) || die "no free port for node"
+  PORT=$port REDIS_PORT=$redis_port NODE_PATH="$node_modules" taskset -c "$server_cpu" node \
+    "$root/bench/compare/app.js" >"$work/node.log" 2>&1 &
+  server_pid=$!
+  server_pids=("$server_pid" "$redis_pid")
+  wait_http "http://127.0.0.1:$port/v1/check?key=warmup"
 }
 
 # --- Measurement ----------------------------------------------------------------------------------
@@ -285,9 +346,9 @@ deny_params="name=denied&algorithm=token_bucket&limit=1&window_ms=86400000"
 scenarios=(hot_allowed many_allowed hot_denied many_denied)
 declare -A scenario_name=([hot_allowed]="hot key, allowed" [many_allowed]="$keys keys, allowed"
   [hot_denied]="hot key, denied" [many_denied]="$keys keys, denied")
-servers=(nginx naive memory data_dir)
+servers=(nginx naive memory data_dir node)
 declare -A server_name=([nginx]="nginx limit_req" [naive]="naive Beast" [memory]="ringlimitd memory"
-  [data_dir]="ringlimitd --data-dir")
+  [data_dir]="ringlimitd --data-dir" [node]="Node.js + Redis")
 if ((keys % 1000 == 0)); then
   scenario_name[many_allowed]="$((keys / 1000))k keys, allowed"
   scenario_name[many_denied]="$((keys / 1000))k keys, denied"
@@ -323,6 +384,12 @@ measure_get data_dir "http://127.0.0.1:$port/v1/check?$allow_params" "http://127
 measure data_dir post 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check"
 stop_server
 
+if ((node_baseline)); then
+  start_node
+  measure_get node "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
+  stop_server
+fi
+
 # Two serving threads against one (memory-only, N keys allowed), both in the same placement, wrk -t2. With
 # 4 CPUs or more the server gets two of its own; with fewer, the server and wrk share them, which makes req/s
 # meaningless for the target: the CPU per check of two threads against one's is what is left to compare.
@@ -339,6 +406,20 @@ for server_threads in 1 2; do
   measure "threads$server_threads" many_allowed 1 -s "$work/keys.lua" "http://127.0.0.1:$port/v1/check?$allow_params"
   stop_server
 done
+
+# The cluster targets: cluster_bench starts its own nodes (the tests/cluster harness, 127.0.0.1, free ports)
+# and is not pinned: three nodes and its load generator share the machine's CPUs.
+if ((cluster)); then
+  cluster_bench=$build_dir/bench/cluster/cluster_bench
+  if [[ ! -x "$cluster_bench" ]]; then
+    log "building cluster_bench in $build_dir"
+    RINGLIMIT_BUILD_DIR="$build_dir" "$root/scripts/build" --target cluster_bench >&2
+  fi
+  log "cluster: cluster_bench --seconds=$cluster_seconds (4 phases)"
+  # The nodes it starts are $build_dir's ringlimitd (its path is compiled in), whatever RINGLIMITD says.
+  "$cluster_bench" --seconds="$cluster_seconds" --warmup=1 >"$work/cluster.out" 2>&1 ||
+    { cat "$work/cluster.out" >&2; die "cluster_bench failed"; }
+fi
 
 # --- Report ---------------------------------------------------------------------------------------
 # field SERVER SCENARIO N: the Nth median (1 req/s, 2 p99 ms, 3 CPU us per check, 4 wrk CPU %, 5 non-2xx %).
@@ -404,6 +485,16 @@ for t in 1 2; do
   printf "| ringlimitd memory --threads %d | %.0f | %.3f | %.2f | %.0f |\n" "$t" "$rps" "$p99" "$cpu" "$wrk_cpu"
 done
 
+if ((cluster)); then
+  echo
+  echo "Cluster (bench/cluster/cluster_bench --seconds=$cluster_seconds --warmup=1, not pinned):"
+  echo
+  echo '```'
+  cat "$work/cluster.out"
+  echo '```'
+fi
+
+[[ -z "$node_skipped" ]] || notes+=("no Node.js + Redis rows: $node_skipped")
 if ((${#notes[@]} > 0)); then
   echo
   printf "note: %s\n" "${notes[@]}"
@@ -438,4 +529,20 @@ else
   printf "  two serving threads >= 1.7x one thread's req/s: not measurable on %d CPUs; CPU per check 2 threads /" "$(nproc)"
   printf " 1 thread %.3fx, i.e. about %.2fx on two cores of their own (estimate): %s\n" "$r" \
     "$(awk -v r="$r" 'BEGIN { printf "%.6f", 2 / r }')" "$(verdict "2 / $r >= 1.7") (estimate)"
+fi
+if [[ -n "${results["node|many_allowed"]:-}" ]]; then
+  for scenario in hot_allowed many_allowed; do
+    r=$(ratio "$(field memory "$scenario" 1)" "$(field node "$scenario" 1)")
+    printf "  ringlimitd memory req/s >= 5x Node.js + Redis's, %-19s %6.2fx: %s\n" "${scenario_name[$scenario]}:" "$r" \
+      "$(verdict "$r >= 5")"
+  done
+fi
+if ((cluster)); then
+  # cluster_value PATTERN: the ratio on cluster_bench's line starting with PATTERN.
+  cluster_value() { awk -v p="$1" 'index($0, p) == 1 { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+x$/) { sub(/x$/, "", $i); print $i; exit } }' "$work/cluster.out"; }
+  r=$(cluster_value "CPU per check, forwarded / local")
+  printf "  cluster: a forwarded check's CPU <= 1.5x a local one's: %.2fx: %s\n" "$r" "$(verdict "$r <= 1.5")"
+  r=$(cluster_value "ring-aware, checks per CPU second")
+  printf "  cluster: a ring-aware node >= 0.9x a single node's checks per CPU second: %.2fx: %s\n" "$r" \
+    "$(verdict "$r >= 0.9")"
 fi

@@ -122,6 +122,10 @@ class ResponseFields {
     return std::string_view(text_.data(), text_.size());
   }
 
+  // Whether a field is one of those the transport writes itself (Content-Length, Transfer-Encoding,
+  // Connection), which wire() leaves out of its block and a writer skips when it iterates.
+  [[nodiscard]] static bool IsFraming(boost::beast::http::field id);
+
   [[nodiscard]] const_iterator find(boost::beast::http::field name) const;
   [[nodiscard]] const_iterator find(boost::beast::string_view name) const;
   [[nodiscard]] size_t count(boost::beast::http::field name) const;
@@ -158,8 +162,6 @@ class ResponseFields {
   size_t Erase(boost::beast::http::field id, boost::beast::string_view name);
   [[nodiscard]] bool Matches(const Entry& e, boost::beast::http::field id,
                              boost::beast::string_view name) const;
-
-  [[nodiscard]] static bool IsFraming(boost::beast::http::field id);
 
   Text text_;         // every field as "name: value\r\n", one after the other (values set again: at the end)
   bool wire_ = true;  // text_ is the fields in order, none of them framing (wire())

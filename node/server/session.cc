@@ -74,10 +74,6 @@ void AppendResponse(const HttpResponse& response, bool head, bool close, std::st
   const std::string_view phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
   const bool bodiless = status / 100 == 1 || status == 204 || status == 304;
   const std::string_view body = !head && !bodiless ? std::string_view(response.body()) : std::string_view();
-  auto framing = [](http::field id) {
-    return id == http::field::content_length || id == http::field::transfer_encoding ||
-           id == http::field::connection;
-  };
   // One resize to a bound of the size, then plain copies (96: the status line's and the framing's
   // constant parts and numbers).
   // The handler's fields in one copy when they are already in wire form (a usual response), else one by
@@ -101,7 +97,7 @@ void AppendResponse(const HttpResponse& response, bool head, bool close, std::st
     p = Put(p, *block);
   } else {
     for (const auto& field : response) {
-      if (framing(field.name())) continue;
+      if (ResponseFields::IsFraming(field.name())) continue;
       p = Put(p, field.name_string());
       p = Put(p, ": ");
       p = Put(p, field.value());
