@@ -6,6 +6,8 @@
 //     window counters: i64 width, u32 k, k x (i64 index, u64 count)
 //     sliding_log:     u32 k, k x i64 stamp
 //     buckets:         u64 epoch, u64 consumed, i64 last
+#include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -29,22 +31,49 @@ bool IsWindow(Algorithm a) {
          a == Algorithm::kSlidingWindowApprox || a == Algorithm::kSlidingWindow;
 }
 
+// Fixed-width little-endian integers, copied whole (a load or store on a little-endian machine).
+template <size_t N>
+void StoreLe(char* at, uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(at, &v, N);
+  } else {
+    for (size_t i = 0; i < N; ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+}
+
+template <size_t N>
+uint64_t LoadLe(const char* at) {
+  uint64_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, at, N);
+  } else {
+    for (size_t i = 0; i < N; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(at[i])) << (8 * i);
+  }
+  return v;
+}
+
+// Writes into a string sized up front (EncodedSize is exact); grows it should the size be short.
 class Writer {
  public:
-  explicit Writer(size_t capacity) { out_.reserve(capacity); }
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) { Put(v, 4); }
-  void U64(uint64_t v) { Put(v, 8); }
-  void I64(int64_t v) { Put(static_cast<uint64_t>(v), 8); }
-  std::string Take() { return std::move(out_); }
+  explicit Writer(size_t capacity) { out_.resize(capacity); }
+  void U8(uint8_t v) { Put<1>(v); }
+  void U32(uint32_t v) { Put<4>(v); }
+  void U64(uint64_t v) { Put<8>(v); }
+  void I64(int64_t v) { Put<8>(static_cast<uint64_t>(v)); }
+  std::string Take() {
+    out_.resize(pos_);
+    return std::move(out_);
+  }
 
  private:
-  void Put(uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) {
-      out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-    }
+  template <size_t N>
+  void Put(uint64_t v) {
+    if (out_.size() - pos_ < N) out_.resize(std::max(2 * out_.size(), pos_ + N));
+    StoreLe<N>(out_.data() + pos_, v);
+    pos_ += N;
   }
   std::string out_;
+  size_t pos_ = 0;
 };
 
 class Reader {
@@ -52,31 +81,27 @@ class Reader {
   explicit Reader(std::string_view in) : in_(in) {}
   bool U8(uint8_t& v) {
     uint64_t x;
-    return Get(1, x) && (v = static_cast<uint8_t>(x), true);
+    return Get<1>(x) && (v = static_cast<uint8_t>(x), true);
   }
   bool U32(uint32_t& v) {
     uint64_t x;
-    return Get(4, x) && (v = static_cast<uint32_t>(x), true);
+    return Get<4>(x) && (v = static_cast<uint32_t>(x), true);
   }
-  bool U64(uint64_t& v) { return Get(8, v); }
+  bool U64(uint64_t& v) { return Get<8>(v); }
   bool I64(int64_t& v) {
     uint64_t x;
-    return Get(8, x) && (v = static_cast<int64_t>(x), true);
+    return Get<8>(x) && (v = static_cast<int64_t>(x), true);
   }
   // Whether `n` items of `size` bytes each can still be read (checked before reserving).
   bool Fits(uint64_t n, size_t size) const { return n <= (in_.size() - pos_) / size; }
   bool AtEnd() const { return pos_ == in_.size(); }
 
  private:
-  bool Get(int bytes, uint64_t& v) {
-    if (in_.size() - pos_ < static_cast<size_t>(bytes)) {
-      return false;
-    }
-    v = 0;
-    for (int i = 0; i < bytes; ++i) {
-      v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[pos_ + static_cast<size_t>(i)])) << (8 * i);
-    }
-    pos_ += static_cast<size_t>(bytes);
+  template <size_t N>
+  bool Get(uint64_t& v) {
+    if (in_.size() - pos_ < N) return false;
+    v = LoadLe<N>(in_.data() + pos_);
+    pos_ += N;
     return true;
   }
   std::string_view in_;

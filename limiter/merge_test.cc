@@ -411,6 +411,48 @@ TEST(MergeEncoding, StampAfterNewestIsRejected) {
   EXPECT_TRUE(ParseMergeState(EncodeMergeState(s)).status().IsCorruption());
 }
 
+// The encoding is stored (RocksDB rows) and sent between nodes of different versions: its bytes are the
+// documented layout (merge_codec.cc), little-endian, whatever the writer's implementation.
+TEST(MergeEncoding, BytesAreTheDocumentedLayout) {
+  std::string expected;
+  auto le = [&expected](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) expected.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  MergeState s;
+  s.algorithm = Algorithm::kTokenBucket;
+  s.newest = 0x0102030405060708;
+  s.base.stamp = 0x1112131415161718;
+  s.base.level_whole = 7;
+  s.base.level_frac = 0x2122;
+  s.base.at = -5;
+  s.base.included.push_back(
+      {.id = 3, .version = 4, .epoch = 5, .consumed = 6, .expires = 0x7fffffffffffffff});
+  Contribution record;
+  record.id = 9;
+  record.version = 0xa0b0c0d0e0f0;
+  record.epoch = 11;
+  record.consumed = 0xfffffffffffffffe;
+  record.last = 13;
+  s.contributions.push_back(record);
+
+  le(1, 1);  // format
+  le(static_cast<uint64_t>(Algorithm::kTokenBucket), 1);
+  le(0x0102030405060708, 8);
+  le(0x1112131415161718, 8);
+  le(7, 8);
+  le(0x2122, 8);
+  le(static_cast<uint64_t>(int64_t{-5}), 8);
+  le(1, 4);
+  for (uint64_t v : {3ULL, 4ULL, 5ULL, 6ULL, 0x7fffffffffffffffULL}) le(v, 8);
+  le(1, 4);
+  for (uint64_t v : {9ULL, 0xa0b0c0d0e0f0ULL, 11ULL, 0xfffffffffffffffeULL, 13ULL}) le(v, 8);
+
+  EXPECT_EQ(EncodeMergeState(s), expected);
+  auto parsed = ParseMergeState(expected);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, s);
+}
+
 INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),
                          testing::ParamName);
 
