@@ -2,10 +2,12 @@
 # HTTP benchmark of issue 14: server CPU per rate-limit check, ringlimitd vs nginx limit_req vs a bare
 # Boost.Beast server, measured in one run on this machine.
 #
-#   bench/http/run.sh                      # 3 runs x 5 s per cell: about 5 minutes
+#   bench/http/run.sh                      # 3 runs x 5 s per cell: about 9 minutes
 #   DURATION=1s REPEAT=1 bench/http/run.sh # smoke run
 #
-# Servers, each started alone, pinned to CPU $SERVER_CPU with one thread / one worker:
+# Servers, each alone on the machine, measured in rounds (round r: every server started, warmed up, measured in
+# every scenario, stopped; so that the host's slower minutes fall on every server alike), pinned to CPU
+# $SERVER_CPU with one thread / one worker:
 #   nginx limit_req        nginx 1 worker, limit_req keyed by $arg_key, answering 200 (empty_gif) or 429
 #   naive Beast            bench/http/naive_http_server: Beast HTTP/1.1, keep-alive, "200 ok", no limiter
 #   ringlimitd memory      ringlimitd --threads 1, counters in memory only
@@ -135,10 +137,12 @@ wrk_threads=1
 
 work=$(mktemp -d /tmp/ringlimit-bench-http.XXXXXX)
 server_pid=""
+ringlimitd_started=0
 server_pids=()  # every process whose CPU is the server's (nginx: master and worker; node and redis-server)
+all_pids=()     # every server process started and kept running (keep_server)
 cleanup() {
   local pid
-  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for pid in "${server_pids[@]}" "${all_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -163,28 +167,26 @@ wait_file() {
   done
 }
 
-stop_server() {
-  local pid
-  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  server_pid=""
-  server_pids=()
-}
-
 # Starts ringlimitd with the flags of this benchmark plus "$@"; sets server_pid, server_pids and port.
 start_ringlimitd() {
   local peer=()
-  if "$ringlimitd" --help 2>/dev/null | grep -q -- "--peer-listen "; then peer=(--peer-listen 127.0.0.1:0); fi
-  rm -f "$work/port.json"
-  taskset -c "$server_cpus" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$work/port.json" --threads "$server_threads" \
-    --log-level warn --max-keys 2000000 --max-connections 4096 "${peer[@]}" "$@" >"$work/ringlimitd.log" 2>&1 &
+  # (The help read whole first: grep -q stopping early would fail the pipeline under pipefail.)
+  local help
+  help=$("$ringlimitd" --help 2>/dev/null || true)
+  if grep -q -- "--peer-listen " <<<"$help"; then peer=(--peer-listen 127.0.0.1:0); fi
+  ringlimitd_started=$((ringlimitd_started + 1))  # several run at once: a port file and a log each
+  local port_file=$work/port.$ringlimitd_started.json log_file=$work/ringlimitd.$ringlimitd_started.log
+  taskset -c "$server_cpus" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$port_file" --threads "$server_threads" \
+    --log-level warn --max-keys 2000000 --max-connections 4096 "${peer[@]}" "$@" >"$log_file" 2>&1 &
   server_pid=$!
   server_pids=("$server_pid")
-  wait_file "$work/port.json" "$work/ringlimitd.log"
-  port=$(sed -E 's/.*"http":([0-9]+).*/\1/' "$work/port.json")
+  wait_file "$port_file" "$log_file"
+  port=$(sed -E 's/.*"http":([0-9]+).*/\1/' "$port_file")
   wait_http "http://127.0.0.1:$port/readyz"
 }
 
 start_naive() {
+  rm -f "$work/naive.port"  # (a round before left the last one's)
   taskset -c "$server_cpu" "$naive" --port 0 >"$work/naive.port" 2>"$work/naive.log" &
   server_pid=$!
   server_pids=("$server_pid")
@@ -228,9 +230,11 @@ start_node() {
 
 # --- Measurement ----------------------------------------------------------------------------------
 # Prints the clock ticks (utime + stime) the processes in server_pids have used so far.
+# cpu_ticks PID...: the same for those processes.
 cpu_ticks() {
   local pid stat fields total=0
-  for pid in "${server_pids[@]}"; do
+  (($# > 0)) || set -- "${server_pids[@]}"
+  for pid in "$@"; do
     stat=$(<"/proc/$pid/stat")
     read -ra fields <<<"${stat##*) }"  # fields from the 3rd on, past "(comm)": utime is 14, stime 15
     total=$((total + fields[11] + fields[12]))
@@ -298,14 +302,70 @@ median() {
     }'
 }
 
-# results[server|scenario] = "req/s p99_ms cpu_us_per_check wrk_cpu_pct non2xx_pct" (medians).
-declare -A results
-# measure SERVER SCENARIO PER_REQUEST wrk-arguments...: $repeat runs, stores the medians.
-measure() {
-  local server=$1 scenario=$2 per_request=$3 i
-  shift 3
-  log "$server, $scenario: $repeat x $duration"
-  results["$server|$scenario"]=$(for ((i = 0; i < repeat; i++)); do measure_once "$per_request" "$@"; done | median)
+# The runs go in rounds: in round r every server is started alone, warmed up, measured in every scenario and
+# stopped, and round r+1 starts over. A slower minute of the host then falls on every server alike instead
+# of on whichever was measured then (with each server's runs back to back, the same code measured 30 %
+# apart in one run); and no other server idles on the CPU beside the one measured (their timers raised
+# everyone's p99 when all were kept up).
+declare -A server_port server_pid_list
+# keep_server NAME: files the server just started (port, server_pids) under NAME.
+keep_server() {
+  server_port[$1]=$port
+  server_pid_list[$1]="${server_pids[*]}"
+  all_pids+=("${server_pids[@]}")
+  server_pid=""
+  server_pids=()
+}
+# use_server NAME: the kept server's port and processes become the ones measured.
+use_server() {
+  read -ra server_pids <<<"${server_pid_list[$1]}"
+  port=${server_port[$1]}
+}
+stop_kept() {
+  local pid
+  for pid in "${all_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  all_pids=()
+  server_pids=()
+}
+
+# settle: waits until the server is idle (under 5 % of a CPU over 200 ms; at most 15 s), so that the work a
+# run leaves behind (RocksDB's flushes after a --data-dir run) is not counted in the next one.
+settle() {
+  local before after deadline=$((SECONDS + 15))
+  while ((SECONDS <= deadline)); do
+    before=$(cpu_ticks "${all_pids[@]}")
+    sleep 0.2
+    after=$(cpu_ticks "${all_pids[@]}")
+    (((after - before) * 100 <= 5 * clk_tck / 5)) && return 0
+  done
+  log "warning: the servers were still busy after 15 s; measuring anyway"
+}
+
+# runs[server|scenario] = one line per run; results[server|scenario] = "req/s p99_ms cpu_us_per_check
+# wrk_cpu_pct non2xx_pct", the medians of the runs.
+declare -A runs results
+# run_cell SERVER SCENARIO: one run of that cell against the kept server, appended to runs.
+run_cell() {
+  local server=$1 scenario=$2 path=/v1/check params=$allow_params url line
+  use_server "$server"
+  if [[ $scenario == *_denied ]]; then
+    params=$deny_params
+    [[ $server == nginx ]] && path=/v1/denied  # nginx: the location with the 1r/m zone
+  fi
+  url="http://127.0.0.1:$port$path?$params"
+  settle
+  case $scenario in
+    hot_*) line=$(measure_once 1 "$url&key=hot") ;;
+    many_*) line=$(measure_once 1 -s "$work/keys.lua" "$url") ;;
+    post) line=$(measure_once 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check") ;;
+    *) die "unknown scenario $scenario" ;;
+  esac
+  runs["$server|$scenario"]+="$line"$'\n'
+}
+# summarize: the medians of every cell run.
+summarize() {
+  local cell
+  for cell in "${!runs[@]}"; do results[$cell]=$(printf '%s' "${runs[$cell]}" | median); done
 }
 
 # --- Lua scripts ----------------------------------------------------------------------------------
@@ -354,41 +414,45 @@ if ((keys % 1000 == 0)); then
   scenario_name[many_denied]="$((keys / 1000))k keys, denied"
 fi
 
-# measure_get SERVER ALLOWED_URL DENIED_URL: the four GET scenarios (DENIED_URL empty: allowed ones only).
-# The URLs end in a query; the hot key is appended as &key=hot, the Lua script appends &key=kN.
-measure_get() {
-  local server=$1 allowed=$2 denied=$3
-  measure "$server" hot_allowed 1 "$allowed&key=hot"
-  measure "$server" many_allowed 1 -s "$work/keys.lua" "$allowed"
-  [[ -n "$denied" ]] || return 0
-  measure "$server" hot_denied 1 "$denied&key=hot"
-  measure "$server" many_denied 1 -s "$work/keys.lua" "$denied"
+log "servers on CPU $server_cpu, wrk -t1 -c$connections on CPU $client_cpu, $repeat rounds x $duration per cell"
+# start SERVER: starts it alone (a fresh data directory for --data-dir), warms it up (not measured: Node.js
+# compiles its hot paths, every server opens its first connections) and keeps it under that name.
+start() {
+  case $1 in
+    nginx) start_nginx ;;
+    naive) start_naive ;;
+    memory) start_ringlimitd ;;
+    data_dir)
+      rm -rf "$work/rocksdb"
+      start_ringlimitd --data-dir "$work/rocksdb"
+      ;;
+    node) start_node ;;
+    threads*) start_ringlimitd ;;
+  esac
+  keep_server "$1"
+  taskset -c "$client_cpus" wrk -t"$wrk_threads" -c"$connections" -d1s \
+    "http://127.0.0.1:$port/v1/check?$allow_params&key=warmup" >/dev/null 2>&1 || die "wrk could not warm up $1"
 }
-
-log "servers on CPU $server_cpu, wrk -t1 -c$connections on CPU $client_cpu, $repeat x $duration per cell"
-start_nginx
-measure_get nginx "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/denied?$deny_params"
-stop_server
-
-start_naive
-measure_get naive "http://127.0.0.1:$port/v1/check?$allow_params" ""
-stop_server
-
-start_ringlimitd
-measure_get memory "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
-measure memory post 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check"
-stop_server
-
-start_ringlimitd --data-dir "$work/rocksdb"
-measure_get data_dir "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
-measure data_dir post 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check"
-stop_server
-
-if ((node_baseline)); then
-  start_node
-  measure_get node "http://127.0.0.1:$port/v1/check?$allow_params" "http://127.0.0.1:$port/v1/check?$deny_params"
-  stop_server
-fi
+run_servers=()
+for server in "${servers[@]}"; do
+  [[ $server == node ]] && ((!node_baseline)) && continue
+  run_servers+=("$server")
+done
+for ((round = 1; round <= repeat; round++)); do
+  for server in "${run_servers[@]}"; do
+    start "$server"
+    for scenario in "${scenarios[@]}"; do
+      [[ $server == naive && $scenario == *_denied ]] && continue  # no limiter, nothing to deny
+      log "round $round/$repeat: $server, $scenario ($duration)"
+      run_cell "$server" "$scenario"
+    done
+    if [[ $server == memory || $server == data_dir ]]; then
+      log "round $round/$repeat: $server, POST 100 checks ($duration)"
+      run_cell "$server" post
+    fi
+    stop_kept
+  done
+done
 
 # Two serving threads against one (memory-only, N keys allowed), both in the same placement, wrk -t2. With
 # 4 CPUs or more the server gets two of its own; with fewer, the server and wrk share them, which makes req/s
@@ -401,11 +465,15 @@ else
   threads_placement="server and wrk -t2 -c$connections sharing CPUs $server_cpus"
 fi
 wrk_threads=2
-for server_threads in 1 2; do
-  start_ringlimitd
-  measure "threads$server_threads" many_allowed 1 -s "$work/keys.lua" "http://127.0.0.1:$port/v1/check?$allow_params"
-  stop_server
+for ((round = 1; round <= repeat; round++)); do
+  for server_threads in 1 2; do
+    start "threads$server_threads"
+    log "round $round/$repeat: ringlimitd --threads $server_threads, many_allowed, wrk -t2 ($duration)"
+    run_cell "threads$server_threads" many_allowed
+    stop_kept
+  done
 done
+summarize
 
 # The cluster targets: cluster_bench starts its own nodes (the tests/cluster harness, 127.0.0.1, free ports)
 # and is not pinned: three nodes and its load generator share the machine's CPUs.
