@@ -2,7 +2,7 @@
 # HTTP benchmark of issue 14: server CPU per rate-limit check, ringlimitd vs nginx limit_req vs a bare
 # Boost.Beast server, measured in one run on this machine.
 #
-#   bench/http/run.sh                      # 3 runs x 5 s per cell: about 9 minutes
+#   bench/http/run.sh                      # 3 rounds x 5 s per cell, then cluster_bench: about 11 minutes
 #   DURATION=1s REPEAT=1 bench/http/run.sh # smoke run
 #
 # Servers, each alone on the machine, measured in rounds (round r: every server started, warmed up, measured in
