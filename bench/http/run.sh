@@ -139,10 +139,16 @@ work=$(mktemp -d /tmp/ringlimit-bench-http.XXXXXX)
 server_pid=""
 ringlimitd_started=0
 server_pids=()  # every process whose CPU is the server's (nginx: master and worker; node and redis-server)
-all_pids=()     # every server process started and kept running (keep_server)
-cleanup() {
+# Stops the server being measured (every process of it).
+stop_server() {
   local pid
-  for pid in "${server_pids[@]}" "${all_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  server_pid=""
+  server_pids=()
+}
+
+cleanup() {
+  stop_server
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -174,7 +180,7 @@ start_ringlimitd() {
   local help
   help=$("$ringlimitd" --help 2>/dev/null || true)
   if grep -q -- "--peer-listen " <<<"$help"; then peer=(--peer-listen 127.0.0.1:0); fi
-  ringlimitd_started=$((ringlimitd_started + 1))  # several run at once: a port file and a log each
+  ringlimitd_started=$((ringlimitd_started + 1))  # a port file and a log per start
   local port_file=$work/port.$ringlimitd_started.json log_file=$work/ringlimitd.$ringlimitd_started.log
   taskset -c "$server_cpus" "$ringlimitd" --listen 127.0.0.1:0 --port-file "$port_file" --threads "$server_threads" \
     --log-level warn --max-keys 2000000 --max-connections 4096 "${peer[@]}" "$@" >"$log_file" 2>&1 &
@@ -230,11 +236,9 @@ start_node() {
 
 # --- Measurement ----------------------------------------------------------------------------------
 # Prints the clock ticks (utime + stime) the processes in server_pids have used so far.
-# cpu_ticks PID...: the same for those processes.
 cpu_ticks() {
   local pid stat fields total=0
-  (($# > 0)) || set -- "${server_pids[@]}"
-  for pid in "$@"; do
+  for pid in "${server_pids[@]}"; do
     stat=$(<"/proc/$pid/stat")
     read -ra fields <<<"${stat##*) }"  # fields from the 3rd on, past "(comm)": utime is 14, stime 15
     total=$((total + fields[11] + fields[12]))
@@ -307,47 +311,25 @@ median() {
 # of on whichever was measured then (with each server's runs back to back, the same code measured 30 %
 # apart in one run); and no other server idles on the CPU beside the one measured (their timers raised
 # everyone's p99 when all were kept up).
-declare -A server_port server_pid_list
-# keep_server NAME: files the server just started (port, server_pids) under NAME.
-keep_server() {
-  server_port[$1]=$port
-  server_pid_list[$1]="${server_pids[*]}"
-  all_pids+=("${server_pids[@]}")
-  server_pid=""
-  server_pids=()
-}
-# use_server NAME: the kept server's port and processes become the ones measured.
-use_server() {
-  read -ra server_pids <<<"${server_pid_list[$1]}"
-  port=${server_port[$1]}
-}
-stop_kept() {
-  local pid
-  for pid in "${all_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  all_pids=()
-  server_pids=()
-}
-
 # settle: waits until the server is idle (under 5 % of a CPU over 200 ms; at most 15 s), so that the work a
 # run leaves behind (RocksDB's flushes after a --data-dir run) is not counted in the next one.
 settle() {
   local before after deadline=$((SECONDS + 15))
   while ((SECONDS <= deadline)); do
-    before=$(cpu_ticks "${all_pids[@]}")
+    before=$(cpu_ticks)
     sleep 0.2
-    after=$(cpu_ticks "${all_pids[@]}")
+    after=$(cpu_ticks)
     (((after - before) * 100 <= 5 * clk_tck / 5)) && return 0
   done
-  log "warning: the servers were still busy after 15 s; measuring anyway"
+  log "warning: the server was still busy after 15 s; measuring anyway"
 }
 
 # runs[server|scenario] = one line per run; results[server|scenario] = "req/s p99_ms cpu_us_per_check
 # wrk_cpu_pct non2xx_pct", the medians of the runs.
 declare -A runs results
-# run_cell SERVER SCENARIO: one run of that cell against the kept server, appended to runs.
+# run_cell SERVER SCENARIO: one run of that cell against the running server, appended to runs.
 run_cell() {
   local server=$1 scenario=$2 path=/v1/check params=$allow_params url line
-  use_server "$server"
   if [[ $scenario == *_denied ]]; then
     params=$deny_params
     [[ $server == nginx ]] && path=/v1/denied  # nginx: the location with the 1r/m zone
@@ -416,7 +398,7 @@ fi
 
 log "servers on CPU $server_cpu, wrk -t1 -c$connections on CPU $client_cpu, $repeat rounds x $duration per cell"
 # start SERVER: starts it alone (a fresh data directory for --data-dir), warms it up (not measured: Node.js
-# compiles its hot paths, every server opens its first connections) and keeps it under that name.
+# compiles its hot paths, every server opens its first connections).
 start() {
   case $1 in
     nginx) start_nginx ;;
@@ -429,7 +411,6 @@ start() {
     node) start_node ;;
     threads*) start_ringlimitd ;;
   esac
-  keep_server "$1"
   taskset -c "$client_cpus" wrk -t"$wrk_threads" -c"$connections" -d1s \
     "http://127.0.0.1:$port/v1/check?$allow_params&key=warmup" >/dev/null 2>&1 || die "wrk could not warm up $1"
 }
@@ -450,7 +431,7 @@ for ((round = 1; round <= repeat; round++)); do
       log "round $round/$repeat: $server, POST 100 checks ($duration)"
       run_cell "$server" post
     fi
-    stop_kept
+    stop_server
   done
 done
 
@@ -470,7 +451,7 @@ for ((round = 1; round <= repeat; round++)); do
     start "threads$server_threads"
     log "round $round/$repeat: ringlimitd --threads $server_threads, many_allowed, wrk -t2 ($duration)"
     run_cell "threads$server_threads" many_allowed
-    stop_kept
+    stop_server
   done
 done
 summarize
