@@ -111,6 +111,10 @@ Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port
     if (const json::value* replication = body.as_object().if_contains("replication")) {
       view.pending_keys = replication->at("pending_keys").to_number<uint64_t>();
     }
+    if (const json::value* clock = body.as_object().if_contains("clock")) {
+      view.clock_state = StringField(*clock, "state");
+      view.clock_offset_ms = clock->at("offset_ms").to_number<double>();
+    }
     for (const auto& m : body.at("members").as_array()) {
       MemberView member;
       member.id = std::string(m.at("id").as_string());
@@ -119,6 +123,12 @@ Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port
       member.peer_address = StringField(m, "peer_address");
       member.vnodes = m.at("vnodes").to_number<uint32_t>();
       member.share = m.at("share").to_number<double>();
+      if (const json::value* offset = m.as_object().if_contains("clock_offset_ms")) {
+        member.clock_offset_ms = offset->to_number<double>();
+      }
+      if (const json::value* uncertainty = m.as_object().if_contains("clock_uncertainty_ms")) {
+        member.clock_uncertainty_ms = uncertainty->to_number<double>();
+      }
       view.members.push_back(std::move(member));
     }
     return view;
@@ -224,9 +234,10 @@ Result<std::unique_ptr<NodeProcess>> Cluster::Launch(const Member& m, std::optio
   options.args = ArgsFor(m, seed);
   options.listen = m.address + ":0";
   options.wrapper = std::move(placement.wrapper);
+  // Both environments: the placement's (e.g. a skewed clock) and the member's own (AddNode, SetEnv).
   options.env = std::move(placement.env);
+  options.env.insert(options.env.end(), m.env.begin(), m.env.end());
   options.dir = root_ / m.id;
-  options.env = m.env;
   options.start_timeout = options_.start_timeout;
   auto process = NodeProcess::Start(std::move(options));
   if (!process) return m.id + ": " + process.error();
@@ -288,9 +299,11 @@ Result<std::chrono::milliseconds> Cluster::WaitConverged(std::chrono::millisecon
   return waited;
 }
 
-Result<std::chrono::milliseconds> Cluster::WaitDecidingAndShipped(std::chrono::milliseconds timeout) {
+Result<std::chrono::milliseconds> Cluster::WaitDecidingAndShipped(std::chrono::milliseconds timeout,
+                                                                  const std::vector<size_t>& except) {
   auto waited = WaitFor("every node deciding, every change shipped", timeout, [&](std::string* last) {
     for (size_t i : Running()) {
+      if (std::find(except.begin(), except.end(), i) != except.end()) continue;
       auto view = FetchClusterView(host(i), http_port(i));
       if (!view) {
         *last = id(i) + ": " + view.error();

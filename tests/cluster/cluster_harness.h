@@ -55,6 +55,10 @@ struct MemberView {
   std::string peer_address;
   uint32_t vnodes = 0;
   double share = 0;
+  // The viewing node's estimate of this member's wall clock minus its own ("clock_offset_ms",
+  // "clock_uncertainty_ms"); nullopt when not measured (the viewing node itself, or no sample yet).
+  std::optional<double> clock_offset_ms;
+  std::optional<double> clock_uncertainty_ms;
 };
 
 // One node's GET /v1/cluster.
@@ -66,6 +70,8 @@ struct ClusterView {
   size_t handoffs = 0;              // handoffs in progress (the "handoffs" array's length)
   bool deciding = true;             // "fence": {"deciding"}: no pause, minority or clock fence holds it back
   uint64_t pending_keys = 0;        // "replication": {"pending_keys"} (0 without replication)
+  std::string clock_state;          // "clock": {"state"}: unknown, ok or skewed (the node refuses to decide)
+  double clock_offset_ms = 0;       // "clock": {"offset_ms"}: this node's own offset from the cluster's
 
   // The member with this id, or nullptr.
   [[nodiscard]] const MemberView* Find(std::string_view id) const;
@@ -168,7 +174,9 @@ class Cluster {
   [[nodiscard]] Result<std::chrono::milliseconds> WaitConverged(std::chrono::milliseconds timeout);
   // Waits until every running node decides its keys again ("fence": {"deciding": true}, e.g. a resumed
   // node's pause fence is over) and has shipped every change to its replicas ("pending_keys": 0).
-  [[nodiscard]] Result<std::chrono::milliseconds> WaitDecidingAndShipped(std::chrono::milliseconds timeout);
+  // Nodes in `except` are not waited for (e.g. a node whose skewed clock keeps it from deciding).
+  [[nodiscard]] Result<std::chrono::milliseconds> WaitDecidingAndShipped(
+      std::chrono::milliseconds timeout, const std::vector<size_t>& except = {});
 
   // Waits until every running node other than `i` sees node i in one of `states` (or, if
   // `or_absent`, no longer lists it at all).

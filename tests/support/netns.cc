@@ -240,4 +240,17 @@ Result<void> NetnsFabric::HealAll() {
   return {};
 }
 
+std::string CurlStatusFrom(const std::string& ns, const std::string& url, int seconds) {
+  const std::string command = "ip netns exec " + ns + " curl -s -m " + std::to_string(seconds) +
+                              " -o /dev/null -w '%{http_code}' " + url + " 2>/dev/null";
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char chunk[256];
+    size_t n = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, pipe)) > 0) out.append(chunk, n);
+    pclose(pipe);
+  }
+  return out;
+}
+
 }  // namespace ringlimit::testing

@@ -100,6 +100,10 @@ class NetnsFabric {
   std::map<std::pair<size_t, size_t>, CutKind> cuts_;
 };
 
+// The HTTP status curl gets for GET `url` from inside namespace `ns` (the output of curl -w '%{http_code}':
+// "000" when no connection was answered within `seconds`). Blocks up to `seconds`.
+[[nodiscard]] std::string CurlStatusFrom(const std::string& ns, const std::string& url, int seconds = 2);
+
 }  // namespace ringlimit::testing
 
 #endif  // RINGLIMIT_TESTS_SUPPORT_NETNS_H_
