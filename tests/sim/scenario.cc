@@ -1,12 +1,18 @@
 #include "tests/sim/scenario.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <set>
+#include <span>
+#include <tuple>
 #include <utility>
 
+#include "limiter/hlc.h"
+#include "limiter/merge.h"
 #include "ring/token.h"
+#include "storage/state_store.h"
 #include "tests/sim/sim_cluster.h"
 
 namespace ringlimit::sim {
@@ -34,7 +40,8 @@ const std::vector<FaultClass> kClasses = {
      "kill -9, restart on its disk after it was declared dead: the crash bound, nothing more"},
     {"join", Promise::kExact, "a node joins under load: exact"},
     {"leave", Promise::kExact, "a node leaves gracefully under load: exact"},
-    {"quick_joins", Promise::kReport, "two nodes join within 100 ms (known limit)"},
+    {"quick_joins", Promise::kBounded,
+     "two nodes join within 100 ms: admitted <= limit (bound 0); rollbacks reported (known limit)"},
     {"move_twice", Promise::kReport,
      "slow network, a second join while the first handoff runs: a range moves twice (known limit)"},
     {"fast_restart", Promise::kReport,
@@ -43,10 +50,18 @@ const std::vector<FaultClass> kClasses = {
     {"partition", Promise::kReport, "a minority cut off, then healed"},
     {"half_cut", Promise::kReport, "one direction of one link cut, then restored"},
     {"skew", Promise::kExact, "one node's wall clock 1 h ahead: exact"},
+    {"starve", Promise::kReport,
+     "CPU starvation: a key owner's events held 0.2-1.5 s at a time, 5-30 ms slices between, for 3-4 s"},
+    {"missed_reset", Promise::kReport,
+     "a key's holder paused past failure detection while the key is reset at its owner, resumed (merging "
+     "its old copy back), then the owner crashed"},
     {"pause_closed", Promise::kExact,
      "pause, with --replication sync --failure-mode closed: exact (admissions need every later holder)"},
     {"partition_closed", Promise::kExact, "partition, with sync + closed: exact (the minority answers 503)"},
     {"half_cut_closed", Promise::kExact, "half_cut, with sync + closed: exact"},
+    {"starve_closed", Promise::kBounded,
+     "starve, with sync + closed: admitted <= limit (bound 0); rollbacks reported (known limit)"},
+    {"missed_reset_closed", Promise::kExact, "missed_reset, with sync + closed: exact"},
 };
 
 // The fault of a class: "pause_closed" injects what "pause" does, in another mode.
@@ -65,6 +80,9 @@ std::string At(MonoTime t) {
 
 MonoTime Ms(uint64_t ms) { return std::chrono::duration_cast<MonoTime>(milliseconds(ms)); }
 
+// The name of every key's one limit (as SimNode charges it).
+constexpr std::string_view kLimitName = "default";
+
 // One run: the cluster, the schedule, and the bookkeeping of the faults the bounds need.
 class Run {
  public:
@@ -79,28 +97,38 @@ class Run {
     result.seed = seed_;
     result.promise = class_.promise;
     result.formed = Form();
+    World& w = cluster_.world();
     if (result.formed) {
       Load();
       Faults();
-      World& w = cluster_.world();
       w.RunUntil(load_end_ + kSettle);
       const MonoTime deadline = w.now() + kAnswerDeadline;
       while (w.now() < deadline && Unanswered() > 0 && w.RunUntil(w.now() + milliseconds(500))) {
       }
+      // Every node still running routes checks again (a node that never becomes ready would have its
+      // checks excused as not joined forever).
+      for (int slot : cluster_.Running()) {
+        if (!cluster_.node(slot)->routing()) result.not_routing.push_back(slot);
+      }
     }
-    result.spinning = cluster_.world().spinning();
-    result.verdict = cluster_.checker().Judge(Bounds());
+    result.spinning = w.spinning();
+    if (first_fault_.has_value()) cluster_.checker().SetFaults(*first_fault_, healed_);
+    result.verdict = cluster_.checker().Judge(JudgeOptionsOf());
+    result.faults_asked = faults_asked_;
+    result.faults_injected = faults_injected_;
     const Verdict& v = result.verdict;
-    result.ok = result.formed && !result.spinning.has_value() && v.unanswered == 0 && v.beyond_bound == 0 &&
-                (class_.promise == Promise::kBounded || v.rollbacks == 0);
+    result.ok = result.formed && !result.spinning.has_value() && v.ok() &&
+                faults_injected_ >= faults_asked_ && result.not_routing.empty();
+    result.exact = v.exact();
     for (const CheckRecord& c : cluster_.checker().checks()) {
       if (c.outcome == Outcome::kPending) result.unanswered.push_back(c);
+      if (c.outcome == Outcome::kRefused && c.excuse == Excuse::kNone) result.refused.push_back(c);
     }
-    result.trace_hash = cluster_.world().trace_hash();
-    result.events = cluster_.world().events_run();
-    result.sim_seconds = std::chrono::duration<double>(cluster_.world().now()).count();
+    result.trace_hash = w.trace_hash();
+    result.events = w.events_run();
+    result.sim_seconds = std::chrono::duration<double>(w.now()).count();
     result.schedule = std::move(schedule_);
-    result.trace = cluster_.world().records();
+    result.trace = w.records();
     return result;
   }
 
@@ -136,10 +164,36 @@ class Run {
     return keys;
   }
 
+  // What the class asserts: over-admission and rollbacks as its promise says; the floor, liveness and
+  // the answered share always.
+  JudgeOptions JudgeOptionsOf() const {
+    JudgeOptions o;
+    o.bounds = Bounds();
+    o.admission = class_.promise != Promise::kReport;
+    o.rollbacks = class_.promise == Promise::kExact;
+    o.answered_bp = AnsweredFloor(class_.name).cell;
+    return o;
+  }
+
   void Note(const std::string& what) {
     schedule_.push_back(At(cluster_.world().now()) + " " + what);
     cluster_.world().Trace(-1, TraceKind::kFault, what);
   }
+
+  // Plans one fault of the class at `at`: `apply` injects it and returns whether it could.
+  void Plan(MonoTime at, std::function<bool()> apply) {
+    ++faults_asked_;
+    cluster_.world().At(at, [this, apply = std::move(apply)] {
+      if (!apply()) {
+        Note("(the fault above was not injected)");
+        return;
+      }
+      ++faults_injected_;
+      if (!first_fault_.has_value()) first_fault_ = cluster_.world().now();
+    });
+  }
+  // A heal: the phase after the faults starts at the last one.
+  void Healed() { healed_ = cluster_.world().now(); }
 
   // Starts n1 alone and the others one at a time, each through a random earlier node, and waits until
   // the cluster settled (rings agree, no handoff in progress).
@@ -170,18 +224,70 @@ class Run {
       for (uint64_t i = 0; i < n; ++i) {
         const MonoTime at = load_start_ + Ms(w.Uniform(0, window));
         const int entry = static_cast<int>(w.Uniform(0, slots - 1));
-        w.At(at, [this, k, entry] { cluster_.ClientCheck(k, entry); });
+        w.At(at, [this, k, entry] { ClientCheck(k, entry); });
       }
     }
   }
 
-  // A running initial node that owns at least one of the keys (the interesting victim), chosen by the seed.
-  int PickOwner() {
+  void ClientCheck(size_t key, int entry) {
+    const Excuse excuse = ExcuseOf(key, entry);
+    cluster_.ClientCheck(key, entry);
+    Checker& checker = cluster_.checker();
+    if (excuse != Excuse::kNone) checker.SetExcuse(checker.checks().back().id, excuse);
+  }
+
+  // Whether `to` is within `from`'s reach now: itself, or running, not paused and linked both ways.
+  bool Reaches(int from, int to) const {
+    if (from == to) return true;
+    const SimNode* n = cluster_.node(to);
+    const World& w = const_cast<SimCluster&>(cluster_).world();
+    return n != nullptr && !n->exited() && w.up(to) && !w.paused(to) && !cluster_.IsCut(from, to) &&
+           !cluster_.IsCut(to, from);
+  }
+
+  // Why a check of `key` entering `entry` now does not count towards the answered share (checker.h).
+  Excuse ExcuseOf(size_t key, int entry) const {
+    const SimNode* n = cluster_.node(entry);
+    const World& w = const_cast<SimCluster&>(cluster_).world();
+    if (n == nullptr || n->exited() || n->draining() || !w.up(entry) || w.paused(entry)) {
+      return Excuse::kEntryDown;
+    }
+    if (!n->routing()) return Excuse::kEntryNotReady;
+    const auto skew = cluster_.skew(entry);
+    if (std::chrono::abs(skew) > cluster_.options().clock.max_offset) return Excuse::kEntryClockOff;
+    if (!cluster_.options().closed) return Excuse::kNone;
+    const std::vector<int> running = cluster_.Running();
+    size_t reached = 0;
+    for (int slot : running) reached += Reaches(entry, slot) ? 1 : 0;
+    if (2 * reached <= running.size()) return Excuse::kEntryMinority;
+    const std::shared_ptr<const ring::RingView>& ring = n->ring();
+    if (ring == nullptr) return Excuse::kEntryNotReady;
+    const auto holders = ring->PreferenceList(ring::RingToken(cluster_.checker().keys()[key].key),
+                                              cluster_.options().replication.replicas);
+    size_t reachable = 0;
+    for (const ring::RingMember* m : holders) {
+      const int slot = cluster_.SlotOf(m->id);
+      reachable += slot >= 0 && Reaches(entry, slot) ? 1 : 0;
+    }
+    return 2 * reachable > holders.size() ? Excuse::kNone : Excuse::kHoldersUnreachable;
+  }
+
+  // A key and its holders (preference list) on n1's ring, chosen by the seed.
+  std::pair<size_t, std::vector<int>> PickKey() {
     World& w = cluster_.world();
     const size_t k = w.Uniform(0, kKeys - 1);
-    const SimNode* n1 = cluster_.node(0);
-    const auto& ring = n1->ring();
-    const int owner = cluster_.SlotOf(ring->Owner(ring::RingToken(cluster_.checker().keys()[k].key))->id);
+    const auto& ring = cluster_.node(0)->ring();
+    std::vector<int> holders;
+    for (const ring::RingMember* m : ring->PreferenceList(ring::RingToken(cluster_.checker().keys()[k].key),
+                                                          cluster_.options().replication.replicas)) {
+      holders.push_back(cluster_.SlotOf(m->id));
+    }
+    return {k, std::move(holders)};
+  }
+
+  // A running initial node that owns at least one of the keys (the interesting victim), chosen by the seed.
+  int PickOwner() {
+    const int owner = PickKey().second.front();
     return owner >= 0 ? owner : 1;
   }
 
@@ -192,87 +298,104 @@ class Run {
     return other;
   }
 
+  bool Running(int slot) const { return cluster_.node(slot) != nullptr && !cluster_.node(slot)->exited(); }
+
+  bool Crash(int slot) {
+    Note("crash " + SimCluster::IdOf(slot));
+    if (!Running(slot)) return false;
+    victim_ = slot;
+    crashed_at_ = cluster_.world().now();
+    cluster_.Crash(slot);
+    return true;
+  }
+
+  bool Join(int slot) {
+    Note("join " + SimCluster::IdOf(slot));
+    if (cluster_.node(slot) != nullptr) return false;
+    cluster_.Start(slot, {static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1))});
+    return cluster_.node(slot) != nullptr;
+  }
+
+  bool Pause(int slot) {
+    Note("pause " + SimCluster::IdOf(slot));
+    if (!Running(slot)) return false;
+    cluster_.Pause(slot);
+    return true;
+  }
+
   // The class's faults, at seed-chosen instants of the load window; everything healed by its end.
   void Faults() {
     World& w = cluster_.world();
     const std::string_view name = FaultOf(class_.name);
     auto at = [&](uint64_t lo_ms, uint64_t hi_ms) { return load_start_ + Ms(w.Uniform(lo_ms, hi_ms)); };
+    auto heal_network = [this] {
+      Note("network: healed");
+      cluster_.network() = NetworkOptions{};
+      Healed();
+    };
     if (name == "lossy") {
-      w.At(load_start_, [this] {
+      Plan(load_start_, [this] {
         Note("network: 2% drop, 2% duplicate, 0.2-20 ms latency");
         cluster_.network().drop = 0.02;
         cluster_.network().duplicate = 0.02;
         cluster_.network().max_latency = milliseconds(20);
+        return true;
       });
-      w.At(load_end_, [this] {
-        Note("network: healed");
-        cluster_.network() = NetworkOptions{};
-      });
+      w.At(load_end_, heal_network);
     } else if (name == "crash" || name == "crash_sync" || name == "restart" || name == "fast_restart") {
       const MonoTime crash_at = at(1'000, 4'000);
-      w.At(crash_at, [this, name] {
-        victim_ = PickOwner();
-        crashed_at_ = cluster_.world().now();
-        Note("crash " + SimCluster::IdOf(victim_));
-        cluster_.Crash(victim_);
-        if (name == "crash" || name == "crash_sync") return;
-        const uint64_t delay =
-            name == "restart" ? cluster_.world().Uniform(4'000, 6'000) : cluster_.world().Uniform(100, 500);
-        cluster_.world().At(cluster_.world().now() + Ms(delay), [this] {
+      const uint64_t delay = name == "restart" ? w.Uniform(4'000, 6'000) : w.Uniform(100, 500);
+      Plan(crash_at, [this] { return Crash(PickOwner()); });
+      if (name == "restart" || name == "fast_restart") {
+        Plan(crash_at + Ms(delay), [this] {
           Note("restart " + SimCluster::IdOf(victim_) + " on its disk");
+          if (victim_ < 0 || cluster_.node(victim_) != nullptr) return false;
           cluster_.Start(victim_, {PickOther(victim_)});
+          Healed();
+          return true;
         });
-      });
+      }
     } else if (name == "join") {
-      w.At(at(1'000, 3'000), [this] {
-        Note("join n6");
-        cluster_.Start(5, {static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1))});
-      });
+      Plan(at(1'000, 3'000), [this] { return Join(5); });
     } else if (name == "quick_joins" || name == "move_twice") {
       const bool slow = name == "move_twice";
       const MonoTime first = at(1'000, 2'000);
       if (slow) {
-        w.At(first - milliseconds(500), [this] {
+        Plan(first - milliseconds(500), [this] {
           Note("network: 20-60 ms latency");
           cluster_.network().min_latency = milliseconds(20);
           cluster_.network().max_latency = milliseconds(60);
+          return true;
         });
-        w.At(load_end_, [this] {
-          Note("network: healed");
-          cluster_.network() = NetworkOptions{};
-        });
+        w.At(load_end_, heal_network);
       }
       const MonoTime second = first + (slow ? Ms(w.Uniform(200, 400)) : Ms(w.Uniform(0, 100)));
-      w.At(first, [this] {
-        Note("join n6");
-        cluster_.Start(5, {static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1))});
-      });
-      w.At(second, [this] {
-        Note("join n7");
-        cluster_.Start(6, {static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1))});
-      });
+      Plan(first, [this] { return Join(5); });
+      Plan(second, [this] { return Join(6); });
     } else if (name == "leave") {
-      w.At(at(1'000, 3'000), [this] {
+      Plan(at(1'000, 3'000), [this] {
         const int who = static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1));
         Note("leave " + SimCluster::IdOf(who));
+        if (!Running(who) || cluster_.node(who)->leaving()) return false;
         cluster_.Leave(who);
+        return true;
       });
     } else if (name == "pause") {
       const MonoTime from = at(1'000, 2'000);
       const MonoTime until = from + Ms(w.Uniform(3'000, 4'000));
-      w.At(from, [this] {
+      Plan(from, [this] {
         victim_ = PickOwner();
-        Note("pause " + SimCluster::IdOf(victim_));
-        cluster_.Pause(victim_);
+        return Pause(victim_);
       });
       w.At(until, [this] {
         Note("resume " + SimCluster::IdOf(victim_));
         cluster_.Resume(victim_);
+        Healed();
       });
     } else if (name == "partition") {
       const MonoTime from = at(1'000, 2'000);
       const MonoTime until = from + Ms(w.Uniform(3'000, 4'000));
-      w.At(from, [this] {
+      Plan(from, [this] {
         const int a = PickOwner();
         side_ = {a};
         if (cluster_.world().Chance(0.5)) side_.push_back(PickOther(a));
@@ -280,29 +403,117 @@ class Run {
         for (int s : side_) who += " " + SimCluster::IdOf(s);
         Note("partition:" + who + " cut off");
         cluster_.Partition(side_, true);
+        return true;
       });
       w.At(until, [this] {
         Note("partition healed");
         cluster_.HealLinks();
+        Healed();
       });
     } else if (name == "half_cut") {
       const MonoTime from = at(1'000, 2'000);
       const MonoTime until = from + Ms(w.Uniform(3'000, 4'000));
-      w.At(from, [this] {
+      Plan(from, [this] {
         const int a = PickOwner();
         const int b = PickOther(a);
         Note("cut " + SimCluster::IdOf(b) + "->" + SimCluster::IdOf(a) + " only");
         cluster_.Cut(b, a, true);
+        return true;
       });
       w.At(until, [this] {
         Note("link restored");
         cluster_.HealLinks();
+        Healed();
       });
     } else if (name == "skew") {
-      const int who = static_cast<int>(w.Uniform(0, kInitialNodes - 1));
-      Note(SimCluster::IdOf(who) + " clock +1 h");
-      cluster_.SetSkew(who, std::chrono::hours(1));
+      Plan(load_start_, [this] {
+        const int who = static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1));
+        Note(SimCluster::IdOf(who) + " clock +1 h");
+        cluster_.SetSkew(who, std::chrono::hours(1));
+        return true;
+      });
+    } else if (name == "starve") {
+      Starve(at(800, 1'500), Ms(w.Uniform(3'000, 4'000)));
+    } else if (name == "missed_reset") {
+      MissedReset(at(800, 1'200));
     }
+  }
+
+  // CPU starvation of a key owner from `from` for `length`: its events are held for 0.2-1.5 s at a
+  // time (World::Hold: a descheduled process -- its timers, the messages and checks addressed to it
+  // wait), with 5-30 ms slices of running between.
+  void Starve(MonoTime from, MonoTime length) {
+    World& w = cluster_.world();
+    w.At(from, [this] {
+      victim_ = PickOwner();
+      Note("starve " + SimCluster::IdOf(victim_) + " of CPU");
+    });
+    MonoTime t = from;
+    while (t < from + length) {
+      const MonoTime held = Ms(w.Uniform(200, 1'500));
+      Plan(t, [this, held] {
+        if (!Running(victim_)) return false;
+        cluster_.world().Hold(victim_, cluster_.world().now() + held);
+        return true;
+      });
+      t += held + Ms(w.Uniform(5, 30));
+    }
+    w.At(t, [this] {
+      Note("starvation of " + SimCluster::IdOf(victim_) + " over");
+      Healed();
+    });
+  }
+
+  // A holder of a key that misses the key's reset and merges its old copy back: at `from` one of the
+  // key's other holders is paused (one that owns none of the keys when there is one: a paused owner is
+  // the pause class's known limit, not this one); 0.2-0.8 s later the key is reset at its owner (an admin
+  // reset, as check_engine.cc applies one: limiter::ResetMerged stamped by the owner's clock, replicated
+  // as any charge); 2.8-3.2 s after the pause (past failure detection) the holder resumes, is told it was
+  // declared dead and takes its ranges back merged with its old copy; 0.5-1 s later the owner crashes, so
+  // that the key is decided from the merged copies.
+  void MissedReset(MonoTime from) {
+    World& w = cluster_.world();
+    const MonoTime reset_at = from + Ms(w.Uniform(200, 800));
+    const MonoTime resume_at = from + Ms(w.Uniform(2'800, 3'200));
+    const MonoTime crash_at = resume_at + Ms(w.Uniform(500, 1'000));
+    Plan(from, [this] {
+      std::vector<int> holders;
+      std::tie(reset_key_, holders) = PickKey();
+      if (holders.size() < 2) return false;
+      std::set<int> owners;
+      const auto& ring = cluster_.node(0)->ring();
+      for (const SimKey& key : cluster_.checker().keys()) {
+        owners.insert(cluster_.SlotOf(ring->PreferenceList(ring::RingToken(key.key), 1).front()->id));
+      }
+      reset_owner_ = holders[0];
+      reset_holder_ = holders[1];
+      for (size_t i = holders.size(); i-- > 1;) {
+        if (owners.count(holders[i]) == 0) reset_holder_ = holders[i];
+      }
+      return Pause(reset_holder_);
+    });
+    Plan(reset_at, [this] {
+      const SimKey& key = cluster_.checker().keys()[reset_key_];
+      Note("reset " + key.key + " at " + SimCluster::IdOf(reset_owner_));
+      if (reset_owner_ < 0 || !Running(reset_owner_)) return false;
+      SimNode& node = *cluster_.node(reset_owner_);
+      const storage::Slot slot{kLimitName, &key.spec};
+      const limiter::TimeNs now = node.WallNow();
+      // Above every stamp the owner issued in this millisecond; ResetMerged also goes above the base's.
+      const limiter::Hlc stamp = limiter::MakeHlc(limiter::HlcPhysicalMs(now), limiter::kHlcLogicalMask);
+      node.store().Update(key.key, std::span<const storage::Slot>(&slot, 1), now,
+                          [&](std::span<limiter::MergeState* const> states) {
+                            limiter::ResetMerged(key.spec, *states[0], stamp);
+                          });
+      cluster_.checker().Reset(reset_key_, cluster_.world().now());
+      return true;
+    });
+    w.At(resume_at, [this] {
+      Note("resume " + SimCluster::IdOf(reset_holder_));
+      cluster_.Resume(reset_holder_);
+      Healed();
+    });
+    Plan(crash_at, [this] { return Crash(reset_owner_); });
   }
 
   // The over-admission each key may show: for a crash (async), what the victim admitted in the last
@@ -334,7 +545,14 @@ class Run {
   int victim_ = -1;
   MonoTime crashed_at_{};
   std::vector<int> side_;
+  size_t reset_key_ = 0;   // missed_reset: the key reset,
+  int reset_owner_ = -1;   // its owner (on n1's ring before the faults)
+  int reset_holder_ = -1;  // and the holder that misses the reset
   std::vector<std::string> schedule_;
+  uint64_t faults_asked_ = 0;
+  uint64_t faults_injected_ = 0;
+  std::optional<MonoTime> first_fault_;
+  std::optional<MonoTime> healed_;
 };
 
 }  // namespace
@@ -365,9 +583,91 @@ RunResult RunSeed(std::string_view fault_class, uint64_t seed, bool trace) {
   return run.Go();
 }
 
-bool Fails(const RunResult& r) {
-  if (r.promise != Promise::kReport) return !r.ok;
-  return !r.formed || r.spinning.has_value() || r.verdict.unanswered > 0;
+bool Fails(const RunResult& r) { return !r.ok; }
+
+ShareFloor AnsweredFloor(std::string_view fault_class) {
+  // Default mode: 99 % of every cell of every run, and so over the seeds (measured: 100 % in every
+  // class and cell over 500 seeds each, 2026-11-27), but one.
+  if (fault_class == "skew") {
+    // Over the seeds 99 % holds (99.97 %, 500 seeds), but not in every cell: a node that has measured
+    // only the skewed member so far judges its own clock off and refuses until it measures another
+    // (docs/architecture.md, Known limits; 9 of 500 seeds, the lowest cell 6 of 7, seed 47 30 of 31).
+    // Measured value, until issue 35 changes what a skewed node and its peers do.
+    ShareFloor f;
+    f.cell = {9900, 8500, 9900};
+    return f;
+  }
+  if (FaultOf(fault_class) == fault_class) return ShareFloor{};
+  // --replication sync --failure-mode closed: the issue's 99 % holds before the faults (over the seeds)
+  // but not during or after them -- issue 35 (an available exact mode) is what raises those to 99 %
+  // (then 99.9 %). Until then the measured shares are asserted, a few points below what seeds 1-50,
+  // 1-200 and 1-1000 gave (2026-11-27, the lowest of the three in the comment), over the seeds only: a
+  // run's cells are a few checks each, and the refusals come in bursts (an admission not every later
+  // holder acknowledged is answered 503 until that holder answers or is declared dead; the minority
+  // side refuses until it sees the others again after the heal). Even healthy, 0.2-0.3 % are refused
+  // (docs/architecture.md, Known limits: updates of one key reordered), so one run's "before" cell can be
+  // 2 of 3.
+  struct Measured {
+    std::string_view name;
+    uint32_t during;
+    uint32_t after;
+  };
+  static constexpr Measured kMeasured[] = {
+      {"pause_closed", 6500, 9000},         // 68.64 %, 94.72 %
+      {"partition_closed", 6000, 3500},     // 63.48 %, 40.64 %
+      {"half_cut_closed", 7000, 9900},      // 72.98 %, 99.74 %
+      {"starve_closed", 5500, 9000},        // 58.07 %, 95.94 %
+      {"missed_reset_closed", 5000, 7000},  // 56.02 %, 77.89 %
+  };
+  ShareFloor f;
+  f.cell = {0, 0, 0};
+  f.total = {9900, 0, 0};
+  for (const Measured& m : kMeasured) {
+    if (m.name == fault_class) f.total = {9900, m.during, m.after};
+  }
+  return f;
+}
+
+void Tally::Add(const RunResult& r) {
+  const Verdict& v = r.verdict;
+  ++seeds;
+  failing += Fails(r) ? 1 : 0;
+  exact += r.exact ? 1 : 0;
+  checks += v.checks;
+  over_admitted += v.over_admitted;
+  max_over = std::max(max_over, v.max_over);
+  rollbacks += v.rollbacks;
+  unanswered += v.unanswered;
+  short_of_floor += v.short_of_floor;
+  faults += r.faults_injected;
+  if (r.faults_injected > 0) {
+    for (const KeyVerdict& k : v.keys) {
+      budget += k.limit;
+      budget_spent += std::min(k.limit, k.charged_before_faults);
+    }
+  }
+  for (size_t p = 0; p < kPhases; ++p) {
+    share[p].counted += v.share[p].counted;
+    share[p].answered += v.share[p].answered;
+    min_share_bp[p] = std::min(min_share_bp[p], v.min_share_bp[p]);
+  }
+}
+
+std::vector<std::string> Tally::Failures(std::string_view fault_class) const {
+  const ShareFloor floor = AnsweredFloor(fault_class);
+  std::vector<std::string> out;
+  if (seeds < kShareSeeds) return out;
+  for (size_t p = 0; p < kPhases; ++p) {
+    const ShareCount& s = share[p];
+    if (s.answered * 10000 >= s.counted * floor.total[p]) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s: answered share %s over %llu seeds: %.2f %% < %.2f %%",
+                  std::string(fault_class).c_str(), PhaseName(static_cast<Phase>(p)),
+                  static_cast<unsigned long long>(seeds), 100.0 * static_cast<double>(s.answered) / s.counted,
+                  floor.total[p] / 100.0);
+    out.push_back(buf);
+  }
+  return out;
 }
 
 void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
@@ -381,18 +681,42 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
         << " events in a row at one instant (a timer re-armed in the past: a busy loop on a real node)\n";
   }
   if (!result.formed) out << "the cluster did not form and settle before the load\n";
+  if (result.faults_injected < result.faults_asked) {
+    out << "FAULTS: " << result.faults_injected << " of " << result.faults_asked
+        << " planned were injected\n";
+  }
+  for (int slot : result.not_routing) out << "NOT ROUTING at the end: " << SimCluster::IdOf(slot) << "\n";
+  for (const std::string& f : v.failures) out << "FAILED: " << f << "\n";
   out << "checks " << v.checks << ", unanswered " << v.unanswered << ", over-admitted " << v.over_admitted
-      << " (beyond bound " << v.beyond_bound << "), rollbacks " << v.rollbacks << "\n";
+      << " (beyond bound " << v.beyond_bound << "), rollbacks " << v.rollbacks << ", short of floor "
+      << v.short_of_floor << ", wasted while healthy " << v.healthy_waste << "\n";
+  out << "answered share (counted checks answered allowed or denied; lowest entry node):";
+  for (size_t p = 0; p < kPhases; ++p) {
+    const ShareCount& s = v.share[p];
+    out << " " << PhaseName(static_cast<Phase>(p)) << " " << s.answered << "/" << s.counted << " (lowest "
+        << v.min_share_bp[p] / 100.0 << " %);";
+  }
+  out << "\nexcused:";
+  for (size_t x = 1; x < kExcuses; ++x)
+    out << " " << ExcuseName(static_cast<Excuse>(x)) << " " << v.excused[x] << ";";
+  out << "\n";
   for (const CheckRecord& c : result.unanswered) {
     out << "unanswered: check #" << c.id << " of key " << c.key << ", sent to " << SimCluster::IdOf(c.entry)
         << " at " << At(c.sent) << "\n";
+  }
+  for (size_t i = 0; i < result.refused.size() && i < 20; ++i) {
+    const CheckRecord& c = result.refused[i];
+    out << "refused: check #" << c.id << " of key " << c.key << ", sent to " << SimCluster::IdOf(c.entry)
+        << " at " << At(c.sent) << ", answered at " << At(c.answered) << "\n";
   }
   out << "schedule:\n";
   for (const std::string& s : result.schedule) out << "  " << s << "\n";
   for (size_t k = 0; k < v.keys.size(); ++k) {
     const KeyVerdict& kv = v.keys[k];
     out << "  key " << k << ": limit " << kv.limit << ", admitted " << kv.admitted << ", bound +" << kv.bound
-        << ", rollbacks " << kv.rollbacks << "\n";
+        << ", rollbacks " << kv.rollbacks << ", answered " << kv.answered << ", floor " << kv.floor
+        << " (wasted charges " << kv.wasted << "), admitting charges before the faults "
+        << kv.charged_before_faults << "\n";
   }
   RunResult traced = result.trace.empty() ? RunSeed(result.fault_class, result.seed, true) : result;
   if (traced.trace_hash != result.trace_hash) out << "WARNING: the traced run differs (trace hash)\n";
@@ -400,6 +724,7 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
   std::string key_text;
   std::optional<size_t> key = bad;
   if (!key.has_value() && !result.unanswered.empty()) key = result.unanswered.front().key;
+  if (!key.has_value() && !result.refused.empty()) key = result.refused.front().key;
   if (key.has_value()) key_text = "key-" + std::to_string(result.seed) + "-" + std::to_string(*key);
   // The checks of that key, by id, to find their answers (which name the check only).
   std::set<std::string> check_tags;

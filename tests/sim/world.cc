@@ -59,6 +59,14 @@ void World::Resume(int slot) {
   for (Event& e : backlog) Schedule(now_, e.slot, e.life, std::move(e.fn));
 }
 
+void World::Hold(int slot, MonoTime until) {
+  Pause(slot);
+  const uint64_t life = slots_[slot].life;
+  At(until, [this, slot, life] {
+    if (slots_[slot].up && slots_[slot].life == life) Resume(slot);
+  });
+}
+
 void World::Schedule(MonoTime at, int slot, uint64_t life, std::function<void()> fn) {
   if (slot >= 0 && (!slots_[slot].up || slots_[slot].life != life)) return;
   queue_.push_back(Event{std::max(at, now_), next_seq_++, slot, life, std::move(fn)});

@@ -75,6 +75,10 @@ class World {
   void Pause(int slot);
   // Runs the backlog of `slot` from now on, in its order.
   void Resume(int slot);
+  // Holds `slot`'s events from now until `until`, as a descheduled process (CPU starvation): Pause now,
+  // Resume at `until` (a world event, void if the slot's life ended meanwhile). Not to be mixed with
+  // Pause and Resume of the same slot.
+  void Hold(int slot, MonoTime until);
 
   // --- Events ------------------------------------------------------------------------------------------
   // Queues `fn` at `at` (not before now) for `slot`'s life `life` (slot -1: the world's). Dropped at once
