@@ -3,7 +3,7 @@
 // that no request failed. The scenarios themselves live in gray_scenarios.{h,cc}; bench/nemesis/
 // gray_report runs the same ones and prints what each admitted.
 //
-// In ctest (tests/gray/CMakeLists.txt, GrayTest.SyncClosed), all of them with --replication sync
+// In ctest (tests/gray/CMakeLists.txt, gray.sync_closed.*, one entry each), all with --replication sync
 // --failure-mode closed, the mode that promises exactness: the owner paused past and within failure
 // detection, a forwarded check retried, two of three holders stalled, a partial partition, a half-cut link
 // (relayed), the isolated minority, the clock skewed. With asynchronous replication or --failure-mode open
@@ -151,7 +151,7 @@ TEST(GrayOpenTest, IsolatedMinorityIsBoundedPerSideAndHealsToTheMergedCount) {
 // replication forgets what an owner admitted in its last interval before it stopped. What holds in every
 // case: once the faults are over and the copies met, nothing more is admitted until the merged count
 // allows (healed_over = 0), and no copy rolls another back in a way that lets a key admit twice the same
-// count after healing. In ctest as GrayTest.DefaultModeEveryScenario.
+// count after healing. In ctest as gray.default_mode_every.*.
 class GrayOpenHealTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GrayOpenHealTest, BoundedAndNothingAdmittedAfterHealingBeyondTheMergedCount) {
