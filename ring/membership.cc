@@ -90,6 +90,7 @@ Status Validate(const MembershipOptions& o) {
     return Status::InvalidArgument("tombstone_retention must be >= suspicion_timeout");
   }
   if (o.sync_interval < milliseconds(0)) return Status::InvalidArgument("sync_interval must not be negative");
+  if (o.sync_scale_after == 0) return Status::InvalidArgument("sync_scale_after must be at least 1");
   if (o.retransmit_mult == 0) return Status::InvalidArgument("retransmit_mult must be at least 1");
   if (o.max_piggyback == 0) return Status::InvalidArgument("max_piggyback must be at least 1");
   if (o.max_vnodes < 1 || o.max_vnodes > kMaxVnodes) {
@@ -98,17 +99,26 @@ Status Validate(const MembershipOptions& o) {
   return Status::OK();
 }
 
+std::chrono::milliseconds SyncIntervalFor(const MembershipOptions& options, size_t members) {
+  const size_t scale_after = std::max<size_t>(1, options.sync_scale_after);
+  if (members <= scale_after) return options.sync_interval;
+  return std::chrono::milliseconds(options.sync_interval.count() * static_cast<int64_t>(members) /
+                                   static_cast<int64_t>(scale_after));
+}
+
 Membership::Membership(const MembershipOptions& options, MemberInfo self)
     : options_(options),
       self_(std::move(self)),
       rng_(options.random_seed != 0 ? options.random_seed : RingToken(self_.id)) {}
 
 // ---------------------------------------------------------------------------------------------------------
-// Entry points. Each one snapshots the ring members so it can tell the caller when to rebuild the ring.
+// Entry points. Each one notes the ring entries of the members it touches (TouchRing) and compares them
+// at its end (RingChanged), so it can tell the caller when to rebuild the ring.
 
 MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>& seeds) {
   MembershipOutput out;
   if (started_) return out;
+  TouchRing(self_.id);
   started_ = true;
   for (const std::string& s : seeds) {
     if (s != self_.peer_address && std::find(seeds_.begin(), seeds_.end(), s) == seeds_.end())
@@ -117,9 +127,10 @@ MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>&
   self_.state = seeds_.empty() ? MemberState::kAlive : MemberState::kJoining;
   out.events.push_back(MemberEvent{MemberEventKind::kJoined, self_});
   Enqueue(self_.id);
-  out.ring_changed = IsInRing(self_.state);
+  out.ring_changed = RingChanged();
   next_probe_at_ = now;
   next_sync_at_ = now + options_.sync_interval;
+  next_heal_at_ = next_sync_at_;
   if (!seeds_.empty()) {
     SendJoin(out);
     next_join_at_ = now + options_.join_retry_interval;
@@ -138,7 +149,6 @@ void Membership::SetDiscovered(std::vector<std::string> addresses) {
 MembershipOutput Membership::Tick(MonoTime now) {
   MembershipOutput out;
   if (!started_ || self_.state == MemberState::kLeft) return out;
-  const std::vector<RingMember> before = RingMembers();
 
   if (self_.state == MemberState::kJoining && options_.join_alone_after.count() > 0 &&
       now - joining_since_ >= options_.join_alone_after) {
@@ -152,25 +162,29 @@ MembershipOutput Membership::Tick(MonoTime now) {
     it = now >= it->second.expires_at ? relays_.erase(it) : std::next(it);
   }
   ProbeStep(now, out);
-  // Suspicion timeouts.
-  for (auto& [id, entry] : members_) {
-    if (entry.info.state == MemberState::kSuspect && now - entry.changed_at >= options_.suspicion_timeout) {
-      MemberInfo dead = entry.info;
-      dead.state = MemberState::kDead;
-      Apply(now, dead, out);
-    }
+  Gossip(now, out);
+  // Suspicion timeouts: the expired suspects, declared dead in id order.
+  std::vector<std::string> expired;
+  for (const auto& [since, id] : suspects_by_time_) {
+    if (now - since < options_.suspicion_timeout) break;
+    expired.push_back(id);
+  }
+  std::sort(expired.begin(), expired.end());
+  for (const std::string& id : expired) {
+    MemberInfo dead = members_.find(id)->second.info;
+    dead.state = MemberState::kDead;
+    Apply(now, dead, out);
   }
   MaybeSync(now, out);
   Reap(now, out);
 
-  out.ring_changed = RingSetChanged(before);
+  out.ring_changed = RingChanged();
   return out;
 }
 
 MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
   MembershipOutput out;
   if (!started_ || self_.state == MemberState::kLeft) return out;
-  const std::vector<RingMember> before = RingMembers();
 
   for (const MemberInfo& update : message.updates) Merge(now, update, out);
 
@@ -223,7 +237,7 @@ MembershipOutput Membership::Receive(MonoTime now, const Message& message) {
     }
   }
 
-  out.ring_changed = RingSetChanged(before);
+  out.ring_changed = RingChanged();
   return out;
 }
 
@@ -231,9 +245,8 @@ MembershipOutput Membership::Leave(MonoTime now) {
   MembershipOutput out;
   (void)now;
   if (!started_ || self_.state == MemberState::kLeaving || self_.state == MemberState::kLeft) return out;
-  const std::vector<RingMember> before = RingMembers();
   SetSelfState(MemberState::kLeaving, out);
-  out.ring_changed = RingSetChanged(before);
+  out.ring_changed = RingChanged();
   return out;
 }
 
@@ -241,7 +254,6 @@ MembershipOutput Membership::FinishLeave(MonoTime now) {
   MembershipOutput out;
   (void)now;
   if (!started_ || self_.state == MemberState::kLeft) return out;
-  const std::vector<RingMember> before = RingMembers();
   SetSelfState(MemberState::kLeft, out);
   // We will not probe any more, so tell every member directly instead of waiting for piggybacking.
   for (const auto& [id, entry] : members_) {
@@ -251,7 +263,8 @@ MembershipOutput Membership::FinishLeave(MonoTime now) {
     out.messages.push_back(std::move(ping));
   }
   queue_.clear();
-  out.ring_changed = RingSetChanged(before);
+  queue_order_.clear();
+  out.ring_changed = RingChanged();
   return out;
 }
 
@@ -335,8 +348,11 @@ void Membership::Apply(MonoTime now, const MemberInfo& info, MembershipOutput& o
   auto [it, inserted] = members_.try_emplace(info.id);
   Entry& entry = it->second;
   const MemberInfo old = entry.info;
+  if (!inserted) Unindex(it->first, entry);
+  ring_touched_.try_emplace(info.id, inserted ? std::nullopt : RingEntry(info.id, old));
   entry.info = info;
   if (inserted || old.state != info.state) entry.changed_at = now;
+  Index(it->first, entry);
   if (inserted) {
     out.events.push_back(MemberEvent{MemberEventKind::kJoined, info});
     // A newcomer is probed within this round rather than after the next reshuffle.
@@ -348,6 +364,46 @@ void Membership::Apply(MonoTime now, const MemberInfo& info, MembershipOutput& o
   Enqueue(info.id);
 }
 
+void Membership::Index(const std::string& id, const Entry& entry) {
+  if (entry.info.state == MemberState::kSuspect) suspects_by_time_.emplace(entry.changed_at, id);
+  if (Tombstone(entry.info.state)) tombstones_by_time_.emplace(entry.changed_at, id);
+}
+
+void Membership::Unindex(const std::string& id, const Entry& entry) {
+  if (entry.info.state == MemberState::kSuspect) suspects_by_time_.erase({entry.changed_at, id});
+  if (Tombstone(entry.info.state)) tombstones_by_time_.erase({entry.changed_at, id});
+}
+
+std::optional<RingMember> Membership::RingEntry(const std::string& id, const MemberInfo& info) const {
+  if (!IsInRing(info.state) || (id == self_.id && !started_)) return std::nullopt;
+  return RingMember{id, info.vnodes, info.peer_address};
+}
+
+void Membership::TouchRing(const std::string& id) {
+  if (id == self_.id) {
+    ring_touched_.try_emplace(id, RingEntry(id, self_));
+  } else if (auto it = members_.find(id); it != members_.end()) {
+    ring_touched_.try_emplace(id, RingEntry(id, it->second.info));
+  } else {
+    ring_touched_.try_emplace(id, std::nullopt);
+  }
+}
+
+bool Membership::RingChanged() {
+  bool changed = false;
+  for (const auto& [id, before] : ring_touched_) {
+    std::optional<RingMember> now;
+    if (id == self_.id) {
+      now = RingEntry(id, self_);
+    } else if (auto it = members_.find(id); it != members_.end()) {
+      now = RingEntry(id, it->second.info);
+    }
+    changed = changed || now != before;
+  }
+  ring_touched_.clear();
+  return changed;
+}
+
 void Membership::Refute(uint64_t rumour_incarnation) {
   self_.incarnation = std::max(self_.incarnation, rumour_incarnation) + 1;
   ++stats_.refutations;
@@ -355,13 +411,26 @@ void Membership::Refute(uint64_t rumour_incarnation) {
 }
 
 void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
+  TouchRing(self_.id);
   ++self_.incarnation;  // our own transitions always outrank any rumour at the old incarnation
   self_.state = state;
   out.events.push_back(MemberEvent{EventFor(state), self_});
   Enqueue(self_.id);
 }
 
-void Membership::Enqueue(const std::string& id) { queue_[id] = Queued{}; }
+void Membership::Enqueue(const std::string& id) {
+  auto [it, inserted] = queue_.try_emplace(id);
+  if (!inserted) queue_order_.erase({it->second.transmits, id});
+  it->second = Queued{};
+  queue_order_.emplace(0, id);
+}
+
+void Membership::Dequeue(const std::string& id) {
+  auto it = queue_.find(id);
+  if (it == queue_.end()) return;
+  queue_order_.erase({it->second.transmits, id});
+  queue_.erase(it);
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Failure detection.
@@ -391,6 +460,30 @@ void Membership::ProbeStep(MonoTime now, MembershipOutput& out) {
     }
   }
   if (!probe_ && now >= next_probe_at_) StartProbe(now, out);
+}
+
+void Membership::Gossip(MonoTime now, MembershipOutput& out) {
+  if (options_.gossip_nodes == 0 || queue_.empty() || now < next_gossip_at_ || probe_order_.empty()) return;
+  next_gossip_at_ = now + options_.probe_interval;
+  // Random probeable members from the probe order (every probeable member is in it, some gone ones too):
+  // O(gossip_nodes) draws, not a walk over the table.
+  std::uniform_int_distribution<size_t> index(0, probe_order_.size() - 1);
+  std::vector<std::string> chosen;
+  for (uint32_t draw = 0; draw < 2 * options_.gossip_nodes && chosen.size() < options_.gossip_nodes; ++draw) {
+    const std::string& id = probe_order_[index(rng_)];
+    auto it = members_.find(id);
+    if (it == members_.end() || !Probeable(it->second.info.state) ||
+        std::find(chosen.begin(), chosen.end(), id) != chosen.end()) {
+      continue;
+    }
+    chosen.push_back(id);
+  }
+  for (const std::string& id : chosen) {
+    if (queue_.empty()) break;
+    Outgoing gossip = MakeMessage(MessageType::kAck, id, members_.find(id)->second.info.peer_address, 0);
+    gossip.message.target = self_.id;
+    out.messages.push_back(std::move(gossip));
+  }
 }
 
 void Membership::StartProbe(MonoTime now, MembershipOutput& out) {
@@ -445,8 +538,12 @@ void Membership::SendJoin(MembershipOutput& out) {
 }
 
 void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
-  if (options_.sync_interval.count() == 0 || now < next_sync_at_) return;
-  next_sync_at_ = now + options_.sync_interval;
+  if (options_.sync_interval.count() == 0) return;
+  const bool anti_entropy = now >= next_sync_at_;
+  const bool heal = now >= next_heal_at_;
+  if (!anti_entropy && !heal) return;
+  if (anti_entropy) next_sync_at_ = now + SyncIntervalFor(options_, members_.size() + 1);
+  if (heal) next_heal_at_ = now + options_.sync_interval;
   auto push_pull = [&](const std::string& to_id, const std::string& to_address) {
     Outgoing ping = MakeMessage(MessageType::kPing, to_id, to_address, next_seq_++);
     ping.message.full_state = true;
@@ -459,10 +556,11 @@ void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
   };
   // Anti-entropy with one alive member.
   std::vector<std::string> alive = AliveOthers("");
-  if (!alive.empty()) {
+  if (anti_entropy && !alive.empty()) {
     const std::string& partner = pick(alive);
     push_pull(partner, members_[partner].info.peer_address);
   }
+  if (!heal) return;
   // Healing: after a partition both sides may have declared each other dead and stopped probing. Keep
   // offering our table to one dead member (until its tombstone is reaped); if it is alive it refutes.
   std::vector<std::string> dead;
@@ -489,14 +587,18 @@ void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
 }
 
 void Membership::Reap(MonoTime now, MembershipOutput& out) {
-  for (auto it = members_.begin(); it != members_.end();) {
-    if (Tombstone(it->second.info.state) && now - it->second.changed_at >= options_.tombstone_retention) {
-      out.events.push_back(MemberEvent{MemberEventKind::kForgotten, it->second.info});
-      queue_.erase(it->first);
-      it = members_.erase(it);
-    } else {
-      ++it;
-    }
+  std::vector<std::string> expired;  // forgotten in id order
+  for (const auto& [since, id] : tombstones_by_time_) {
+    if (now - since < options_.tombstone_retention) break;
+    expired.push_back(id);
+  }
+  std::sort(expired.begin(), expired.end());
+  for (const std::string& id : expired) {
+    auto it = members_.find(id);
+    Unindex(id, it->second);
+    out.events.push_back(MemberEvent{MemberEventKind::kForgotten, it->second.info});
+    Dequeue(id);
+    members_.erase(it);
   }
 }
 
@@ -523,15 +625,12 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
     }
   }
 
-  // Then the least-transmitted updates of the queue.
-  std::vector<std::pair<uint32_t, std::string>> order;
-  order.reserve(queue_.size());
-  for (const auto& [id, q] : queue_) order.emplace_back(q.transmits, id);
-  std::sort(order.begin(), order.end());
-  const uint32_t limit = RetransmitLimit();
-  size_t taken = 0;
-  for (const auto& [transmits, id] : order) {
-    if (taken == options_.max_piggyback) break;
+  // Then the least-transmitted updates of the queue (queue_order_: by transmits, then id), max_piggyback
+  // of them: O(max_piggyback * log(queue)), whatever the queue's length.
+  std::vector<std::string> taken;
+  std::vector<std::string> gone;  // queued ids no longer known
+  for (auto q = queue_order_.begin(); q != queue_order_.end() && taken.size() < options_.max_piggyback; ++q) {
+    const std::string& id = q->second;
     const MemberInfo* info = nullptr;
     if (id == self_.id) {
       info = &self_;
@@ -539,12 +638,22 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
       info = &it->second.info;
     }
     if (info == nullptr) {
-      queue_.erase(id);
+      gone.push_back(id);
       continue;
     }
     if (id != to_id || !receiver_record_sent) o.message.updates.push_back(*info);
-    ++taken;
-    if (++queue_[id].transmits >= limit) queue_.erase(id);
+    taken.push_back(id);
+  }
+  for (const std::string& id : gone) Dequeue(id);
+  const uint32_t limit = RetransmitLimit();
+  for (const std::string& id : taken) {
+    auto it = queue_.find(id);
+    queue_order_.erase({it->second.transmits, id});
+    if (++it->second.transmits >= limit) {
+      queue_.erase(it);
+    } else {
+      queue_order_.emplace(it->second.transmits, id);
+    }
   }
   return o;
 }
@@ -569,10 +678,6 @@ uint32_t Membership::RetransmitLimit() const {
   const uint64_t n = members_.size() + 1;
   const uint32_t log2 = static_cast<uint32_t>(std::bit_width(n));  // ceil(log2(n + 1))
   return options_.retransmit_mult * std::max<uint32_t>(1, log2);
-}
-
-bool Membership::RingSetChanged(const std::vector<RingMember>& before) const {
-  return RingMembers() != before;
 }
 
 }  // namespace ringlimit::ring

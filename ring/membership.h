@@ -40,9 +40,11 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "limiter/status.h"
@@ -187,8 +189,15 @@ struct MembershipOptions {
   // the seeds and discovered addresses (MaybeSync), so the first node of a cluster found through DNS
   // (--join-dns) does not wait for itself. 0: never, it stays joining (--join). Default: 0.
   std::chrono::milliseconds join_alone_after{0};
-  // Push-pull exchange of whole tables with one random member. 0 disables. Default: 5 s.
+  // Push-pull exchange of whole tables with one random member (anti-entropy), and the offer of our table
+  // to one dead member, to the seeds when alone, and to an unknown discovered address (healing). 0
+  // disables both. In a cluster of more than sync_scale_after members the anti-entropy exchange runs every
+  // sync_interval * N / sync_scale_after instead (SyncIntervalFor), so that the bytes of whole tables
+  // (O(N) each) a node sends per second do not grow with N; healing offers keep sync_interval.
+  // Default: 5 s.
   std::chrono::milliseconds sync_interval{5'000};
+  // See sync_interval. REQUIRES: >= 1. Default: 32 (memberlist's push-pull scale threshold).
+  uint32_t sync_scale_after = 32;
   // Each update is piggybacked at most retransmit_mult * ceil(log2(N + 1)) times (lambda). Default: 3.
   uint32_t retransmit_mult = 3;
   // The most vnodes a member may announce: a record with more is refused (counted in
@@ -199,6 +208,12 @@ struct MembershipOptions {
   // --- Affects performance ---
   // Updates piggybacked per message at most (whole-table messages are not limited). Default: 8.
   uint32_t max_piggyback = 8;
+  // Gossip fan-out: every probe_interval in which updates wait to be disseminated, the node also sends
+  // them to this many random probeable members, in an Ack with seq 0 (which every version merges and
+  // answers nothing to). Piggybacking on probes alone reaches about two members per period; with the
+  // fan-out a rumour reaches N members in fewer periods, and a node's queue drains faster. Nothing is
+  // sent when no update waits (steady state). 0 disables. Default: 3 (memberlist's GossipNodes).
+  uint32_t gossip_nodes = 3;
 
   // Seed of the random choices (probe order, helpers, sync partner). Default: 0 = derived from the id.
   uint64_t random_seed = 0;
@@ -206,6 +221,11 @@ struct MembershipOptions {
 
 // OK when every REQUIRES of `options` holds, else InvalidArgument saying what is wrong.
 [[nodiscard]] Status Validate(const MembershipOptions& options);
+
+// The interval between a node's anti-entropy exchanges (push-pull of whole tables with one alive member)
+// when it knows `members` members (itself included, tombstones too): sync_interval up to
+// sync_scale_after members, then in proportion to `members`. 0 when sync_interval is 0.
+[[nodiscard]] std::chrono::milliseconds SyncIntervalFor(const MembershipOptions& options, size_t members);
 
 // Counters for /metrics.
 struct MembershipStats {
@@ -286,6 +306,18 @@ class Membership {
     uint32_t transmits = 0;
   };
 
+  // Keeps suspects_by_time_ and tombstones_by_time_ in step with an entry: Unindex before changing its
+  // state or changed_at, Index after.
+  void Index(const std::string& id, const Entry& entry);
+  void Unindex(const std::string& id, const Entry& entry);
+  // Ring changes without a walk over the table: before a member's record changes, TouchRing notes its
+  // ring entry (RingEntry: nullopt when it is not in the ring) once per call; RingChanged, at the end of the
+  // call, tells whether any touched member's entry differs now -- exactly when RingMembers() differs from
+  // before the call -- and forgets the notes. O(touched * log N).
+  std::optional<RingMember> RingEntry(const std::string& id, const MemberInfo& info) const;
+  void TouchRing(const std::string& id);
+  bool RingChanged();
+
   // Merges one update; returns whether it was accepted. Emits events and queues accepted updates.
   bool Merge(MonoTime now, const MemberInfo& update, MembershipOutput& out);
   // Applies a new record for a member (not self), emitting the matching event.
@@ -295,8 +327,10 @@ class Membership {
   // Moves self to `state` at a new incarnation and announces it.
   void SetSelfState(MemberState state, MembershipOutput& out);
   void Enqueue(const std::string& id);
+  void Dequeue(const std::string& id);
 
   void ProbeStep(MonoTime now, MembershipOutput& out);
+  void Gossip(MonoTime now, MembershipOutput& out);
   void StartProbe(MonoTime now, MembershipOutput& out);
   std::optional<std::string> NextProbeTarget();
   void Suspect(MonoTime now, const std::string& id, MembershipOutput& out);
@@ -311,14 +345,19 @@ class Membership {
   std::vector<MemberInfo> FullTable() const;
   std::vector<std::string> AliveOthers(const std::string& except) const;
   uint32_t RetransmitLimit() const;
-  bool RingSetChanged(const std::vector<RingMember>& before) const;
 
   // Constant after construction.
   const MembershipOptions options_;
 
   MemberInfo self_;
-  std::map<std::string, Entry, std::less<>> members_;  // other members, by id
-  std::map<std::string, Queued, std::less<>> queue_;   // ids whose current record is being disseminated
+  std::map<std::string, Entry, std::less<>> members_;       // other members, by id
+  std::map<std::string, Queued, std::less<>> queue_;        // ids whose current record is being disseminated
+  std::set<std::pair<uint32_t, std::string>> queue_order_;  // queue_ by (transmits, id): MakeMessage's order
+  // The suspects and the tombstones by the time they entered that state (changed_at), so that the
+  // timeouts of Tick look at the expired ones only, not at every member.
+  std::set<std::pair<MonoTime, std::string>> suspects_by_time_;
+  std::set<std::pair<MonoTime, std::string>> tombstones_by_time_;
+  std::map<std::string, std::optional<RingMember>, std::less<>> ring_touched_;  // see TouchRing
   std::vector<std::string> seeds_;
   std::vector<std::string> discovered_;  // SetDiscovered
   std::vector<std::string> probe_order_;
@@ -327,9 +366,11 @@ class Membership {
   std::map<uint64_t, Relay> relays_;  // by the seq of our relay Ping
   uint64_t next_seq_ = 1;
   MonoTime next_probe_at_{};
+  MonoTime next_gossip_at_{};
   MonoTime next_join_at_{};
   MonoTime joining_since_{};
-  MonoTime next_sync_at_{};
+  MonoTime next_sync_at_{};  // anti-entropy
+  MonoTime next_heal_at_{};  // healing offers
   bool started_ = false;
   std::mt19937_64 rng_;
   MembershipStats stats_;

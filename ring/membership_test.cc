@@ -50,6 +50,15 @@ class MembershipRulesTest : public ::testing::Test {
     return msg;
   }
 
+  // `out` without the gossip fan-out's messages (Acks with seq 0, MembershipOptions::gossip_nodes), for
+  // the tests of probing.
+  static MembershipOutput WithoutFanOut(MembershipOutput out) {
+    std::erase_if(out.messages, [](const Outgoing& o) {
+      return o.message.type == MessageType::kAck && o.message.seq == 0;
+    });
+    return out;
+  }
+
   static bool Carries(const Outgoing& o, const std::string& id, MemberState state) {
     return std::any_of(o.message.updates.begin(), o.message.updates.end(),
                        [&](const MemberInfo& u) { return u.id == id && u.state == state; });
@@ -296,7 +305,7 @@ TEST_F(MembershipRulesTest, ProbesRoundRobinOverAShuffledList) {
 
 TEST_F(MembershipRulesTest, IndirectProbeThenSuspicionThenDeath) {
   Gossip({Info("a"), Info("b"), Info("c"), Info("d"), Info("e")});
-  MembershipOutput out = Advance(options_.probe_interval);
+  MembershipOutput out = WithoutFanOut(Advance(options_.probe_interval));
   ASSERT_EQ(out.messages.size(), 1u);
   const std::string target = out.messages[0].to_id;
   const uint64_t seq = out.messages[0].message.seq;
@@ -389,11 +398,38 @@ TEST_F(MembershipRulesTest, UpdatesAreRetransmittedABoundedNumberOfTimes) {
 
 TEST_F(MembershipRulesTest, SuspectsAreToldTheyAreSuspected) {
   Gossip({Info("a", 2, MemberState::kSuspect)});
-  MembershipOutput out = Advance(milliseconds(1));
+  MembershipOutput out = WithoutFanOut(Advance(milliseconds(1)));
   ASSERT_EQ(out.messages.size(), 1u);
   EXPECT_EQ(out.messages[0].to_id, "a");
   EXPECT_EQ(out.messages[0].message.updates.at(0).id, "a");
   EXPECT_EQ(out.messages[0].message.updates.at(0).state, MemberState::kSuspect);
+}
+
+TEST_F(MembershipRulesTest, UpdatesAreFannedOutOncePerPeriodWhileTheyWait) {
+  Gossip({Info("a"), Info("b"), Info("c"), Info("d"), Info("e")});
+  MembershipOutput out = Advance(options_.probe_interval);
+  std::set<std::string> fanned_to;
+  for (const Outgoing& o : out.messages) {
+    if (o.message.type != MessageType::kAck) continue;
+    EXPECT_EQ(o.message.seq, 0u);  // matches no probe: only its updates count
+    EXPECT_FALSE(o.message.updates.empty());
+    fanned_to.insert(o.to_id);
+  }
+  EXPECT_EQ(fanned_to.size(), options_.gossip_nodes);
+  // Not again within the period.
+  out = Advance(options_.probe_timeout / 2);
+  EXPECT_EQ(out.messages.size(), WithoutFanOut(out).messages.size());
+  // Once every update has been sent its share of times, nothing is fanned out.
+  for (int i = 0; i < 200 && m_.HasPendingGossip(); ++i) {
+    for (const Outgoing& o : Advance(options_.probe_interval).messages) {
+      if (o.message.type == MessageType::kPing) {
+        (void)m_.Receive(now_, Make(MessageType::kAck, o.message.seq, o.to_id));
+      }
+    }
+  }
+  ASSERT_FALSE(m_.HasPendingGossip());
+  for (const Outgoing& o : Advance(options_.probe_interval).messages)
+    EXPECT_NE(o.message.type, MessageType::kAck);
 }
 
 TEST_F(MembershipRulesTest, LeaveThenFinish) {
