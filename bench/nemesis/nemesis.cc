@@ -118,6 +118,8 @@ struct FaultWindow {
   std::set<std::string> hit;                              // nodes killed, paused, restarted or leaving
   std::set<std::string> isolated;                         // a partition's cut-off side
   std::optional<int64_t> dead_ms;                         // when the majority saw every isolated node dead
+  std::optional<int64_t> fenced_ms;                       // when every isolated node had stopped deciding
+  int64_t healed_ms = 0;                                  // when the cut was lifted
   std::shared_ptr<const ringlimit::ring::RingView> ring;  // the ring when the partition began
 };
 
@@ -385,10 +387,19 @@ class Nemesis {
         Note(fault, cut.error());
         return false;
       }
-      // Held for the period, polling when the majority sees the whole minority dead.
+      // Held for the period, polling when the majority sees the whole minority dead and when the whole
+      // minority stops deciding (its quorum fence under closed).
       const auto until = Clock::now() + milliseconds(period);
       (void)WaitFor("the partition's period", milliseconds(period + 5000), [&](std::string*) {
         if (Clock::now() >= until) return true;
+        if (!window_->fenced_ms) {
+          bool fenced = true;
+          for (size_t i : side) {
+            auto view = FetchClusterView(cluster_->host(i), cluster_->http_port(i));
+            fenced = fenced && view && !view->deciding;
+          }
+          if (fenced) window_->fenced_ms = recorder_.NowMs();
+        }
         if (window_->dead_ms) return false;
         for (size_t j : majority) {
           auto view = FetchClusterView(cluster_->host(j), cluster_->http_port(j));
@@ -402,6 +413,7 @@ class Nemesis {
         return false;
       });
       if (!window_->dead_ms) Note(fault, "the majority did not see the minority dead within the cut");
+      window_->healed_ms = recorder_.NowMs();
       if (auto healed = fabric_->HealAll(); !healed) Note(fault, healed.error());
       // Healed, the minority rejoins (it was declared dead): its checks may fail until it has recovered.
       for (size_t i : side) Hit(i);
@@ -502,6 +514,7 @@ class Nemesis {
     int64_t checks = 0, over = 0, rollbacks = 0, failed = 0;
     int64_t expected = 0, answered = 0, may_refuse = 0;
     int64_t live_admitted = 0;  // admitted during the fault itself, on the keys it started with
+    int64_t must_refuse = 0, answered_must_refuse = 0;            // MustRefuse, and of those answered
     std::map<std::string, std::pair<int64_t, int64_t>> by_entry;  // entry -> (answered, expected)
     std::set<std::string> why;
     std::map<std::string, int64_t> failures;  // expected answered but failed: FailureReason -> count
@@ -527,13 +540,26 @@ class Nemesis {
   };
 
   // Why check `d` may be refused, or "" when it must be answered (see the header).
+  // Whether `d` must be refused: sent to a partition's cut-off minority under closed once all of it had
+  // stopped deciding, and answered before the heal.
+  bool MustRefuse(const Decision& d, bool closed) const {
+    if (!closed) return false;
+    for (const FaultWindow& w : windows_) {
+      if (w.isolated.count(d.entry) != 0 && w.fenced_ms && d.sent_ms >= *w.fenced_ms &&
+          d.at_ms < w.healed_ms) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   std::string MayRefuse(const Decision& d, bool closed) const {
     for (const FaultWindow& w : windows_) {
       if (d.at_ms < w.start_ms || d.sent_ms > w.end_ms) continue;
+      if (closed && w.isolated.count(d.entry) != 0) return "entry node in the cut-off minority (closed)";
       if (w.hit.count(d.entry) != 0)
         return "entry node hit by the " + w.fault + " (killed, paused, restarted, joining or leaving)";
       if (!closed || w.isolated.empty()) continue;
-      if (w.isolated.count(d.entry) != 0) return "entry node in the cut-off minority (closed)";
       if (w.ring && (!w.dead_ms || d.sent_ms < *w.dead_ms)) {
         int cut = 0;
         for (const std::string& holder : PreferenceOf(*w.ring, d.key, 3)) cut += w.isolated.count(holder);
@@ -578,6 +604,10 @@ class Nemesis {
       } else {
         ++f.may_refuse;
         f.why.insert(why);
+        if (MustRefuse(d, closed)) {
+          ++f.must_refuse;
+          if (!d.failed()) ++f.answered_must_refuse;
+        }
         if (why.find("skewed") != std::string::npos && d.failed()) {
           ++(d.code == "clock_offset" ? skewed_refusals : skewed_other_refusals);
         }
@@ -677,6 +707,15 @@ class Nemesis {
     }
     std::printf("refused at skewed nodes: %lld with clock_offset, %lld otherwise\n",
                 static_cast<long long>(skewed_refusals), static_cast<long long>(skewed_other_refusals));
+    for (const auto& [name, f] : by_class) {
+      if (f.must_refuse == 0) continue;
+      std::printf("%s: %lld checks sent to a fenced cut-off minority, %lld of them answered\n", name.c_str(),
+                  static_cast<long long>(f.must_refuse), static_cast<long long>(f.answered_must_refuse));
+      if (f.answered_must_refuse != 0) {
+        failures.push_back(name + ": " + std::to_string(f.answered_must_refuse) +
+                           " checks answered by a cut-off minority whose quorum fence held (closed)");
+      }
+    }
     // A skewed node decides nothing today (issue 35 changes that): checks sent to it are refused.
     if (!skews_.empty() && skewed_refusals == 0) {
       failures.push_back("skew: no check sent to a skewed node was refused with clock_offset");
