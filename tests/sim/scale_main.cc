@@ -15,6 +15,7 @@
 //  - the run (the baseline included) within --wall-limit-s (default 600) and --rss-limit-gib (default 24).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -153,13 +154,19 @@ int main(int argc, char** argv) {
     ok = false;
   }
   if (!report.ring.empty()) {
-    const auto before = std::chrono::steady_clock::now();
-    auto view = ringlimit::ring::RingView::Create(1, report.ring);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count();
-    std::printf("ring view   RingView::Create of %zu members x %u vnodes: %.1f ms wall%s\n",
-                report.ring.size(), options.vnodes, ms, view.ok() ? "" : " (FAILED)");
-    ok = ok && view.ok();
+    // The fastest of 5 builds: the machine may be shared.
+    double ms = 0;
+    bool built = true;
+    for (int i = 0; i < 5; ++i) {
+      const auto before = std::chrono::steady_clock::now();
+      built = built && ringlimit::ring::RingView::Create(1, report.ring).ok();
+      const double took =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count();
+      ms = i == 0 ? took : std::min(ms, took);
+    }
+    std::printf("ring view   RingView::Create of %zu members x %u vnodes: %.1f ms (fastest of 5)%s\n",
+                report.ring.size(), options.vnodes, ms, built ? "" : " (FAILED)");
+    ok = ok && built;
   }
   std::fflush(stdout);
 
