@@ -34,6 +34,8 @@
 //     being killed, paused, restarted or leaving; sent to a node whose clock is skewed (it decides nothing);
 //     under --failure-mode closed, sent during a partition to the cut-off minority, or to the majority for a
 //     key with two of its three holders cut off until the majority declared them dead.
+//   refused: under --failure-mode closed, every check sent to a cut-off minority once all of it had stopped
+//     deciding (polled during the cut) and answered before the heal.
 //   floor: per key, admitted >= min(limit, answered) - failed checks that may have been charged (nothing
 //     refills, every check costs 1: until the key is spent every answered check is admitted).
 // The run fails (exit 3) when a class of --exact over-admitted or rolled back, when a share is below
