@@ -120,6 +120,19 @@ TEST(MemberStateTest, ReachCountsSuspectsAndTheDeadAsNotReached) {
   EXPECT_FALSE(ReachOf({}).minority());
 }
 
+TEST(MembershipOptionsTest, AntiEntropyIntervalGrowsWithTheClusterAboveItsScale) {
+  MembershipOptions o;  // 5 s, scale after 32 members
+  EXPECT_EQ(SyncIntervalFor(o, 1), milliseconds(5'000));
+  EXPECT_EQ(SyncIntervalFor(o, 32), milliseconds(5'000));
+  EXPECT_EQ(SyncIntervalFor(o, 100), milliseconds(15'625));
+  EXPECT_EQ(SyncIntervalFor(o, 1'000), milliseconds(156'250));
+  o.sync_interval = milliseconds(0);
+  EXPECT_EQ(SyncIntervalFor(o, 1'000), milliseconds(0));
+  o = MembershipOptions{};
+  o.sync_scale_after = 0;
+  EXPECT_TRUE(Validate(o).IsInvalidArgument());
+}
+
 TEST(MembershipOptionsTest, Validation) {
   EXPECT_TRUE(Validate(MembershipOptions{}).ok());
   MembershipOptions o;
@@ -430,6 +443,22 @@ TEST_F(MembershipRulesTest, UpdatesAreFannedOutOncePerPeriodWhileTheyWait) {
   ASSERT_FALSE(m_.HasPendingGossip());
   for (const Outgoing& o : Advance(options_.probe_interval).messages)
     EXPECT_NE(o.message.type, MessageType::kAck);
+}
+
+TEST_F(MembershipRulesTest, RingChangedIsExactlyWhetherTheRingMembersDiffer) {
+  EXPECT_TRUE(Gossip({Info("a")}).ring_changed);
+  EXPECT_FALSE(Gossip({Info("b", 1, MemberState::kJoining)}).ring_changed);  // not in the ring
+  EXPECT_FALSE(Gossip({Info("a", 1, MemberState::kSuspect)}).ring_changed);  // suspects keep their arcs
+  // Out and back in within one message: the same ring members.
+  const std::vector<RingMember> before = m_.RingMembers();
+  EXPECT_FALSE(Gossip({Info("a", 1, MemberState::kDead), Info("a", 2)}).ring_changed);
+  EXPECT_EQ(m_.RingMembers(), before);
+  // Another weight is another ring.
+  MemberInfo heavier = Info("a", 3);
+  heavier.vnodes = 2 * kDefaultVnodes;
+  EXPECT_TRUE(Gossip({heavier}).ring_changed);
+  EXPECT_TRUE(Gossip({Info("b", 2)}).ring_changed);  // joining -> alive
+  EXPECT_TRUE(Gossip({Info("a", 3, MemberState::kDead)}).ring_changed);
 }
 
 TEST_F(MembershipRulesTest, LeaveThenFinish) {
