@@ -243,15 +243,12 @@ class ScaleCluster {
     const auto latency = world_.Uniform(static_cast<uint64_t>(nanoseconds(options_.min_latency).count()),
                                         static_cast<uint64_t>(nanoseconds(options_.max_latency).count()));
     const size_t slot = static_cast<size_t>(to);
-    world_.Schedule(world_.now() + nanoseconds(latency), to, nodes_[slot].life,
-                    [this, slot, from, wire = std::move(wire)] {
-                      // A message sent across a cut that healed meanwhile still arrives; one sent before a
-                      // cut, too.
-                      (void)from;
-                      std::optional<ring::Message> message =
-                          ring::DecodeMembershipMessage(wire.method, wire.payload);
-                      if (message) Process(slot, nodes_[slot].membership->Receive(world_.now(), *message));
-                    });
+    world_.Schedule(
+        world_.now() + nanoseconds(latency), to, nodes_[slot].life, [this, slot, wire = std::move(wire)] {
+          // The cut is judged when sent: a message in flight when a cut starts or heals arrives.
+          std::optional<ring::Message> message = ring::DecodeMembershipMessage(wire.method, wire.payload);
+          if (message) Process(slot, nodes_[slot].membership->Receive(world_.now(), *message));
+        });
   }
 
   const ScaleOptions& options_;

@@ -19,8 +19,9 @@
 //     until every node holds every node of the other half as dead; then the cut heals. Agreement: every
 //     live node holds every live node as alive again.
 // "Agreement" is read from the membership's own events (a matrix of who holds whom in which state), checked
-// every check_interval, and confirmed at the end of each phase with every node's Members() and
-// RingMembers() (and a RingView built from them, whose fingerprint every node shares).
+// every check_interval, and confirmed at the end of each phase with every live node's Members(); the ring
+// agreement compares every live node's RingMembers() (what cluster.cc builds its RingView from) with the
+// live members of its side. ringlimit_scale times one RingView::Create of the final ring.
 //
 // Deterministic: one seed gives the same run (the trace hash covers every event, message and member event).
 // Thread safety: none needed; one call runs one simulation on the caller's thread.
