@@ -14,10 +14,13 @@
 #include <mutex>
 #include <utility>
 
+#include "node/cluster/cluster_planner.h"
+#include "node/cluster/pause_fence.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
 #include "peer.pb.h"
 #include "ring/membership_wire.h"
+#include "ring/published.h"
 
 namespace ringlimit::cluster {
 
@@ -100,18 +103,24 @@ std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options)
   return std::nullopt;
 }
 
-const ring::MemberInfo* ClusterSnapshot::Find(std::string_view id) const {
-  auto it = std::lower_bound(members.begin(), members.end(), id,
-                             [](const ring::MemberInfo& m, std::string_view v) { return m.id < v; });
-  return it != members.end() && it->id == id ? &*it : nullptr;
+namespace {
+
+ClusterPlannerOptions PlannerOptions(const ClusterOptions& options) {
+  ClusterPlannerOptions planner;
+  planner.node_id = options.node_id;
+  planner.membership = options.membership;
+  if (!options.join_dns.empty() && planner.membership.join_alone_after.count() == 0) {
+    planner.membership.join_alone_after = std::chrono::milliseconds(3'000);
+  }
+  planner.clock = options.clock;
+  return planner;
 }
 
-std::vector<size_t> ClusterSnapshot::CountByState() const {
-  std::vector<size_t> counts(static_cast<size_t>(MemberState::kLeft) + 1, 0);
-  for (const auto& m : members) ++counts[static_cast<size_t>(m.state)];
-  return counts;
-}
+}  // namespace
 
+// The driver of the ClusterPlanner (cluster_planner.h): the strand, the timers, the transport, and what the
+// request path reads (the ring, the routing table, the snapshot, the judgements), published from here.
+// The clocks are read here only: once per event, handed to the planner and the pause fence.
 // Everything below `strand` is touched only on the strand, except where noted.
 struct Cluster::Core : std::enable_shared_from_this<Core> {
   Core(net::io_context& io_in, const ClusterOptions& options_in)
@@ -121,19 +130,22 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
         timer(strand),
         leave_timer(strand),
         dns_timer(strand),
-        clocks(options_in.clock),
+        planner(PlannerOptions(options_in)),
         server(io_in, ServerOptions(options_in)),
-        client(io_in, ClientOptions(options_in)) {}
+        client(io_in, ClientOptions(options_in)),
+        fence(options_in.membership, options_in.takeover_after) {}
 
   void RegisterHandlers();
   void Begin(ring::MemberInfo self, std::vector<std::string> seeds, std::vector<std::string> discovered);
   void Arm();
   // --join-dns: resolves the names again every dns_refresh (off the strand: getaddrinfo blocks), then
-  // hands the addresses to the membership on the strand.
+  // hands the addresses to the planner on the strand.
   void ArmDns();
   void OnTick();
   void Receive(ring::Message message, int64_t received_wall_ns);
-  void Process(ring::MembershipOutput out);
+  // Carries out the planner's actions in the order of its contract, then publishes its judgements.
+  void Apply(ClusterActions actions);
+  void PublishSnapshot();
   // Cluster::ready.
   bool Ready() const {
     std::shared_ptr<const ClusterSnapshot> snap;
@@ -148,15 +160,6 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   }
   // Whether the first readiness was logged.
   bool ready_logged = false;
-  // When each id conflict (id and refused address) was last logged.
-  std::map<std::string, MonoTime> conflicts_logged;
-  // Applies the max-offset rule; logs and publishes a change of the clock's health.
-  void JudgeClock();
-  // Whether this node reaches a majority of the members it knows (MinorityRefusal); logs a change.
-  void JudgeQuorum();
-  void Publish();
-  void NoticeRestarts();
-  void CatchUpAfterDeath();
   void DoLeave(std::function<void()> on_left);
   void FinishLeave();
   void LeaveDone();
@@ -168,22 +171,15 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   // Thread-safe; the members are published only from the strand, the ring by the ring listener (the
   // handoff, with its overrides), or from the strand when there is none.
   replication::RoutingPublisher routing;
-  std::vector<ring::MemberInfo> routed_members;  // the members last published into `routing`
   net::strand<net::io_context::executor_type> strand;
 
   net::steady_timer timer;
   net::steady_timer leave_timer;
   net::steady_timer dns_timer;
-  std::optional<ring::Membership> membership;
-  uint64_t ring_version = 0;
+  ClusterPlanner planner;
   bool stopped = false;
-  bool leaving = false;
   size_t leave_pending = 0;
   std::function<void()> on_left;
-  std::shared_ptr<const ring::RingView> published;  // the last view handed to ring_listener
-  std::map<std::string, uint64_t> incarnations;     // of the ring members, as last seen
-  ring::ClockOffsets clocks;
-  MonoTime last_clock_pings{};  // when members without a clock estimate were last pinged for one
 
   // Set before Start, then read on the strand only.
   RingListener ring_listener;
@@ -200,45 +196,12 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   std::atomic<bool> in_minority{false};
   std::atomic<size_t> minority_reached{0};
   std::atomic<size_t> minority_known{0};
-  // The pause fence (Cluster::Paused): the steady time (ns) of the last membership tick (0: none yet), and
-  // until when this node stays fenced after a gap was seen. Any thread.
-  std::atomic<int64_t> last_tick_ns{0};
-  std::atomic<int64_t> fenced_until_ns{0};
-  // Whether the gap since the last tick says this process was paused; fences it if so. Any thread.
-  bool SeesPause(int64_t now_ns) {
-    const int64_t last = last_tick_ns.load(std::memory_order_acquire);
-    if (last == 0 || now_ns - last <= PauseGapNs()) return false;
-    const int64_t until = now_ns + FenceWindowNs();
-    int64_t current = fenced_until_ns.load(std::memory_order_relaxed);
-    while (current < until && !fenced_until_ns.compare_exchange_weak(current, until)) {
-    }
-    if (current < now_ns) {  // a new fence, not one already running
-      spdlog::warn(
-          "cluster: {} ms since the last membership tick: this process was paused; not deciding for "
-          "{} ms, until membership has caught up",
-          (now_ns - last) / 1'000'000, FenceWindowNs() / 1'000'000);
-    }
-    return true;
-  }
-  // A gap this long between ticks (every probe_interval / 4) means the process was stopped, not busy, and
-  // long enough for another holder to have decided its keys: its forwards timed out (takeover_after), or
-  // the others suspected it (half the suspicion timeout); at least 500 ms. (Within a shorter pause the
-  // senders are still waiting for it or retrying it, and a check whose sender gave up is not decided:
-  // Forwarder, "Deadlines".)
-  int64_t PauseGapNs() const {
-    int64_t gap = std::chrono::nanoseconds(options.membership.suspicion_timeout).count() / 2;
-    if (options.takeover_after.count() > 0)
-      gap = std::min<int64_t>(gap, std::chrono::nanoseconds(options.takeover_after).count());
-    return std::max<int64_t>(500'000'000, gap);
-  }
-  // Long enough for a probe round trip (which tells a node declared dead that it was).
-  int64_t FenceWindowNs() const {
-    return 2 * std::chrono::nanoseconds(options.membership.probe_interval).count();
-  }
-
-  // The members' clock offsets as estimated at the last tick (ClockOffsetOf). Protected by offsets_mutex.
-  mutable std::mutex offsets_mutex;
-  std::map<std::string, ring::OffsetEstimate, std::less<>> offsets;
+  // The pause fence (Cluster::Paused). Thread-safe.
+  PauseFence fence;
+  // The members' clock offsets as estimated at the last tick (ClockOffsetOf). Published from the strand,
+  // read lock-free (one atomic load) anywhere.
+  using Offsets = std::map<std::string, ring::OffsetEstimate, std::less<>>;
+  ring::Published<Offsets> offsets;
 
   // Protected by snapshot_mutex (a pointer copy only).
   mutable std::mutex snapshot_mutex;
@@ -265,13 +228,7 @@ void Cluster::Core::RegisterHandlers() {
 
 void Cluster::Core::Begin(ring::MemberInfo self, std::vector<std::string> seeds,
                           std::vector<std::string> discovered) {
-  ring::MembershipOptions membership_options = options.membership;
-  if (!options.join_dns.empty() && membership_options.join_alone_after.count() == 0) {
-    membership_options.join_alone_after = std::chrono::milliseconds(3'000);
-  }
-  membership.emplace(membership_options, std::move(self));
-  membership->SetDiscovered(std::move(discovered));
-  Process(membership->Start(Now(), seeds));
+  Apply(planner.Start(Now(), WallClockNs(), std::move(self), seeds, std::move(discovered)));
   Arm();
   ArmDns();
 }
@@ -294,7 +251,7 @@ void Cluster::Core::ArmDns() {
       }
       net::post(self->strand, [self, found = std::move(found)]() mutable {
         if (self->stopped) return;
-        self->membership->SetDiscovered(std::move(found));
+        self->planner.SetDiscovered(std::move(found));
         self->ArmDns();
       });
     });
@@ -311,169 +268,47 @@ void Cluster::Core::Arm() {
 }
 
 void Cluster::Core::OnTick() {
-  const int64_t now_ns = SteadyNs();
-  static_cast<void>(SeesPause(now_ns));
-  last_tick_ns.store(now_ns, std::memory_order_release);
-  Process(membership->Tick(Now()));
-  JudgeClock();
-  JudgeQuorum();
+  const MonoTime now = Now();
+  fence.Tick(now);
+  Apply(planner.Tick(now, WallClockNs()));
+  offsets.Publish(std::make_shared<const Offsets>(planner.offsets()));  // estimated at every tick
   Arm();
 }
 
-void Cluster::Core::JudgeQuorum() {
-  const ring::Reach reach = ring::ReachOf(membership->Members());
-  const size_t known = reach.known;
-  const size_t reached = reach.reached;
-  const bool minority = reach.minority();
-  if (minority_reached.load(std::memory_order_relaxed) == reached &&
-      minority_known.load(std::memory_order_relaxed) == known &&
-      in_minority.load(std::memory_order_relaxed) == minority) {
-    return;
-  }
-  minority_reached.store(reached, std::memory_order_relaxed);
-  minority_known.store(known, std::memory_order_relaxed);
-  if (in_minority.exchange(minority, std::memory_order_acq_rel) != minority) {
-    if (minority) {
-      spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", reached, known);
-    } else {
-      spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", reached,
-                   known);
-    }
-  }
-}
-
 void Cluster::Core::Receive(ring::Message message, int64_t received_wall_ns) {
-  if (stopped || !membership) return;
-  Process(membership->Receive(Now(), message));
-  // After the membership's events (which forget the clocks of members that joined or came back).
-  if (message.type == ring::MessageType::kAck && message.echo_wall_ns != 0 && message.wall_ns != 0 &&
-      message.from != options.node_id) {
-    clocks.Add(message.from, Now(),
-               ring::ClockSample{ring::WallTime(message.echo_wall_ns), ring::WallTime(message.wall_ns),
-                                 ring::WallTime(received_wall_ns)});
-  }
+  if (stopped || !planner.started()) return;
+  Apply(planner.Receive(Now(), received_wall_ns, message));
 }
 
-void Cluster::Core::JudgeClock() {
-  std::vector<std::string> others;
-  std::vector<std::string> unmeasured_addresses;
-  const MonoTime now = Now();
-  for (const ring::MemberInfo& m : membership->Members()) {
-    if (m.id == options.node_id || !ring::IsInRing(m.state)) continue;
-    others.push_back(m.id);
-    if (!clocks.Estimate(m.id, now)) unmeasured_addresses.push_back(m.peer_address);
-  }
-  const ring::ClockHealth before = clocks.health();
-  const ring::ClockHealth after = clocks.Evaluate(now, others);
-  std::map<std::string, ring::OffsetEstimate, std::less<>> estimates;
-  for (const std::string& id : others) {
-    if (std::optional<ring::OffsetEstimate> estimate = clocks.Estimate(id, now))
-      estimates.emplace(id, *estimate);
-  }
-  // A member just met, or not probed for long (a large cluster probes each member rarely), is pinged for
-  // its clock at once rather than at its turn: forwarded checks from it are judged against its offset
-  // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator.
-  if (!unmeasured_addresses.empty() && now - last_clock_pings >= options.membership.probe_interval) {
-    last_clock_pings = now;
-    for (const std::string& address : unmeasured_addresses) {
-      ring::Message ping;
-      ping.type = ring::MessageType::kPing;
-      ping.from = options.node_id;
-      ping.from_address = membership->self().peer_address;
-      ping.wall_ns = WallClockNs();
-      ring::WireMessage wire = ring::EncodeMembershipMessage(ping);
-      (void)client.Send(address, wire.method, std::move(wire.payload));
-    }
-  }
-  {
-    const std::lock_guard<std::mutex> lock(offsets_mutex);
-    offsets.swap(estimates);
-  }
-  clock_skewed.store(after == ring::ClockHealth::kSkewed, std::memory_order_release);
-  if (after == before) return;
-  if (after == ring::ClockHealth::kSkewed) {
-    spdlog::error("cluster: this node's clock is off: it refuses to decide checks until it is back: {}",
-                  clocks.reason());
-  } else if (before == ring::ClockHealth::kSkewed) {
-    spdlog::warn("cluster: this node's clock is back within the maximum offset; deciding again: {}",
-                 clocks.reason());
-  } else {
-    spdlog::info("cluster: clock {}: {}", ring::ClockHealthName(after), clocks.reason());
-  }
-  Publish();
-}
-
-void Cluster::Core::Process(ring::MembershipOutput out) {
-  for (ring::Outgoing& outgoing : out.messages) {
-    outgoing.message.wall_ns = WallClockNs();
+void Cluster::Core::Apply(ClusterActions actions) {
+  for (ring::Outgoing& outgoing : actions.send) {
     ring::WireMessage wire = ring::EncodeMembershipMessage(outgoing.message);
     // Best effort: a lost message is what SWIM is built to tolerate.
     (void)client.Send(outgoing.to_address, wire.method, std::move(wire.payload));
   }
-  for (const ring::MemberEvent& event : out.events) {
-    const ring::MemberInfo& m = event.member;
-    if (m.id == options.node_id && event.kind == ring::MemberEventKind::kJoined) continue;
-    spdlog::info("cluster: {} is {} (incarnation {}, peer {})", m.id, ring::MemberStateName(m.state),
-                 m.incarnation, m.peer_address);
-    if ((event.kind == ring::MemberEventKind::kLeft || event.kind == ring::MemberEventKind::kForgotten) &&
-        m.id != options.node_id) {
-      client.Disconnect(m.peer_address);
-    }
-    // Dead, gone or back from a restart: its clock may not be the one measured.
-    if (event.kind != ring::MemberEventKind::kSuspect && event.kind != ring::MemberEventKind::kLeaving &&
-        m.id != options.node_id) {
-      clocks.Forget(m.id);
-    }
+  for (const std::string& address : actions.disconnect) client.Disconnect(address);
+  // The judgements first: a node that now reaches only a minority must not decide keys whose other
+  // holders the ring published below leaves on its side.
+  const QuorumView& quorum = planner.quorum();
+  minority_reached.store(quorum.reached, std::memory_order_relaxed);
+  minority_known.store(quorum.known, std::memory_order_relaxed);
+  in_minority.store(quorum.minority, std::memory_order_release);
+  clock_skewed.store(planner.clock_skewed(), std::memory_order_release);
+  // The members before the ring: the listener's work (handoffs) looks them up in the snapshot.
+  if (actions.snapshot) PublishSnapshot();
+  if (actions.members != nullptr) {
+    routing.SetMembers(actions.members);
+    if (members_listener) members_listener();
   }
-  for (const ring::IdConflict& conflict : out.id_conflicts) {
-    // Once per few seconds per pair: a refused node retries its join every second.
-    const MonoTime now = Now();
-    auto [it, first] = conflicts_logged.try_emplace(conflict.id + " " + conflict.refused, now);
-    if (!first && now - it->second < std::chrono::seconds(5)) continue;
-    it->second = now;
-    if (conflicts_logged.size() > 1024) conflicts_logged.clear();
-    if (conflict.id == options.node_id) {
-      spdlog::error(
-          "cluster: this node's id {} is taken by the live member at {}: not joining until that member is "
-          "gone; give this node another --node-id",
-          conflict.id, conflict.held_by);
-    } else {
-      spdlog::error("cluster: refused the node at {} announcing id {}: the live member at {} holds that id",
-                    conflict.refused, conflict.id, conflict.held_by);
-    }
-  }
-  // Before the ring without the members just declared dead is published: a node that now reaches only a
-  // minority must not decide keys whose other holders that smaller ring leaves on its side.
-  if (!out.events.empty()) JudgeQuorum();
-  std::shared_ptr<const ring::RingView> new_ring;
-  if (out.ring_changed) {
-    auto built = ring::RingView::Create(++ring_version, membership->RingMembers());
-    if (built.ok()) {
-      new_ring = std::move(built).value();
-      spdlog::info("cluster: ring version {} with {} members", ring_version, new_ring->members().size());
-    } else {
-      spdlog::error("cluster: cannot build the ring: {}", built.status().message());
-    }
-  }
-  // The members first: the listener's work (handoffs) looks them up in the snapshot.
-  if (!out.messages.empty() || !out.events.empty() || out.ring_changed || !out.id_conflicts.empty())
-    Publish();
-  if (new_ring != nullptr) {
-    // The routing table gets the new ring only together with the handoff route overrides of the change:
-    // the listener (the handoff) publishes both as one table, on its own executor. A check routed before
-    // that follows the old ring, which the old overrides agree with. A ring published before its
-    // overrides left a moment in which a node decided a range it gains from what it had, before its
-    // previous owner's push. Without a listener, the ring is published here.
+  for (RingChange& change : actions.ring_changes) {
     if (ring_listener) {
-      ring_listener(std::exchange(published, new_ring), new_ring);
-    } else {
-      routing.SetRing(new_ring);
+      ring_listener(std::move(change.before), change.after);
+    } else if (change.published) {
+      routing.SetRing(change.after);
     }
-    ring.Publish(new_ring);
-    Publish();
+    if (change.published) ring.Publish(change.after);
   }
-  if (!out.events.empty() || new_ring != nullptr) NoticeRestarts();
-  if (out.declared_dead) CatchUpAfterDeath();
+  if (actions.new_ring != nullptr) PublishSnapshot();
   if (!ready_logged && Ready()) {
     // When /readyz turns 200 (a joining node: once a seed answered and its ranges are routed).
     ready_logged = true;
@@ -481,79 +316,17 @@ void Cluster::Core::Process(ring::MembershipOutput out) {
   }
 }
 
-// This node was declared dead (paused, or cut off, past failure detection) and refuted it. Its own ring
-// never lost it, but the others' did: their successors decided its ranges meanwhile, and they will hand them
-// back when they see it alive again, as to a joining node. So take its ranges as incoming, like a joining
-// node, instead of deciding them from its memory from before the pause: tell the listener as if it had left
-// and joined again.
-void Cluster::Core::CatchUpAfterDeath() {
-  const std::shared_ptr<const ring::RingView> current = ring.Current();
-  if (!ring_listener || current == nullptr || current->Find(options.node_id) == nullptr) return;
-  auto without = current->Without(options.node_id);
-  if (!without.ok()) return;
-  spdlog::warn(
-      "cluster: this node was declared dead and refuted it: waiting for its ranges to be handed back");
-  ring_listener(std::move(without).value(), current);
-}
-
-// A member that restarted before anyone declared it dead comes back with a much higher incarnation (its
-// start time in ms; a refutation adds 1) without ever leaving the ring: the ring does not change, yet it
-// lost its memory tier and must be handed its ranges back like a joining node (which is how it sees
-// itself: every range it owns is incoming). Tell the listener as if it had left and joined again.
-void Cluster::Core::NoticeRestarts() {
-  constexpr uint64_t kRestartJump = 1000;  // far more refutations than a live member ever makes
-  const std::shared_ptr<const ring::RingView> current = ring.Current();
-  std::vector<std::string> restarted;
-  std::map<std::string, uint64_t> seen;
-  for (const ring::MemberInfo& m : membership->Members()) {
-    if (m.id == options.node_id || !ring::IsInRing(m.state)) continue;
-    seen.emplace(m.id, m.incarnation);
-    auto it = incarnations.find(m.id);
-    if (it != incarnations.end() && m.incarnation > it->second + kRestartJump && current != nullptr &&
-        current->Find(m.id) != nullptr) {
-      restarted.push_back(m.id);
-    }
-  }
-  incarnations = std::move(seen);
-  if (!ring_listener || current == nullptr) return;
-  for (const std::string& id : restarted) {
-    auto without = current->Without(id);
-    if (!without.ok()) continue;
-    spdlog::info("cluster: {} restarted without leaving the ring: handing its ranges back", id);
-    ring_listener(std::move(without).value(), current);
-  }
-}
-
-void Cluster::Core::Publish() {
-  auto snap = std::make_shared<ClusterSnapshot>();
-  snap->self = membership->self();
-  snap->members = membership->Members();
+void Cluster::Core::PublishSnapshot() {
+  std::shared_ptr<ClusterSnapshot> snap = planner.Snapshot(Now());
   snap->ring = ring.Current();
-  snap->joined = membership->joined();
-  snap->stats = membership->stats();
-  snap->clock.health = clocks.health();
-  snap->clock.reason = clocks.reason();
-  snap->clock.median_offset = clocks.median_offset();
-  const MonoTime now = Now();
-  for (const ring::MemberInfo& m : snap->members) {
-    if (m.id == options.node_id) continue;
-    if (std::optional<ring::OffsetEstimate> estimate = clocks.Estimate(m.id, now))
-      snap->clock.offsets.emplace(m.id, *estimate);
-  }
-  if (snap->members != routed_members) {  // a new routing table only when a member changed
-    routed_members = snap->members;
-    routing.SetMembers(std::make_shared<const std::vector<ring::MemberInfo>>(snap->members));
-    if (members_listener) members_listener();
-  }
   std::lock_guard lock(snapshot_mutex);
   snapshot = std::move(snap);
 }
 
 void Cluster::Core::DoLeave(std::function<void()> callback) {
-  if (stopped || leaving || !membership) return;
-  leaving = true;
+  if (stopped || planner.leaving() || !planner.started()) return;
   on_left = std::move(callback);
-  Process(membership->Leave(Now()));
+  Apply(planner.Leave(Now(), WallClockNs()));
   if (!leave_preparer) {
     FinishLeave();
     return;
@@ -568,12 +341,10 @@ void Cluster::Core::DoLeave(std::function<void()> callback) {
 // Announces `left` to every member. Those announcements are requests, so each one's answer says it
 // arrived.
 void Cluster::Core::FinishLeave() {
-  if (stopped || !membership) return;
-  ring::MembershipOutput out = membership->FinishLeave(Now());
-  std::vector<ring::Outgoing> finals = std::move(out.messages);
-  out.messages.clear();
-  Process(std::move(out));
-  Publish();
+  if (stopped || !planner.started()) return;
+  ClusterActions actions = planner.FinishLeave(Now(), WallClockNs());
+  std::vector<ring::Outgoing> finals = std::move(actions.announce);
+  Apply(std::move(actions));
   leave_pending = finals.size();
   spdlog::info("cluster: leaving; announcing `left` to {} member(s)", leave_pending);
   if (leave_pending == 0) {
@@ -745,16 +516,13 @@ std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const {
 
 bool Cluster::ready() const { return core_->Ready(); }
 
-bool Cluster::Paused() const {
-  const int64_t now_ns = SteadyNs();
-  if (core_->SeesPause(now_ns)) return true;
-  return now_ns < core_->fenced_until_ns.load(std::memory_order_acquire);
-}
+bool Cluster::Paused() const { return core_->fence.Paused(std::chrono::nanoseconds(SteadyNs())); }
 
 std::optional<ring::OffsetEstimate> Cluster::ClockOffsetOf(std::string_view member) const {
-  const std::lock_guard<std::mutex> lock(core_->offsets_mutex);
-  auto it = core_->offsets.find(member);
-  if (it == core_->offsets.end()) return std::nullopt;
+  const std::shared_ptr<const Core::Offsets>& offsets = core_->offsets.Cached();
+  if (offsets == nullptr) return std::nullopt;
+  auto it = offsets->find(member);
+  if (it == offsets->end()) return std::nullopt;
   return it->second;
 }
 

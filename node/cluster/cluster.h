@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "node/cluster/cluster_planner.h"
 #include "node/peer/peer_options.h"
 #include "node/peer/peer_stats.h"
 #include "replication/routing_table.h"
@@ -122,29 +123,6 @@ struct ClusterOptions {
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
 [[nodiscard]] std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options);
-
-// The clocks as this node last judged them.
-struct ClockView {
-  ring::ClockHealth health = ring::ClockHealth::kUnknown;
-  std::string reason;                        // ClockOffsets::reason()
-  std::chrono::nanoseconds median_offset{};  // the members' median offset from this node
-  std::map<std::string, ring::OffsetEstimate, std::less<>> offsets;  // by member id (those measured)
-};
-
-// An immutable picture of the membership, rebuilt on the strand after every change.
-struct ClusterSnapshot {
-  ring::MemberInfo self;
-  std::vector<ring::MemberInfo> members;       // sorted by id, self and tombstones included
-  std::shared_ptr<const ring::RingView> ring;  // null until this node is in the ring
-  bool joined = false;
-  ring::MembershipStats stats;
-  ClockView clock;
-
-  // The record of `id`, or nullptr. O(log n).
-  [[nodiscard]] const ring::MemberInfo* Find(std::string_view id) const;
-  // Members per state (index: MemberState).
-  [[nodiscard]] std::vector<size_t> CountByState() const;
-};
 
 class Cluster {
  public:

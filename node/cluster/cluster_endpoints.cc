@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "node/cluster/cluster.h"
+#include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
 #include "node/cluster/replication_link.h"
 #include "node/cluster/replication_status.h"
@@ -113,8 +114,8 @@ void PeerSamples(std::string* out, const peer::PeerStats& server, const peer::Pe
 }  // namespace
 
 ClusterEndpoints::ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder,
-                                   std::function<void()> on_left)
-    : cluster_(cluster), forwarder_(forwarder), on_left_(std::move(on_left)) {}
+                                   const ClusterForwardHost& host, std::function<void()> on_left)
+    : cluster_(cluster), forwarder_(forwarder), host_(host), on_left_(std::move(on_left)) {}
 
 bool ClusterEndpoints::ready() const { return cluster_.ready(); }
 
@@ -304,7 +305,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Metric(out, "ringlimit_forward_duration_seconds", "histogram",
          "Round trip of a check forwarded to the node that decides it (or through a relay), from sending to "
          "its decision arriving; attempts that got no decision are not observed.");
-  forwarder_.round_trips().Append(out, "ringlimit_forward_duration_seconds", "");
+  host_.round_trips().Append(out, "ringlimit_forward_duration_seconds", "");
   const ring::MembershipStats& m = snapshot->stats;
   // Membership, one family per unit (probes, refutations, records).
   Metric(out, "ringlimit_membership_probes_total", "counter",

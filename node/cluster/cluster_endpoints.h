@@ -20,13 +20,16 @@ class Replicator;
 namespace ringlimit::cluster {
 
 class Cluster;
+class ClusterForwardHost;
 class Forwarder;
 class ReplicationLink;
 
 class ClusterEndpoints final : public node::ClusterInfo {
  public:
   // `on_left` runs once the node has left (see Cluster::Leave): the node should then exit.
-  ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder, std::function<void()> on_left);
+  // `host`: the forwarder's, for its round trips.
+  ClusterEndpoints(Cluster& cluster, const Forwarder& forwarder, const ClusterForwardHost& host,
+                   std::function<void()> on_left);
 
   ClusterEndpoints(const ClusterEndpoints&) = delete;
   ClusterEndpoints& operator=(const ClusterEndpoints&) = delete;
@@ -50,6 +53,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
  private:
   Cluster& cluster_;
   const Forwarder& forwarder_;
+  const ClusterForwardHost& host_;
   const std::function<void()> on_left_;
   const replication::Replicator* replicator_ = nullptr;
   const replication::HandoffManager* handoff_ = nullptr;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "node/cluster/cluster_endpoints.h"
+#include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
 #include "node/peer/peer_test_util.h"
 #include "ring/token.h"
@@ -74,6 +75,7 @@ LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
 
 struct Member {
   std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<ClusterForwardHost> host;
   std::unique_ptr<Forwarder> forwarder;
   std::atomic<int> served{0};
 };
@@ -82,9 +84,10 @@ std::unique_ptr<Member> StartMember(IoThreads& io, const std::string& id,
                                     std::vector<std::string> seeds = {}) {
   auto m = std::make_unique<Member>();
   m->cluster = std::make_unique<Cluster>(io.io(), FastOptions(id, std::move(seeds)));
-  m->forwarder = std::make_unique<Forwarder>(*m->cluster, ForwarderOptions{.timeout = milliseconds(300)},
+  m->host = std::make_unique<ClusterForwardHost>(*m->cluster);
+  m->forwarder = std::make_unique<Forwarder>(*m->host, ForwarderOptions{.timeout = milliseconds(300)},
                                              EchoDecider(id, &m->served));
-  m->forwarder->RegisterHandlers();
+  m->host->RegisterHandler(*m->forwarder);
   auto started = m->cluster->Start();
   EXPECT_TRUE(started) << started.error();
   return m;
@@ -170,7 +173,7 @@ TEST(ClusterTest, LeaveIsAnnouncedAndReported) {
     return SeesAlive(*a->cluster, {"a", "b"}) && SeesAlive(*b->cluster, {"a", "b"});
   }));
   std::atomic<bool> left{false};
-  ClusterEndpoints endpoints(*b->cluster, *b->forwarder, [&] { left = true; });
+  ClusterEndpoints endpoints(*b->cluster, *b->forwarder, *b->host, [&] { left = true; });
   endpoints.Leave();
   ASSERT_TRUE(WaitFor([&] { return left.load(); }));
   EXPECT_FALSE(b->cluster->ready());
@@ -286,7 +289,7 @@ TEST(ClusterTest, DescribesMembersAndPlacement) {
   ASSERT_TRUE(WaitFor([&] {
     return SeesAlive(*a->cluster, {"a", "b"}) && SeesAlive(*b->cluster, {"a", "b"});
   }));
-  ClusterEndpoints endpoints(*a->cluster, *a->forwarder, [] {});
+  ClusterEndpoints endpoints(*a->cluster, *a->forwarder, *a->host, [] {});
   const node::ClusterView view = endpoints.Describe();
   EXPECT_EQ(view.node_id, "a");
   ASSERT_EQ(view.members.size(), 2u);

@@ -3,11 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <random>
 
-#include "node/cluster/cluster.h"
-#include "node/peer/peer_client.h"
-#include "node/peer/peer_server.h"
+#include "node/cluster/mutation.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
 
@@ -29,43 +26,37 @@ struct Forwarder::Attempt {
 // dedup cache, which hands it to the check's retries. Copyable; every copy answers the same call.
 class Forwarder::Reply {
  public:
-  Reply(peer::PeerResponder responder, DedupCache* dedup, RequestId id)
-      : responder_(std::move(responder)), dedup_(dedup), id_(id) {}
+  Reply(std::shared_ptr<const Respond> respond, DedupCache* dedup, RequestId id)
+      : respond_(std::move(respond)), dedup_(dedup), id_(id) {}
 
   // The check was decided here or by the node it was passed on to: its retries get the same answer.
   void Answer(std::string payload) const {
     if (dedup_ != nullptr) dedup_->Finish(id_, payload);
-    responder_.Reply(std::move(payload));
+    (*respond_)(peer::PeerResult::Value(std::move(payload)));
   }
   // Answered without a decision (a CHECK_UNAVAILABLE result): forgotten like Refuse.
   void Decline(std::string payload) const {
     if (dedup_ != nullptr) dedup_->Abandon(id_);
-    responder_.Reply(std::move(payload));
+    (*respond_)(peer::PeerResult::Value(std::move(payload)));
   }
   // Nothing was charged: the check is forgotten, its waiting retries refused; the sender goes on.
   void Refuse(std::string why) const {
     if (dedup_ != nullptr) dedup_->Abandon(id_);
-    responder_.Fail(std::move(why));
+    (*respond_)(peer::PeerResult::Error(peer::PeerErrorKind::kRemoteError, std::move(why)));
   }
 
  private:
-  peer::PeerResponder responder_;
-  DedupCache* dedup_;  // null: no id, nothing to remember
+  std::shared_ptr<const Respond> respond_;  // shared by the copies: one answer, however many hold it
+  DedupCache* dedup_;                       // null: no id, nothing to remember
   RequestId id_;
 };
 
 namespace {
 
 // Random, never 0 (0 in both halves means "no id").
-uint64_t RandomNonce() {
-  std::random_device device;
-  const uint64_t nonce = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
+uint64_t RandomNonce(ForwardHost& host) {
+  const uint64_t nonce = host.Random();
   return nonce != 0 ? nonce : 1;
-}
-
-DedupCache::MonoTime SteadyNow() {
-  return std::chrono::duration_cast<DedupCache::MonoTime>(
-      std::chrono::steady_clock::now().time_since_epoch());
 }
 
 // The dedup options in effect: the ttl covers every retry of a check twice over.
@@ -75,17 +66,11 @@ DedupOptions EffectiveDedup(const ForwarderOptions& options) {
   return dedup;
 }
 
-int64_t WallNow() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // An attempt's deadline stamp: fields of ForwardCheckRequest encoded alone, so that appended to the
 // encoded request they set (or, on a retry, reset) those fields without encoding the request again.
-std::string DeadlineStamp(std::chrono::milliseconds wait) {
+std::string DeadlineStamp(int64_t wall_now_ns, std::chrono::milliseconds wait) {
   peer::ForwardCheckRequest stamp;
-  stamp.set_sent_wall_ns(WallNow());
+  stamp.set_sent_wall_ns(wall_now_ns);
   stamp.set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(wait.count(), UINT32_MAX)));
   return stamp.SerializeAsString();
 }
@@ -130,27 +115,21 @@ Status Validate(const ForwarderOptions& options) {
   return Validate(options.dedup);
 }
 
-Forwarder::Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
+Forwarder::Forwarder(ForwardHost& host, ForwarderOptions options, LocalDecider decider,
                      replication::Replicator* replicator, replication::HandoffManager* handoff)
-    : cluster_(cluster),
+    : host_(host),
       options_(options),
       decider_(std::move(decider)),
       replicator_(replicator),
       handoff_(handoff),
-      request_nonce_(RandomNonce()),
+      request_nonce_(RandomNonce(host)),
       dedup_(EffectiveDedup(options)) {}
-
-void Forwarder::RegisterHandlers() {
-  cluster_.server().Register(
-      peer::METHOD_FORWARD_CHECK,
-      [this](std::string payload, peer::PeerResponder responder) { Serve(std::move(payload), responder); });
-}
 
 void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
   std::optional<std::string> why;
   if (std::optional<Refusal> refusal = RefusesToDecide()) why = std::move(refusal->message);
   if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
-  if (!why && cluster_.Paused()) {
+  if (!why && host_.Paused()) {
     paused_.fetch_add(1, std::memory_order_relaxed);
     why = "this node was just paused and is catching up: it does not decide yet";
   }
@@ -190,11 +169,15 @@ void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const R
   });
 }
 
-void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder) {
+void Forwarder::Serve(std::string payload, Respond respond_in) {
+  auto respond = std::make_shared<const Respond>(std::move(respond_in));
+  auto fail = [&respond](std::string why) {
+    (*respond)(peer::PeerResult::Error(peer::PeerErrorKind::kRemoteError, std::move(why)));
+  };
   auto request = std::make_shared<peer::ForwardCheckRequest>();
   if (!request->ParseFromString(payload)) {
     served_bad_.fetch_add(1, std::memory_order_relaxed);
-    responder.Fail("malformed ForwardCheckRequest");
+    fail("malformed ForwardCheckRequest");
     return;
   }
   served_.fetch_add(static_cast<uint64_t>(request->checks_size()), std::memory_order_relaxed);
@@ -203,32 +186,34 @@ void Forwarder::Serve(std::string payload, const peer::PeerResponder& responder)
   // failure sends the sender on to the key's next node, which has them.
   if (!Routing()) {
     refused_.fetch_add(1, std::memory_order_relaxed);
-    responder.Fail("not joined yet");
+    fail("not joined yet");
     return;
   }
   if (SenderGaveUp(*request)) {
-    responder.Fail("the sender gave up on this attempt before it was served");
+    fail("the sender gave up on this attempt before it was served");
     return;
   }
   // Forward sends one check per request; a check with an id is served once, its retries answered alike.
   const RequestId id = request->checks_size() == 1 ? IdOf(request->checks(0)) : RequestId{};
   if (id.empty()) {
-    ServeFirst(request, Reply(responder, nullptr, id));
+    ServeFirst(request, Reply(respond, nullptr, id));
     return;
   }
-  DedupCache::Lookup found = dedup_.Begin(id, SteadyNow(), [responder](std::optional<std::string> answer) {
-    if (answer.has_value()) {
-      responder.Reply(std::move(*answer));
-    } else {
-      responder.Fail("the first attempt of this check charged nothing here: go on");
-    }
-  });
+  DedupCache::Lookup found =
+      dedup_.Begin(id, host_.SteadyNow(), [respond](std::optional<std::string> answer) {
+        if (answer.has_value()) {
+          (*respond)(peer::PeerResult::Value(std::move(*answer)));
+        } else {
+          (*respond)(peer::PeerResult::Error(peer::PeerErrorKind::kRemoteError,
+                                             "the first attempt of this check charged nothing here: go on"));
+        }
+      });
   switch (found.outcome) {
     case DedupCache::Outcome::kNew:
-      ServeFirst(request, Reply(responder, &dedup_, id));
+      ServeFirst(request, Reply(respond, &dedup_, id));
       return;
     case DedupCache::Outcome::kDone:
-      responder.Reply(std::move(found.answer));
+      (*respond)(peer::PeerResult::Value(std::move(found.answer)));
       return;
     case DedupCache::Outcome::kWaiting:
       return;  // answered when the first attempt is
@@ -267,7 +252,7 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
       PassOn(request, reply);
       return;
     }
-    if (cluster_.routing().Current().Relinquished(token, self_id())) {
+    if (host_.routing().Relinquished(token, self_id())) {
       // Sent back by the node this one handed the key to (its ring still names this node): that node
       // has the counter, this one an older copy. The failure makes the sender decide it.
       refused_.fetch_add(1, std::memory_order_relaxed);
@@ -291,8 +276,7 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
   ForwardBefore(std::move(check), SenderDeadline(*request).value_or(0),
                 [this, request, reply](std::optional<peer::ForwardedResult> result) {
                   if (!result) {
-                    if (cluster_.routing().Current().Relinquished(ring::RingToken(request->checks(0).key()),
-                                                                  self_id())) {
+                    if (host_.routing().Relinquished(ring::RingToken(request->checks(0).key()), self_id())) {
                       // This node left the key's range: its copy may be older than the new owner's, so it
                       // must not decide. The failure sends the original sender on to the key's next node.
                       reply.Refuse("left: the key's new owner did not answer");
@@ -315,13 +299,13 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
                 });
 }
 
-const std::string& Forwarder::self_id() const { return cluster_.self_id(); }
+const std::string& Forwarder::self_id() const { return host_.self_id(); }
 
-bool Forwarder::Routing() const { return cluster_.routing().Current().ring != nullptr; }
+bool Forwarder::Routing() const { return host_.routing().ring != nullptr; }
 
 std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest& request) const {
   if (request.sent_wall_ns() == 0 || request.wait_ms() == 0) return std::nullopt;
-  const std::optional<ring::OffsetEstimate> offset = cluster_.ClockOffsetOf(request.from());
+  const std::optional<ring::OffsetEstimate> offset = host_.ClockOffsetOf(request.from());
   if (!offset) return std::nullopt;
   // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
   // that reading; a quarter of the wait is left for the answer's way back.
@@ -332,18 +316,18 @@ std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest
 
 bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
   const std::optional<int64_t> deadline = SenderDeadline(request);
-  if (!deadline || WallNow() < *deadline) return false;
+  if (!deadline || host_.WallNowNs() < *deadline) return false;
   expired_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 std::optional<node::CheckRouter::Refusal> Forwarder::RefusesToDecide() const {
-  if (std::optional<std::string> why = cluster_.ClockRefusal()) {
+  if (std::optional<std::string> why = host_.ClockRefusal()) {
     clock_refusals_.fetch_add(1, std::memory_order_relaxed);
     return Refusal{Refusal::Reason::kClockOffset, std::move(*why)};
   }
   if (options_.failure_mode == FailureMode::kClosed) {
-    if (std::optional<std::string> why = cluster_.MinorityRefusal()) {
+    if (std::optional<std::string> why = host_.MinorityRefusal()) {
       minority_refusals_.fetch_add(1, std::memory_order_relaxed);
       return Refusal{Refusal::Reason::kMinority, std::move(*why)};
     }
@@ -358,18 +342,18 @@ void Forwarder::ExitDecisions(uint32_t pin) const {
 }
 
 std::string Forwarder::DeciderOf(ring::Token token) const {
-  return std::string(cluster_.routing().Current().Decider(token));
+  return std::string(host_.routing().Decider(token));
 }
 
 void Forwarder::Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const {
   std::fill(remote.begin(), remote.end(), 0);
-  const replication::RoutingTable& table = cluster_.routing().Current();
+  const replication::RoutingTable& table = host_.routing();
   if (table.ring == nullptr || table.ring->empty()) return;
-  if (cluster_.Paused()) {  // nothing is decided here for now: every key goes to a holder (Forward)
+  if (host_.Paused()) {  // nothing is decided here for now: every key goes to a holder (Forward)
     std::fill(remote.begin(), remote.end(), 1);
     return;
   }
-  const std::string& self = cluster_.self_id();
+  const std::string& self = host_.self_id();
   for (size_t i = 0; i < keys.size(); ++i) {
     const ring::Token token = ring::RingToken(keys[i]);
     // A range held without its copy yet goes to the holders that have it (Forward).
@@ -378,6 +362,14 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::span<uint8
 }
 
 void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
+  if (mutation::Is(mutation::Mutation::kForward503)) {
+    peer::ForwardedResult refused;
+    refused.set_status(peer::CHECK_UNAVAILABLE);
+    refused.set_owner(host_.self_id());
+    refused.set_error("mutation forward_503");
+    done(std::move(refused));
+    return;
+  }
   ForwardBefore(std::move(check), 0, std::move(done));
 }
 
@@ -395,8 +387,8 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     done = std::move(parked->second);
   }
   // Everything needed from the table is copied out before calling out (see RoutingPublisher::Current).
-  const replication::RoutingTable& table = cluster_.routing().Current();
-  const std::string& self = cluster_.self_id();
+  const replication::RoutingTable& table = host_.routing();
+  const std::string& self = host_.self_id();
   auto attempt = std::make_shared<Attempt>();
   attempt->done = std::move(done);
   attempt->token = token;
@@ -406,12 +398,12 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   std::span<const ring::MemberInfo> members;
   if (table.members != nullptr) members = *table.members;
   for (ForwardTarget& target : ForwardTargets(token, self, route_override, table.ring.get(), members,
-                                              cluster_.options().replicas, options_.max_attempts)) {
+                                              host_.replicas(), options_.max_attempts)) {
     attempt->targets.push_back(std::move(target.id));
     attempt->addresses.push_back(std::move(target.peer_address));
   }
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
-  const bool paused = cluster_.Paused();
+  const bool paused = host_.Paused();
   const bool unsynced = table.Unsynced(token);
   if (paused || unsynced) {
     // Just paused: this node's copy may be behind what its holders decided meanwhile; or it holds the
@@ -463,7 +455,7 @@ void Forwarder::Decided(std::span<const std::string_view> keys, std::function<vo
 }
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
-  if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == cluster_.self_id()) {
+  if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == host_.self_id()) {
     // This node's turn, perhaps seconds after the check came in (timeouts, retries): judged again now. A
     // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of
     // keys it has no copy of.
@@ -471,7 +463,7 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     if (std::optional<Refusal> refusal = RefusesToDecide()) {
       peer::ForwardedResult refused;
       refused.set_status(peer::CHECK_UNAVAILABLE);
-      refused.set_owner(cluster_.self_id());
+      refused.set_owner(host_.self_id());
       refused.set_error(std::move(refusal->message));
       attempt->done(std::move(refused));
       return;
@@ -483,7 +475,7 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
         closed_.fetch_add(1, std::memory_order_relaxed);
         peer::ForwardedResult refused;
         refused.set_status(peer::CHECK_UNAVAILABLE);
-        refused.set_owner(cluster_.self_id());
+        refused.set_owner(host_.self_id());
         refused.set_error("no holder of the key answered (--failure-mode closed)");
         attempt->done(std::move(refused));
         return;
@@ -503,7 +495,7 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
 std::optional<std::chrono::milliseconds> Forwarder::WaitBefore(int64_t deadline_wall_ns) const {
   if (deadline_wall_ns == 0) return options_.timeout;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::nanoseconds(deadline_wall_ns - WallNow()));
+      std::chrono::nanoseconds(deadline_wall_ns - host_.WallNowNs()));
   if (left.count() <= 0) return std::nullopt;
   return std::min(options_.timeout, left);
 }
@@ -517,52 +509,50 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   }
   const std::chrono::milliseconds wait = *waits;
   // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline.
-  std::string payload = attempt->payload + DeadlineStamp(wait);
-  const auto sent = std::chrono::steady_clock::now();
-  cluster_.client().Call(
-      attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, attempt, index, sent](peer::PeerResult result) mutable {
-        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
-          round_trips_.Observe(std::chrono::steady_clock::now() - sent);
-          attempt->done(std::move(*decided));
-          return;
-        }
-        failures_.fetch_add(1, std::memory_order_relaxed);
-        const std::string& target = attempt->targets[index];
-        spdlog::debug("forward to {} failed: {}", target,
-                      result.ok() ? std::string("unusable answer") : result.status().ToString());
-        // Timed out: the node may be paused or slow and may have charged the check. The same node answers
-        // the retry from its dedup cache; the next one would charge it again.
-        if (!result.ok() && result.kind() == peer::PeerErrorKind::kTimeout &&
-            attempt->timeout_retries < options_.timeout_retries && !KnownDead(target)) {
-          ++attempt->timeout_retries;
-          retried_same_.fetch_add(1, std::memory_order_relaxed);
-          Call(std::move(attempt), index);
-          return;
-        }
-        // Unreachable from here (not declining): perhaps only from here.
-        if (index == 0 && !attempt->relay_tried && !result.ok() && !KnownDead(target) &&
-            (result.kind() == peer::PeerErrorKind::kTimeout ||
-             result.kind() == peer::PeerErrorKind::kConnectionLost ||
-             result.kind() == peer::PeerErrorKind::kUnavailable)) {
-          Relay(std::move(attempt));
-          return;
-        }
-        Try(std::move(attempt));
-      },
-      peer::CallOptions{.timeout = wait});
+  std::string payload = attempt->payload + DeadlineStamp(host_.WallNowNs(), wait);
+  const std::chrono::nanoseconds sent = host_.SteadyNow();
+  host_.Call(attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload), wait,
+             [this, attempt, index, sent](peer::PeerResult result) mutable {
+               if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+                 host_.ObserveRoundTrip(host_.SteadyNow() - sent);
+                 attempt->done(std::move(*decided));
+                 return;
+               }
+               failures_.fetch_add(1, std::memory_order_relaxed);
+               const std::string& target = attempt->targets[index];
+               spdlog::debug("forward to {} failed: {}", target,
+                             result.ok() ? std::string("unusable answer") : result.status().ToString());
+               // Timed out: the node may be paused or slow and may have charged the check. The same node
+               // answers the retry from its dedup cache; the next one would charge it again.
+               if (!result.ok() && result.kind() == peer::PeerErrorKind::kTimeout &&
+                   attempt->timeout_retries < options_.timeout_retries && !KnownDead(target)) {
+                 ++attempt->timeout_retries;
+                 retried_same_.fetch_add(1, std::memory_order_relaxed);
+                 Call(std::move(attempt), index);
+                 return;
+               }
+               // Unreachable from here (not declining): perhaps only from here.
+               if (index == 0 && !attempt->relay_tried && !result.ok() && !KnownDead(target) &&
+                   (result.kind() == peer::PeerErrorKind::kTimeout ||
+                    result.kind() == peer::PeerErrorKind::kConnectionLost ||
+                    result.kind() == peer::PeerErrorKind::kUnavailable)) {
+                 Relay(std::move(attempt));
+                 return;
+               }
+               Try(std::move(attempt));
+             });
 }
 
 void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
   attempt->relay_tried = true;
-  const std::string& self = cluster_.self_id();
+  const std::string& self = host_.self_id();
   const std::string decider = attempt->targets[0];
   // The next holder when it is another node (it would be tried next anyway), else any other alive member.
   std::string relay_address;
   if (attempt->targets.size() > 1 && attempt->targets[1] != self) {
     relay_address = attempt->addresses[1];
   } else {
-    const replication::RoutingTable& table = cluster_.routing().Current();
+    const replication::RoutingTable& table = host_.routing();
     if (table.members != nullptr) {
       for (const ring::MemberInfo& m : *table.members) {
         if (m.id != self && m.id != decider && m.state == ring::MemberState::kAlive &&
@@ -581,26 +571,29 @@ void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
   relayed_.fetch_add(1, std::memory_order_relaxed);
   peer::ForwardCheckRequest relay;
   relay.set_relay_to(decider);
-  std::string payload = attempt->payload + relay.SerializeAsString() + DeadlineStamp(*wait);
-  const auto sent = std::chrono::steady_clock::now();
-  cluster_.client().Call(
-      relay_address, peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, attempt, sent](peer::PeerResult result) mutable {
-        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
-          round_trips_.Observe(std::chrono::steady_clock::now() - sent);
-          attempt->done(std::move(*decided));
-          return;
-        }
-        failures_.fetch_add(1, std::memory_order_relaxed);
-        Try(std::move(attempt));
-      },
-      peer::CallOptions{.timeout = *wait});
+  std::string payload =
+      attempt->payload + relay.SerializeAsString() + DeadlineStamp(host_.WallNowNs(), *wait);
+  const std::chrono::nanoseconds sent = host_.SteadyNow();
+  host_.Call(relay_address, peer::METHOD_FORWARD_CHECK, std::move(payload), *wait,
+             [this, attempt, sent](peer::PeerResult result) mutable {
+               if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+                 host_.ObserveRoundTrip(host_.SteadyNow() - sent);
+                 attempt->done(std::move(*decided));
+                 return;
+               }
+               failures_.fetch_add(1, std::memory_order_relaxed);
+               Try(std::move(attempt));
+             });
 }
 
 void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
+  if (mutation::Is(mutation::Mutation::kRelayDecides)) {
+    DecideAndReply(*request, reply);
+    return;
+  }
   const std::string& to = request->relay_to();
   std::string address;
-  const replication::RoutingTable& table = cluster_.routing().Current();
+  const replication::RoutingTable& table = host_.routing();
   if (table.members != nullptr && to != self_id()) {
     for (const ring::MemberInfo& m : *table.members) {
       if (m.id == to && ring::IsInRing(m.state)) address = m.peer_address;
@@ -618,33 +611,31 @@ void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& reques
   onward.set_owner(to);
   *onward.add_checks() = request->checks(0);
   onward.mutable_checks(0)->set_hops(request->checks(0).hops() + 1);
-  std::string payload = onward.SerializeAsString() + DeadlineStamp(*wait);
-  cluster_.client().Call(
-      address, peer::METHOD_FORWARD_CHECK, std::move(payload),
-      [this, request, reply](peer::PeerResult result) {
-        if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
-          peer::ForwardCheckResponse response;
-          response.set_from(self_id());
-          decided->set_check_id(request->checks(0).check_id());
-          *response.add_results() = std::move(*decided);
-          reply.Answer(response.SerializeAsString());
-          return;
-        }
-        reply.Refuse("relay: " + request->relay_to() + " did not answer");
-      },
-      peer::CallOptions{.timeout = *wait});
+  std::string payload = onward.SerializeAsString() + DeadlineStamp(host_.WallNowNs(), *wait);
+  host_.Call(address, peer::METHOD_FORWARD_CHECK, std::move(payload), *wait,
+             [this, request, reply](peer::PeerResult result) {
+               if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
+                 peer::ForwardCheckResponse response;
+                 response.set_from(self_id());
+                 decided->set_check_id(request->checks(0).check_id());
+                 *response.add_results() = std::move(*decided);
+                 reply.Answer(response.SerializeAsString());
+                 return;
+               }
+               reply.Refuse("relay: " + request->relay_to() + " did not answer");
+             });
 }
 
 bool Forwarder::HoldsCopy(ring::Token token) const {
-  const replication::RoutingTable& table = cluster_.routing().Current();
+  const replication::RoutingTable& table = host_.routing();
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
   return !table.Unsynced(token) &&
-         HoldsKey(token, cluster_.self_id(), route_override, table.ring.get(), cluster_.options().replicas);
+         HoldsKey(token, host_.self_id(), route_override, table.ring.get(), host_.replicas());
 }
 
 bool Forwarder::KnownDead(std::string_view id) const {
-  const replication::RoutingTable& table = cluster_.routing().Current();
+  const replication::RoutingTable& table = host_.routing();
   if (table.members == nullptr) return false;
   const std::vector<ring::MemberInfo>& members = *table.members;  // sorted by id
   auto it = std::lower_bound(members.begin(), members.end(), id,

@@ -1,7 +1,12 @@
 // Forwarder: the cluster's CheckRouter (node/api/cluster_hooks.h). It tells the API which keys this
 // node decides, sends the checks of the others to the node that decides them over the peer transport
 // (METHOD_FORWARD_CHECK, one ForwardCheckRequest per key; the transport coalesces the messages bound
-// for one owner into shared frames), and serves the checks other nodes forward to this one.
+// for one owner into shared frames), and serves the checks other nodes forward to this one (Serve).
+//
+// It runs on a ForwardHost (forward_host.h): the routing table, the cluster's judgements, the clocks, the
+// random request-id nonce and the transport all come from there. A node's host is the Cluster
+// (ClusterForwardHost, which also registers Serve as the METHOD_FORWARD_CHECK handler); the deterministic
+// simulator's is its simulated node -- the same Forwarder runs in both.
 //
 // Who decides a key: the node's routing table (Cluster::routing(): ring, handoff overrides and member
 // addresses published together, read with one atomic load per check) -- the owner on the ring, unless the
@@ -68,8 +73,9 @@
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
 //
-// Thread safety: every method is safe for concurrent use. Completions run on peer transport threads.
-// Lifetime: the Cluster, the decider, the replicator and the handoff manager must outlive the Forwarder
+// Thread safety: every method is safe for concurrent use (when the host's are). Completions run where the
+// host's Call completes (peer transport threads on a node).
+// Lifetime: the host, the decider, the replicator and the handoff manager must outlive the Forwarder
 // and every pending completion, i.e. stop the io_context (or the Cluster) before destroying them.
 #ifndef RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
 #define RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
@@ -84,14 +90,10 @@
 
 #include "limiter/status.h"
 #include "node/api/cluster_hooks.h"
-#include "node/api/metrics.h"
 #include "node/cluster/dedup_cache.h"
+#include "node/cluster/forward_host.h"
 #include "node/cluster/routing.h"
 #include "ring/token.h"
-
-namespace ringlimit::peer {
-class PeerResponder;
-}  // namespace ringlimit::peer
 
 namespace ringlimit::replication {
 class HandoffManager;
@@ -99,8 +101,6 @@ class Replicator;
 }  // namespace ringlimit::replication
 
 namespace ringlimit::cluster {
-
-class Cluster;
 
 // What a node does with a check when no holder of its key answered and it holds no copy itself.
 enum class FailureMode : uint8_t {
@@ -164,15 +164,17 @@ class Forwarder final : public node::CheckRouter {
  public:
   // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
   // alone routes).
-  Forwarder(Cluster& cluster, ForwarderOptions options, LocalDecider decider,
+  Forwarder(ForwardHost& host, ForwarderOptions options, LocalDecider decider,
             replication::Replicator* replicator = nullptr, replication::HandoffManager* handoff = nullptr);
 
   Forwarder(const Forwarder&) = delete;
   Forwarder& operator=(const Forwarder&) = delete;
 
-  // Registers the METHOD_FORWARD_CHECK handler on the cluster's peer server. REQUIRES: before
-  // Cluster::Start.
-  void RegisterHandlers();
+  // Serves one METHOD_FORWARD_CHECK request another node sent here (`payload`: a ForwardCheckRequest):
+  // calls `respond` exactly once, with the encoded ForwardCheckResponse or a failure (kRemoteError and
+  // why: the sender goes on to the key's next node), possibly later and on another thread.
+  using Respond = std::function<void(peer::PeerResult result)>;
+  void Serve(std::string payload, Respond respond);
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
@@ -194,8 +196,6 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] ForwarderStats stats() const;
   [[nodiscard]] FailureMode failure_mode() const { return options_.failure_mode; }
-  // Round trips of forwarded checks answered with a decision: from sending to the answer.
-  [[nodiscard]] const node::DurationHistogram& round_trips() const { return round_trips_; }
 
  private:
   struct Attempt;
@@ -211,7 +211,6 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] bool HoldsCopy(ring::Token token) const;
   // Whether the routing table's members say `id` is dead or left.
   [[nodiscard]] bool KnownDead(std::string_view id) const;
-  void Serve(std::string payload, const peer::PeerResponder& responder);
   // Serve after the dedup lookup: a first attempt.
   void ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
   // Sends the attempt through another member to its decider (see "Relays"); goes on with Try if it fails.
@@ -227,7 +226,7 @@ class Forwarder final : public node::CheckRouter {
   // Decides `request` here and replies once the decisions may be answered.
   void DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply);
 
-  Cluster& cluster_;
+  ForwardHost& host_;
   const ForwarderOptions options_;
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
@@ -245,7 +244,6 @@ class Forwarder final : public node::CheckRouter {
   std::atomic<uint64_t> unacked_{0};
   mutable std::atomic<uint64_t> expired_{0};
   std::atomic<uint64_t> relayed_{0}, relays_served_{0};
-  node::DurationHistogram round_trips_;  // forwards (and relays) answered with a decision
 };
 
 }  // namespace ringlimit::cluster

@@ -91,6 +91,7 @@ struct Node::Parts {
   std::unique_ptr<replication::AsioExecutor> executor;
   std::unique_ptr<replication::Replicator> replicator;
   std::unique_ptr<replication::HandoffManager> handoff;
+  std::unique_ptr<cluster::ClusterForwardHost> forward_host;  // the forwarder's clocks and transport
   std::unique_ptr<cluster::Forwarder> forwarder;
   std::unique_ptr<cluster::ClusterEndpoints> endpoints;
   // Built last, stopped first among the servers; destroyed before the handler it calls into.
@@ -278,15 +279,17 @@ std::optional<std::string> Node::StartCluster() {
 
   ApiHandler& handler = p.handler;
   const std::string& self = node_id_;
+  p.forward_host = std::make_unique<cluster::ClusterForwardHost>(*p.cluster);
   p.forwarder = std::make_unique<cluster::Forwarder>(
-      *p.cluster, options_.forward,
+      *p.forward_host, options_.forward,
       [&handler, &self](const peer::ForwardCheckRequest& request) {
         return handler.DecideForwarded(request, self);
       },
       p.replicator.get(), p.handoff.get());
-  p.forwarder->RegisterHandlers();
+  p.forward_host->RegisterHandler(*p.forwarder);
   std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
-  p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, std::move(on_left));
+  p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, *p.forward_host,
+                                                            std::move(on_left));
   p.endpoints->SetReplication(p.replicator.get(), p.handoff.get(), p.link.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());

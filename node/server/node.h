@@ -26,6 +26,7 @@
 #include "limiter/status.h"
 #include "node/api/api_handler.h"
 #include "node/cluster/cluster.h"
+#include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
 #include "node/server/grpc_server.h"
 #include "node/server/http_server.h"

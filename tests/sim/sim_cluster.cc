@@ -161,25 +161,18 @@ void SimCluster::SendMembership(int from, const ring::Outgoing& outgoing) {
 namespace {
 
 // One request's state, shared by its timeout, its delivery (or deliveries) and its answer.
-struct Call {
-  replication::ClusterLink::Reply reply;
+struct PendingCall {
+  SimCluster::CallDone done_fn;
   bool done = false;
 
-  void Finish(std::optional<std::string> answer) {
+  void Finish(peer::PeerResult result) {
     if (done) return;
     done = true;
-    replication::ClusterLink::Reply r = std::move(reply);
-    reply = nullptr;
-    r(std::move(answer));
+    SimCluster::CallDone d = std::move(done_fn);
+    done_fn = nullptr;
+    d(std::move(result));
   }
-  // Finish(nullopt) written out: GCC 12 warns about the moved-from empty optional otherwise.
-  void Fail() {
-    if (done) return;
-    done = true;
-    replication::ClusterLink::Reply r = std::move(reply);
-    reply = nullptr;
-    r(std::nullopt);
-  }
+  void Fail(peer::PeerErrorKind kind, const char* why) { Finish(peer::PeerResult::Error(kind, why)); }
 };
 
 const char* MethodName(peer::Method method) {
@@ -199,18 +192,34 @@ const char* MethodName(peer::Method method) {
 
 void SimCluster::Request(int from, std::string_view to_id, peer::Method method, std::string payload,
                          std::chrono::milliseconds timeout, replication::ClusterLink::Reply reply) {
-  auto call = std::make_shared<Call>(Call{std::move(reply), false});
+  const int to = SlotOf(to_id);
+  Call(from, to < 0 ? std::string() : AddressOf(to), method, std::move(payload), timeout,
+       [reply = std::move(reply)](peer::PeerResult result) {
+         if (result.ok()) {
+           reply(result.TakePayload());
+         } else {
+           reply(std::nullopt);
+         }
+       });
+}
+
+void SimCluster::Call(int from, std::string_view to_address, peer::Method method, std::string payload,
+                      std::chrono::milliseconds timeout, CallDone done) {
+  auto call = std::make_shared<PendingCall>(PendingCall{std::move(done), false});
   const uint64_t from_life = world_.life(from);
   const MonoTime now = world_.now();
-  const int to = SlotOf(to_id);
+  const int to = SlotOfAddress(to_address);
   if (to < 0 || to == from) {
-    world_.Schedule(now, from, from_life, [call] { call->Fail(); });
+    world_.Schedule(now, from, from_life,
+                    [call] { call->Fail(peer::PeerErrorKind::kUnavailable, "no such member"); });
     return;
   }
-  world_.Schedule(now + timeout, from, from_life, [call] { call->Fail(); });
+  world_.Schedule(now + timeout, from, from_life,
+                  [call] { call->Fail(peer::PeerErrorKind::kTimeout, "no answer within the timeout"); });
   world_.Hash(static_cast<uint64_t>(method), static_cast<uint64_t>(from * 64 + to));
   if (!world_.up(to)) {  // connection refused
-    world_.Schedule(now + Latency(), from, from_life, [call] { call->Fail(); });
+    world_.Schedule(now + Latency(), from, from_life,
+                    [call] { call->Fail(peer::PeerErrorKind::kUnavailable, "connection refused"); });
     return;
   }
   if (IsCut(from, to) || world_.Chance(options_.network.drop)) {
@@ -226,7 +235,13 @@ void SimCluster::Request(int from, std::string_view to_id, peer::Method method, 
     Responder respond = [this, call, from, from_life, to](std::optional<std::string> answer) {
       if (call->done || IsCut(to, from) || world_.Chance(options_.network.drop)) return;
       world_.Schedule(world_.now() + Latency(), from, from_life,
-                      [call, answer = std::move(answer)]() mutable { call->Finish(std::move(answer)); });
+                      [call, answer = std::move(answer)]() mutable {
+                        if (answer.has_value()) {
+                          call->Finish(peer::PeerResult::Value(std::move(*answer)));
+                        } else {
+                          call->Fail(peer::PeerErrorKind::kRemoteError, "refused by the handler");
+                        }
+                      });
     };
     world_.Schedule(now + Latency(), to, to_life,
                     [this, to, method, payload, respond = std::move(respond)]() mutable {

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "node/peer/peer_status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/handoff.h"
@@ -130,6 +132,13 @@ class SimCluster {
   void SendMembership(int from, const ring::Outgoing& outgoing);
   void Request(int from, std::string_view to_id, peer::Method method, std::string payload,
                std::chrono::milliseconds timeout, replication::ClusterLink::Reply reply);
+  // The same to the member at peer address `to_address`, answered with the kind of a failure as the peer
+  // transport reports it (ForwardHost::Call): kTimeout when nothing came back within `timeout` (lost,
+  // cut, or the receiver is paused), kUnavailable when the receiver is down or unknown, kRemoteError when
+  // its handler refused.
+  using CallDone = std::function<void(peer::PeerResult result)>;
+  void Call(int from, std::string_view to_address, peer::Method method, std::string payload,
+            std::chrono::milliseconds timeout, CallDone done);
 
   // --- Observation ------------------------------------------------------------------------------------
   // Every running node has joined, holds a ring with exactly the running non-leaving nodes (the same

@@ -4,6 +4,9 @@
 //   ringlimit_sim --seeds 500 --class crash    one class
 //   ringlimit_sim --seeds 50 --skip pause_closed,partition_closed   every class but those
 //   ringlimit_sim --seed 42 --class crash --trace   one seed: its schedule, verdicts and event trace
+//   ringlimit_sim --seeds 20 --class pause --min-exact 19   also fail when fewer than 19 seeds of a class
+//                                                     that is not asserted exact were exact (the mutation
+//                                                     tests of node/cluster/mutation.h use it)
 //
 // Per class it prints the seeds run, seeds/s, checks, over-admissions (sum and the largest of one key),
 // rollbacks, unanswered checks, the checks short of the floor (checker.h), the answered share of each
@@ -40,14 +43,15 @@ struct Args {
   uint64_t first_seed = 1;
   std::optional<uint64_t> seed;
   std::optional<std::string> fault_class;
-  std::vector<std::string> skip;  // classes not run
+  std::vector<std::string> skip;      // classes not run
+  std::optional<uint64_t> min_exact;  // fail a class with fewer exact seeds than this
   bool trace = false;
 };
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "ringlimit_sim: %s\nusage: ringlimit_sim [--seeds N] [--first-seed S] [--seed S] "
-               "[--class NAME] [--skip NAME,...] [--trace]\n",
+               "[--class NAME] [--skip NAME,...] [--min-exact N] [--trace]\n",
                why);
   return 2;
 }
@@ -79,9 +83,10 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (a == "--trace") {
       args.trace = true;
-    } else if ((a == "--seeds" || a == "--seed" || a == "--first-seed") && has_value) {
+    } else if ((a == "--seeds" || a == "--seed" || a == "--first-seed" || a == "--min-exact") && has_value) {
       const std::optional<uint64_t> v = Number(argv[++i]);
       if (!v.has_value()) return Usage("not a number");
+      if (a == "--min-exact") args.min_exact = *v;
       if (a == "--seeds") args.seeds = *v;
       if (a == "--seed") args.seed = *v;
       if (a == "--first-seed") args.first_seed = *v;
@@ -147,10 +152,12 @@ int main(int argc, char** argv) {
     total_seconds += seconds;
     total_seeds += args.seeds;
     const std::vector<std::string> share_failures = tally.Failures(c->name);
-    std::string result = tally.failing == 0 && share_failures.empty()
+    const bool too_few_exact = args.min_exact.has_value() && tally.exact < *args.min_exact;
+    std::string result = tally.failing == 0 && share_failures.empty() && !too_few_exact
                              ? "PASS"
                              : "FAIL (" + std::to_string(tally.failing) + " seeds" +
-                                   (share_failures.empty() ? "" : ", answered share over the seeds") + ")";
+                                   (share_failures.empty() ? "" : ", answered share over the seeds") +
+                                   (too_few_exact ? ", fewer exact than --min-exact" : "") + ")";
     if (c->promise != Promise::kExact) {
       result += ", counts: " + std::to_string(tally.exact) + "/" + std::to_string(args.seeds) + " exact";
       for (size_t i = 0; i < not_exact.size(); ++i)
@@ -176,7 +183,7 @@ int main(int argc, char** argv) {
         shares[2].c_str(), live.c_str(), result.c_str());
     std::fflush(stdout);
     for (const std::string& f : share_failures) std::fprintf(stderr, "FAILED: %s\n", f.c_str());
-    if (!share_failures.empty()) failed = true;
+    if (!share_failures.empty() || too_few_exact) failed = true;
     if (first_failure.has_value()) {
       failed = true;
       ringlimit::sim::PrintRun(*first_failure, std::cerr);

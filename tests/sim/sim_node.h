@@ -1,20 +1,23 @@
 // SimNode: one life of one simulated ringlimit node -- from its start (fresh, or restarted on its disk)
 // to its crash or exit.
 //
-// Real code: ring::Membership, storage::MemoryStore (in write-back mode, as the durable tier drives it),
-// replication::Replicator and replication::HandoffManager on the node's SimExecutor, and the Forwarder's
-// routing decisions (node/cluster/routing.h). Mirrored here, because they live inside classes bound to
-// sockets and strands: the ring publication of node/cluster/cluster.cc (Process, NoticeRestarts, Leave),
-// the sequencing of node/cluster/forwarder.cc (hold while switching, try the targets in order, retry a
-// timed-out target, decide locally when none answers, pass on once, answer a check's retries from the
-// dedup cache by its request id, refuse to decide while the clock is off -- a refusal is a failed call
-// here, CHECK_UNAVAILABLE there; both send the sender on at once), the deciding of node/api (one limit per
-// key, charged with limiter::CheckMerged at the node's wall-clock time) and the durable tier's periodic flush
-// (to a "disk" map that survives the node).
+// Real code: ring::Membership and everything a node decides about it (node/cluster/cluster_planner.h: the
+// ring it builds, restarts and its own death noticed, the clock and quorum judgements), storage::MemoryStore
+// (in write-back mode, as the durable tier drives it), replication::Replicator and
+// replication::HandoffManager on the node's SimExecutor, the Forwarder (node/cluster/forwarder.h: routing,
+// retries, relays, deadlines, dedup, pass-on, hold while switching, the failure mode) on this node's
+// ForwardHost -- the simulated clock, seeded generator and network -- and the pause fence
+// (node/cluster/pause_fence.h). What is written here is the drivers' plumbing (cluster.cc's Apply, over the
+// simulated network) and, until the check service has one home (issue 32, item 2), the check path of
+// node/api/check_engine.cc around the Forwarder (RunRouted for one key: refuse when not routing or refusing
+// to decide, Classify, decide here or Forward, decide here when Forward comes back empty, 503 on
+// CHECK_UNAVAILABLE / CHECK_UNACKED), the deciding of node/api (one limit per key, charged with
+// limiter::CheckMerged at the node's wall-clock time) and the durable tier's periodic flush (to a "disk"
+// map that survives the node).
 //
 // Forward-check protocol of the simulator: a peer::ForwardCheckRequest with one check whose check_id is
-// the Checker's check id; the ForwardCheckResponse's single result carries, in check_id, the id of the
-// Checker's DecisionRecord it comes from (so the checker knows which charge a client saw).
+// the Checker's check id; the decided result's `owner` is "<node id>#<the id of the Checker's
+// DecisionRecord>" (so the entry node knows which charge its client saw, through pass-ons and relays).
 //
 // Thread safety: none needed (one simulation thread). Lifetime: owned by the SimCluster; destroying it is
 // a crash (everything queued for it is dropped by the World first).
@@ -33,7 +36,9 @@
 #include <vector>
 
 #include "limiter/hlc.h"
-#include "node/cluster/dedup_cache.h"
+#include "node/cluster/cluster_planner.h"
+#include "node/cluster/forwarder.h"
+#include "node/cluster/pause_fence.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/handoff.h"
@@ -70,8 +75,8 @@ class SimNode {
 
   [[nodiscard]] const std::string& id() const { return id_; }
   [[nodiscard]] int slot() const { return slot_; }
-  [[nodiscard]] const ring::Membership& membership() const { return *membership_; }
-  [[nodiscard]] const std::shared_ptr<const ring::RingView>& ring() const { return ring_; }
+  [[nodiscard]] const ring::Membership& membership() const { return planner_->membership(); }
+  [[nodiscard]] const std::shared_ptr<const ring::RingView>& ring() const { return planner_->ring(); }
   [[nodiscard]] const replication::HandoffManager& handoff() const { return *handoff_; }
   [[nodiscard]] const replication::Replicator& replicator() const { return *replicator_; }
   [[nodiscard]] storage::MemoryStore& store() { return *store_; }
@@ -101,39 +106,23 @@ class SimNode {
 
  private:
   class Link;
-  struct Attempt;
+  class Host;
 
-  // Membership plumbing (cluster.cc: Process, NoticeRestarts).
+  // The ClusterPlanner's driver (cluster.cc Core: OnTick, Receive, Apply, the leave).
   void Tick();
-  void JudgeClock();
-  void Process(ring::MembershipOutput out);
-  void NoticeRestarts();
-  void CatchUpAfterDeath();
+  void Apply(cluster::ClusterActions actions);
   void FinishLeave();
   void MaybeExit();
   void FlushDisk();
 
-  // Routing and deciding (forwarder.cc, node/api).
-  using ForwardDone = std::function<void(std::optional<peer::ForwardedResult>)>;
-  void Forward(peer::ForwardedCheck check, ForwardDone done);
-  void Try(std::shared_ptr<Attempt> attempt);
-  void Call(std::shared_ptr<Attempt> attempt);
-  void Serve(std::string payload, Responder respond);
-  void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond);
-  void DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request, Responder respond);
-  // `respond`, also remembering the answer of request `id` in the dedup cache (a failure forgets it).
-  Responder Remembered(cluster::RequestId id, Responder respond);
-  // Charges check `check` of `key` here, then (after replication in sync mode) calls then(decision id).
-  // Decides `key` here; then(decision, acked): acked false when, under closed, not every holder after
-  // this node acknowledged it (forwarder.cc Decided).
-  void Decide(uint64_t check, const std::string& key, std::function<void(uint64_t, bool)> then);
-  // cluster.cc JudgeQuorum: this node reaches (alive or leaving, itself included) no more than half of the
-  // members it knows. Only consulted under closed.
-  [[nodiscard]] bool Minority() const;
-  // forwarder.cc RefusesToDecide + HoldsCopy: under closed, whether this node may decide `token` itself
-  // when no other node answered.
-  [[nodiscard]] bool MayDecideLocally(ring::Token token) const;
-  std::string DeciderOf(ring::Token token) const;
+  // Deciding (node/api): charges check `check` of `key` here and records it. Returns the decision id.
+  uint64_t Charge(uint64_t check, const std::string& key);
+  // The Forwarder's LocalDecider: decides a forwarded request here.
+  peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request);
+  // check_engine.cc: decided here, answered once the Forwarder says the decision may be (acked).
+  void DecideHere(uint64_t check, const std::string& key);
+  // The answer of a decision: allowed or denied, or 503 (kRefused) for an admission not acked.
+  void AnswerDecision(uint64_t check, uint64_t decision, bool acked);
   void Answer(uint64_t check, Outcome outcome, uint64_t decision);
 
   // Constant after construction.
@@ -152,22 +141,15 @@ class SimNode {
 
   // Destroyed in the reverse order of construction in ~SimNode (a crash): drivers before what they use.
   std::unique_ptr<SimExecutor> executor_;
-  std::unique_ptr<ring::Membership> membership_;
+  std::unique_ptr<cluster::ClusterPlanner> planner_;  // membership, ring, clock and quorum judgements
   std::unique_ptr<storage::MemoryStore> store_;
   std::unique_ptr<Link> link_;
   std::unique_ptr<replication::Replicator> replicator_;
   std::unique_ptr<replication::HandoffManager> handoff_;
-  std::unique_ptr<cluster::DedupCache> dedup_;  // forwarded checks served, by request id
-  std::unique_ptr<ring::ClockOffsets> clocks_;  // the other members' clocks, from membership traffic
-  bool clock_skewed_ = false;                   // this node's clock is off: it decides nothing
-  uint64_t next_request_ = 1;                   // the low half of this life's request ids
-
-  // Ring publication (as cluster.cc).
-  std::shared_ptr<const ring::RingView> ring_;
-  std::shared_ptr<const ring::RingView> published_;  // the last view handed to the handoff manager
-  std::vector<ring::MemberInfo> routed_members_;     // the members last published into the routing table
-  uint64_t ring_version_ = 0;
-  std::map<std::string, uint64_t> incarnations_;  // of the ring members, as last seen
+  bool clock_skewed_ = false;                   // as last traced
+  std::unique_ptr<cluster::PauseFence> fence_;  // ticked by Tick, as cluster.cc's OnTick does
+  std::unique_ptr<Host> host_;
+  std::unique_ptr<cluster::Forwarder> forwarder_;
 
   std::set<uint64_t> pending_;  // client checks entered here, not answered yet
   bool leaving_ = false;

@@ -1,0 +1,282 @@
+#include "node/cluster/cluster_planner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace ringlimit::cluster {
+
+using ring::MemberState;
+using ring::MonoTime;
+
+namespace {
+
+// A member back with an incarnation this much higher without leaving the ring restarted: far more
+// refutations than a live member ever makes (an incarnation is its start time in ms; a refutation adds 1).
+constexpr uint64_t kRestartJump = 1000;
+
+}  // namespace
+
+const ring::MemberInfo* ClusterSnapshot::Find(std::string_view id) const {
+  auto it = std::lower_bound(members.begin(), members.end(), id,
+                             [](const ring::MemberInfo& m, std::string_view v) { return m.id < v; });
+  return it != members.end() && it->id == id ? &*it : nullptr;
+}
+
+std::vector<size_t> ClusterSnapshot::CountByState() const {
+  std::vector<size_t> counts(static_cast<size_t>(MemberState::kLeft) + 1, 0);
+  for (const auto& m : members) ++counts[static_cast<size_t>(m.state)];
+  return counts;
+}
+
+ClusterPlanner::ClusterPlanner(ClusterPlannerOptions options)
+    : options_(std::move(options)), clocks_(options_.clock) {}
+
+ClusterActions ClusterPlanner::Start(MonoTime now, int64_t wall_ns, ring::MemberInfo self,
+                                     const std::vector<std::string>& seeds,
+                                     std::vector<std::string> discovered) {
+  membership_.emplace(options_.membership, std::move(self));
+  membership_->SetDiscovered(std::move(discovered));
+  ClusterActions actions;
+  Process(now, wall_ns, membership_->Start(now, seeds), actions);
+  return actions;
+}
+
+void ClusterPlanner::SetDiscovered(std::vector<std::string> addresses) {
+  if (membership_) membership_->SetDiscovered(std::move(addresses));
+}
+
+ClusterActions ClusterPlanner::Tick(MonoTime now, int64_t wall_ns) {
+  ClusterActions actions;
+  if (!membership_) return actions;
+  Process(now, wall_ns, membership_->Tick(now), actions);
+  JudgeClock(now, wall_ns, actions);
+  JudgeQuorum();
+  return actions;
+}
+
+ClusterActions ClusterPlanner::Receive(MonoTime now, int64_t received_wall_ns, const ring::Message& message) {
+  ClusterActions actions;
+  if (!membership_) return actions;
+  Process(now, received_wall_ns, membership_->Receive(now, message), actions);
+  // After the membership's events (which forget the clocks of members that joined or came back): an Ack
+  // answering this node's Ping is a sample of its sender's clock.
+  if (message.type == ring::MessageType::kAck && message.echo_wall_ns != 0 && message.wall_ns != 0 &&
+      message.from != options_.node_id) {
+    clocks_.Add(message.from, now,
+                ring::ClockSample{ring::WallTime(message.echo_wall_ns), ring::WallTime(message.wall_ns),
+                                  ring::WallTime(received_wall_ns)});
+  }
+  return actions;
+}
+
+ClusterActions ClusterPlanner::Leave(MonoTime now, int64_t wall_ns) {
+  ClusterActions actions;
+  if (!membership_ || leaving_) return actions;
+  leaving_ = true;
+  Process(now, wall_ns, membership_->Leave(now), actions);
+  return actions;
+}
+
+ClusterActions ClusterPlanner::FinishLeave(MonoTime now, int64_t wall_ns) {
+  ClusterActions actions;
+  if (!membership_) return actions;
+  ring::MembershipOutput out = membership_->FinishLeave(now);
+  actions.announce = std::move(out.messages);
+  out.messages.clear();
+  for (ring::Outgoing& outgoing : actions.announce) outgoing.message.wall_ns = wall_ns;
+  Process(now, wall_ns, std::move(out), actions);
+  actions.snapshot = true;
+  return actions;
+}
+
+void ClusterPlanner::JudgeQuorum() {
+  const ring::Reach reach = ring::ReachOf(membership_->Members());
+  const QuorumView now{reach.minority(), reach.reached, reach.known};
+  if (now == quorum_) return;
+  if (now.minority != quorum_.minority) {
+    if (now.minority) {
+      spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", now.reached,
+                   now.known);
+    } else {
+      spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", now.reached,
+                   now.known);
+    }
+  }
+  quorum_ = now;
+}
+
+void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& actions) {
+  std::vector<std::string> others;
+  std::vector<std::string> unmeasured_addresses;
+  for (const ring::MemberInfo& m : membership_->Members()) {
+    if (m.id == options_.node_id || !ring::IsInRing(m.state)) continue;
+    others.push_back(m.id);
+    if (!clocks_.Estimate(m.id, now)) unmeasured_addresses.push_back(m.peer_address);
+  }
+  const ring::ClockHealth before = clocks_.health();
+  const ring::ClockHealth after = clocks_.Evaluate(now, others);
+  offsets_.clear();
+  for (const std::string& id : others) {
+    if (std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(id, now))
+      offsets_.emplace(id, *estimate);
+  }
+  // A member just met, or not probed for long (a large cluster probes each member rarely), is pinged for
+  // its clock at once rather than at its turn: forwarded checks from it are judged against its offset
+  // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator.
+  if (!unmeasured_addresses.empty() && now - last_clock_pings_ >= options_.membership.probe_interval) {
+    last_clock_pings_ = now;
+    for (std::string& address : unmeasured_addresses) {
+      ring::Outgoing ping;
+      ping.to_address = std::move(address);
+      ping.message.type = ring::MessageType::kPing;
+      ping.message.from = options_.node_id;
+      ping.message.from_address = membership_->self().peer_address;
+      ping.message.wall_ns = wall_ns;
+      actions.send.push_back(std::move(ping));
+    }
+  }
+  if (after == before) return;
+  if (after == ring::ClockHealth::kSkewed) {
+    spdlog::error("cluster: this node's clock is off: it refuses to decide checks until it is back: {}",
+                  clocks_.reason());
+  } else if (before == ring::ClockHealth::kSkewed) {
+    spdlog::warn("cluster: this node's clock is back within the maximum offset; deciding again: {}",
+                 clocks_.reason());
+  } else {
+    spdlog::info("cluster: clock {}: {}", ring::ClockHealthName(after), clocks_.reason());
+  }
+  actions.snapshot = true;
+}
+
+void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutput out,
+                             ClusterActions& actions) {
+  for (ring::Outgoing& outgoing : out.messages) {
+    outgoing.message.wall_ns = wall_ns;
+    actions.send.push_back(std::move(outgoing));
+  }
+  actions.events.insert(actions.events.end(), out.events.begin(), out.events.end());
+  for (const ring::MemberEvent& event : out.events) {
+    const ring::MemberInfo& m = event.member;
+    if (m.id == options_.node_id && event.kind == ring::MemberEventKind::kJoined) continue;
+    spdlog::info("cluster: {} is {} (incarnation {}, peer {})", m.id, ring::MemberStateName(m.state),
+                 m.incarnation, m.peer_address);
+    if ((event.kind == ring::MemberEventKind::kLeft || event.kind == ring::MemberEventKind::kForgotten) &&
+        m.id != options_.node_id) {
+      actions.disconnect.push_back(m.peer_address);
+    }
+    // Dead, gone or back from a restart: its clock may not be the one measured.
+    if (event.kind != ring::MemberEventKind::kSuspect && event.kind != ring::MemberEventKind::kLeaving &&
+        m.id != options_.node_id) {
+      clocks_.Forget(m.id);
+    }
+  }
+  for (const ring::IdConflict& conflict : out.id_conflicts) {
+    // Once per few seconds per pair: a refused node retries its join every second.
+    auto [it, first] = conflicts_logged_.try_emplace(conflict.id + " " + conflict.refused, now);
+    if (!first && now - it->second < std::chrono::seconds(5)) continue;
+    it->second = now;
+    if (conflicts_logged_.size() > 1024) conflicts_logged_.clear();
+    if (conflict.id == options_.node_id) {
+      spdlog::error(
+          "cluster: this node's id {} is taken by the live member at {}: not joining until that member is "
+          "gone; give this node another --node-id",
+          conflict.id, conflict.held_by);
+    } else {
+      spdlog::error("cluster: refused the node at {} announcing id {}: the live member at {} holds that id",
+                    conflict.refused, conflict.id, conflict.held_by);
+    }
+  }
+  // Before the ring without the members just declared dead is published: a node that now reaches only a
+  // minority must not decide keys whose other holders that smaller ring leaves on its side.
+  if (!out.events.empty()) JudgeQuorum();
+  RingPtr new_ring;
+  if (out.ring_changed) {
+    auto built = ring::RingView::Create(++ring_version_, membership_->RingMembers());
+    if (built.ok()) {
+      new_ring = std::move(built).value();
+      spdlog::info("cluster: ring version {} with {} members", ring_version_, new_ring->members().size());
+    } else {
+      spdlog::error("cluster: cannot build the ring: {}", built.status().message());
+    }
+  }
+  // The members first: the listener's work (handoffs) looks them up.
+  if (!out.messages.empty() || !out.events.empty() || out.ring_changed || !out.id_conflicts.empty()) {
+    actions.snapshot = true;
+  }
+  if (std::vector<ring::MemberInfo> members = membership_->Members(); members != routed_members_) {
+    routed_members_ = members;
+    actions.members = std::make_shared<const std::vector<ring::MemberInfo>>(std::move(members));
+    actions.snapshot = true;
+  }
+  if (new_ring != nullptr) {
+    // The routing table gets the new ring only together with the handoff route overrides of the change:
+    // the listener (the handoff) publishes both as one table. A check routed before that follows the old
+    // ring, which the old overrides agree with.
+    actions.ring_changes.push_back(RingChange{std::exchange(ring_, new_ring), new_ring, true});
+    actions.new_ring = new_ring;
+  }
+  if (!out.events.empty() || new_ring != nullptr) NoticeRestarts(actions);
+  if (out.declared_dead) CatchUpAfterDeath(actions);
+}
+
+// This node was declared dead (paused, or cut off, past failure detection) and refuted it. Its own ring
+// never lost it, but the others' did: their successors decided its ranges meanwhile, and they will hand them
+// back when they see it alive again, as to a joining node. So take its ranges as incoming, like a joining
+// node, instead of deciding them from its memory from before the pause: tell the listener as if it had left
+// and joined again.
+void ClusterPlanner::CatchUpAfterDeath(ClusterActions& actions) {
+  if (ring_ == nullptr || ring_->Find(options_.node_id) == nullptr) return;
+  auto without = ring_->Without(options_.node_id);
+  if (!without.ok()) return;
+  spdlog::warn(
+      "cluster: this node was declared dead and refuted it: waiting for its ranges to be handed back");
+  actions.ring_changes.push_back(RingChange{std::move(without).value(), ring_, false});
+}
+
+// A member that restarted before anyone declared it dead comes back with a much higher incarnation (its
+// start time in ms) without ever leaving the ring: the ring does not change, yet it lost its memory tier and
+// must be handed its ranges back like a joining node (which is how it sees itself: every range it owns is
+// incoming). Tell the listener as if it had left and joined again.
+void ClusterPlanner::NoticeRestarts(ClusterActions& actions) {
+  std::vector<std::string> restarted;
+  std::map<std::string, uint64_t> seen;
+  for (const ring::MemberInfo& m : membership_->Members()) {
+    if (m.id == options_.node_id || !ring::IsInRing(m.state)) continue;
+    seen.emplace(m.id, m.incarnation);
+    auto it = incarnations_.find(m.id);
+    if (it != incarnations_.end() && m.incarnation > it->second + kRestartJump && ring_ != nullptr &&
+        ring_->Find(m.id) != nullptr) {
+      restarted.push_back(m.id);
+    }
+  }
+  incarnations_ = std::move(seen);
+  if (ring_ == nullptr) return;
+  for (const std::string& id : restarted) {
+    auto without = ring_->Without(id);
+    if (!without.ok()) continue;
+    spdlog::info("cluster: {} restarted without leaving the ring: handing its ranges back", id);
+    actions.ring_changes.push_back(RingChange{std::move(without).value(), ring_, false});
+  }
+}
+
+std::shared_ptr<ClusterSnapshot> ClusterPlanner::Snapshot(MonoTime now) const {
+  auto snap = std::make_shared<ClusterSnapshot>();
+  snap->self = membership_->self();
+  snap->members = membership_->Members();
+  snap->ring = ring_;
+  snap->joined = membership_->joined();
+  snap->stats = membership_->stats();
+  snap->clock.health = clocks_.health();
+  snap->clock.reason = clocks_.reason();
+  snap->clock.median_offset = clocks_.median_offset();
+  for (const ring::MemberInfo& m : snap->members) {
+    if (m.id == options_.node_id) continue;
+    if (std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(m.id, now))
+      snap->clock.offsets.emplace(m.id, *estimate);
+  }
+  return snap;
+}
+
+}  // namespace ringlimit::cluster

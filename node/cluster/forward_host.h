@@ -1,0 +1,74 @@
+// ForwardHost: everything the Forwarder (forwarder.h) needs from the node it runs in -- who it is, the
+// routing table, the cluster's judgements of this node (pause fence, clock, quorum), one clock, one source
+// of randomness and the peer transport. The Forwarder reads no clock, draws no random number and opens no
+// socket of its own: a node gives it ClusterForwardHost (cluster_forward_host.h: the Cluster, the steady
+// and system clocks, std::random_device, the PeerClient), the deterministic simulator (tests/sim/) its
+// simulated clock, seeded generator and network. So the simulator runs the Forwarder a node runs, and its
+// trace hash covers every time and id the Forwarder uses.
+//
+// Thread safety: implementations must be safe for concurrent use from any number of threads (the
+// simulator's, which is single-threaded, need not be).
+#ifndef RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
+#define RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "node/peer/peer_status.h"
+#include "peer.pb.h"
+#include "replication/routing_table.h"
+#include "ring/clock_offset.h"
+
+namespace ringlimit::cluster {
+
+class ForwardHost {
+ public:
+  virtual ~ForwardHost() = default;
+
+  // --- Constant ---
+  // This node's member id.
+  [[nodiscard]] virtual const std::string& self_id() const = 0;
+  // The preference-list length (--replicas): the holders of a key.
+  [[nodiscard]] virtual uint32_t replicas() const = 0;
+
+  // --- The routing table and the cluster's judgements ---
+  // The current routing table (RoutingPublisher::Current: valid until the calling thread's next call).
+  [[nodiscard]] virtual const replication::RoutingTable& routing() const = 0;
+  // The pause fence (Cluster::Paused).
+  [[nodiscard]] virtual bool Paused() const = 0;
+  // Why this node's clock forbids it to decide, or nullopt (Cluster::ClockRefusal).
+  [[nodiscard]] virtual std::optional<std::string> ClockRefusal() const = 0;
+  // Why this node is on the minority side, or nullopt (Cluster::MinorityRefusal).
+  [[nodiscard]] virtual std::optional<std::string> MinorityRefusal() const = 0;
+  // The last estimate of `member`'s clock offset (member minus this node), or nullopt.
+  [[nodiscard]] virtual std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const = 0;
+
+  // --- Time and randomness ---
+  // This node's wall clock, ns since the Unix epoch (deadline stamps are compared across nodes with it).
+  [[nodiscard]] virtual int64_t WallNowNs() const = 0;
+  // A monotonic clock, ns since an arbitrary instant (round trips, the dedup cache's ttl).
+  [[nodiscard]] virtual std::chrono::nanoseconds SteadyNow() const = 0;
+  // A random 64-bit value (the high half of this process's request ids).
+  [[nodiscard]] virtual uint64_t Random() = 0;
+
+  // --- The peer transport ---
+  // Sends one request of `method` to the member at peer address `address` and calls `done` exactly once
+  // with its answer or the failure (kTimeout after `timeout`; kUnavailable when it cannot be reached;
+  // kConnectionLost; kRemoteError when its handler refused). `done` may run on another thread, or before
+  // Call returns.
+  using CallDone = std::function<void(peer::PeerResult result)>;
+  virtual void Call(const std::string& address, peer::Method method, std::string payload,
+                    std::chrono::milliseconds timeout, CallDone done) = 0;
+
+  // --- Observations ---
+  // A forwarded check (or relay) answered with a decision after `round_trip`.
+  virtual void ObserveRoundTrip(std::chrono::nanoseconds round_trip) { (void)round_trip; }
+};
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
