@@ -52,7 +52,7 @@ ClusterActions ClusterPlanner::Tick(MonoTime now, int64_t wall_ns) {
   if (!membership_) return actions;
   Process(now, wall_ns, membership_->Tick(now), actions);
   JudgeClock(now, wall_ns, actions);
-  JudgeQuorum();
+  JudgeQuorum(actions);
   return actions;
 }
 
@@ -91,20 +91,25 @@ ClusterActions ClusterPlanner::FinishLeave(MonoTime now, int64_t wall_ns) {
   return actions;
 }
 
-void ClusterPlanner::JudgeQuorum() {
+void ClusterPlanner::JudgeQuorum(ClusterActions& actions) {
   const ring::Reach reach = ring::ReachOf(membership_->Members());
   const QuorumView now{reach.minority(), reach.reached, reach.known};
   if (now == quorum_) return;
-  if (now.minority != quorum_.minority) {
-    if (now.minority) {
-      spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", now.reached,
-                   now.known);
-    } else {
-      spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", now.reached,
-                   now.known);
-    }
-  }
+  const bool was_minority = quorum_.minority;
   quorum_ = now;
+  if (now.minority == was_minority) return;
+  if (now.minority) {
+    spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", now.reached,
+                 now.known);
+    return;
+  }
+  spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", now.reached,
+               now.known);
+  // Cut off from the majority, this node may have been declared dead there and its keys decided by their
+  // next holders, which it may not have heard yet (the rumour comes later, or never: the majority forgot
+  // it). So it catches up as if it had been: its ranges become incoming until a holder with their copy has
+  // pushed it (unsynced), instead of deciding them from what it held when it was cut off.
+  CatchUpAfterDeath(actions);
 }
 
 void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& actions) {
@@ -190,7 +195,7 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
   }
   // Before the ring without the members just declared dead is published: a node that now reaches only a
   // minority must not decide keys whose other holders that smaller ring leaves on its side.
-  if (!out.events.empty()) JudgeQuorum();
+  if (!out.events.empty()) JudgeQuorum(actions);
   RingPtr new_ring;
   if (out.ring_changed) {
     auto built = ring::RingView::Create(++ring_version_, membership_->RingMembers());
@@ -227,11 +232,10 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
 // node, instead of deciding them from its memory from before the pause: tell the listener as if it had left
 // and joined again.
 void ClusterPlanner::CatchUpAfterDeath(ClusterActions& actions) {
-  if (ring_ == nullptr || ring_->Find(options_.node_id) == nullptr) return;
+  if (ring_ == nullptr || ring_->Find(options_.node_id) == nullptr || ring_->members().size() < 2) return;
   auto without = ring_->Without(options_.node_id);
   if (!without.ok()) return;
-  spdlog::warn(
-      "cluster: this node was declared dead and refuted it: waiting for its ranges to be handed back");
+  spdlog::warn("cluster: this node may have been declared dead: waiting for its ranges to be handed back");
   actions.ring_changes.push_back(RingChange{std::move(without).value(), ring_, false});
 }
 

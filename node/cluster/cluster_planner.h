@@ -147,7 +147,8 @@ class ClusterPlanner {
   // the new ring, and notices restarts and this node's own death.
   void Process(ring::MonoTime now, int64_t wall_ns, ring::MembershipOutput out, ClusterActions& actions);
   void JudgeClock(ring::MonoTime now, int64_t wall_ns, ClusterActions& actions);
-  void JudgeQuorum();
+  // Judges the quorum; a node back from a minority catches up as after its death.
+  void JudgeQuorum(ClusterActions& actions);
   void NoticeRestarts(ClusterActions& actions);
   void CatchUpAfterDeath(ClusterActions& actions);
 
