@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "tests/gray/gray_scenarios.h"
@@ -64,6 +65,14 @@ std::string Describe(const ScenarioResult& r) {
            std::to_string(k.floor());
   }
   out += "\n" + DescribeShares(r.shares);
+  std::map<std::string, int64_t> failures;  // failed checks expected answered, by phase, entry and error
+  for (const Decision& d : r.decisions) {
+    if (d.expect == Expect::kAnswered && d.failed()) {
+      ++failures[d.phase + " at " + d.entry + ": " + std::to_string(d.status) + " " + d.error.substr(0, 200)];
+    }
+  }
+  for (const auto& [what, count] : failures)
+    out += "failed, expected answered: " + std::to_string(count) + " x " + what + "\n";
   out += "\nadmitted checks (ms, phase, entry, owner, remaining):\n";
   for (const auto& d : r.decisions) {
     if (d.allowed) {
