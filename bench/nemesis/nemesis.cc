@@ -36,8 +36,12 @@
 //     key with two of its three holders cut off until the majority declared them dead.
 //   refused: under --failure-mode closed, every check sent to a cut-off minority once all of it had stopped
 //     deciding (polled during the cut) and answered before the heal.
-//   floor: per key, admitted >= min(limit, answered) - failed checks that may have been charged (nothing
-//     refills, every check costs 1: until the key is spent every answered check is admitted).
+//   floor: per key, admitted >= min(limit, answered) - failed checks that may have been charged - slack
+//     (nothing refills, every check costs 1: until the key is spent every answered check is admitted). The
+//     slack is 1 for keys whose generation saw a node go away or stop answering (kill, pause, partition,
+//     skew, remove), 0 otherwise: a forwarded check whose answer was lost with that node is retried at the
+//     key's next holder and charged there again, since the dedup cache is per node (docs/architecture.md,
+//     Known limits). Seen as one key 19 of 20 in the remove class in 2 of about 10 runs (2026-11-27).
 // The run fails (exit 3) when a class of --exact over-admitted or rolled back, when a share is below
 // --min-answered (default 0.99) at an entry node, when a key is below its floor, or when fewer faults of a
 // class were injected than --min-faults asks; it fails at once (exit 4) when a class named in --exact or
@@ -629,8 +633,10 @@ class Nemesis {
         floors;  // class of the keys' generation -> (met, keys)
     std::vector<std::string> below_floor;
     for (const auto& [key, k] : keys) {
-      const int64_t floor = std::max<int64_t>(
-          0, std::min<int64_t>(static_cast<int64_t>(flags_.limit), k.answered) - k.failed_maybe_charged);
+      const int64_t slack = k.fault == "none" || k.fault == "add" ? 0 : 1;  // see "floor" above
+      const int64_t floor =
+          std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(flags_.limit), k.answered) -
+                                   k.failed_maybe_charged - slack);
       auto& [met, total] = floors[k.fault];
       ++total;
       if (k.admitted >= floor) {

@@ -15,6 +15,8 @@ namespace {
 // A member back with an incarnation this much higher without leaving the ring restarted: far more
 // refutations than a live member ever makes (an incarnation is its start time in ms; a refutation adds 1).
 constexpr uint64_t kRestartJump = 1000;
+// Members without a clock estimate pinged for one per probe interval, at most.
+constexpr size_t kClockPingsPerRound = 8;
 
 }  // namespace
 
@@ -52,7 +54,8 @@ ClusterActions ClusterPlanner::Tick(MonoTime now, int64_t wall_ns) {
   if (!membership_) return actions;
   Process(now, wall_ns, membership_->Tick(now), actions);
   JudgeClock(now, wall_ns, actions);
-  JudgeQuorum(actions);
+  JudgeQuorum(now);
+  FinishCall(actions);
   return actions;
 }
 
@@ -91,7 +94,7 @@ ClusterActions ClusterPlanner::FinishLeave(MonoTime now, int64_t wall_ns) {
   return actions;
 }
 
-void ClusterPlanner::JudgeQuorum(ClusterActions& actions) {
+void ClusterPlanner::JudgeQuorum(MonoTime at) {
   const ring::Reach reach = ring::ReachOf(membership_->Members());
   const QuorumView now{reach.minority(), reach.reached, reach.known};
   if (now == quorum_) return;
@@ -101,14 +104,23 @@ void ClusterPlanner::JudgeQuorum(ClusterActions& actions) {
   if (now.minority) {
     spdlog::warn("cluster: this node reaches {} of the {} members it knows: a minority", now.reached,
                  now.known);
+    minority_since_ = at;
     return;
   }
   spdlog::info("cluster: this node reaches {} of the {} members it knows: a majority again", now.reached,
                now.known);
-  // Cut off from the majority, this node may have been declared dead there and its keys decided by their
-  // next holders, which it may not have heard yet (the rumour comes later, or never: the majority forgot
-  // it). So it catches up as if it had been: its ranges become incoming until a holder with their copy has
-  // pushed it (unsynced), instead of deciding them from what it held when it was cut off.
+  // Cut off from the majority for long, this node may have been declared dead there and its keys decided by
+  // their next holders, which it may not have heard yet (the rumour comes later, or never: the majority
+  // forgot it). So it catches up as if it had been: its ranges become incoming until a holder with their
+  // copy has pushed it (unsynced), instead of deciding them from what it held when it was cut off. On the
+  // ring built from what this call learnt (the members back), so after it: FinishCall. "For long": half a
+  // suspicion timeout -- the others declare it dead no sooner than a suspicion timeout after suspecting it,
+  // and they lose it about when it loses them; a shorter flap (a busy machine) costs no resync.
+  if (at - minority_since_ >= options_.membership.suspicion_timeout / 2) catch_up_ = true;
+}
+
+void ClusterPlanner::FinishCall(ClusterActions& actions) {
+  if (!std::exchange(catch_up_, false)) return;
   CatchUpAfterDeath(actions);
 }
 
@@ -129,10 +141,18 @@ void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& a
   }
   // A member just met, or not probed for long (a large cluster probes each member rarely), is pinged for
   // its clock at once rather than at its turn: forwarded checks from it are judged against its offset
-  // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator.
+  // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator. At most
+  // kClockPingsPerRound a probe interval, taken in turn, so the traffic does not grow with the cluster (at
+  // 1,000 members every estimate goes stale between two probes of that member: tests/sim/scale.h); a member
+  // not measured yet is not judged (its checks get no deadline), which is the safe side.
   if (!unmeasured_addresses.empty() && now - last_clock_pings_ >= options_.membership.probe_interval) {
     last_clock_pings_ = now;
-    for (std::string& address : unmeasured_addresses) {
+    const size_t n = unmeasured_addresses.size();
+    const size_t first = clock_ping_cursor_ % n;
+    const size_t count = std::min(n, kClockPingsPerRound);
+    clock_ping_cursor_ = first + count;
+    for (size_t i = 0; i < count; ++i) {
+      std::string& address = unmeasured_addresses[(first + i) % n];
       ring::Outgoing ping;
       ping.to_address = std::move(address);
       ping.message.type = ring::MessageType::kPing;
@@ -195,7 +215,7 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
   }
   // Before the ring without the members just declared dead is published: a node that now reaches only a
   // minority must not decide keys whose other holders that smaller ring leaves on its side.
-  if (!out.events.empty()) JudgeQuorum(actions);
+  if (!out.events.empty()) JudgeQuorum(now);
   RingPtr new_ring;
   if (out.ring_changed) {
     auto built = ring::RingView::Create(++ring_version_, membership_->RingMembers());
@@ -223,7 +243,11 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
     actions.new_ring = new_ring;
   }
   if (!out.events.empty() || new_ring != nullptr) NoticeRestarts(actions);
-  if (out.declared_dead) CatchUpAfterDeath(actions);
+  if (out.declared_dead) {
+    catch_up_ = false;  // the same catch-up, once
+    CatchUpAfterDeath(actions);
+  }
+  FinishCall(actions);
 }
 
 // This node was declared dead (paused, or cut off, past failure detection) and refuted it. Its own ring

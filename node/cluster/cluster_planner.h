@@ -147,8 +147,11 @@ class ClusterPlanner {
   // the new ring, and notices restarts and this node's own death.
   void Process(ring::MonoTime now, int64_t wall_ns, ring::MembershipOutput out, ClusterActions& actions);
   void JudgeClock(ring::MonoTime now, int64_t wall_ns, ClusterActions& actions);
-  // Judges the quorum; a node back from a minority catches up as after its death.
-  void JudgeQuorum(ClusterActions& actions);
+  // Judges the quorum at `at`; a node back from a long minority catches up as after its death (at
+  // FinishCall).
+  void JudgeQuorum(ring::MonoTime at);
+  // The end of an entry point's work: the catch-up JudgeQuorum asked for, on the ring built meanwhile.
+  void FinishCall(ClusterActions& actions);
   void NoticeRestarts(ClusterActions& actions);
   void CatchUpAfterDeath(ClusterActions& actions);
 
@@ -163,6 +166,9 @@ class ClusterPlanner {
   std::map<std::string, uint64_t> incarnations_;  // of the ring members, as last seen
   std::map<std::string, ring::OffsetEstimate, std::less<>> offsets_;
   ring::MonoTime last_clock_pings_{};  // when members without a clock estimate were last pinged for one
+  size_t clock_ping_cursor_ = 0;       // where the next round of those pings starts
+  bool catch_up_ = false;              // back from a minority: take the ranges in again (FinishCall)
+  ring::MonoTime minority_since_{};    // when the quorum judgement last turned to minority
   QuorumView quorum_;
   bool leaving_ = false;
   std::map<std::string, ring::MonoTime> conflicts_logged_;  // id conflict -> when last logged
