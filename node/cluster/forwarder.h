@@ -62,8 +62,9 @@
 //
 // Clock: a node whose clock is off from the cluster's (Cluster::ClockRefusal, --max-clock-offset-ms)
 // decides nothing. Forwarded checks it would decide are answered CHECK_UNAVAILABLE (the sender goes on
-// to the key's next holder); it still passes checks on to their decider. The API answers client checks
-// at it 503 clock_offset (RefusesToDecide).
+// to the key's next holder); forwarded checks of other keys it still passes on to their decider. Every
+// client check entering it is answered 503 clock_offset by the API (RefusesToDecide), whoever decides
+// its key -- issue 35 changes that.
 //
 // Quorum: under --failure-mode closed, a node that reaches only a minority of the cluster
 // (Cluster::MinorityRefusal: a partition's smaller side, or a node cut off) decides nothing either, the
