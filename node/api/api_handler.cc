@@ -35,7 +35,9 @@ HttpResponse MethodNotAllowed(std::string_view allow) {
   return response;
 }
 
-// POST/PUT bodies must be declared JSON (a missing Content-Type is accepted as JSON).
+// POST/PUT bodies must be declared JSON (a missing Content-Type is accepted as JSON). Not asked of
+// POST /v1/GetRateLimits: Gubernator's gateway reads its body as JSON whatever the header says, so a
+// client sending curl's default `application/x-www-form-urlencoded` works unchanged against ringlimit.
 bool IsJsonContentType(const HttpRequest& request) {
   auto it = request.find(http::field::content_type);
   if (it == request.end()) return true;
@@ -132,7 +134,6 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
   if (path == "/v1/GetRateLimits") {
     if (method != http::verb::post) return MethodNotAllowed("POST");
     *endpoint = Endpoint::kGetRateLimits;
-    if (!IsJsonContentType(request)) return UnsupportedMediaType();
     return HandleGetRateLimits(context, request);
   }
   if (path == "/v1/HealthCheck" || path == "/v1/LiveCheck") {
@@ -255,7 +256,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
       auth || (path == "/v1/check" && (method == http::verb::get || method == http::verb::post));
   const bool gubernator = path == "/v1/GetRateLimits" && method == http::verb::post;
   if (router == nullptr || !(check || gubernator) ||
-      (method == http::verb::post && !IsJsonContentType(request))) {
+      (method == http::verb::post && !gubernator && !IsJsonContentType(request))) {
     respond(HandleNow(request));
     return;
   }

@@ -257,5 +257,22 @@ TEST_F(GubernatorTest, RejectsMalformedRequestsInTheGatewaysErrorForm) {
   EXPECT_EQ(Json(Post("/v1/GetRateLimits", "{}")).at("responses").as_array().size(), 0u);
 }
 
+TEST_F(GubernatorTest, ReadsTheBodyAsJsonWhateverItsContentType) {
+  // curl -d sends application/x-www-form-urlencoded; Gubernator's gateway reads the body as JSON anyway.
+  for (std::string_view type : {"application/x-www-form-urlencoded", "text/plain", ""}) {
+    HttpResponse r = Send(boost::beast::http::verb::post, "/v1/GetRateLimits", kRequest, {}, type);
+    EXPECT_EQ(r.result_int(), 200u) << type << ": " << r.body();
+    EXPECT_EQ(Json(r).at("responses").at(0).at("error").as_string(), "") << type;
+  }
+  // A body that is not JSON is still the gateway's INVALID_ARGUMENT, not 415.
+  ExpectGatewayError(Send(boost::beast::http::verb::post, "/v1/GetRateLimits", "a=1&b=2", {},
+                          "application/x-www-form-urlencoded"),
+                     400, 3);
+  // POST /v1/check is ringlimit's own API: it keeps asking for JSON.
+  ExpectError(Send(boost::beast::http::verb::post, "/v1/check", R"({"checks":[]})", {},
+                   "application/x-www-form-urlencoded"),
+              415, "unsupported_media_type");
+}
+
 }  // namespace
 }  // namespace ringlimit::node
