@@ -126,7 +126,7 @@ MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>&
   }
   self_.state = seeds_.empty() ? MemberState::kAlive : MemberState::kJoining;
   out.events.push_back(MemberEvent{MemberEventKind::kJoined, self_});
-  Enqueue(self_.id);
+  Enqueue(self_.id, self_, self_queue_);
   out.ring_changed = RingChanged();
   next_probe_at_ = now;
   next_sync_at_ = now + options_.sync_interval;
@@ -171,9 +171,10 @@ MembershipOutput Membership::Tick(MonoTime now) {
   }
   std::sort(expired.begin(), expired.end());
   for (const std::string& id : expired) {
-    MemberInfo dead = members_.find(id)->second.info;
+    auto it = Lookup(id);
+    MemberInfo dead = it->second.info;
     dead.state = MemberState::kDead;
-    Apply(now, dead, out);
+    Apply(now, it, dead, out);
   }
   MaybeSync(now, out);
   Reap(now, out);
@@ -262,8 +263,8 @@ MembershipOutput Membership::FinishLeave(MonoTime now) {
     ping.message.updates.insert(ping.message.updates.begin(), self_);
     out.messages.push_back(std::move(ping));
   }
+  for (const Queued& q : queue_) *q.state = QueueState{};
   queue_.clear();
-  queue_order_.clear();
   out.ring_changed = RingChanged();
   return out;
 }
@@ -279,7 +280,7 @@ std::vector<MemberInfo> Membership::Members() const {
 
 std::optional<MemberInfo> Membership::Find(std::string_view id) const {
   if (id == self_.id) return self_;
-  auto it = members_.find(id);
+  auto it = Lookup(id);
   if (it == members_.end()) return std::nullopt;
   return it->second.info;
 }
@@ -329,7 +330,7 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
     }
     return false;
   }
-  auto it = members_.find(update.id);
+  auto it = Lookup(update.id);
   if (it == members_.end() ? Tombstone(update.state) : !Supersedes(update, it->second.info)) {
     ++stats_.stale_updates;
     return false;
@@ -340,36 +341,43 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
     out.id_conflicts.push_back(IdConflict{update.id, it->second.info.peer_address, update.peer_address});
     return false;
   }
-  Apply(now, update, out);
+  Apply(now, it, update, out);
   return true;
 }
 
-void Membership::Apply(MonoTime now, const MemberInfo& info, MembershipOutput& out) {
-  auto [it, inserted] = members_.try_emplace(info.id);
+void Membership::Apply(MonoTime now, Table::iterator it, const MemberInfo& info, MembershipOutput& out) {
+  const bool inserted = it == members_.end();
+  if (inserted) {
+    it = members_.try_emplace(info.id).first;
+    index_.emplace(it->first, it);
+  }
   Entry& entry = it->second;
-  const MemberInfo old = entry.info;
   if (!inserted) Unindex(it->first, entry);
-  ring_touched_.try_emplace(info.id, inserted ? std::nullopt : RingEntry(info.id, old));
+  ring_touched_.try_emplace(info.id, inserted ? std::nullopt : RingEntry(info.id, entry.info));
+  const bool state_changed = entry.info.state != info.state;
+  const bool identity_changed = !SameIdentity(entry.info, info);
   entry.info = info;
-  if (inserted || old.state != info.state) entry.changed_at = now;
+  if (inserted || state_changed) entry.changed_at = now;
   Index(it->first, entry);
   if (inserted) {
     out.events.push_back(MemberEvent{MemberEventKind::kJoined, info});
     // A newcomer is probed within this round rather than after the next reshuffle.
     std::uniform_int_distribution<size_t> pos(probe_index_, probe_order_.size());
     probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(pos(rng_)), info.id);
-  } else if (old.state != info.state || !SameIdentity(old, info)) {
+  } else if (state_changed || identity_changed) {
     out.events.push_back(MemberEvent{EventFor(info.state), info});
   }
-  Enqueue(info.id);
+  Enqueue(it->first, entry.info, entry.queue);
 }
 
 void Membership::Index(const std::string& id, const Entry& entry) {
+  ++state_counts_[static_cast<size_t>(entry.info.state)];
   if (entry.info.state == MemberState::kSuspect) suspects_by_time_.emplace(entry.changed_at, id);
   if (Tombstone(entry.info.state)) tombstones_by_time_.emplace(entry.changed_at, id);
 }
 
 void Membership::Unindex(const std::string& id, const Entry& entry) {
+  --state_counts_[static_cast<size_t>(entry.info.state)];
   if (entry.info.state == MemberState::kSuspect) suspects_by_time_.erase({entry.changed_at, id});
   if (Tombstone(entry.info.state)) tombstones_by_time_.erase({entry.changed_at, id});
 }
@@ -382,7 +390,7 @@ std::optional<RingMember> Membership::RingEntry(const std::string& id, const Mem
 void Membership::TouchRing(const std::string& id) {
   if (id == self_.id) {
     ring_touched_.try_emplace(id, RingEntry(id, self_));
-  } else if (auto it = members_.find(id); it != members_.end()) {
+  } else if (auto it = Lookup(id); it != members_.end()) {
     ring_touched_.try_emplace(id, RingEntry(id, it->second.info));
   } else {
     ring_touched_.try_emplace(id, std::nullopt);
@@ -395,7 +403,7 @@ bool Membership::RingChanged() {
     std::optional<RingMember> now;
     if (id == self_.id) {
       now = RingEntry(id, self_);
-    } else if (auto it = members_.find(id); it != members_.end()) {
+    } else if (auto it = Lookup(id); it != members_.end()) {
       now = RingEntry(id, it->second.info);
     }
     changed = changed || now != before;
@@ -407,7 +415,7 @@ bool Membership::RingChanged() {
 void Membership::Refute(uint64_t rumour_incarnation) {
   self_.incarnation = std::max(self_.incarnation, rumour_incarnation) + 1;
   ++stats_.refutations;
-  Enqueue(self_.id);
+  Enqueue(self_.id, self_, self_queue_);
 }
 
 void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
@@ -415,21 +423,25 @@ void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
   ++self_.incarnation;  // our own transitions always outrank any rumour at the old incarnation
   self_.state = state;
   out.events.push_back(MemberEvent{EventFor(state), self_});
-  Enqueue(self_.id);
+  Enqueue(self_.id, self_, self_queue_);
 }
 
-void Membership::Enqueue(const std::string& id) {
-  auto [it, inserted] = queue_.try_emplace(id);
-  if (!inserted) queue_order_.erase({it->second.transmits, id});
-  it->second = Queued{};
-  queue_order_.emplace(0, id);
+void Membership::Enqueue(const std::string& id, const MemberInfo& info, QueueState& state) {
+  if (state.queued) {
+    // Back to no transmits: the same node, re-keyed (no allocation).
+    auto node = queue_.extract(Queued{state.transmits, id});
+    node.value().transmits = 0;
+    queue_.insert(std::move(node));
+  } else {
+    queue_.insert(Queued{0, id, &info, &state});
+  }
+  state = QueueState{true, 0};
 }
 
-void Membership::Dequeue(const std::string& id) {
-  auto it = queue_.find(id);
-  if (it == queue_.end()) return;
-  queue_order_.erase({it->second.transmits, id});
-  queue_.erase(it);
+void Membership::Dequeue(const std::string& id, QueueState& state) {
+  if (!state.queued) return;
+  queue_.erase(Queued{state.transmits, id});
+  state = QueueState{};
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -442,10 +454,11 @@ void Membership::ProbeStep(MonoTime now, MembershipOutput& out) {
       std::vector<std::string> helpers = AliveOthers(probe_->target);
       std::shuffle(helpers.begin(), helpers.end(), rng_);
       if (helpers.size() > options_.indirect_probes) helpers.resize(options_.indirect_probes);
-      auto target = members_.find(probe_->target);
+      auto target = Lookup(probe_->target);
       if (target == members_.end()) helpers.clear();  // forgotten meanwhile
       for (const std::string& h : helpers) {
-        Outgoing req = MakeMessage(MessageType::kPingReq, h, members_[h].info.peer_address, probe_->seq);
+        Outgoing req =
+            MakeMessage(MessageType::kPingReq, h, Lookup(h)->second.info.peer_address, probe_->seq);
         req.message.target = probe_->target;
         req.message.target_address = target->second.info.peer_address;
         out.messages.push_back(std::move(req));
@@ -471,7 +484,7 @@ void Membership::Gossip(MonoTime now, MembershipOutput& out) {
   std::vector<std::string> chosen;
   for (uint32_t draw = 0; draw < 2 * options_.gossip_nodes && chosen.size() < options_.gossip_nodes; ++draw) {
     const std::string& id = probe_order_[index(rng_)];
-    auto it = members_.find(id);
+    auto it = Lookup(id);
     if (it == members_.end() || !Probeable(it->second.info.state) ||
         std::find(chosen.begin(), chosen.end(), id) != chosen.end()) {
       continue;
@@ -480,7 +493,7 @@ void Membership::Gossip(MonoTime now, MembershipOutput& out) {
   }
   for (const std::string& id : chosen) {
     if (queue_.empty()) break;
-    Outgoing gossip = MakeMessage(MessageType::kAck, id, members_.find(id)->second.info.peer_address, 0);
+    Outgoing gossip = MakeMessage(MessageType::kAck, id, Lookup(id)->second.info.peer_address, 0);
     gossip.message.target = self_.id;
     out.messages.push_back(std::move(gossip));
   }
@@ -488,20 +501,21 @@ void Membership::Gossip(MonoTime now, MembershipOutput& out) {
 
 void Membership::StartProbe(MonoTime now, MembershipOutput& out) {
   next_probe_at_ = now + options_.probe_interval;
-  std::optional<std::string> target = NextProbeTarget();
-  if (!target) return;
+  const auto target = NextProbeTarget();
+  if (target == members_.end()) return;
   const uint64_t seq = next_seq_++;
-  out.messages.push_back(MakeMessage(MessageType::kPing, *target, members_[*target].info.peer_address, seq));
-  probe_ = Probe{*target, seq, now, false};
+  out.messages.push_back(
+      MakeMessage(MessageType::kPing, target->first, target->second.info.peer_address, seq));
+  probe_ = Probe{target->first, seq, now, false};
   ++stats_.probes_sent;
 }
 
-std::optional<std::string> Membership::NextProbeTarget() {
+Membership::Table::iterator Membership::NextProbeTarget() {
   for (int pass = 0; pass < 2; ++pass) {
     while (probe_index_ < probe_order_.size()) {
       const std::string& id = probe_order_[probe_index_++];
-      auto it = members_.find(id);
-      if (it != members_.end() && Probeable(it->second.info.state)) return id;
+      auto it = Lookup(id);
+      if (it != members_.end() && Probeable(it->second.info.state)) return it;
     }
     // End of a round: a fresh random order of everyone probeable.
     probe_order_.clear();
@@ -511,17 +525,17 @@ std::optional<std::string> Membership::NextProbeTarget() {
     }
     std::shuffle(probe_order_.begin(), probe_order_.end(), rng_);
   }
-  return std::nullopt;
+  return members_.end();
 }
 
 void Membership::Suspect(MonoTime now, const std::string& id, MembershipOutput& out) {
-  auto it = members_.find(id);
+  auto it = Lookup(id);
   if (it == members_.end()) return;
   const MemberState state = it->second.info.state;
   if (state == MemberState::kSuspect || !Probeable(state)) return;
   MemberInfo suspect = it->second.info;
   suspect.state = MemberState::kSuspect;
-  Apply(now, suspect, out);
+  Apply(now, it, suspect, out);
 }
 
 void Membership::SendJoin(MembershipOutput& out) {
@@ -554,25 +568,27 @@ void Membership::MaybeSync(MonoTime now, MembershipOutput& out) {
     std::uniform_int_distribution<size_t> index(0, ids.size() - 1);
     return ids[index(rng_)];
   };
-  // Anti-entropy with one alive member.
-  std::vector<std::string> alive = AliveOthers("");
-  if (anti_entropy && !alive.empty()) {
+  // Anti-entropy with one alive member. The walks over the table below happen only when their push-pull
+  // (O(N) bytes) is sent: a heal tick with nobody dead costs O(1), not O(N).
+  const bool alone = CountOf(MemberState::kAlive) == 0;
+  if (anti_entropy && !alone) {
+    const std::vector<std::string> alive = AliveOthers("");
     const std::string& partner = pick(alive);
-    push_pull(partner, members_[partner].info.peer_address);
+    push_pull(partner, Lookup(partner)->second.info.peer_address);
   }
   if (!heal) return;
   // Healing: after a partition both sides may have declared each other dead and stopped probing. Keep
   // offering our table to one dead member (until its tombstone is reaped); if it is alive it refutes.
-  std::vector<std::string> dead;
-  for (const auto& [id, entry] : members_) {
-    if (entry.info.state == MemberState::kDead) dead.push_back(id);
-  }
-  if (!dead.empty()) {
+  if (CountOf(MemberState::kDead) > 0) {
+    std::vector<std::string> dead;
+    for (const auto& [id, entry] : members_) {
+      if (entry.info.state == MemberState::kDead) dead.push_back(id);
+    }
     const std::string& partner = pick(dead);
-    push_pull(partner, members_[partner].info.peer_address);
+    push_pull(partner, Lookup(partner)->second.info.peer_address);
   }
   // Alone although we were started with seeds: try them again.
-  if (alive.empty()) {
+  if (alone) {
     for (const std::string& seed : seeds_) push_pull("", seed);
   }
   // Discovered addresses no known member has: another node, or another cluster, to merge with.
@@ -594,10 +610,11 @@ void Membership::Reap(MonoTime now, MembershipOutput& out) {
   }
   std::sort(expired.begin(), expired.end());
   for (const std::string& id : expired) {
-    auto it = members_.find(id);
+    auto it = Lookup(id);
     Unindex(id, it->second);
     out.events.push_back(MemberEvent{MemberEventKind::kForgotten, it->second.info});
-    Dequeue(id);
+    Dequeue(it->first, it->second.queue);
+    index_.erase(it->first);
     members_.erase(it);
   }
 }
@@ -617,7 +634,8 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
 
   // The receiver's own record first when we believe it suspect or dead: it can refute at once.
   bool receiver_record_sent = false;
-  if (auto it = members_.find(to_id); it != members_.end()) {
+  o.message.updates.reserve(std::min<size_t>(options_.max_piggyback, queue_.size()) + 1);
+  if (auto it = Lookup(to_id); it != members_.end()) {
     const MemberState s = it->second.info.state;
     if (s == MemberState::kSuspect || s == MemberState::kDead) {
       o.message.updates.push_back(it->second.info);
@@ -625,37 +643,39 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
     }
   }
 
-  // Then the least-transmitted updates of the queue (queue_order_: by transmits, then id), max_piggyback
-  // of them: O(max_piggyback * log(queue)), whatever the queue's length.
-  std::vector<std::string> taken;
-  std::vector<std::string> gone;  // queued ids no longer known
-  for (auto q = queue_order_.begin(); q != queue_order_.end() && taken.size() < options_.max_piggyback; ++q) {
-    const std::string& id = q->second;
-    const MemberInfo* info = nullptr;
-    if (id == self_.id) {
-      info = &self_;
-    } else if (auto it = members_.find(id); it != members_.end()) {
-      info = &it->second.info;
-    }
-    if (info == nullptr) {
-      gone.push_back(id);
-      continue;
-    }
-    if (id != to_id || !receiver_record_sent) o.message.updates.push_back(*info);
-    taken.push_back(id);
+  // Then the least-transmitted updates of the queue (by transmits, then id), max_piggyback of them:
+  // O(max_piggyback * log(queue)), whatever the queue's length, and no lookup by id (Queued points at
+  // the record).
+  std::vector<std::set<Queued>::iterator> taken;
+  taken.reserve(std::min<size_t>(options_.max_piggyback, queue_.size()));
+  for (auto q = queue_.begin(); q != queue_.end() && taken.size() < options_.max_piggyback; ++q) {
+    if (q->id != to_id || !receiver_record_sent) o.message.updates.push_back(*q->info);
+    taken.push_back(q);
   }
-  for (const std::string& id : gone) Dequeue(id);
   const uint32_t limit = RetransmitLimit();
-  for (const std::string& id : taken) {
-    auto it = queue_.find(id);
-    queue_order_.erase({it->second.transmits, id});
-    if (++it->second.transmits >= limit) {
-      queue_.erase(it);
+  for (const auto& q_it : taken) {
+    // Re-keyed in place (extract and insert: no allocation), or out of the queue at its limit.
+    auto node = queue_.extract(q_it);
+    Queued& q = node.value();
+    ++q.transmits;
+    if (q.transmits >= limit) {
+      *q.state = QueueState{};
     } else {
-      queue_order_.emplace(it->second.transmits, id);
+      q.state->transmits = q.transmits;
+      queue_.insert(std::move(node));
     }
   }
   return o;
+}
+
+Membership::Table::iterator Membership::Lookup(std::string_view id) {
+  auto it = index_.find(id);
+  return it != index_.end() ? it->second : members_.end();
+}
+
+Membership::Table::const_iterator Membership::Lookup(std::string_view id) const {
+  auto it = index_.find(id);
+  return it != index_.end() ? Table::const_iterator(it->second) : members_.end();
 }
 
 std::vector<MemberInfo> Membership::FullTable() const {

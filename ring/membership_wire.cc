@@ -1,11 +1,42 @@
 #include "ring/membership_wire.h"
 
+#include <google/protobuf/arena.h>
+
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "peer.pb.h"
 
 namespace ringlimit::ring {
 namespace {
+
+// The arena a message's protobuf form is built or parsed on, its first block on the stack: a probe with
+// its piggybacked updates fits, so most messages cost no allocation for it (a whole table takes more
+// blocks from the heap).
+class StackArena {
+ public:
+  StackArena() : arena_(Options(first_block_)) {}
+  StackArena(const StackArena&) = delete;
+  StackArena& operator=(const StackArena&) = delete;
+
+  template <typename Proto>
+  Proto& Create() {
+    return *google::protobuf::Arena::CreateMessage<Proto>(&arena_);
+  }
+
+ private:
+  static constexpr size_t kFirstBlockBytes = 4096;
+  static google::protobuf::ArenaOptions Options(std::array<char, kFirstBlockBytes>& block) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block.data();
+    options.initial_block_size = block.size();
+    return options;
+  }
+
+  alignas(std::max_align_t) std::array<char, kFirstBlockBytes> first_block_;
+  google::protobuf::Arena arena_;  // after first_block_, which it uses
+};
 
 // peer.MemberState numbers are ring::MemberState + 1 (0 is "unspecified" on the wire).
 peer::MemberState ToWire(MemberState state) {
@@ -67,7 +98,8 @@ void DecodeCommon(const Proto& proto, Message& m) {
 // particular to that message type.
 template <typename Proto, typename Extra>
 std::optional<Message> Decode(MessageType type, std::string_view payload, Extra extra) {
-  Proto proto;
+  StackArena arena;
+  Proto& proto = arena.Create<Proto>();
   if (!proto.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return std::nullopt;
   Message m;
   m.type = type;
@@ -78,7 +110,8 @@ std::optional<Message> Decode(MessageType type, std::string_view payload, Extra 
 
 template <typename Proto, typename Extra>
 WireMessage Encode(peer::Method method, const Message& m, Extra extra) {
-  Proto proto;
+  StackArena arena;
+  Proto& proto = arena.Create<Proto>();
   EncodeCommon(m, proto);
   extra(m, proto);
   return WireMessage{static_cast<uint32_t>(method), proto.SerializeAsString()};

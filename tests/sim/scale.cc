@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -35,6 +36,10 @@ int SlotOf(std::string_view name, size_t slots) {
   if (ec != std::errc() || end != name.data() + name.size() || k == 0 || k > slots) return -1;
   return static_cast<int>(k - 1);
 }
+
+// CPU seconds of this process so far (what a phase cost the simulator; the machine may be shared, so its
+// wall time says less).
+double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 uint64_t MembersHash(const std::vector<ring::RingMember>& members) {
   uint64_t h = 1469598103934665603ULL;
@@ -270,6 +275,7 @@ PhaseReport WaitFor(ScaleCluster& cluster, const ScaleOptions& options, std::str
                     size_t crashed, MonoTime since, nanoseconds limit) {
   PhaseReport phase;
   phase.name = std::move(name);
+  const double cpu = CpuSeconds();
   const uint64_t bytes = cluster.bytes();
   const uint64_t messages = cluster.messages();
   const uint64_t ring_changes = cluster.ring_changes();
@@ -290,6 +296,7 @@ PhaseReport WaitFor(ScaleCluster& cluster, const ScaleOptions& options, std::str
   phase.bytes = cluster.bytes() - bytes;
   phase.messages = cluster.messages() - messages;
   phase.ring_changes = cluster.ring_changes() - ring_changes;
+  phase.cpu_s = CpuSeconds() - cpu;
   if (!agreed || !rings) {
     if (phase.detail.empty())
       phase.detail = std::string(agreed ? "rings" : "members") + " did not agree in time";
@@ -328,6 +335,7 @@ ScaleReport RunScale(const ScaleOptions& options) {
   World& world = cluster.world();
 
   // 1. Bootstrap: n1 alone, the others join through it, 1 ms apart.
+  const double bootstrap_cpu = CpuSeconds();
   cluster.Start(0, {});
   for (size_t s = 1; s < options.nodes; ++s) {
     world.At(world.now() + std::chrono::milliseconds(s), [&cluster, s] { cluster.Start(s, {AddressOf(0)}); });
@@ -349,6 +357,7 @@ ScaleReport RunScale(const ScaleOptions& options) {
     }
   }
   report.bootstrap = world.now();
+  report.bootstrap_cpu_s = CpuSeconds() - bootstrap_cpu;
   if (!report.bootstrapped) return report;
 
   // 2. Steady state: at least three anti-entropy exchanges per node.
@@ -357,7 +366,9 @@ ScaleReport RunScale(const ScaleOptions& options) {
   const uint64_t bytes = cluster.bytes();
   const uint64_t messages = cluster.messages();
   const uint64_t full_state = cluster.full_state();
+  const double steady_cpu = CpuSeconds();
   world.RunUntil(world.now() + window);
+  report.steady_cpu_s = CpuSeconds() - steady_cpu;
   const double node_seconds =
       static_cast<double>(options.nodes) * std::chrono::duration<double>(window).count();
   report.steady_window = window;

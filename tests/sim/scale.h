@@ -75,6 +75,7 @@ struct PhaseReport {
   uint64_t messages = 0;
   uint64_t ring_changes =
       0;               // ring_changed outputs over all nodes (each one a RingView rebuild in cluster.cc)
+  double cpu_s = 0;    // CPU seconds the simulator spent on the phase (not simulated: this machine's)
   std::string detail;  // what was waited for, or why it failed
 };
 
@@ -82,10 +83,12 @@ struct ScaleReport {
   size_t nodes = 0;
   bool bootstrapped = false;
   std::chrono::nanoseconds bootstrap{};  // simulated time until the bootstrap converged
+  double bootstrap_cpu_s = 0;            // CPU seconds the simulator spent on it
   // Steady state: payload bytes and messages sent per node per second.
   double steady_bytes_per_node_s = 0;
   double steady_messages_per_node_s = 0;
   std::chrono::nanoseconds steady_window{};
+  double steady_cpu_s = 0;  // CPU seconds the simulator spent on the steady window
   // The anti-entropy interval the nodes used at this size (observed: full-state pings sent per node).
   double full_state_per_node_s = 0;
   std::vector<PhaseReport> phases;  // join, crash, partition, heal (empty with steady_only)

@@ -120,22 +120,25 @@ int main(int argc, char** argv) {
   bool ok = true;
   const ScaleReport report = RunScale(options);
   std::printf(
-      "bootstrap   %s: %.1f s simulated until every node held every other alive and no gossip was left\n",
-      report.bootstrapped ? "done" : "FAILED", Seconds(report.bootstrap));
+      "bootstrap   %s: %.1f s simulated until every node held every other alive and no gossip was left "
+      "(CPU %.1f s)\n",
+      report.bootstrapped ? "done" : "FAILED", Seconds(report.bootstrap), report.bootstrap_cpu_s);
   ok = ok && report.bootstrapped;
   if (report.bootstrapped) {
     std::printf(
-        "steady      %.0f B/node/s, %.2f messages/node/s, %.4f full-state pings/node/s, over %.0f s\n",
+        "steady      %.0f B/node/s, %.2f messages/node/s, %.4f full-state pings/node/s, over %.0f s (CPU "
+        "%.1f s)\n",
         report.steady_bytes_per_node_s, report.steady_messages_per_node_s, report.full_state_per_node_s,
-        Seconds(report.steady_window));
+        Seconds(report.steady_window), report.steady_cpu_s);
   }
   for (const PhaseReport& p : report.phases) {
     std::printf(
         "%-11s %s: members agreed after %.2f s, rings after %.2f s; %.1f MB in %llu messages, %llu ring "
-        "changes (%s)\n",
+        "changes (%s%sCPU %.1f s)\n",
         p.name.c_str(), p.converged ? "done" : "FAILED", Seconds(p.agreement), Seconds(p.ring_agreement),
         static_cast<double>(p.bytes) / 1e6, static_cast<unsigned long long>(p.messages),
-        static_cast<unsigned long long>(p.ring_changes), p.detail.c_str());
+        static_cast<unsigned long long>(p.ring_changes), p.detail.c_str(), p.detail.empty() ? "" : "; ",
+        p.cpu_s);
     ok = ok && p.converged;
   }
   if (!report.phases.empty() && report.phases.size() < 4) {
