@@ -12,8 +12,11 @@
 #include <algorithm>
 #include <boost/unordered/unordered_flat_set.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <limits>
+#include <map>
+#include <thread>
 
 #include "storage/key_codec.h"
 #include "storage/state_codec.h"
@@ -199,8 +202,12 @@ void DurableStore::FlusherLoop() {
 
 bool DurableStore::FlushOnce() {
   std::lock_guard flush_lock(flush_mutex_);
+  const auto started = std::chrono::steady_clock::now();
   std::vector<DirtyRecord> batch = memory_->CollectDirty();
-  if (batch.empty()) return true;
+  if (batch.empty()) {
+    last_flush_success_ns_.store(WallNow(), std::memory_order_relaxed);
+    return true;
+  }
   // Sorted by row key (deletes before puts of the same key, so a state recreated after a delete
   // wins): RocksDB inserts a sorted batch into its memtable skiplist far faster than a random one.
   std::vector<std::pair<std::string, const DirtyRecord*>> rows;
@@ -222,23 +229,83 @@ bool DurableStore::FlushOnce() {
       ++puts;
     }
   }
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = !options_.rocksdb.use_wal;
-  write_options.sync = options_.rocksdb.sync;
-  rocksdb::Status status = fail_writes_.load() ? rocksdb::Status::IOError("TEST_FailWrites: injected failure")
-                                               : db_->Write(write_options, &writes);
+  rocksdb::Status status = WriteRows(&writes);
+  const auto took = [started] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)
+        .count();
+  };
   if (!status.ok()) {
     write_errors_.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("storage: writing {} dirty states to RocksDB failed ({}); serving from memory, retrying",
                   batch.size(), status.ToString());
     memory_->AckFlushed(batch, false);
+    ObserveFlush(took());
     return false;
   }
   memory_->AckFlushed(batch, true);
+  ObserveFlush(took());
   flushes_.fetch_add(1, std::memory_order_relaxed);
   flushed_states_.fetch_add(puts, std::memory_order_relaxed);
   deleted_rows_.fetch_add(deletes, std::memory_order_relaxed);
+  last_flush_success_ns_.store(WallNow(), std::memory_order_relaxed);
   return true;
+}
+
+rocksdb::Status DurableStore::WriteRows(rocksdb::WriteBatch* writes) {
+  if (const int64_t delay = write_delay_ns_.load(); delay > 0) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(delay));
+  }
+  if (fail_writes_.load()) return rocksdb::Status::IOError("TEST_FailWrites: injected failure");
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = !options_.rocksdb.use_wal;
+  write_options.sync = options_.rocksdb.sync;
+  return db_->Write(write_options, writes);
+}
+
+void DurableStore::ObserveFlush(int64_t ns) {
+  ns = std::max<int64_t>(0, ns);
+  const auto bucket = static_cast<size_t>(std::lower_bound(kFlushBoundsNs.begin(), kFlushBoundsNs.end(), ns) -
+                                          kFlushBoundsNs.begin());
+  flush_buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
+  flush_sum_ns_.fetch_add(ns, std::memory_order_relaxed);
+  flush_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+RocksDbFigures DurableStore::ReadRocksDbFigures() const {
+  RocksDbFigures f;
+  if (db_ == nullptr) return f;
+  using Properties = rocksdb::DB::Properties;
+  const auto read = [this](const std::string& property, int64_t* out) {
+    uint64_t value = 0;
+    if (db_->GetIntProperty(property, &value)) *out = static_cast<int64_t>(value);
+  };
+  read(Properties::kEstimatePendingCompactionBytes, &f.pending_compaction_bytes);
+  read(Properties::kNumRunningCompactions, &f.running_compactions);
+  read(Properties::kIsWriteStopped, &f.write_stopped);
+  read(Properties::kActualDelayedWriteRate, &f.delayed_write_rate);
+  read(Properties::kLiveSstFilesSize, &f.live_sst_bytes);
+  read(Properties::kCurSizeAllMemTables, &f.memtable_bytes);
+  read(Properties::kEstimateNumKeys, &f.estimated_keys);
+  read(Properties::kBackgroundErrors, &f.background_errors);
+  // Figures RocksDB gives only in its stats maps, as decimal text.
+  const auto from_map = [](const std::map<std::string, std::string>& map, const char* key, int64_t* out) {
+    auto it = map.find(key);
+    if (it == map.end()) return;
+    char* end = nullptr;
+    const double value = std::strtod(it->second.c_str(), &end);
+    if (end != it->second.c_str()) *out = static_cast<int64_t>(value);
+  };
+  std::map<std::string, std::string> map;
+  if (db_->GetMapProperty(Properties::kDBStats, &map)) {
+    from_map(map, "db.user_bytes_written", &f.user_bytes_written);
+    from_map(map, "db.wal_bytes_written", &f.wal_bytes_written);
+  }
+  map.clear();
+  if (db_->GetMapProperty(Properties::kCFStats, &map)) {
+    from_map(map, "io_stalls.total_slowdown", &f.stall_slowdowns);
+    from_map(map, "io_stalls.total_stop", &f.stall_stops);
+  }
+  return f;
 }
 
 void DurableStore::Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
@@ -341,6 +408,13 @@ DurabilityStats DurableStore::Durability() const {
   stats.loads = loads_.load(std::memory_order_relaxed);
   stats.load_errors = load_errors_.load(std::memory_order_relaxed);
   stats.dirty = memory_->DirtyCount();
+  for (size_t b = 0; b < flush_buckets_.size(); ++b) {
+    stats.flush_buckets[b] = flush_buckets_[b].load(std::memory_order_relaxed);
+  }
+  stats.flush_sum_ns = flush_sum_ns_.load(std::memory_order_relaxed);
+  stats.flush_count = flush_count_.load(std::memory_order_relaxed);
+  stats.last_flush_success_unix_ns = last_flush_success_ns_.load(std::memory_order_relaxed);
+  stats.rocksdb = ReadRocksDbFigures();
   return stats;
 }
 

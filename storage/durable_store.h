@@ -13,7 +13,9 @@
 #ifndef RINGLIMIT_STORAGE_DURABLE_STORE_H_
 #define RINGLIMIT_STORAGE_DURABLE_STORE_H_
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -24,7 +26,9 @@
 
 namespace rocksdb {
 class DB;
-}
+class Status;
+class WriteBatch;
+}  // namespace rocksdb
 
 namespace ringlimit::storage {
 
@@ -57,6 +61,8 @@ class DurableStore final : public Store {
 
   // Test hook: while set, every batch write fails as if the disk were full.
   void TEST_FailWrites(bool fail) { fail_writes_.store(fail); }
+  // Test hook: every batch write takes `delay` longer, as on a slow disk (0: off).
+  void TEST_DelayWrites(std::chrono::nanoseconds delay) { write_delay_ns_.store(delay.count()); }
   // Test hook: flushes the memtable and compacts the whole key range (runs the expiry filter).
   void TEST_CompactAll();
   // Test hook: the memory tier (to set its scan hook). Valid until Close.
@@ -67,6 +73,10 @@ class DurableStore final : public Store {
   DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db);
   void FlusherLoop();
   bool FlushOnce();  // true when nothing is left dirty or the batch was written
+  // Writes one batch (through the test hooks).
+  rocksdb::Status WriteRows(rocksdb::WriteBatch* writes);
+  void ObserveFlush(int64_t ns);
+  [[nodiscard]] RocksDbFigures ReadRocksDbFigures() const;
 
   // Constant after construction.
   const StorageOptions options_;
@@ -82,6 +92,12 @@ class DurableStore final : public Store {
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> load_errors_{0};
   std::atomic<bool> fail_writes_{false};
+  std::atomic<int64_t> write_delay_ns_{0};
+  // Flush passes that wrote something: durations per kFlushBoundsNs bucket (+Inf last), sum, count.
+  std::array<std::atomic<uint64_t>, kFlushBoundsNs.size() + 1> flush_buckets_{};
+  std::atomic<int64_t> flush_sum_ns_{0};
+  std::atomic<uint64_t> flush_count_{0};
+  std::atomic<int64_t> last_flush_success_ns_{0};  // Unix ns; see DurabilityStats
 
   std::mutex flush_mutex_;  // serialises FlushOnce (the flusher thread and Flush/Close)
 

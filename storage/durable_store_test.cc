@@ -249,6 +249,60 @@ TEST_F(DurableStoreTest, DirtyStatesAreNotEvictedAndFailedWritesAreRetried) {
     EXPECT_EQ(Charge(*store, "k" + std::to_string(i), spec, t0, 0).remaining, 7u) << i;
 }
 
+// What /metrics shows of write-back: a slow flush lands in the duration histogram's upper buckets, a
+// failed one counts an error and leaves the last success time where it was, and RocksDB's own figures
+// (bytes written) are read from its properties.
+TEST_F(DurableStoreTest, FlushFiguresShowSlowAndFailedFlushes) {
+  auto store = Open();
+  const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  auto bucket_of = [](int64_t ns) {
+    return static_cast<size_t>(std::lower_bound(kFlushBoundsNs.begin(), kFlushBoundsNs.end(), ns) -
+                               kFlushBoundsNs.begin());
+  };
+
+  store->Flush();  // nothing dirty: a success that took no histogram sample
+  DurabilityStats stats = store->Durability();
+  EXPECT_EQ(stats.flush_count, 0u);
+  const int64_t first_success = stats.last_flush_success_unix_ns;
+  EXPECT_GT(first_success, 0);
+
+  Charge(*store, "fast", spec, Now());
+  store->Flush();
+  stats = store->Durability();
+  EXPECT_EQ(stats.flush_count, 1u);
+  EXPECT_GE(stats.last_flush_success_unix_ns, first_success);
+  EXPECT_GT(stats.rocksdb.user_bytes_written, 0);
+  EXPECT_GT(stats.rocksdb.wal_bytes_written, 0);
+  EXPECT_EQ(stats.rocksdb.write_stopped, 0);
+  EXPECT_EQ(stats.rocksdb.stall_stops, 0);
+  EXPECT_GE(stats.rocksdb.pending_compaction_bytes, 0);
+
+  store->TEST_DelayWrites(std::chrono::milliseconds(300));  // a disk that takes 300 ms per batch
+  Charge(*store, "slow", spec, Now());
+  store->Flush();
+  stats = store->Durability();
+  EXPECT_EQ(stats.flush_count, 2u);
+  EXPECT_EQ(stats.flush_buckets[bucket_of(250'000'000) + 1], 1u) << "one pass between 250 ms and 1 s";
+  EXPECT_GE(stats.flush_sum_ns, 300'000'000);
+  store->TEST_DelayWrites(std::chrono::nanoseconds(0));
+
+  const int64_t last_good = stats.last_flush_success_unix_ns;
+  store->TEST_FailWrites(true);
+  Charge(*store, "failed", spec, Now());
+  store->Flush();
+  store->Flush();
+  stats = store->Durability();
+  EXPECT_EQ(stats.write_errors, 2u);
+  EXPECT_EQ(stats.flush_count, 4u);  // failed passes are timed too
+  EXPECT_EQ(stats.dirty, 1u);
+  EXPECT_EQ(stats.last_flush_success_unix_ns, last_good);
+  store->TEST_FailWrites(false);
+  store->Flush();
+  stats = store->Durability();
+  EXPECT_EQ(stats.dirty, 0u);
+  EXPECT_GT(stats.last_flush_success_unix_ns, last_good);
+}
+
 TEST_F(DurableStoreTest, ScanTokenRangeSeesMemoryAndDisk) {
   options_.max_keys = 10;
   options_.shards = 1;

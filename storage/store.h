@@ -10,6 +10,7 @@
 #ifndef RINGLIMIT_STORAGE_STORE_H_
 #define RINGLIMIT_STORAGE_STORE_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,6 +49,30 @@ struct EntityState {
   StoredState state;
 };
 
+// Upper bounds of the flush duration histogram's buckets (DurabilityStats::flush_buckets), in
+// nanoseconds; the +Inf bucket is implicit. From 100 us (a small batch on a fast disk) to 10 s (a disk
+// that has stopped answering).
+inline constexpr std::array<int64_t, 12> kFlushBoundsNs = {
+    100'000,    250'000,    500'000,     1'000'000,   2'500'000,     5'000'000,
+    10'000'000, 25'000'000, 100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
+
+// RocksDB's own figures, read from its DB properties when the stats are taken (never on the request
+// path). Each is -1 when RocksDB did not answer it.
+struct RocksDbFigures {
+  int64_t user_bytes_written = -1;        // bytes of keys and values written by this process (counter)
+  int64_t wal_bytes_written = -1;         // bytes written to the write-ahead log by this process (counter)
+  int64_t pending_compaction_bytes = -1;  // estimated bytes compaction must rewrite to settle (gauge)
+  int64_t running_compactions = -1;       // (gauge)
+  int64_t stall_slowdowns = -1;           // write slowdowns since open (counter)
+  int64_t stall_stops = -1;               // write stops since open (counter)
+  int64_t write_stopped = -1;             // 1 while writes are stopped (gauge)
+  int64_t delayed_write_rate = -1;        // bytes/s writes are held to while slowed down, 0 if not (gauge)
+  int64_t live_sst_bytes = -1;            // size of the live SST files (gauge)
+  int64_t memtable_bytes = -1;            // size of the memtables (gauge)
+  int64_t estimated_keys = -1;            // rows, estimated (gauge)
+  int64_t background_errors = -1;         // background errors since open (counter)
+};
+
 // Counters of the persistent tier (all zero for a memory-only store).
 struct DurabilityStats {
   bool persistent = false;      // false: memory-only, nothing survives a restart
@@ -58,6 +83,15 @@ struct DurabilityStats {
   uint64_t loads = 0;           // states loaded from disk on a memory miss
   uint64_t load_errors = 0;     // failed disk reads (served as if absent, logged)
   uint64_t dirty = 0;           // states changed in memory and not yet on disk (gauge)
+  // Flush passes that had something to write, successful or not: how long each took, from collecting
+  // the dirty states to acknowledging them (kFlushBoundsNs, then +Inf; per bucket, not cumulative).
+  std::array<uint64_t, kFlushBoundsNs.size() + 1> flush_buckets{};
+  int64_t flush_sum_ns = 0;
+  uint64_t flush_count = 0;
+  // Unix time (ns) at the end of the last flush pass that left nothing unwritten (a pass with nothing
+  // dirty counts: nothing waits); 0 before the first.
+  int64_t last_flush_success_unix_ns = 0;
+  RocksDbFigures rocksdb;
 };
 
 class Store : public StateStore {

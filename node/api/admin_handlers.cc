@@ -134,7 +134,7 @@ HttpResponse HandleReadyz(const ApiContext& context) {
 HttpResponse HandleMetrics(const ApiContext& context) {
   std::string text = context.metrics.Render(context.store.Stats());
   if (context.cluster != nullptr) context.cluster->AppendMetrics(&text);
-  if (context.transport_metrics) context.transport_metrics(&text);
+  if (context.node_metrics) context.node_metrics(&text);
   AppendProcessMetrics(&text);
   return Text(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
 }

@@ -43,9 +43,9 @@ struct ApiContext {
   // Set once before serving (ApiHandler::SetCluster); null without a cluster: every key is local.
   CheckRouter* router = nullptr;
   ClusterInfo* cluster = nullptr;
-  // Set once before serving (ApiHandler::SetTransportMetrics): appends the transport's metrics (open
-  // connections). Empty: none.
-  std::function<void(std::string*)> transport_metrics;
+  // Set once before serving (ApiHandler::SetNodeMetrics): appends the metrics of the node's parts beyond
+  // the API (open connections, the write-back tier). Empty: none.
+  std::function<void(std::string*)> node_metrics;
 };
 
 }  // namespace ringlimit::node

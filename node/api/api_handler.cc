@@ -220,8 +220,8 @@ ApiHandler::ApiHandler(storage::StateStore& store, Clock clock, Policies& polici
 
 ApiHandler::~ApiHandler() = default;
 
-void ApiHandler::SetTransportMetrics(std::function<void(std::string*)> append) {
-  context_->transport_metrics = std::move(append);
+void ApiHandler::SetNodeMetrics(std::function<void(std::string*)> append) {
+  context_->node_metrics = std::move(append);
 }
 
 void ApiHandler::SetReady(bool ready) { context_->ready.store(ready, std::memory_order_release); }

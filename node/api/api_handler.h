@@ -116,8 +116,9 @@ class ApiHandler final : public RequestHandler {
   // /v1/cluster, /v1/ring and /v1/cluster/leave are served from `cluster`, and /readyz also requires
   // cluster->ready(). REQUIRES: called once, before the first Handle. Either may be null.
   void SetCluster(CheckRouter* router, ClusterInfo* cluster);
-  // What GET /metrics appends for the transport (open connections). Call before serving.
-  void SetTransportMetrics(std::function<void(std::string*)> append);
+  // What GET /metrics appends for the node's parts beyond the API (transport, storage). Call before
+  // serving.
+  void SetNodeMetrics(std::function<void(std::string*)> append);
 
   // The owner's side of a forwarded batch (peer.ForwardCheckRequest, serialized): decides every check
   // here and returns the serialized peer.ForwardCheckResponse, or nullopt when `payload` does not parse.

@@ -33,6 +33,107 @@ void AppendSeconds(std::string* out, int64_t ns) {
 
 }  // namespace
 
+void AppendFamilyHeader(std::string* out, std::string_view name, std::string_view type,
+                        std::string_view help) {
+  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ").append(name);
+  out->append(" ").append(type).push_back('\n');
+}
+
+namespace {
+
+void AppendSampleStart(std::string* out, std::string_view name, std::string_view labels) {
+  out->append(name);
+  if (!labels.empty()) out->append("{").append(labels).append("}");
+  out->push_back(' ');
+}
+
+}  // namespace
+
+void AppendSample(std::string* out, std::string_view name, std::string_view labels, int64_t value) {
+  AppendSampleStart(out, name, labels);
+  out->append(std::to_string(value)).push_back('\n');
+}
+
+void AppendSample(std::string* out, std::string_view name, std::string_view labels, double value) {
+  AppendSampleStart(out, name, labels);
+  char buf[32];
+  const int n = snprintf(buf, sizeof buf, "%.17g", value);
+  out->append(buf, static_cast<size_t>(n)).push_back('\n');
+}
+
+void AppendStorageMetrics(std::string* out, const storage::DurabilityStats& stats) {
+  AppendFamilyHeader(out, "ringlimit_storage_persistent", "gauge",
+                     "1 when counters are written back to RocksDB (--data-dir), 0 when memory-only.");
+  AppendSample(out, "ringlimit_storage_persistent", "", int64_t{stats.persistent ? 1 : 0});
+  if (!stats.persistent) return;
+  const auto counter = [out](std::string_view name, std::string_view help, uint64_t value) {
+    AppendFamilyHeader(out, name, "counter", help);
+    AppendSample(out, name, "", static_cast<int64_t>(value));
+  };
+  AppendFamilyHeader(out, "ringlimit_storage_dirty_keys", "gauge",
+                     "States changed in memory and not yet written to RocksDB.");
+  AppendSample(out, "ringlimit_storage_dirty_keys", "", static_cast<int64_t>(stats.dirty));
+  counter("ringlimit_storage_flushes_total", "Batches of dirty states written to RocksDB.", stats.flushes);
+  counter("ringlimit_storage_flush_errors_total",
+          "Batch writes to RocksDB that failed (the states stay dirty and are retried at the next flush).",
+          stats.write_errors);
+  counter("ringlimit_storage_written_states_total", "States written to RocksDB by successful batches.",
+          stats.flushed_states);
+  counter("ringlimit_storage_deleted_rows_total", "RocksDB rows deleted (idle or erased states).",
+          stats.deleted_rows);
+  counter("ringlimit_storage_loads_total", "States read back from RocksDB on a memory miss.", stats.loads);
+  counter("ringlimit_storage_load_errors_total", "Failed reads from RocksDB (the state served as new).",
+          stats.load_errors);
+  AppendFamilyHeader(out, "ringlimit_storage_flush_duration_seconds", "histogram",
+                     "Time a flush pass with something to write took, from collecting the dirty states to "
+                     "their acknowledgement (failed passes included).");
+  AppendHistogramSeries(out, "ringlimit_storage_flush_duration_seconds", "", storage::kFlushBoundsNs,
+                        stats.flush_buckets, stats.flush_sum_ns, stats.flush_count);
+  AppendFamilyHeader(out, "ringlimit_storage_last_flush_success_timestamp_seconds", "gauge",
+                     "Unix time the last flush pass ended with nothing left unwritten (0: none yet).");
+  AppendSample(out, "ringlimit_storage_last_flush_success_timestamp_seconds", "",
+               static_cast<double>(stats.last_flush_success_unix_ns) / 1e9);
+  // RocksDB's figures; one it did not answer is left out.
+  struct Figure {
+    std::string_view name, type, help;
+    int64_t value;
+  };
+  const storage::RocksDbFigures& r = stats.rocksdb;
+  const Figure figures[] = {
+      {"ringlimit_rocksdb_user_bytes_written_total", "counter",
+       "Bytes of keys and values written to RocksDB since the node started.", r.user_bytes_written},
+      {"ringlimit_rocksdb_wal_bytes_written_total", "counter",
+       "Bytes written to RocksDB's write-ahead log since the node started.", r.wal_bytes_written},
+      {"ringlimit_rocksdb_pending_compaction_bytes", "gauge",
+       "Bytes RocksDB estimates compaction must rewrite; growing without bound means compaction lags the "
+       "writes (RocksDB then slows, and finally stops, writes).",
+       r.pending_compaction_bytes},
+      {"ringlimit_rocksdb_running_compactions", "gauge", "Compactions running now.", r.running_compactions},
+      {"ringlimit_rocksdb_write_stall_slowdowns_total", "counter",
+       "Times RocksDB slowed writes down since the node started (too many memtables, L0 files or pending "
+       "compaction bytes).",
+       r.stall_slowdowns},
+      {"ringlimit_rocksdb_write_stall_stops_total", "counter",
+       "Times RocksDB stopped writes since the node started.", r.stall_stops},
+      {"ringlimit_rocksdb_write_stopped", "gauge", "1 while RocksDB stops writes.", r.write_stopped},
+      {"ringlimit_rocksdb_delayed_write_rate_bytes", "gauge",
+       "Bytes per second RocksDB holds writes to while it slows them down (0: not slowed).",
+       r.delayed_write_rate},
+      {"ringlimit_rocksdb_live_sst_bytes", "gauge", "Size of RocksDB's live SST files.", r.live_sst_bytes},
+      {"ringlimit_rocksdb_memtable_bytes", "gauge", "Size of RocksDB's memtables.", r.memtable_bytes},
+      {"ringlimit_rocksdb_estimated_keys", "gauge", "Rows in RocksDB, as RocksDB estimates them.",
+       r.estimated_keys},
+      {"ringlimit_rocksdb_background_errors_total", "counter",
+       "Errors of RocksDB's background work (flushes, compactions) since the node started.",
+       r.background_errors},
+  };
+  for (const Figure& f : figures) {
+    if (f.value < 0) continue;
+    AppendFamilyHeader(out, f.name, f.type, f.help);
+    AppendSample(out, f.name, "", f.value);
+  }
+}
+
 void DurationHistogram::Observe(std::chrono::nanoseconds latency) {
   const int64_t ns = std::max<int64_t>(0, latency.count());
   const auto bucket = static_cast<size_t>(
@@ -171,6 +272,72 @@ DecisionCounters* Metrics::ForPolicy(std::string_view policy) {
   return counters;
 }
 
+std::string_view ConfigFileName(ConfigFile file) {
+  switch (file) {
+    case ConfigFile::kPolicies:
+      return "policies";
+    case ConfigFile::kRlsConfig:
+      return "rls_config";
+    case ConfigFile::kCount:
+      break;
+  }
+  return "other";
+}
+
+void Metrics::CountConfigReload(ConfigFile file, bool ok, int64_t unix_ns) {
+  const auto f = static_cast<size_t>(file);
+  if (f >= kConfigFiles) return;
+  config_reloads_[f * 2 + (ok ? 1 : 0)].fetch_add(1, std::memory_order_relaxed);
+  config_last_ok_[f].store(ok, std::memory_order_relaxed);
+  if (ok) config_last_success_ns_[f].store(unix_ns, std::memory_order_relaxed);
+}
+
+uint64_t Metrics::TEST_ConfigReloads(ConfigFile file, bool ok) const {
+  return config_reloads_[static_cast<size_t>(file) * 2 + (ok ? 1 : 0)].load(std::memory_order_relaxed);
+}
+
+void Metrics::AppendConfigReloads(std::string* out) const {
+  AppendFamilyHeader(out, "ringlimit_config_reloads_total", "counter",
+                     "Loads of a configuration file (at start, on SIGHUP, --rls-config also when it changes) "
+                     "by file and result; a failed one keeps the previous content in force.");
+  std::string labels;
+  const auto file_labels = [&labels](size_t f) {
+    labels = "file=\"";
+    labels.append(ConfigFileName(static_cast<ConfigFile>(f))).push_back('"');
+    return std::string_view(labels);
+  };
+  const auto loaded = [this](size_t f) {
+    return config_reloads_[f * 2].load(std::memory_order_relaxed) +
+               config_reloads_[f * 2 + 1].load(std::memory_order_relaxed) >
+           0;
+  };
+  for (size_t f = 0; f < kConfigFiles; ++f) {
+    if (!loaded(f)) continue;
+    for (int ok = 1; ok >= 0; --ok) {
+      file_labels(f);
+      labels.append(ok ? ",result=\"success\"" : ",result=\"failure\"");
+      AppendSample(out, "ringlimit_config_reloads_total", labels,
+                   static_cast<int64_t>(
+                       config_reloads_[f * 2 + static_cast<size_t>(ok)].load(std::memory_order_relaxed)));
+    }
+  }
+  AppendFamilyHeader(out, "ringlimit_config_last_reload_success_timestamp_seconds", "gauge",
+                     "Unix time the file was last loaded successfully.");
+  for (size_t f = 0; f < kConfigFiles; ++f) {
+    if (!loaded(f)) continue;
+    AppendSample(out, "ringlimit_config_last_reload_success_timestamp_seconds", file_labels(f),
+                 static_cast<double>(config_last_success_ns_[f].load(std::memory_order_relaxed)) / 1e9);
+  }
+  AppendFamilyHeader(out, "ringlimit_config_last_reload_successful", "gauge",
+                     "1 when the file's last load succeeded, 0 when it was refused (the previous content "
+                     "is in force).");
+  for (size_t f = 0; f < kConfigFiles; ++f) {
+    if (!loaded(f)) continue;
+    AppendSample(out, "ringlimit_config_last_reload_successful", file_labels(f),
+                 int64_t{config_last_ok_[f].load(std::memory_order_relaxed) ? 1 : 0});
+  }
+}
+
 std::string_view GrpcMethodName(GrpcMethod method) {
   switch (method) {
     case GrpcMethod::kShouldRateLimit:
@@ -296,6 +463,8 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       }
     }
   }
+
+  AppendConfigReloads(&out);
 
   out.append(
       "# HELP ringlimit_request_duration_seconds Time from a complete request to its response.\n"

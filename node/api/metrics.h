@@ -22,6 +22,7 @@
 
 #include "ring/published.h"
 #include "storage/state_store.h"
+#include "storage/store.h"
 
 namespace ringlimit::node {
 
@@ -69,6 +70,15 @@ enum class GrpcResult : uint8_t {
 };
 [[nodiscard]] std::string_view GrpcResultName(GrpcResult result);
 
+// The files a node reads at start and reloads (SIGHUP; --rls-config also when it changes), as counted in
+// ringlimit_config_reloads_total{file=...}.
+enum class ConfigFile : uint8_t {
+  kPolicies,   // --policies
+  kRlsConfig,  // --rls-config
+  kCount,
+};
+[[nodiscard]] std::string_view ConfigFileName(ConfigFile file);
+
 // Upper bounds of every latency histogram's buckets, in nanoseconds (the +Inf bucket is implicit).
 inline constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
     25'000,    50'000,     100'000,    250'000,     500'000,     1'000'000,     2'500'000,
@@ -80,6 +90,17 @@ inline constexpr std::array<int64_t, 14> kLatencyBoundsNs = {
 void AppendHistogramSeries(std::string* out, std::string_view name, std::string_view labels,
                            std::span<const int64_t> bounds_ns, std::span<const uint64_t> buckets,
                            int64_t sum_ns, uint64_t count);
+
+// Appends `# HELP name help` and `# TYPE name type` (`type`: counter, gauge, histogram).
+void AppendFamilyHeader(std::string* out, std::string_view name, std::string_view type,
+                        std::string_view help);
+// Appends one sample line, `name{labels} value` (`labels` "" or `key="value",...`).
+void AppendSample(std::string* out, std::string_view name, std::string_view labels, int64_t value);
+void AppendSample(std::string* out, std::string_view name, std::string_view labels, double value);
+
+// Appends the write-back tier's families (ringlimit_storage_*, ringlimit_rocksdb_*) from `stats`; for a
+// memory-only store only ringlimit_storage_persistent 0.
+void AppendStorageMetrics(std::string* out, const storage::DurabilityStats& stats);
 
 // A latency histogram over kLatencyBoundsNs, safe for concurrent use (relaxed atomics).
 class DurationHistogram {
@@ -130,6 +151,10 @@ class Metrics {
   // One gRPC call of `method` ended with `result` after `latency`.
   void CountGrpc(GrpcMethod method, GrpcResult result, std::chrono::nanoseconds latency);
 
+  // A load of `file` ended, at Unix time `unix_ns`: `ok`, or refused (the previous content stays in
+  // force). Files never loaded (no such flag) have no series.
+  void CountConfigReload(ConfigFile file, bool ok, int64_t unix_ns);
+
   // The counters of `policy` ("" = inline limits). The pointer stays valid for the Metrics' life.
   [[nodiscard]] DecisionCounters* ForPolicy(std::string_view policy);
 
@@ -151,9 +176,12 @@ class Metrics {
   // Test hooks.
   [[nodiscard]] uint64_t TEST_Requests(Endpoint endpoint, unsigned status) const;
   [[nodiscard]] uint64_t TEST_Grpc(GrpcMethod method, GrpcResult result) const;
+  [[nodiscard]] uint64_t TEST_ConfigReloads(ConfigFile file, bool ok) const;
 
  private:
   static constexpr unsigned kStatuses = 600;
+
+  void AppendConfigReloads(std::string* out) const;
 
   // Constant after construction (the arrays themselves; their elements are atomics).
   std::unique_ptr<std::atomic<uint64_t>[]> requests_;  // [endpoint * kStatuses + status]
@@ -163,6 +191,10 @@ class Metrics {
              static_cast<size_t>(GrpcMethod::kCount) * static_cast<size_t>(GrpcResult::kCount)>
       grpc_requests_{};
   std::array<DurationHistogram, static_cast<size_t>(GrpcMethod::kCount)> grpc_latency_;
+  static constexpr size_t kConfigFiles = static_cast<size_t>(ConfigFile::kCount);
+  std::array<std::atomic<uint64_t>, kConfigFiles * 2> config_reloads_{};  // [file * 2 + ok]
+  std::array<std::atomic<int64_t>, kConfigFiles> config_last_success_ns_{};
+  std::array<std::atomic<bool>, kConfigFiles> config_last_ok_{};
 
   // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
   // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache

@@ -108,11 +108,11 @@ boost::system::result<void, std::string> Node::Start() {
   Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options_.storage);
   if (!opened.ok()) return "storage: " + opened.status().message();
   parts_ = std::make_unique<Parts>(options_, std::move(opened).value());
-  if (Status loaded = parts_->policies.Reload(); !loaded.ok()) {
+  if (Status loaded = Reload(ConfigFile::kPolicies); !loaded.ok()) {
     parts_.reset();
     return "policies " + options_.policies_path + ": " + loaded.message();
   }
-  if (Status loaded = parts_->rls_config.Reload(); !loaded.ok()) {
+  if (Status loaded = Reload(ConfigFile::kRlsConfig); !loaded.ok()) {
     parts_.reset();
     return "rls config: " + loaded.message();
   }
@@ -126,7 +126,16 @@ boost::system::result<void, std::string> Node::Start() {
     parts_.reset();
     return *error;
   }
-  parts_->handler.SetTransportMetrics([server = &parts_->server](std::string* out) {
+  parts_->handler.SetNodeMetrics([server = &parts_->server, store = parts_->store.get(),
+                                  limits = options_.storage](std::string* out) {
+    AppendStorageMetrics(out, store->Durability());
+    AppendFamilyHeader(out, "ringlimit_max_memory_bytes", "gauge",
+                       "--max-memory: the most memory the states may take (0: unbounded); compare "
+                       "ringlimit_state_bytes.");
+    AppendSample(out, "ringlimit_max_memory_bytes", "", static_cast<int64_t>(limits.max_bytes));
+    AppendFamilyHeader(out, "ringlimit_max_keys", "gauge",
+                       "--max-keys: the most states held in memory (0: unbounded); compare ringlimit_keys.");
+    AppendSample(out, "ringlimit_max_keys", "", static_cast<int64_t>(limits.max_keys));
     out->append(
         "# HELP ringlimit_http_connections Open HTTP connections.\n# TYPE ringlimit_http_connections gauge\n"
         "ringlimit_http_connections ");
@@ -199,12 +208,24 @@ void Node::Stop() {
 
 Status Node::ReloadPolicies() {
   if (!parts_) return Status::Unavailable("the node is not started");
-  return parts_->policies.Reload();
+  return Reload(ConfigFile::kPolicies);
 }
 
 Status Node::ReloadRlsConfig() {
   if (!parts_) return Status::Unavailable("the node is not started");
-  return parts_->rls_config.Reload();
+  return Reload(ConfigFile::kRlsConfig);
+}
+
+Status Node::Reload(ConfigFile file) {
+  const bool policies = file == ConfigFile::kPolicies;
+  const std::string& path = policies ? options_.policies_path : options_.rls_config_path;
+  Status status = policies ? parts_->policies.Reload() : parts_->rls_config.Reload();
+  if (!path.empty()) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    parts_->metrics.CountConfigReload(file, status.ok(),
+                                      std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  }
+  return status;
 }
 
 uint16_t Node::grpc_port() const { return parts_ && parts_->grpc ? parts_->grpc->port() : 0; }

@@ -25,6 +25,7 @@
 
 #include "limiter/status.h"
 #include "node/api/api_handler.h"
+#include "node/api/metrics.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
@@ -150,6 +151,8 @@ class Node {
 
   // Builds and starts the cluster parts and joins them to the API handler; a message on failure.
   std::optional<std::string> StartCluster();
+  // Rereads `file` and counts the outcome in the metrics (when the node has such a file).
+  [[nodiscard]] Status Reload(ConfigFile file);
 
   const NodeOptions options_;
   std::unique_ptr<Parts> parts_;

@@ -71,10 +71,26 @@ TEST_F(NodeLifecycleTest, SighupReloadsPoliciesAndKeepsStates) {
   ASSERT_TRUE(node);
   HttpClient client(node->http_port());
   for (int i = 0; i < 2; ++i) ASSERT_EQ(client.Get("/v1/check?key=k&policy=api")->result_int(), 200);
+  // The load at start counts as a successful one; a node without --rls-config has no series for it.
+  const std::string reloads = R"(ringlimit_config_reloads_total{file="policies",result=)";
+  const std::string loaded_at = R"(ringlimit_config_last_reload_success_timestamp_seconds{file="policies"})";
+  const std::string last_ok = R"(ringlimit_config_last_reload_successful{file="policies"})";
+  EXPECT_EQ(MetricValue(client, reloads + R"("success"})"), 1.);
+  EXPECT_EQ(MetricValue(client, reloads + R"("failure"})"), 0.);
+  EXPECT_EQ(MetricValue(client, last_ok), 1.);
+  EXPECT_EQ(MetricValue(client, R"(ringlimit_config_reloads_total{file="rls_config",result="success"})"),
+            std::nullopt);
+  const std::optional<double> started_at = MetricValue(client, loaded_at);
+  ASSERT_TRUE(started_at.has_value());
+  EXPECT_NEAR(*started_at, static_cast<double>(time(nullptr)), 60.);
 
   ASSERT_TRUE(WriteFile(policies, Policies(5)));
   ASSERT_TRUE(node->Signal(SIGHUP));
   ASSERT_TRUE(Eventually([&] { return CountInLog(*node, "policies reloaded") == 1; })) << node->Log();
+  EXPECT_EQ(MetricValue(client, reloads + R"("success"})"), 2.);
+  const std::optional<double> reloaded_at = MetricValue(client, loaded_at);
+  ASSERT_TRUE(reloaded_at.has_value());
+  EXPECT_GT(*reloaded_at, *started_at);
   auto after = client.Get("/v1/check?key=k&policy=api");
   ASSERT_TRUE(after);
   EXPECT_EQ(after->result_int(), 200);
@@ -89,6 +105,12 @@ TEST_F(NodeLifecycleTest, SighupReloadsPoliciesAndKeepsStates) {
   ASSERT_TRUE(still);
   EXPECT_EQ(Header(*still, "X-RateLimit-Limit"), "5");
   EXPECT_EQ(Header(*still, "X-RateLimit-Remaining"), "1");
+  // ... and an alert can see it: a failure counted, the last load not successful, the time of the last
+  // good one unchanged.
+  EXPECT_EQ(MetricValue(client, reloads + R"("failure"})"), 1.);
+  EXPECT_EQ(MetricValue(client, reloads + R"("success"})"), 2.);
+  EXPECT_EQ(MetricValue(client, last_ok), 0.);
+  EXPECT_EQ(MetricValue(client, loaded_at), reloaded_at);
 
   ASSERT_TRUE(node->Signal(SIGTERM));
   auto code = node->WaitExit();

@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tests/support/http_client.h"
@@ -37,6 +40,23 @@ inline std::string ErrorCode(const ClientResponse& response) {
 inline std::string Header(const ClientResponse& response, std::string_view name) {
   auto it = response.find(name);
   return it == response.end() ? "" : std::string(it->value());
+}
+
+// The value of the sample `series` (its whole name with labels as /metrics writes them, e.g.
+// `ringlimit_keys` or `ringlimit_config_reloads_total{file="policies",result="success"}`) in `client`'s
+// node's GET /metrics; nullopt when the series (or /metrics) is not there.
+inline std::optional<double> MetricValue(HttpClient& client, std::string_view series) {
+  auto response = client.Get("/metrics");
+  if (!response || response->result_int() != 200) return std::nullopt;
+  const std::string& text = response->body();
+  const std::string line_start = std::string(series) + " ";
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line(text.data() + at, end - at);
+    if (line.starts_with(line_start)) return std::stod(std::string(line.substr(line_start.size())));
+    at = end + 1;
+  }
+  return std::nullopt;
 }
 
 // Starts one ringlimitd per test with Args() (override to add flags).

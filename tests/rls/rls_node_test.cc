@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tests/cluster/cluster_harness.h"
+#include "tests/node/node_test_util.h"
 #include "tests/rls/rls_test_util.h"
 #include "tests/support/http_client.h"
 #include "tests/support/node_process.h"
@@ -382,6 +383,12 @@ TEST_F(RlsReloadTest, SighupReloadsTheConfigAndABadFileKeepsTheOldOne) {
   });
   ASSERT_TRUE(rejected) << rejected.error();
   EXPECT_EQ(LimitOf("c"), 9u);
+  // Counted for alerts: the load at start and the SIGHUP one succeeded, the last one failed.
+  HttpClient http(node_->http_port());
+  const std::string reloads = R"(ringlimit_config_reloads_total{file="rls_config",result=)";
+  EXPECT_EQ(MetricValue(http, reloads + R"("success"})"), 2.);
+  EXPECT_EQ(MetricValue(http, reloads + R"("failure"})"), 1.);
+  EXPECT_EQ(MetricValue(http, R"(ringlimit_config_last_reload_successful{file="rls_config"})"), 0.);
 }
 
 // No signal: the node notices the file changed -- rewritten in place, or replaced by a rename as editors
