@@ -50,6 +50,14 @@ DecisionCounters* CheckBatch::CountersFor(std::string_view policy) {
   return last_counters_;
 }
 
+DecisionCounters* CheckBatch::NameCountersFor(std::string_view name) {
+  if (last_name_counters_ == nullptr || name != last_name_) {
+    last_name_counters_ = context_.metrics.ForName(name);
+    last_name_ = name;
+  }
+  return last_name_counters_;
+}
+
 std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) {
   const std::string_view key = check.key();
   if (auto error = ValidateKey(key)) return error;
@@ -99,14 +107,19 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
                                  .spec = &stored,
                                  .cost = cost,
                                  .headroom_name = name,
-                                 .counters = CountersFor(""),
+                                 .counters = NameCountersFor(name),
                                  .reset = false,
                                  .origin = origin});
   return std::nullopt;
 }
 
 void CheckBatch::AddInline(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
-                           uint64_t cost, bool reset, size_t origin) {
+                           uint64_t cost, bool reset, size_t origin, DecisionCounters* counters) {
+  AddCounted(key, name, spec, cost, reset, origin, counters != nullptr ? counters : NameCountersFor(name));
+}
+
+void CheckBatch::AddCounted(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
+                            uint64_t cost, bool reset, size_t origin, DecisionCounters* counters) {
   const limiter::LimitSpec& stored = StoreSpec(spec);
   const std::string& owned_key = names_.emplace_front(key);
   const std::string& owned_name = names_.emplace_front(name);
@@ -115,18 +128,17 @@ void CheckBatch::AddInline(std::string_view key, std::string_view name, const li
                                  .spec = &stored,
                                  .cost = cost,
                                  .headroom_name = owned_name,
-                                 .counters = CountersFor(""),
+                                 .counters = counters,
                                  .reset = reset,
                                  .origin = origin});
 }
 
 void CheckBatch::AddResolved(std::string_view key, std::string_view name, const limiter::LimitSpec& spec,
                              uint64_t cost, double headroom, bool reset, size_t origin) {
-  AddInline(key, name, spec, cost, reset, origin);
+  AddCounted(key, name, spec, cost, reset, origin, /*counters=*/nullptr);
   PendingCheck& c = checks_.back();
   c.headroom = headroom;
   c.headroom_given = true;
-  c.counters = nullptr;
 }
 
 const limiter::LimitSpec& CheckBatch::StoreSpec(const limiter::LimitSpec& spec) {

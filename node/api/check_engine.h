@@ -48,12 +48,13 @@ struct PendingCheck {
   std::string_view state_name;
   const limiter::LimitSpec* spec = nullptr;
   uint64_t cost = 1;
-  double headroom = 0.;                  // dynamic mode: filled by Run from the Headroom signals
-  bool headroom_given = false;           // `headroom` was resolved by the forwarding node: keep it
-  std::string_view headroom_name;        // the name PUT /v1/headroom signals are looked up by
-  DecisionCounters* counters = nullptr;  // metrics of its policy; null: not counted (forwarded to us)
-  bool reset = false;                    // start from the initial state (Gubernator RESET_REMAINING)
-  size_t origin = 0;                     // index of the request item it came from
+  double headroom = 0.;            // dynamic mode: filled by Run from the Headroom signals
+  bool headroom_given = false;     // `headroom` was resolved by the forwarding node: keep it
+  std::string_view headroom_name;  // the name PUT /v1/headroom signals are looked up by
+  // Metrics of its policy, inline limit name or RLS rule; null: not counted (forwarded to us).
+  DecisionCounters* counters = nullptr;
+  bool reset = false;  // start from the initial state (Gubernator RESET_REMAINING)
+  size_t origin = 0;   // index of the request item it came from
 };
 
 // The checks of one request, with the storage their views need.
@@ -68,9 +69,10 @@ class CheckBatch {
   // the request. Errors: invalid key/name/fields, unknown policy.
   [[nodiscard]] std::optional<ApiError> Add(const api::Check& check, size_t origin);
 
-  // Adds an already-resolved inline limit (Gubernator). `spec` is copied.
+  // Adds an already-resolved inline limit (Gubernator, RLS). `spec` is copied. Counted in `counters`, or
+  // when null under its name (Metrics::ForName).
   void AddInline(std::string_view key, std::string_view name, const limiter::LimitSpec& spec, uint64_t cost,
-                 bool reset, size_t origin);
+                 bool reset, size_t origin, DecisionCounters* counters = nullptr);
 
   // Adds a limit resolved by another node (a forwarded check): spec, cost and headroom as given; not
   // counted in the per-policy metrics (the entry node counts it). `spec` is copied.
@@ -125,6 +127,9 @@ class CheckBatch {
   void MarkUnavailable(std::span<const size_t> group, std::string_view why);
   std::optional<ApiError> ValidateKey(std::string_view key) const;
   DecisionCounters* CountersFor(std::string_view policy);
+  DecisionCounters* NameCountersFor(std::string_view name);
+  void AddCounted(std::string_view key, std::string_view name, const limiter::LimitSpec& spec, uint64_t cost,
+                  bool reset, size_t origin, DecisionCounters* counters);
 
   // A batch lives for one request, most often of one check (GET /v1/check): its per-check vectors keep
   // one element inline and its node-based lists allocate nothing until used, so such a request costs no
@@ -159,8 +164,10 @@ class CheckBatch {
   bool all_allowed_ = true;
   std::optional<ApiError> unavailable_;
   PerCheck<uint8_t> unavailable_checks_;  // per check (RunRouted), 1: not decided
-  std::string_view last_policy_;          // metrics lookup cache
+  std::string_view last_policy_;          // metrics lookup caches: the last policy, the last inline name
   DecisionCounters* last_counters_ = nullptr;
+  std::string_view last_name_;
+  DecisionCounters* last_name_counters_ = nullptr;
 };
 
 // Batches run one after the other, for requests whose items are independent (Gubernator's items, Envoy's

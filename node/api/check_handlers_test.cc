@@ -171,7 +171,7 @@ TEST_F(CheckTest, ShadowModeAdmitsButReportsTheDenial) {
   EXPECT_TRUE(v.at("allowed").as_bool());
   EXPECT_TRUE(v.at("results").at(0).at("would_deny").as_bool());
   EXPECT_EQ(v.at("results").at(0).at("mode").as_string(), "shadow");
-  EXPECT_EQ(metrics_.ForPolicy("")->shadow_denied.load(), 1u);
+  EXPECT_EQ(metrics_.ForName("n")->shadow_denied.load(), 1u);
 }
 
 TEST(RateLimitHeadersTest, ManyLimitsAndEscapedNamesOutgrowTheInlineText) {

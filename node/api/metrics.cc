@@ -229,7 +229,10 @@ std::string_view EndpointName(Endpoint endpoint) {
   return "transport";
 }
 
-Metrics::Metrics() : requests_(new std::atomic<uint64_t>[kEndpoints * kStatuses]) {
+Metrics::Metrics(size_t max_metric_names)
+    : requests_(new std::atomic<uint64_t>[kEndpoints * kStatuses]),
+      names_(max_metric_names),
+      rls_rules_(max_metric_names) {
   for (size_t i = 0; i < kEndpoints * kStatuses; ++i) requests_[i].store(0, std::memory_order_relaxed);
 }
 
@@ -384,8 +387,67 @@ uint64_t Metrics::TEST_Grpc(GrpcMethod method, GrpcResult result) const {
       .load(std::memory_order_relaxed);
 }
 
+namespace {
+
+// Adds `from` into `into`.
+void AddCounters(const DecisionCounters& from, std::array<uint64_t, 3>* into) {
+  (*into)[0] += from.allowed.load(std::memory_order_relaxed);
+  (*into)[1] += from.denied.load(std::memory_order_relaxed);
+  (*into)[2] += from.shadow_denied.load(std::memory_order_relaxed);
+}
+
+constexpr std::array<std::string_view, 3> kOutcomes = {"allowed", "denied", "shadow_denied"};
+
+}  // namespace
+
+void Metrics::AppendNameDecisions(std::string* out) const {
+  struct Family {
+    const NameCounters& table;
+    std::string_view name, label, help;
+  };
+  const Family families[] = {
+      {names_, "ringlimit_limit_decisions_total", "name",
+       "Decisions of inline limits (checks without a policy, Gubernator items) by limit name and outcome; "
+       "the first --max-metric-names names have series of their own, later ones count as name=\"other\"."},
+      {rls_rules_, "ringlimit_rls_decisions_total", "rule",
+       "Decisions of Envoy's rate limit service by descriptor rule (domain.key_value..., request values "
+       "with detailed_metric or value_to_metric) and outcome; capped as ringlimit_limit_decisions_total."},
+  };
+  std::string labels;
+  for (const Family& f : families) {
+    AppendFamilyHeader(out, f.name, "counter", f.help);
+    f.table.ForEach([&](std::string_view name, const DecisionCounters& c) {
+      std::array<uint64_t, 3> n{};
+      AddCounters(c, &n);
+      for (size_t o = 0; o < kOutcomes.size(); ++o) {
+        labels.assign(f.label).append("=\"");
+        AppendLabelValue(&labels, name);
+        labels.append("\",outcome=\"").append(kOutcomes[o]).push_back('"');
+        AppendSample(out, f.name, labels, static_cast<int64_t>(n[o]));
+      }
+    });
+  }
+  AppendFamilyHeader(out, "ringlimit_metric_names", "gauge",
+                     "Names with series of their own in a capped family, and the cap (--max-metric-names): "
+                     "at the cap, new names count as \"other\".");
+  AppendSample(out, "ringlimit_metric_names", "family=\"limit_decisions\"",
+               static_cast<int64_t>(names_.size()));
+  AppendSample(out, "ringlimit_metric_names", "family=\"rls_decisions\"",
+               static_cast<int64_t>(rls_rules_.size()));
+  AppendFamilyHeader(out, "ringlimit_metric_names_cap", "gauge", "--max-metric-names.");
+  AppendSample(out, "ringlimit_metric_names_cap", "", static_cast<int64_t>(names_.cap()));
+}
+
 Metrics::Summary Metrics::Summarize() const {
   Summary out;
+  std::array<uint64_t, 3> inline_totals{};
+  const auto add = [&inline_totals](std::string_view, const DecisionCounters& c) {
+    AddCounters(c, &inline_totals);
+  };
+  names_.ForEach(add);
+  rls_rules_.ForEach(add);
+  out.allowed += inline_totals[0];
+  out.denied += inline_totals[1];
   if (const std::shared_ptr<const CounterMap> policies = policies_.Load(); policies != nullptr) {
     for (const auto& [name, counters] : *policies) {
       out.allowed += counters->allowed.load(std::memory_order_relaxed);
@@ -446,23 +508,35 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       "# HELP ringlimit_decisions_total Limit decisions by policy (\"_inline\" for inline limits) and "
       "outcome.\n"
       "# TYPE ringlimit_decisions_total counter\n");
+  // Inline limits and RLS rules are counted per name (AppendNameDecisions); their sum is "_inline".
+  std::array<uint64_t, 3> inline_totals{};
+  const auto add = [&inline_totals](std::string_view, const DecisionCounters& c) {
+    AddCounters(c, &inline_totals);
+  };
+  names_.ForEach(add);
+  rls_rules_.ForEach(add);
+  std::string labels;
+  const auto append_policy = [&](std::string_view policy, const std::array<uint64_t, 3>& n) {
+    for (size_t o = 0; o < kOutcomes.size(); ++o) {
+      labels.assign("policy=\"");
+      AppendLabelValue(&labels, policy);
+      labels.append("\",outcome=\"").append(kOutcomes[o]).push_back('"');
+      AppendSample(&out, "ringlimit_decisions_total", labels, static_cast<int64_t>(n[o]));
+    }
+  };
   if (const std::shared_ptr<const CounterMap> policies = policies_.Load(); policies != nullptr) {
     for (const auto& [name, counters] : *policies) {
-      const std::pair<const char*, const std::atomic<uint64_t>*> outcomes[] = {
-          {"allowed", &counters->allowed},
-          {"denied", &counters->denied},
-          {"shadow_denied", &counters->shadow_denied}};
-      for (const auto& [outcome, value] : outcomes) {
-        out.append("ringlimit_decisions_total{policy=\"");
-        AppendLabelValue(&out, name.empty() ? std::string_view("_inline") : std::string_view(name));
-        out.append("\",outcome=\"");
-        out.append(outcome);
-        out.append("\"} ");
-        AppendUint(&out, value->load(std::memory_order_relaxed));
-        out.push_back('\n');
+      if (name.empty()) {
+        AddCounters(*counters, &inline_totals);
+        continue;
       }
+      std::array<uint64_t, 3> n{};
+      AddCounters(*counters, &n);
+      append_policy(name, n);
     }
   }
+  append_policy("_inline", inline_totals);
+  AppendNameDecisions(&out);
 
   AppendConfigReloads(&out);
 

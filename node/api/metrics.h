@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "node/api/name_counters.h"
 #include "ring/published.h"
 #include "storage/state_store.h"
 #include "storage/store.h"
@@ -121,16 +122,14 @@ class DurationHistogram {
   std::atomic<uint64_t> sum_ns_{0};
 };
 
-// Decision counters of one policy (inline checks are counted under the policy label "_inline").
-struct DecisionCounters {
-  std::atomic<uint64_t> allowed{0};
-  std::atomic<uint64_t> denied{0};
-  std::atomic<uint64_t> shadow_denied{0};  // admitted only because the limit is in shadow mode
-};
-
 class Metrics {
  public:
-  Metrics();
+  // Names (inline limits; RLS rules) with series of their own, by default (--max-metric-names).
+  static constexpr size_t kDefaultMaxMetricNames = 100;
+
+  // `max_metric_names`: the cap of ringlimit_limit_decisions_total's and ringlimit_rls_decisions_total's
+  // names each (NameCounters).
+  explicit Metrics(size_t max_metric_names = kDefaultMaxMetricNames);
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
@@ -155,8 +154,15 @@ class Metrics {
   // force). Files never loaded (no such flag) have no series.
   void CountConfigReload(ConfigFile file, bool ok, int64_t unix_ns);
 
-  // The counters of `policy` ("" = inline limits). The pointer stays valid for the Metrics' life.
+  // The counters of `policy`. The pointer stays valid for the Metrics' life.
   [[nodiscard]] DecisionCounters* ForPolicy(std::string_view policy);
+
+  // The counters of the inline limit `name` (checks without a policy, Gubernator items), or the overflow's
+  // once --max-metric-names names have their own. No lock, no allocation once the name is known. Their
+  // sum, with the RLS rules', is the policy "_inline" of ringlimit_decisions_total.
+  [[nodiscard]] DecisionCounters* ForName(std::string_view name) { return names_.Find(name); }
+  // The counters of an RLS descriptor rule (its series name, rls::RlsConfig::Match), capped as ForName.
+  [[nodiscard]] DecisionCounters* ForRlsRule(std::string_view rule) { return rls_rules_.Find(rule); }
 
   // The whole exposition text; `store` supplies keys held and evictions.
   [[nodiscard]] std::string Render(const storage::StoreStats& store) const;
@@ -182,6 +188,7 @@ class Metrics {
   static constexpr unsigned kStatuses = 600;
 
   void AppendConfigReloads(std::string* out) const;
+  void AppendNameDecisions(std::string* out) const;
 
   // Constant after construction (the arrays themselves; their elements are atomics).
   std::unique_ptr<std::atomic<uint64_t>[]> requests_;  // [endpoint * kStatuses + status]
@@ -201,6 +208,10 @@ class Metrics {
   // entry, never the counters it points to (ring/published.h: entries are keyed by instance).
   using CounterMap = std::map<std::string, DecisionCounters*, std::less<>>;
   ring::Published<CounterMap> policies_;
+
+  // Inline limit names and RLS rules, each table capped at its own max_metric_names.
+  NameCounters names_;
+  NameCounters rls_rules_;
 
   // Serialises adding a name to policies_ (read-copy-publish). Protected by new_policy_mutex_:
   std::mutex new_policy_mutex_;

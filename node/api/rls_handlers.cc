@@ -37,6 +37,7 @@ struct Item {
   bool quota = false;
   int32_t round = -1;
   int32_t index = -1;
+  DecisionCounters* counters = nullptr;  // the rule's series (kZero, kCheck)
 };
 
 // The state name of a limit: one per unit and algorithm, so a configuration change that changes
@@ -87,6 +88,7 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
   job->items.resize(static_cast<size_t>(request.descriptors_size()));
   Entries entries;
   Entries counter;
+  std::string metric_name;  // the rule's series name, built per descriptor in one buffer
   // First what applies to each descriptor, then (replaces needs them all) what is counted.
   for (int i = 0; i < request.descriptors_size(); ++i) {
     const auto& descriptor = request.descriptors(i);
@@ -112,9 +114,14 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
       limit.spec.window = rls::UnitDuration(limit.unit);
       item.limit = &limit;
       item.key = &job->keys.emplace_front(RlsKey(request.domain(), entries));
+      // A limit the request brings has no rule: its series is the domain and the entries' keys.
+      metric_name.assign(request.domain());
+      for (const auto& [key, value] : entries) metric_name.append(".").append(key);
+      item.counters = context.metrics.ForRlsRule(metric_name);
     } else {
-      const rls::RlsMatch match = job->config->Match(request.domain(), entries, &counter);
+      const rls::RlsMatch match = job->config->Match(request.domain(), entries, &counter, &metric_name);
       if (match.rule == nullptr) continue;
+      item.counters = context.metrics.ForRlsRule(metric_name);
       if (match.rule->limit) item.replaces = &match.rule->limit->replaces;
       if (match.rule->unlimited) {
         item.kind = Item::Kind::kUnlimited;
@@ -161,7 +168,7 @@ std::optional<ApiError> Prepare(const rlsv3::RateLimitRequest& request, RlsJob* 
     // A descriptor's own hits_addend (0 allowed: only checks) wins over the request's.
     const auto& descriptor = request.descriptors(i);
     const uint64_t hits = descriptor.has_hits_addend() ? descriptor.hits_addend().value() : cost;
-    batch.AddInline(*item.key, name, spec, hits, /*reset=*/false, static_cast<size_t>(i));
+    batch.AddInline(*item.key, name, spec, hits, /*reset=*/false, static_cast<size_t>(i), item.counters);
   }
   return std::nullopt;
 }
@@ -244,6 +251,8 @@ std::optional<ApiError> Finish(const RlsJob& job, const rlsv3::RateLimitRequest&
         break;
       case Item::Kind::kZero: {
         SetLimit(*item.limit, status);
+        (item.shadow ? item.counters->shadow_denied : item.counters->denied)
+            .fetch_add(1, std::memory_order_relaxed);
         if (!item.shadow) set_over(item, status);
         const limiter::DurationNs window = item.limit->spec.window;
         SetDuration(window - job.rounds.now() % window, status->mutable_duration_until_reset());

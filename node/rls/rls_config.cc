@@ -190,19 +190,20 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
       } else if (name == "rate_limit") {
         if (!ParseRateLimit(field.second, field_at, &rule, error)) return false;
       } else if (name == "shadow_mode" || name == "quota_mode" || name == "unlimited" ||
-                 name == "share_threshold") {
+                 name == "share_threshold" || name == "detailed_metric" || name == "value_to_metric") {
         auto b = Bool(field.second, field_at, error);
         if (!b) return false;
-        bool& flag = name == "shadow_mode"  ? rule.shadow_mode
-                     : name == "quota_mode" ? rule.quota_mode
-                     : name == "unlimited"  ? descriptor_unlimited
-                                            : rule.share_threshold;
+        bool& flag = name == "shadow_mode"       ? rule.shadow_mode
+                     : name == "quota_mode"      ? rule.quota_mode
+                     : name == "unlimited"       ? descriptor_unlimited
+                     : name == "detailed_metric" ? rule.detailed_metric
+                     : name == "value_to_metric" ? rule.value_to_metric
+                                                 : rule.share_threshold;
         flag = *b;
       } else if (name == "descriptors") {
         if (!ParseRules(field.second, field_at, &rule.children, error)) return false;
-      } else if (name == "detailed_metric" || name == "value_to_metric" || name == "metadata") {
-        // Accepted for compatibility with envoyproxy/ratelimit files: metrics and metadata only, no effect
-        // here.
+      } else if (name == "metadata") {
+        // Accepted for compatibility with envoyproxy/ratelimit files: response metadata, no effect here.
       } else {
         *error = field_at + ": unknown field";
         return false;
@@ -421,18 +422,33 @@ Result<std::shared_ptr<const RlsConfig>> RlsConfig::Load(const std::string& path
 
 RlsMatch RlsConfig::Match(std::string_view domain,
                           std::span<const std::pair<std::string_view, std::string_view>> entries,
-                          std::vector<std::pair<std::string_view, std::string_view>>* counter) const {
+                          std::vector<std::pair<std::string_view, std::string_view>>* counter,
+                          std::string* metric_name) const {
   if (counter != nullptr) counter->assign(entries.begin(), entries.end());
   auto it = domains_.find(domain);
   if (it == domains_.end() || entries.empty()) return {};
+  if (metric_name != nullptr) metric_name->assign(domain);
   const std::vector<RlsRule>* level = &it->second;
   for (size_t i = 0; i < entries.size(); ++i) {
     const RlsRule* rule = Find(*level, entries[i].first, entries[i].second);
     if (rule == nullptr) return {};
     if (rule->share_threshold && counter != nullptr) (*counter)[i].second = *rule->value;
+    if (metric_name != nullptr) {
+      metric_name->append(".").append(rule->key);
+      if (rule->value_to_metric) {
+        metric_name->append("_").append(entries[i].second);
+      } else if (rule->value) {
+        metric_name->append("_").append(*rule->value);
+      }
+    }
     if (i + 1 == entries.size()) {
-      if (rule->unlimited || rule->limit) return {rule};
-      return {};
+      if (!rule->unlimited && !rule->limit) return {};
+      if (rule->detailed_metric && metric_name != nullptr) {
+        metric_name->assign(domain);
+        for (const auto& [key, value] : entries)
+          metric_name->append(".").append(key).append("_").append(value);
+      }
+      return {rule};
     }
     level = &rule->children;
   }

@@ -17,7 +17,8 @@
 //
 // As envoyproxy/ratelimit: `rate_limit.unlimited`, `rate_limit.replaces` (a matched limit whose name
 // another matched limit of the same request replaces is not applied), `quota_mode` (see RlsRule);
-// `detailed_metric`, `value_to_metric` and `metadata` are accepted and have no effect. Beyond it:
+// `detailed_metric` and `value_to_metric` name the rule's series in /metrics (RlsConfig::Match), and
+// `metadata` is accepted and has no effect. Beyond it:
 // `algorithm` (any of limiter::ParseAlgorithm's names; default fixed_window) next to `unit` in
 // rate_limit, and `unlimited: true` at the descriptor level as well. Several domains may share one file
 // as YAML documents separated by `---`.
@@ -71,6 +72,8 @@ struct RlsRule {
   // descriptor of the request is over (envoyproxy/ratelimit's quota mode).
   bool quota_mode = false;
   bool unlimited = false;         // always OK, nothing counted
+  bool detailed_metric = false;   // its series is named with the request's values (Match)
+  bool value_to_metric = false;   // this level's part of the series name carries the request's value
   std::vector<RlsRule> children;  // matched against the next entries
 };
 
@@ -101,9 +104,16 @@ class RlsConfig {
   //
   // `counter` (optional) is set to the entries that name the descriptor's counter: `entries`, except
   // that an entry matched by a wildcard rule with share_threshold has the rule's pattern as its value.
-  [[nodiscard]] RlsMatch Match(
-      std::string_view domain, std::span<const std::pair<std::string_view, std::string_view>> entries,
-      std::vector<std::pair<std::string_view, std::string_view>>* counter = nullptr) const;
+  //
+  // `metric_name` (optional) is set to the name of the matched rule's series in /metrics, as
+  // envoyproxy/ratelimit names its stats: the domain, then per level `.key`, with `_value` for a rule
+  // that has a value (its pattern for a wildcard), e.g. `edge.path_/login`. A level whose rule has
+  // value_to_metric carries the request's value instead; a matched rule with detailed_metric has every
+  // level carry the request's value. Set only when a rule applies.
+  [[nodiscard]] RlsMatch Match(std::string_view domain,
+                               std::span<const std::pair<std::string_view, std::string_view>> entries,
+                               std::vector<std::pair<std::string_view, std::string_view>>* counter = nullptr,
+                               std::string* metric_name = nullptr) const;
 
   // Number of domains (tests, logs).
   [[nodiscard]] size_t domains() const { return domains_.size(); }

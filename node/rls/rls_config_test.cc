@@ -294,5 +294,42 @@ TEST(RlsConfigTest, HolderKeepsTheOldConfigOnABadReload) {
   EXPECT_TRUE(none.Reload().ok());
 }
 
+// The series a matched rule is counted under: envoyproxy/ratelimit's stat key, with the request's values
+// where detailed_metric or value_to_metric ask for them.
+TEST(RlsConfigTest, MetricNamesFollowTheRulesAndTheirMetricOptions) {
+  auto config = MustParse(R"(domain: e
+descriptors:
+  - key: path
+    value: /login
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: client
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: tenant
+    value_to_metric: true
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 7}
+)");
+  std::string name;
+  auto match = [&](Entries entries) {
+    name = "unset";
+    return config->Match("e", entries, nullptr, &name).rule != nullptr;
+  };
+  ASSERT_TRUE(match({{"path", "/login"}}));
+  EXPECT_EQ(name, "e.path_/login");
+  ASSERT_TRUE(match({{"client", "c1"}, {"path", "/x"}}));
+  EXPECT_EQ(name, "e.client.path");  // values the rules do not name are rolled up
+  ASSERT_TRUE(match({{"tenant", "acme"}, {"path", "/x"}}));
+  EXPECT_EQ(name, "e.tenant_acme.path");  // value_to_metric on the first level only
+  ASSERT_TRUE(match({{"user", "u42"}}));
+  EXPECT_EQ(name, "e.user_u42");  // detailed_metric
+  EXPECT_FALSE(match({{"nobody", "x"}}));
+}
+
 }  // namespace
 }  // namespace ringlimit::node::rls

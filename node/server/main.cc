@@ -286,6 +286,9 @@ Parsed ParseFlags(int argc, char** argv) {
       "rls-config", po::value(&n.rls_config_path),
       "envoyproxy/ratelimit YAML config for the gRPC rate limit service (docs/api.md); reloaded when it "
       "changes and on SIGHUP")(
+      "max-metric-names", po::value(&n.max_metric_names)->default_value(defaults.max_metric_names),
+      "inline limit names and RLS descriptor rules with decision series of their own in /metrics; later "
+      "ones count as name=\"other\"")(
       "max-keys", po::value(&n.storage.max_keys)->default_value(defaults.storage.max_keys),
       "most limiter states in memory; least recently used are evicted beyond it (0 = unbounded)")(
       "max-memory", po::value(&max_memory)->default_value("auto"),

@@ -65,6 +65,7 @@ struct Node::Parts {
       : store(std::move(store_in)),
         policies(options.policies_path),
         rls_config(options.rls_config_path),
+        metrics(options.max_metric_names),
         handler(*store, SystemClock(), policies, metrics, options.api),
         io(static_cast<int>(ThreadCount(options.threads))),
         server(io, HttpOptions(options), handler,

@@ -98,6 +98,10 @@ struct NodeOptions {
   // The API: admin token, key header, headroom TTL, request bounds. Defaults: see ApiOptions.
   ApiOptions api;
 
+  // Inline limit names, and RLS descriptor rules, with decision series of their own in /metrics; later
+  // ones count as "other" (--max-metric-names). Default: 100.
+  size_t max_metric_names = Metrics::kDefaultMaxMetricNames;
+
   // How long Stop waits for connections to finish their requests before closing them. Default: 10000 ms.
   std::chrono::milliseconds drain_timeout{10'000};
 
