@@ -126,7 +126,7 @@ MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>&
   }
   self_.state = seeds_.empty() ? MemberState::kAlive : MemberState::kJoining;
   out.events.push_back(MemberEvent{MemberEventKind::kJoined, self_});
-  Enqueue(self_.id, self_, self_queue_);
+  Enqueue(self_, self_queue_);
   out.ring_changed = RingChanged();
   next_probe_at_ = now;
   next_sync_at_ = now + options_.sync_interval;
@@ -263,8 +263,11 @@ MembershipOutput Membership::FinishLeave(MonoTime now) {
     ping.message.updates.insert(ping.message.updates.begin(), self_);
     out.messages.push_back(std::move(ping));
   }
-  for (const Queued& q : queue_) *q.state = QueueState{};
-  queue_.clear();
+  for (QueueLevel& level : queue_) {
+    for (const Queued& q : level) *q.state = QueueState{};
+    level.clear();
+  }
+  queued_ = 0;
   out.ring_changed = RingChanged();
   return out;
 }
@@ -367,7 +370,7 @@ void Membership::Apply(MonoTime now, Table::iterator it, const MemberInfo& info,
   } else if (state_changed || identity_changed) {
     out.events.push_back(MemberEvent{EventFor(info.state), info});
   }
-  Enqueue(it->first, entry.info, entry.queue);
+  Enqueue(entry.info, entry.queue);
 }
 
 void Membership::Index(const std::string& id, const Entry& entry) {
@@ -415,7 +418,7 @@ bool Membership::RingChanged() {
 void Membership::Refute(uint64_t rumour_incarnation) {
   self_.incarnation = std::max(self_.incarnation, rumour_incarnation) + 1;
   ++stats_.refutations;
-  Enqueue(self_.id, self_, self_queue_);
+  Enqueue(self_, self_queue_);
 }
 
 void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
@@ -423,24 +426,27 @@ void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
   ++self_.incarnation;  // our own transitions always outrank any rumour at the old incarnation
   self_.state = state;
   out.events.push_back(MemberEvent{EventFor(state), self_});
-  Enqueue(self_.id, self_, self_queue_);
+  Enqueue(self_, self_queue_);
 }
 
-void Membership::Enqueue(const std::string& id, const MemberInfo& info, QueueState& state) {
+void Membership::Enqueue(const MemberInfo& info, QueueState& state) {
+  if (queue_.empty()) queue_.resize(1);
+  QueueLevel& first = queue_.front();
   if (state.queued) {
-    // Back to no transmits: the same node, re-keyed (no allocation).
-    auto node = queue_.extract(Queued{state.transmits, id});
-    node.value().transmits = 0;
-    queue_.insert(std::move(node));
+    first.splice(first.begin(), queue_[state.transmits], state.at);  // back to no transmits, newest first
   } else {
-    queue_.insert(Queued{0, id, &info, &state});
+    first.push_front(Queued{&info, &state});
+    ++queued_;
   }
-  state = QueueState{true, 0};
+  state.queued = true;
+  state.transmits = 0;
+  state.at = first.begin();
 }
 
-void Membership::Dequeue(const std::string& id, QueueState& state) {
+void Membership::Dequeue(QueueState& state) {
   if (!state.queued) return;
-  queue_.erase(Queued{state.transmits, id});
+  queue_[state.transmits].erase(state.at);
+  --queued_;
   state = QueueState{};
 }
 
@@ -451,11 +457,9 @@ void Membership::ProbeStep(MonoTime now, MembershipOutput& out) {
   if (probe_) {
     if (!probe_->indirect_sent && now - probe_->sent_at >= options_.probe_timeout) {
       probe_->indirect_sent = true;
-      std::vector<std::string> helpers = AliveOthers(probe_->target);
-      std::shuffle(helpers.begin(), helpers.end(), rng_);
-      if (helpers.size() > options_.indirect_probes) helpers.resize(options_.indirect_probes);
       auto target = Lookup(probe_->target);
-      if (target == members_.end()) helpers.clear();  // forgotten meanwhile
+      std::vector<std::string> helpers;
+      if (target != members_.end()) helpers = IndirectHelpers(target);  // else forgotten meanwhile
       for (const std::string& h : helpers) {
         Outgoing req =
             MakeMessage(MessageType::kPingReq, h, Lookup(h)->second.info.peer_address, probe_->seq);
@@ -475,8 +479,36 @@ void Membership::ProbeStep(MonoTime now, MembershipOutput& out) {
   if (!probe_ && now >= next_probe_at_) StartProbe(now, out);
 }
 
+std::vector<std::string> Membership::IndirectHelpers(Table::const_iterator target) {
+  const size_t want = options_.indirect_probes;
+  const bool target_alive = target->second.info.state == MemberState::kAlive;
+  const size_t others = CountOf(MemberState::kAlive) - (target_alive ? 1 : 0);
+  std::vector<std::string> chosen;
+  if (want == 0 || others == 0) return chosen;
+  // Random draws from the probe order (every probeable member is in it, some gone ones too): O(want) when
+  // enough of the members are alive, not a walk over the table for every failed probe.
+  if (others > want && !probe_order_.empty()) {
+    std::uniform_int_distribution<size_t> index(0, probe_order_.size() - 1);
+    for (size_t draw = 0; draw < 4 * want && chosen.size() < want; ++draw) {
+      const std::string& id = probe_order_[index(rng_)];
+      auto it = Lookup(id);
+      if (it == members_.end() || it == target || it->second.info.state != MemberState::kAlive ||
+          std::find(chosen.begin(), chosen.end(), id) != chosen.end()) {
+        continue;
+      }
+      chosen.push_back(id);
+    }
+    if (chosen.size() == want) return chosen;
+  }
+  // Few alive members, or the draws missed: all of them, shuffled.
+  chosen = AliveOthers(target->first);
+  std::shuffle(chosen.begin(), chosen.end(), rng_);
+  if (chosen.size() > want) chosen.resize(want);
+  return chosen;
+}
+
 void Membership::Gossip(MonoTime now, MembershipOutput& out) {
-  if (options_.gossip_nodes == 0 || queue_.empty() || now < next_gossip_at_ || probe_order_.empty()) return;
+  if (options_.gossip_nodes == 0 || queued_ == 0 || now < next_gossip_at_ || probe_order_.empty()) return;
   next_gossip_at_ = now + options_.probe_interval;
   // Random probeable members from the probe order (every probeable member is in it, some gone ones too):
   // O(gossip_nodes) draws, not a walk over the table.
@@ -492,7 +524,7 @@ void Membership::Gossip(MonoTime now, MembershipOutput& out) {
     chosen.push_back(id);
   }
   for (const std::string& id : chosen) {
-    if (queue_.empty()) break;
+    if (queued_ == 0) break;
     Outgoing gossip = MakeMessage(MessageType::kAck, id, Lookup(id)->second.info.peer_address, 0);
     gossip.message.target = self_.id;
     out.messages.push_back(std::move(gossip));
@@ -613,7 +645,7 @@ void Membership::Reap(MonoTime now, MembershipOutput& out) {
     auto it = Lookup(id);
     Unindex(id, it->second);
     out.events.push_back(MemberEvent{MemberEventKind::kForgotten, it->second.info});
-    Dequeue(it->first, it->second.queue);
+    Dequeue(it->second.queue);
     index_.erase(it->first);
     members_.erase(it);
   }
@@ -634,7 +666,7 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
 
   // The receiver's own record first when we believe it suspect or dead: it can refute at once.
   bool receiver_record_sent = false;
-  o.message.updates.reserve(std::min<size_t>(options_.max_piggyback, queue_.size()) + 1);
+  o.message.updates.reserve(std::min<size_t>(options_.max_piggyback, queued_) + 1);
   if (auto it = Lookup(to_id); it != members_.end()) {
     const MemberState s = it->second.info.state;
     if (s == MemberState::kSuspect || s == MemberState::kDead) {
@@ -643,27 +675,29 @@ Outgoing Membership::MakeMessage(MessageType type, const std::string& to_id, con
     }
   }
 
-  // Then the least-transmitted updates of the queue (by transmits, then id), max_piggyback of them:
-  // O(max_piggyback * log(queue)), whatever the queue's length, and no lookup by id (Queued points at
-  // the record).
-  std::vector<std::set<Queued>::iterator> taken;
-  taken.reserve(std::min<size_t>(options_.max_piggyback, queue_.size()));
-  for (auto q = queue_.begin(); q != queue_.end() && taken.size() < options_.max_piggyback; ++q) {
-    if (q->id != to_id || !receiver_record_sent) o.message.updates.push_back(*q->info);
-    taken.push_back(q);
+  // Then the least-transmitted updates of the queue (the lowest levels first, each from its front),
+  // max_piggyback of them: O(max_piggyback + levels), whatever the queue's length; no lookup by id.
+  std::vector<QueueState*> taken;
+  taken.reserve(std::min<size_t>(options_.max_piggyback, queued_));
+  for (QueueLevel& level : queue_) {
+    for (auto q = level.begin(); q != level.end() && taken.size() < options_.max_piggyback; ++q) {
+      if (q->info->id != to_id || !receiver_record_sent) o.message.updates.push_back(*q->info);
+      taken.push_back(q->state);
+    }
+    if (taken.size() >= options_.max_piggyback) break;
   }
   const uint32_t limit = RetransmitLimit();
-  for (const auto& q_it : taken) {
-    // Re-keyed in place (extract and insert: no allocation), or out of the queue at its limit.
-    auto node = queue_.extract(q_it);
-    Queued& q = node.value();
-    ++q.transmits;
-    if (q.transmits >= limit) {
-      *q.state = QueueState{};
-    } else {
-      q.state->transmits = q.transmits;
-      queue_.insert(std::move(node));
+  for (QueueState* state : taken) {
+    // To the front of the next level (a splice), or out of the queue at its limit.
+    const uint32_t transmits = state->transmits + 1;
+    if (transmits >= limit) {
+      Dequeue(*state);
+      continue;
     }
+    if (queue_.size() <= transmits) queue_.resize(transmits + 1);
+    QueueLevel& next = queue_[transmits];
+    next.splice(next.begin(), queue_[state->transmits], state->at);
+    state->transmits = transmits;
   }
   return o;
 }

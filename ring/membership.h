@@ -38,6 +38,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <optional>
 #include <random>
@@ -283,15 +284,29 @@ class Membership {
   // The members that own a part of the ring (IsInRing), sorted by id: the input of RingView::Build.
   [[nodiscard]] std::vector<RingMember> RingMembers() const;
   // Whether some update still has retransmissions left.
-  [[nodiscard]] bool HasPendingGossip() const { return !queue_.empty(); }
+  [[nodiscard]] bool HasPendingGossip() const { return queued_ != 0; }
   [[nodiscard]] const MembershipStats& stats() const { return stats_; }
 
  private:
-  // Where a record stands in the dissemination queue (queue_): kept next to the record itself (Entry, or
-  // self_queue_ for self_), so that queuing and piggybacking find it without a lookup by id.
+  struct QueueState;
+  // An update waiting to be piggybacked. `info` and `state` point into the record it disseminates (an
+  // Entry of members_, or self_ and self_queue_), which outlives it: a record leaves members_ only after
+  // Dequeue.
+  struct Queued {
+    const MemberInfo* info = nullptr;
+    QueueState* state = nullptr;
+  };
+  // The dissemination queue: one list per number of transmits (queue_[t]: the records piggybacked t times
+  // since they were last queued), newest arrival first. MakeMessage takes the lowest level first, each
+  // from its front (fresh news first, as memberlist does), and moving a record between levels is a
+  // splice: O(1) per piggybacked update, no comparison, no allocation.
+  using QueueLevel = std::list<Queued>;
+  // Where a record stands in the queue: kept next to the record itself (Entry, or self_queue_ for self_),
+  // so that queuing and piggybacking find it without a lookup by id.
   struct QueueState {
     bool queued = false;
-    uint32_t transmits = 0;  // times piggybacked since last queued
+    uint32_t transmits = 0;   // times piggybacked since last queued: its level
+    QueueLevel::iterator at;  // its place in queue_[transmits], when queued
   };
   struct Entry {
     MemberInfo info;
@@ -312,19 +327,6 @@ class Membership {
     std::string target;
     MonoTime expires_at{};
   };
-  // An update waiting to be piggybacked, ordered by (transmits, id): MakeMessage's order. `info` and
-  // `state` point into the record it disseminates (an Entry of members_, or self_ and self_queue_), which
-  // outlives it: a record leaves members_ only after Dequeue.
-  struct Queued {
-    uint32_t transmits = 0;
-    std::string id;
-    const MemberInfo* info = nullptr;
-    QueueState* state = nullptr;
-    bool operator<(const Queued& other) const {
-      return transmits != other.transmits ? transmits < other.transmits : id < other.id;
-    }
-  };
-
   // Keeps suspects_by_time_, tombstones_by_time_ and state_counts_ in step with an entry: Unindex before
   // changing its state or changed_at, Index after.
   void Index(const std::string& id, const Entry& entry);
@@ -346,12 +348,14 @@ class Membership {
   void Refute(uint64_t rumour_incarnation);
   // Moves self to `state` at a new incarnation and announces it.
   void SetSelfState(MemberState state, MembershipOutput& out);
-  // (Re)queues a record with no transmits yet, or takes it out of the queue. O(log queue), no lookup by id.
-  void Enqueue(const std::string& id, const MemberInfo& info, QueueState& state);
-  void Dequeue(const std::string& id, QueueState& state);
+  // (Re)queues a record with no transmits yet, or takes it out of the queue. O(1), no lookup by id.
+  void Enqueue(const MemberInfo& info, QueueState& state);
+  void Dequeue(QueueState& state);
 
   void ProbeStep(MonoTime now, MembershipOutput& out);
   void Gossip(MonoTime now, MembershipOutput& out);
+  // Up to indirect_probes random alive members other than `target`, to ask to probe it.
+  std::vector<std::string> IndirectHelpers(Table::const_iterator target);
   void StartProbe(MonoTime now, MembershipOutput& out);
   // The next member to probe (probeable), or members_.end().
   Table::iterator NextProbeTarget();
@@ -381,7 +385,8 @@ class Membership {
   // members_ by id, hashed (keys view members_'s keys): the lookups of every message and tick cost O(1),
   // not a walk down the tree (ten string comparisons at 1,000 members, each likely a cache miss).
   std::unordered_map<std::string_view, Table::iterator> index_;
-  std::set<Queued> queue_;                // the records being disseminated, in MakeMessage's order
+  std::vector<QueueLevel> queue_;         // the records being disseminated, by transmits (QueueLevel)
+  size_t queued_ = 0;                     // records in queue_
   std::array<size_t, 6> state_counts_{};  // members_ per state (index: MemberState); see Index
   // The suspects and the tombstones by the time they entered that state (changed_at), so that the
   // timeouts of Tick look at the expired ones only, not at every member.
