@@ -125,6 +125,7 @@ MembershipOutput Membership::Start(MonoTime now, const std::vector<std::string>&
       seeds_.push_back(s);
   }
   self_.state = seeds_.empty() ? MemberState::kAlive : MemberState::kJoining;
+  ++table_version_;
   out.events.push_back(MemberEvent{MemberEventKind::kJoined, self_});
   Enqueue(self_, self_queue_);
   out.ring_changed = RingChanged();
@@ -281,6 +282,16 @@ std::vector<MemberInfo> Membership::Members() const {
   return out;
 }
 
+Reach Membership::reach() const {
+  // ReachOf(Members()) from the counts, O(1): the others by state_counts_, then self by its state.
+  Reach reach;
+  reach.known = members_.size() - CountOf(MemberState::kJoining) - CountOf(MemberState::kLeft);
+  reach.reached = CountOf(MemberState::kAlive) + CountOf(MemberState::kLeaving);
+  if (self_.state != MemberState::kJoining && self_.state != MemberState::kLeft) ++reach.known;
+  if (self_.state == MemberState::kAlive || self_.state == MemberState::kLeaving) ++reach.reached;
+  return reach;
+}
+
 std::optional<MemberInfo> Membership::Find(std::string_view id) const {
   if (id == self_.id) return self_;
   auto it = Lookup(id);
@@ -360,6 +371,7 @@ void Membership::Apply(MonoTime now, Table::iterator it, const MemberInfo& info,
   const bool state_changed = entry.info.state != info.state;
   const bool identity_changed = !SameIdentity(entry.info, info);
   entry.info = info;
+  ++table_version_;
   if (inserted || state_changed) entry.changed_at = now;
   Index(it->first, entry);
   if (inserted) {
@@ -417,6 +429,7 @@ bool Membership::RingChanged() {
 
 void Membership::Refute(uint64_t rumour_incarnation) {
   self_.incarnation = std::max(self_.incarnation, rumour_incarnation) + 1;
+  ++table_version_;
   ++stats_.refutations;
   Enqueue(self_, self_queue_);
 }
@@ -425,6 +438,7 @@ void Membership::SetSelfState(MemberState state, MembershipOutput& out) {
   TouchRing(self_.id);
   ++self_.incarnation;  // our own transitions always outrank any rumour at the old incarnation
   self_.state = state;
+  ++table_version_;
   out.events.push_back(MemberEvent{EventFor(state), self_});
   Enqueue(self_, self_queue_);
 }
@@ -648,6 +662,7 @@ void Membership::Reap(MonoTime now, MembershipOutput& out) {
     Dequeue(it->second.queue);
     index_.erase(it->first);
     members_.erase(it);
+    ++table_version_;
   }
 }
 

@@ -279,6 +279,11 @@ class Membership {
   [[nodiscard]] bool joined() const { return self_.state != MemberState::kJoining; }
   // Every known member (self included, tombstones too), sorted by id.
   [[nodiscard]] std::vector<MemberInfo> Members() const;
+  // Changes whenever Members() may have changed (a record taken in, changed or forgotten, self's
+  // included), so that a caller can tell without copying the table.
+  [[nodiscard]] uint64_t table_version() const { return table_version_; }
+  // ReachOf(Members()), in O(1).
+  [[nodiscard]] Reach reach() const;
   // The record of `id`, if known.
   [[nodiscard]] std::optional<MemberInfo> Find(std::string_view id) const;
   // The members that own a part of the ring (IsInRing), sorted by id: the input of RingView::Build.
@@ -387,6 +392,7 @@ class Membership {
   std::unordered_map<std::string_view, Table::iterator> index_;
   std::vector<QueueLevel> queue_;         // the records being disseminated, by transmits (QueueLevel)
   size_t queued_ = 0;                     // records in queue_
+  uint64_t table_version_ = 0;            // see table_version()
   std::array<size_t, 6> state_counts_{};  // members_ per state (index: MemberState); see Index
   // The suspects and the tombstones by the time they entered that state (changed_at), so that the
   // timeouts of Tick look at the expired ones only, not at every member.

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ringlimit::ring {
@@ -459,6 +460,73 @@ TEST_F(MembershipRulesTest, RingChangedIsExactlyWhetherTheRingMembersDiffer) {
   EXPECT_TRUE(Gossip({heavier}).ring_changed);
   EXPECT_TRUE(Gossip({Info("b", 2)}).ring_changed);  // joining -> alive
   EXPECT_TRUE(Gossip({Info("a", 3, MemberState::kDead)}).ring_changed);
+}
+
+// reach() is ReachOf(Members()) without the copy, and table_version() moves whenever Members() may have
+// changed: the cluster planner reads these on every message instead of copying the table.
+TEST_F(MembershipRulesTest, ReachAndTableVersionFollowTheTable) {
+  auto same_reach = [&] {
+    const Reach counted = m_.reach();
+    const Reach walked = ReachOf(m_.Members());
+    return counted.known == walked.known && counted.reached == walked.reached;
+  };
+  EXPECT_TRUE(same_reach());
+  uint64_t version = m_.table_version();
+  auto moved = [&] { return std::exchange(version, m_.table_version()) != m_.table_version(); };
+  Gossip({Info("a"), Info("b"), Info("c", 1, MemberState::kJoining), Info("d", 1, MemberState::kLeaving)});
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+  Gossip({Info("a")});  // nothing new
+  EXPECT_FALSE(moved());
+  Gossip({Info("a", 1, MemberState::kSuspect), Info("b", 1, MemberState::kDead)});
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+  Gossip({Info("a", 2)});  // refuted: only the incarnation changes
+  EXPECT_TRUE(moved());
+  Gossip({Info("self", 9, MemberState::kSuspect)});  // a rumour about self: refuted
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+  Gossip({Info("d", 1, MemberState::kLeft)});
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+  Advance(options_.tombstone_retention + milliseconds(1));  // b and d forgotten
+  EXPECT_TRUE(moved());
+  EXPECT_FALSE(m_.Find("b").has_value());
+  EXPECT_TRUE(same_reach());
+  EXPECT_TRUE(m_.Leave(now_).events.size() == 1);
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+  EXPECT_TRUE(m_.FinishLeave(now_).ring_changed);
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(same_reach());
+}
+
+// With most members down, indirect probes still go to alive helpers only, as many as there are (up to k).
+TEST_F(MembershipRulesTest, IndirectHelpersAreAliveEvenWhenFewAre) {
+  std::vector<MemberInfo> many;
+  for (int i = 0; i < 40; ++i) many.push_back(Info("m" + std::to_string(i)));
+  Gossip(many);
+  std::vector<MemberInfo> dead;
+  for (int i = 2; i < 40; ++i) dead.push_back(Info("m" + std::to_string(i), 1, MemberState::kDead));
+  Gossip(dead);  // m0 and m1 alone alive
+  for (int round = 0; round < 4; ++round) {
+    MembershipOutput out = WithoutFanOut(Advance(options_.probe_interval));
+    ASSERT_EQ(out.messages.size(), 1u);
+    const std::string target = out.messages[0].to_id;
+    const uint64_t seq = out.messages[0].message.seq;
+    out = WithoutFanOut(Advance(options_.probe_timeout));
+    std::set<std::string> helpers;
+    for (const Outgoing& o : out.messages) {
+      ASSERT_EQ(o.message.type, MessageType::kPingReq);
+      helpers.insert(o.to_id);
+    }
+    std::set<std::string> expected = {"m0", "m1"};
+    expected.erase(target);
+    EXPECT_EQ(helpers, expected) << "probing " << target;
+    // The target answers before the period ends: it stays alive.
+    EXPECT_TRUE(m_.Receive(now_, Make(MessageType::kAck, seq, target)).events.empty());
+    Advance(options_.probe_interval - options_.probe_timeout - milliseconds(1));
+  }
 }
 
 TEST_F(MembershipRulesTest, LeaveThenFinish) {

@@ -39,6 +39,7 @@ ClusterActions ClusterPlanner::Start(MonoTime now, int64_t wall_ns, ring::Member
                                      const std::vector<std::string>& seeds,
                                      std::vector<std::string> discovered) {
   membership_.emplace(options_.membership, std::move(self));
+  routed_version_ = 0;  // a new table: compared at the first Process
   membership_->SetDiscovered(std::move(discovered));
   ClusterActions actions;
   Process(now, wall_ns, membership_->Start(now, seeds), actions);
@@ -95,7 +96,7 @@ ClusterActions ClusterPlanner::FinishLeave(MonoTime now, int64_t wall_ns) {
 }
 
 void ClusterPlanner::JudgeQuorum(MonoTime at) {
-  const ring::Reach reach = ring::ReachOf(membership_->Members());
+  const ring::Reach reach = membership_->reach();  // ReachOf(Members()) without copying the table
   const QuorumView now{reach.minority(), reach.reached, reach.known};
   if (now == quorum_) return;
   const bool was_minority = quorum_.minority;
@@ -230,10 +231,15 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
   if (!out.messages.empty() || !out.events.empty() || out.ring_changed || !out.id_conflicts.empty()) {
     actions.snapshot = true;
   }
-  if (std::vector<ring::MemberInfo> members = membership_->Members(); members != routed_members_) {
-    routed_members_ = members;
-    actions.members = std::make_shared<const std::vector<ring::MemberInfo>>(std::move(members));
-    actions.snapshot = true;
+  // The table is copied only when it may have changed: every message and tick comes through here, and a copy
+  // is O(N).
+  if (membership_->table_version() != routed_version_) {
+    routed_version_ = membership_->table_version();
+    if (std::vector<ring::MemberInfo> members = membership_->Members(); members != routed_members_) {
+      routed_members_ = members;
+      actions.members = std::make_shared<const std::vector<ring::MemberInfo>>(std::move(members));
+      actions.snapshot = true;
+    }
   }
   if (new_ring != nullptr) {
     // The routing table gets the new ring only together with the handoff route overrides of the change:

@@ -163,6 +163,7 @@ class ClusterPlanner {
   uint64_t ring_version_ = 0;
   RingPtr ring_;                                  // the last ring built
   std::vector<ring::MemberInfo> routed_members_;  // the members last handed out (actions.members)
+  uint64_t routed_version_ = 0;                   // membership's table_version() when last compared
   std::map<std::string, uint64_t> incarnations_;  // of the ring members, as last seen
   std::map<std::string, ring::OffsetEstimate, std::less<>> offsets_;
   ring::MonoTime last_clock_pings_{};  // when members without a clock estimate were last pinged for one
