@@ -260,14 +260,19 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     peer::SyncRanges msg;
     msg.set_from(self);
     AddRanges(pull.ranges, msg.mutable_ranges());
+    msg.set_fingerprint(pull.fingerprint);
     link.Send(pull.to, peer::METHOD_SYNC_RANGES, msg.SerializeAsString(), kSyncCallTimeout,
               [weak = weak_from_this(), round = pull.round, to = pull.to](std::optional<std::string> reply) {
                 std::optional<std::vector<TokenRange>> synced;
+                std::vector<TokenRange> not_handed;
                 peer::SyncRangesAnswer answer;
-                if (reply.has_value() && answer.ParseFromString(*reply))
+                if (reply.has_value() && answer.ParseFromString(*reply)) {
                   synced = ParseRanges(answer.synced());
-                Post(weak, [round, to, synced = std::move(synced)](Core& core) mutable {
-                  core.Apply(core.planner.SyncPulled(core.Now(), round, to, std::move(synced)));
+                  not_handed = ParseRanges(answer.not_handed()).value_or(std::vector<TokenRange>{});
+                }
+                Post(weak, [round, to, synced = std::move(synced),
+                            not_handed = std::move(not_handed)](Core& core) mutable {
+                  core.Apply(core.planner.SyncPulled(core.Now(), round, to, std::move(synced), not_handed));
                 });
               });
   }
@@ -484,7 +489,7 @@ void HandoffManager::HandleSyncRanges(std::string_view payload, Answer answer) {
   }
   // Not through Post: answered (failed) even if Stop comes first.
   core_->executor.Post([weak = std::weak_ptr<Core>(core_), from = msg.from(), ranges = std::move(*ranges),
-                        answer = std::move(answer)] {
+                        fingerprint = msg.fingerprint(), answer = std::move(answer)] {
     std::shared_ptr<Core> core = weak.lock();
     if (core == nullptr || core->abandoned.load()) return;
     if (core->stopping.load()) {
@@ -493,16 +498,20 @@ void HandoffManager::HandleSyncRanges(std::string_view payload, Answer answer) {
     }
     // Which parts are synced is judged before the push: whatever this node held then is in it.
     std::vector<TokenRange> synced = core->planner.SyncedOf(ranges);
-    core->PushRanges(from, ranges, [synced = std::move(synced), answer](std::optional<uint64_t> keys) {
-      if (!keys.has_value()) {
-        answer(std::nullopt);
-        return;
-      }
-      peer::SyncRangesAnswer reply;
-      AddRanges(synced, reply.mutable_synced());
-      reply.set_keys(*keys);
-      answer(reply.SerializeAsString());
-    });
+    std::vector<TokenRange> not_handed = core->planner.NotHandedOf(ranges, fingerprint);
+    core->PushRanges(from, ranges,
+                     [synced = std::move(synced), not_handed = std::move(not_handed),
+                      answer](std::optional<uint64_t> keys) {
+                       if (!keys.has_value()) {
+                         answer(std::nullopt);
+                         return;
+                       }
+                       peer::SyncRangesAnswer reply;
+                       AddRanges(synced, reply.mutable_synced());
+                       AddRanges(not_handed, reply.mutable_not_handed());
+                       reply.set_keys(*keys);
+                       answer(reply.SerializeAsString());
+                     });
   });
 }
 

@@ -223,7 +223,15 @@ HandoffActions& HandoffPlanner::Done(HandoffActions& out) {
   }
   std::optional<MonoTime> at;
   auto earliest = [&](MonoTime t) { at = at.has_value() ? std::min(*at, t) : t; };
-  for (const Incoming& in : incoming_) earliest(in.started + options_.done_timeout);
+  for (const Incoming& in : incoming_) {
+    earliest(in.started + options_.done_timeout);
+    auto q = queries_.find(in.from);
+    if (q == queries_.end()) {
+      earliest(in.started + kHandoffQueryAfter);
+    } else if (q->second.round == 0) {
+      earliest(std::max(in.started + kHandoffQueryAfter, q->second.next));
+    }
+  }
   for (const auto& [id, o] : outgoing_) {
     earliest(o.started + options_.push_timeout);
     if (const auto* retry = std::get_if<PushDue>(&o.phase)) earliest(retry->at);
@@ -536,6 +544,7 @@ void HandoffPlanner::Tick(MonoTime now, const ClusterView& view, HandoffActions&
   }
   incoming_ = std::move(kept);
   if (changed) Publish(out);
+  QueryWaitingHandoffs(now, view, out);
   std::vector<uint64_t> to_fail;
   std::vector<uint64_t> to_push;
   std::vector<uint64_t> to_done;
@@ -572,6 +581,19 @@ HandoffActions HandoffPlanner::HandoffDoneReceived(MonoTime now, std::string_vie
                                                    const std::vector<TokenRange>& ranges,
                                                    uint64_t fingerprint, uint64_t keys, bool synced) {
   HandoffActions out;
+  std::vector<TokenRange> matched = ReleaseIncoming(now, from, ranges, keys);
+  if (synced && MarkSynced(matched)) {
+    spdlog::info("sync: {} ranges synced by the HandoffDone of {}", matched.size(), from);
+  }
+  std::vector<TokenRange> rest = Subtract(ranges, matched);
+  if (!rest.empty()) early_dones_.push_back({std::string(from), std::move(rest), fingerprint, now, synced});
+  Publish(out);
+  return Done(out);
+}
+
+std::vector<TokenRange> HandoffPlanner::ReleaseIncoming(MonoTime now, std::string_view from,
+                                                        const std::vector<TokenRange>& ranges,
+                                                        uint64_t keys) {
   std::vector<TokenRange> matched;
   std::vector<Incoming> kept;
   for (Incoming& in : incoming_) {
@@ -596,13 +618,7 @@ HandoffActions HandoffPlanner::HandoffDoneReceived(MonoTime now, std::string_vie
             [](const Incoming& x, const Incoming& y) { return x.range.first < y.range.first; });
   incoming_ = std::move(kept);
   SortRanges(matched);
-  if (synced && MarkSynced(matched)) {
-    spdlog::info("sync: {} ranges synced by the HandoffDone of {}", matched.size(), from);
-  }
-  std::vector<TokenRange> rest = Subtract(ranges, matched);
-  if (!rest.empty()) early_dones_.push_back({std::string(from), std::move(rest), fingerprint, now, synced});
-  Publish(out);
-  return Done(out);
+  return matched;
 }
 
 // Once `in`'s range `r` is released, its keys are this node's: re-replicate them.
@@ -708,16 +724,45 @@ void HandoffPlanner::StartSyncRound(MonoTime now, const ClusterView& view, Hando
   round.unanswered = Union(std::move(round.unanswered));
   for (auto& [id, ranges] : asked) {
     round.asked[id] = Union(std::move(ranges));
-    out.pull.push_back({round.id, id, round.asked[id]});
+    out.pull.push_back({round.id, id, round.asked[id], latest_ == nullptr ? 0 : latest_->fingerprint()});
   }
   round.pending = round.asked.size();
   round_ = std::move(round);
   if (round_->pending == 0) EndSyncRound(now, out);
 }
 
+void HandoffPlanner::QueryWaitingHandoffs(MonoTime now, const ClusterView& view, HandoffActions& out) {
+  std::erase_if(queries_, [&](const auto& q) { return q.second.round == 0 && now >= q.second.next; });
+  std::map<std::string, std::vector<TokenRange>, std::less<>> waiting;
+  for (const Incoming& in : incoming_) {
+    if (now - in.started >= kHandoffQueryAfter) waiting[in.from].push_back(in.range);
+  }
+  for (auto& [from, ranges] : waiting) {
+    if (queries_.contains(from) || !view.reachable(from)) continue;
+    const uint64_t round = next_id_++;
+    queries_[from] = {round, now};
+    out.pull.push_back(
+        {round, from, Union(std::move(ranges)), latest_ == nullptr ? 0 : latest_->fingerprint()});
+  }
+}
+
 HandoffActions HandoffPlanner::SyncPulled(MonoTime now, uint64_t round, std::string_view from,
-                                          std::optional<std::vector<TokenRange>> synced) {
+                                          std::optional<std::vector<TokenRange>> synced,
+                                          const std::vector<TokenRange>& not_handed) {
   HandoffActions out;
+  if (auto q = queries_.find(from); q != queries_.end() && q->second.round == round) {
+    q->second = {0, now + kHandoffQueryAfter};
+  }
+  if (synced.has_value() && !not_handed.empty()) {
+    // `from` has nothing (more) of these to hand over: what it had is merged here by now.
+    const std::vector<TokenRange> matched = ReleaseIncoming(now, from, not_handed, 0);
+    if (!matched.empty()) {
+      spdlog::info("handoff in from {}: {} ranges not handed off by it on the same ring: released", from,
+                   matched.size());
+      MarkSynced(Intersect(matched, *synced));
+      Publish(out);
+    }
+  }
   if (!round_.has_value() || round_->id != round) return Done(out);
   auto it = round_->asked.find(std::string(from));
   if (it == round_->asked.end() || round_->pending == 0) return Done(out);
@@ -757,6 +802,14 @@ void HandoffPlanner::EndSyncRound(MonoTime now, HandoffActions& out) {
 std::vector<TokenRange> HandoffPlanner::SyncedOf(const std::vector<TokenRange>& ranges) const {
   if (latest_ == nullptr) return {};
   return Subtract(Intersect(ranges, latest_->HeldRanges(self_, options_.replicas)), UnsyncedRanges());
+}
+
+std::vector<TokenRange> HandoffPlanner::NotHandedOf(const std::vector<TokenRange>& ranges,
+                                                    uint64_t fingerprint) const {
+  if (latest_ == nullptr || fingerprint == 0 || latest_->fingerprint() != fingerprint) return {};
+  std::vector<TokenRange> handing;
+  for (const auto& [id, o] : outgoing_) handing.insert(handing.end(), o.ranges.begin(), o.ranges.end());
+  return Subtract(Subtract(ranges, latest_->Arcs(self_)), Union(std::move(handing)));
 }
 
 std::vector<TokenRange> HandoffPlanner::UnsyncedRanges() const {

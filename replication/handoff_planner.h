@@ -158,12 +158,14 @@ struct SendDone {
   bool synced = false;  // this node held every one of `ranges` synced: the receiver holds them synced now
 };
 
-// Ask `to` to push its states of `ranges` (sorted) here and to say which of them it holds synced (one
-// METHOD_SYNC_RANGES call, answered once its push was acknowledged); report SyncPulled(round, to, …).
+// Ask `to` to push its states of `ranges` (sorted) here and to say which of them it holds synced, and --
+// when its newest ring is the one with `fingerprint` -- which of them it neither owns nor is handing off
+// (one METHOD_SYNC_RANGES call, answered once its push was acknowledged); report SyncPulled(round, to, …).
 struct PullSync {
   uint64_t round = 0;
   std::string to;
   std::vector<ring::TokenRange> ranges;
+  uint64_t fingerprint = 0;  // this node's newest ring (0: none)
 };
 
 // Scan `slice` and push each state whose key ReplicationTargets names targets for to those targets (one
@@ -214,6 +216,11 @@ class HandoffPlanner {
  public:
   // Delay before retrying a failed push or HandoffDone while the target is still reachable.
   static constexpr std::chrono::milliseconds kRetryDelay{200};
+  // An incoming range still waiting this long for its previous owner's HandoffDone makes this node ask
+  // that owner (a PullSync) whether it hands the range off at all: members that saw different rings on the
+  // way to the same one (a partition healing) can each expect the other to hand a range over. Asked again
+  // every this long while it waits.
+  static constexpr std::chrono::milliseconds kHandoffQueryAfter{1'000};
   // Delay between rounds of pulls for unsynced ranges: doubles from the first to the second while no
   // round syncs anything.
   static constexpr std::chrono::milliseconds kSyncRetryFirst{250};
@@ -261,10 +268,18 @@ class HandoffPlanner {
 
   // The answer to PullSync `round` from `from`: nullopt when it did not answer (or its push failed),
   // else which of the ranges asked it holds synced. Its states of every range asked are merged here.
+  // `not_handed`: the parts of the ranges asked that `from`, on the same newest ring as this node, neither
+  // owns nor hands off (NotHandedOf): incoming ranges of `from` among them are released as if its
+  // HandoffDone had come (synced where `synced` says so) -- it has nothing more to push.
   [[nodiscard]] HandoffActions SyncPulled(MonoTime now, uint64_t round, std::string_view from,
-                                          std::optional<std::vector<ring::TokenRange>> synced);
+                                          std::optional<std::vector<ring::TokenRange>> synced,
+                                          const std::vector<ring::TokenRange>& not_handed = {});
   // Which parts of `ranges` (sorted) this node holds synced on its newest ring (a PullSync's answer).
   [[nodiscard]] std::vector<ring::TokenRange> SyncedOf(const std::vector<ring::TokenRange>& ranges) const;
+  // Which parts of `ranges` (sorted) this node neither owns on its newest ring nor is handing off, when
+  // that ring has `fingerprint`; empty otherwise (a PullSync's answer: rings that differ say nothing).
+  [[nodiscard]] std::vector<ring::TokenRange> NotHandedOf(const std::vector<ring::TokenRange>& ranges,
+                                                          uint64_t fingerprint) const;
   // Whether `token` is in an unsynced range.
   [[nodiscard]] bool Unsynced(ring::Token token) const;
 
@@ -380,6 +395,13 @@ class HandoffPlanner {
   bool MarkSynced(const std::vector<ring::TokenRange>& ranges);
   void ExpireUnsynced(MonoTime now, HandoffActions& out);
   void StartSyncRound(MonoTime now, const ClusterView& view, HandoffActions& out);
+  // Asks each reachable previous owner whose incoming ranges waited kHandoffQueryAfter whether it hands
+  // them off at all (a PullSync), unless a query to it is under way or was answered less than that ago.
+  void QueryWaitingHandoffs(MonoTime now, const ClusterView& view, HandoffActions& out);
+  // Releases the incoming ranges of `from` that `ranges` (sorted) cover (its HandoffDone, announcing
+  // `keys`); returns the parts released (sorted).
+  std::vector<ring::TokenRange> ReleaseIncoming(MonoTime now, std::string_view from,
+                                                const std::vector<ring::TokenRange>& ranges, uint64_t keys);
   void EndSyncRound(MonoTime now, HandoffActions& out);
   // Every event ends here: the re-replication pump and the next wake-up.
   HandoffActions& Done(HandoffActions& out);
@@ -397,6 +419,11 @@ class HandoffPlanner {
   bool pump_requested_ = false;          // a `pump` action is out, ReplicationPump not called yet
   std::vector<UnsyncedRange> unsynced_;  // sorted by range.first, non-overlapping
   std::optional<SyncRound> round_;       // the pulls under way
+  struct HandoffQuery {                  // QueryWaitingHandoffs, by previous owner
+    uint64_t round = 0;                  // the PullSync under way (0: none)
+    MonoTime next{};                     // not asked again before
+  };
+  std::map<std::string, HandoffQuery, std::less<>> queries_;
   MonoTime next_round_{};
   std::chrono::milliseconds round_delay_ = kSyncRetryFirst;
   RingPtr latest_;  // `after` of the last ring change

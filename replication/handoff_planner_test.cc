@@ -148,7 +148,7 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedByHandoffDone) {
   EXPECT_EQ(joined.send_done[0].handoff, 0u);  // no answer expected
   EXPECT_EQ(joined.send_done[0].to, "a");
   EXPECT_EQ(joined.send_done[0].ranges, two->Arcs("a"));
-  EXPECT_EQ(joined.wake_at, now_ + Options().done_timeout);
+  EXPECT_EQ(joined.wake_at, now_ + HandoffPlanner::kHandoffQueryAfter);
   ASSERT_EQ(b.Views(now_).size(), 1u);
   EXPECT_EQ(b.Views(now_)[0].direction, "in");
 
@@ -192,13 +192,59 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedAfterDoneTimeout) {
   HandoffPlanner b("b", Options());
   const RingPtr two = Ring({"a", "b"}, 2);
   HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
-  ASSERT_EQ(joined.wake_at, now_ + Options().done_timeout);
+  ASSERT_EQ(joined.wake_at, now_ + HandoffPlanner::kHandoffQueryAfter);
   EXPECT_EQ(b.Timer(now_ + Options().done_timeout - 1ns, View("b")).overrides, nullptr);
   HandoffActions released = b.Timer(now_ + Options().done_timeout, View("b"));
   ASSERT_NE(released.overrides, nullptr);
   EXPECT_TRUE(released.overrides->entries.empty());
   EXPECT_EQ(b.stats().incoming_abandoned, two->Arcs("b").size());
   EXPECT_EQ(b.stats().incoming_completed, 0u);
+}
+
+// Members that saw different rings on the way to the same one (a partition healing) can each expect
+// the other to hand a range over. An incoming range still waiting after kHandoffQueryAfter makes the node
+// ask its previous owner; an owner that, on the same ring, neither owns the range nor hands it off has
+// nothing (more) to push: the range is released at once, not after done_timeout.
+TEST_F(HandoffPlannerTest, AWaitingRangeIsReleasedWhenItsPreviousOwnerDoesNotHandItOff) {
+  HandoffPlanner b("b", Options());
+  const RingPtr two = Ring({"a", "b"}, 2);
+  const std::vector<TokenRange> mine = two->Arcs("b");
+  HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
+  // The joining node's sync round (its ranges are unsynced) asks a on its newest ring too; a, handing
+  // them off, answers with its copy only.
+  ASSERT_EQ(joined.pull.size(), 1u);
+  EXPECT_EQ(joined.pull[0].fingerprint, two->fingerprint());
+  EXPECT_EQ(
+      b.SyncPulled(now_, joined.pull[0].round, "a", std::vector<TokenRange>{}, {}).overrides->entries.size(),
+      mine.size());
+  EXPECT_TRUE(b.Timer(now_ + HandoffPlanner::kHandoffQueryAfter - 1ns, View("b")).pull.empty());
+  HandoffActions asked = b.Timer(now_ + HandoffPlanner::kHandoffQueryAfter, View("b"));
+  ASSERT_EQ(asked.pull.size(), 1u);
+  EXPECT_EQ(asked.pull[0].to, "a");
+  EXPECT_EQ(asked.pull[0].ranges, mine);
+  EXPECT_EQ(asked.pull[0].fingerprint, two->fingerprint());
+  // One query at a time per previous owner.
+  EXPECT_TRUE(b.Timer(now_ + 3 * HandoffPlanner::kHandoffQueryAfter, View("b")).pull.empty());
+
+  // a, having handed b's ranges off on its way to `two`, is handing them: it says nothing of them.
+  HandoffPlanner handing("a", Options());
+  static_cast<void>(handing.RingChanged(now_, View("a"), Ring({"a"}, 1), two));
+  EXPECT_TRUE(handing.NotHandedOf(mine, two->fingerprint()).empty());
+  // a, having reached `two` another way (here: it joined it afresh), owns none of them and hands none off;
+  // on another ring it says nothing.
+  HandoffPlanner other_way("a", Options());
+  static_cast<void>(other_way.RingChanged(now_, View("a"), nullptr, two));
+  EXPECT_EQ(other_way.NotHandedOf(mine, two->fingerprint()), mine);
+  EXPECT_TRUE(other_way.NotHandedOf(mine, two->fingerprint() + 1).empty());
+
+  // Its answer releases the ranges (synced: it held them synced).
+  HandoffActions released =
+      b.SyncPulled(now_ + 3 * HandoffPlanner::kHandoffQueryAfter, asked.pull[0].round, "a", mine, mine);
+  ASSERT_NE(released.overrides, nullptr);
+  EXPECT_TRUE(released.overrides->empty());
+  EXPECT_EQ(b.stats().incoming_completed, mine.size());
+  EXPECT_EQ(b.stats().incoming_abandoned, 0u);
+  EXPECT_TRUE(b.Views(now_).empty());
 }
 
 // A HandoffDone that arrives before its ring change is kept (for that ring only, for done_timeout).
@@ -465,7 +511,7 @@ TEST_F(HandoffPlannerTest, DropsOnlyAfterDropDelayWithNothingInProgress) {
   HandoffPlanner b("b", options);
   const RingPtr two = Ring({"a", "b"}, 2);
   HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
-  EXPECT_EQ(joined.wake_at, now_ + options.done_timeout);  // not the drop: b waits for a
+  EXPECT_EQ(joined.wake_at, now_ + HandoffPlanner::kHandoffQueryAfter);  // not the drop: b waits for a
   EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);
   static_cast<void>(
       b.HandoffDoneReceived(now_ + options.drop_delay, "a", two->Arcs("b"), two->fingerprint(), 0, true));

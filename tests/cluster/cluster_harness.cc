@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -104,6 +105,7 @@ Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port
     view.ring_fingerprint = std::string(body.at("ring_fingerprint").as_string());
     if (const json::value* handoffs = body.as_object().if_contains("handoffs")) {
       view.handoffs = handoffs->as_array().size();
+      view.handoffs_json = json::serialize(*handoffs);
     }
     if (const json::value* fence = body.as_object().if_contains("fence")) {
       view.deciding = fence->at("deciding").as_bool();
@@ -330,7 +332,7 @@ Result<std::chrono::milliseconds> Cluster::WaitHandoffsDone(std::chrono::millise
         return false;
       }
       if (view->handoffs != 0) {
-        *last = id(i) + " lists " + std::to_string(view->handoffs) + " handoff(s)";
+        *last = id(i) + " lists " + std::to_string(view->handoffs) + " handoff(s): " + view->handoffs_json;
         return false;
       }
     }

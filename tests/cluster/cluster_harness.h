@@ -68,6 +68,7 @@ struct ClusterView {
   std::string ring_fingerprint;     // 16 lowercase hex digits, equal on nodes holding the same ring
   std::vector<MemberView> members;  // as the node sent them (sorted by id)
   size_t handoffs = 0;              // handoffs in progress (the "handoffs" array's length)
+  std::string handoffs_json;        // the "handoffs" array as served (what a wait failure names)
   bool deciding = true;             // "fence": {"deciding"}: no pause, minority or clock fence holds it back
   uint64_t pending_keys = 0;        // "replication": {"pending_keys"} (0 without replication)
   std::string clock_state;          // "clock": {"state"}: unknown, ok or skewed (the node refuses to decide)

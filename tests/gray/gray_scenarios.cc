@@ -219,14 +219,20 @@ class Bed {
       if (auto healed = fabric_->HealAll(); !healed) Note("heal failed: " + healed.error());
     }
     recorder_.SetPhase("settling");
+    // The first line of a wait's failure (what it last saw; the logs follow it).
+    const auto first_line = [](const std::string& error) { return error.substr(0, error.find('\n')); };
     if (auto converged = cluster_->WaitConverged(kSettleBound); !converged) {
-      Note("did not converge after the faults");
+      Note("did not converge after the faults: " + first_line(converged.error()));
     } else if (auto settled = cluster_->WaitHandoffsDone(kSettleBound); !settled) {
-      Note("handoffs still running after the faults");
+      Note("handoffs still running after the faults: " + first_line(settled.error()));
     } else if (auto deciding = cluster_->WaitDecidingAndShipped(kSettleBound, never_deciding_); !deciding) {
       // A resumed node's pause fence (its keys' next holders decide for it meanwhile) is part of the
       // fault; so is what the deciders have not shipped yet (asynchronous replication).
-      Note("a node still fenced, or changes not shipped, after the faults");
+      Note("a node still fenced, or changes not shipped, after the faults: " + first_line(deciding.error()));
+    } else {
+      Note("settled after the faults: converged in " + std::to_string(converged->count()) +
+           " ms, handoffs done in " + std::to_string(settled->count()) + " ms, deciding and shipped in " +
+           std::to_string(deciding->count()) + " ms");
     }
     recorder_.SetPhase(kAftermath);
     const auto running = cluster_->Running();
