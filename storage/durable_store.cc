@@ -13,12 +13,16 @@
 #include <boost/unordered/unordered_flat_set.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "storage/key_codec.h"
+#include "storage/rocksdb_env.h"
 #include "storage/state_codec.h"
 
 namespace ringlimit::storage {
@@ -38,6 +42,20 @@ std::string PrefixSuccessor(std::string prefix) {
 
 // Least recently used states examined per shard for idleness at every flush interval.
 constexpr size_t kSweepPerFlush = 256;
+
+// While writes fail: at most one log line this often (the first failure and the recovery always log).
+constexpr std::chrono::seconds kFailureLogEvery{10};
+
+// Room asked of the data directory beyond the batch and the memtable before a reopen: the new MANIFEST,
+// OPTIONS and WAL files and the SST that the replayed WAL is flushed to.
+constexpr uint64_t kReopenSlackBytes = 1u << 20;
+
+// a + b for counters where -1 means "not known".
+int64_t AddCounter(int64_t a, int64_t b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return a + b;
+}
 
 limiter::TimeNs WallNow() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -76,8 +94,10 @@ rocksdb::Options MakeRocksOptions(const RocksDbOptions& o) {
   options.level_compaction_dynamic_level_bytes = true;
   options.compaction_filter = &kExpiryFilter;
   options.compression = rocksdb::kLZ4Compression;
+  // Not the LOG file in the data directory: on a full disk its writer fails and RocksDB aborts on the
+  // next line it logs (storage/rocksdb_env.h).
+  options.info_log = SpdlogRocksDbLogger();
   options.info_log_level = rocksdb::WARN_LEVEL;
-  options.keep_log_file_num = 3;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
   if (o.bloom_bits_per_key > 0)
@@ -93,6 +113,9 @@ rocksdb::Options MakeRocksOptions(const RocksDbOptions& o) {
 // Reads of memory misses. Called without store locks; failures are logged, counted, and read as absent.
 class DurableStore::Loader final : public MissLoader {
  public:
+  static constexpr const char* kNoDatabase =
+      "the database is closed: reopening it after a write error failed";
+
   explicit Loader(DurableStore& store) : store_(store) {}
 
   std::vector<std::optional<StoredState>> Load(std::string_view entity, ring::Token token,
@@ -102,9 +125,14 @@ class DurableStore::Loader final : public MissLoader {
     keys.reserve(names.size());
     for (auto name : names) keys.push_back(EncodeRowKey(token, entity, name));
     for (const auto& k : keys) slices.emplace_back(k);
+    std::vector<std::optional<StoredState>> out(names.size());
+    std::shared_lock db_lock(store_.db_mutex_);
+    if (store_.db_ == nullptr) {
+      Fail(entity, kNoDatabase);
+      return out;
+    }
     std::vector<std::string> values;
     auto statuses = store_.db_->MultiGet(rocksdb::ReadOptions(), slices, &values);
-    std::vector<std::optional<StoredState>> out(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       if (statuses[i].IsNotFound()) continue;
       if (!statuses[i].ok()) {
@@ -124,6 +152,11 @@ class DurableStore::Loader final : public MissLoader {
     rocksdb::Slice upper_slice(upper);
     rocksdb::ReadOptions read;
     if (!upper.empty()) read.iterate_upper_bound = &upper_slice;
+    std::shared_lock db_lock(store_.db_mutex_);
+    if (store_.db_ == nullptr) {
+      Fail(entity, kNoDatabase);
+      return out;
+    }
     std::unique_ptr<rocksdb::Iterator> it(store_.db_->NewIterator(read));
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       std::string_view name(it->key().data() + prefix.size(), it->key().size() - prefix.size());
@@ -154,12 +187,17 @@ class DurableStore::Loader final : public MissLoader {
 
 Result<std::unique_ptr<DurableStore>> DurableStore::Open(const StorageOptions& options) {
   if (Status valid = Validate(options); !valid.ok()) return valid;
+  // RocksDB would log (as an error) that it cannot list a directory it is about to create.
+  std::error_code ignored;  // a directory that cannot be created is RocksDB's error to report
+  std::filesystem::create_directories(options.data_dir, ignored);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status status = rocksdb::DB::Open(MakeRocksOptions(options.rocksdb), options.data_dir, &raw);
   if (!status.ok()) {
     return OpenFailure(
         status, "cannot open the RocksDB data directory '" + options.data_dir + "': " + status.ToString());
   }
+  // A probe left by a crash during HasRoomFor.
+  std::filesystem::remove(std::filesystem::path(options.data_dir) / kSpaceProbeFile, ignored);
   std::unique_ptr<DurableStore> store(new DurableStore(options, std::unique_ptr<rocksdb::DB>(raw)));
   spdlog::info("storage: RocksDB write-back tier in '{}', flush every {} ms, max_keys {}", options.data_dir,
                options.flush_interval_ms, options.max_keys);
@@ -167,7 +205,7 @@ Result<std::unique_ptr<DurableStore>> DurableStore::Open(const StorageOptions& o
 }
 
 DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db)
-    : options_(options), db_(std::move(db)), loader_(std::make_unique<Loader>(*this)) {
+    : options_(options), loader_(std::make_unique<Loader>(*this)), db_(std::move(db)) {
   MemoryStoreOptions memory;
   memory.max_keys = options.max_keys;
   memory.max_bytes = options.max_bytes;
@@ -188,23 +226,27 @@ DurableStore::~DurableStore() { Close(); }
 void DurableStore::FlusherLoop() {
   const auto interval = std::chrono::milliseconds(options_.flush_interval_ms);
   std::unique_lock lock(wake_mutex_);
+  bool failing = false;
   while (!stop_) {
-    wake_.wait_for(lock, interval, [this] { return stop_ || flush_requested_; });
+    // While writes fail, memory pressure does not wake the flusher early (it would only fail again).
+    wake_.wait_for(lock, interval, [this, &failing] { return stop_ || (flush_requested_ && !failing); });
     if (stop_) break;
     flush_requested_ = false;
     lock.unlock();
     // States nobody touches any more go even without traffic: their rows are deleted by this flush.
     memory_->SweepIdle(WallNow(), kSweepPerFlush);
-    FlushOnce();
+    failing = !FlushOnce(false);
     lock.lock();
   }
 }
 
-bool DurableStore::FlushOnce() {
+bool DurableStore::FlushOnce(bool retry_at_once) {
   std::lock_guard flush_lock(flush_mutex_);
+  if (db_closed_) return false;
   const auto started = std::chrono::steady_clock::now();
+  if (must_reopen_ && !retry_at_once && started < next_retry_) return false;  // not yet time to retry
   std::vector<DirtyRecord> batch = memory_->CollectDirty();
-  if (batch.empty()) {
+  if (batch.empty() && !must_reopen_) {
     last_flush_success_ns_.store(WallNow(), std::memory_order_relaxed);
     return true;
   }
@@ -229,18 +271,31 @@ bool DurableStore::FlushOnce() {
       ++puts;
     }
   }
-  rocksdb::Status status = WriteRows(&writes);
+  // A database whose write failed is not written again (RocksDB may abort on its failed WAL writer):
+  // it is reopened first, once there is room.
+  rocksdb::Status status = must_reopen_ ? Reopen(writes.GetDataSize()) : rocksdb::Status::OK();
+  if (status.ok() && !batch.empty()) status = WriteRows(&writes);
   const auto took = [started] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)
         .count();
   };
   if (!status.ok()) {
+    must_reopen_ = true;
+    next_retry_ = std::chrono::steady_clock::now() +
+                  std::max<std::chrono::milliseconds>(kRetryEvery,
+                                                      std::chrono::milliseconds(options_.flush_interval_ms));
+    NoteFailure(batch.size(), status);
+    if (batch.empty()) return false;
     write_errors_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::error("storage: writing {} dirty states to RocksDB failed ({}); serving from memory, retrying",
-                  batch.size(), status.ToString());
     memory_->AckFlushed(batch, false);
     ObserveFlush(took());
     return false;
+  }
+  must_reopen_ = false;
+  NoteSuccess();
+  if (batch.empty()) {
+    last_flush_success_ns_.store(WallNow(), std::memory_order_relaxed);
+    return true;
   }
   memory_->AckFlushed(batch, true);
   ObserveFlush(took());
@@ -259,7 +314,60 @@ rocksdb::Status DurableStore::WriteRows(rocksdb::WriteBatch* writes) {
   rocksdb::WriteOptions write_options;
   write_options.disableWAL = !options_.rocksdb.use_wal;
   write_options.sync = options_.rocksdb.sync;
-  return db_->Write(write_options, writes);
+  return db_->Write(write_options, writes);  // flush_mutex_ keeps db_ in place
+}
+
+rocksdb::Status DurableStore::Reopen(uint64_t batch_bytes) {
+  uint64_t memtable_bytes = 0;
+  if (db_ != nullptr) db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtable_bytes);
+  // On a disk that is still full the open would fail and leave the node without reads: keep the failed
+  // database (it still reads) until there is room for what the reopen and the batch will write.
+  if (rocksdb::Status room = HasRoomFor(options_.data_dir, memtable_bytes + batch_bytes + kReopenSlackBytes);
+      !room.ok()) {
+    return room;
+  }
+  std::unique_lock db_lock(db_mutex_);
+  if (db_ != nullptr) {
+    carried_ = FiguresLocked();  // its counters go on from where they are (gauges in carried_ are unused)
+    // The failed WAL writer makes Close report an error; the acknowledged batches are in the WAL files.
+    rocksdb::Status closed = db_->Close();
+    if (!closed.ok()) spdlog::warn("storage: closing RocksDB after a write error: {}", closed.ToString());
+    db_.reset();
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status opened = rocksdb::DB::Open(MakeRocksOptions(options_.rocksdb), options_.data_dir, &raw);
+  if (!opened.ok()) return opened;
+  db_.reset(raw);
+  reopens_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("storage: reopened RocksDB in '{}' after a write error", options_.data_dir);
+  return rocksdb::Status::OK();
+}
+
+void DurableStore::NoteFailure(size_t states, const rocksdb::Status& status) {
+  const auto now = std::chrono::steady_clock::now();
+  if (failed_passes_++ == 0) {
+    failing_since_ = now;
+    last_failure_log_ = now;
+    spdlog::error(
+        "storage: writing {} dirty states to RocksDB failed ({}); serving from memory, the states stay dirty "
+        "and are retried every {} ms",
+        states, status.ToString(), std::max<int64_t>(kRetryEvery.count(), options_.flush_interval_ms));
+    return;
+  }
+  if (now - last_failure_log_ < kFailureLogEvery) return;
+  last_failure_log_ = now;
+  spdlog::error("storage: write-back still failing after {} attempts over {} s ({}); {} states dirty",
+                failed_passes_,
+                std::chrono::duration_cast<std::chrono::seconds>(now - failing_since_).count(),
+                status.ToString(), memory_->DirtyCount());
+}
+
+void DurableStore::NoteSuccess() {
+  if (failed_passes_ == 0) return;
+  const auto failed_for = std::chrono::steady_clock::now() - failing_since_;
+  spdlog::warn("storage: write-back resumed after {} failed attempts over {} ms", failed_passes_,
+               std::chrono::duration_cast<std::chrono::milliseconds>(failed_for).count());
+  failed_passes_ = 0;
 }
 
 void DurableStore::ObserveFlush(int64_t ns) {
@@ -272,8 +380,23 @@ void DurableStore::ObserveFlush(int64_t ns) {
 }
 
 RocksDbFigures DurableStore::ReadRocksDbFigures() const {
+  std::shared_lock db_lock(db_mutex_);
+  return FiguresLocked();
+}
+
+RocksDbFigures DurableStore::FiguresLocked() const {
   RocksDbFigures f;
-  if (db_ == nullptr) return f;
+  const auto carry = [this, &f] {
+    for (auto [counter, carried] : {std::pair{&f.user_bytes_written, carried_.user_bytes_written},
+                                    std::pair{&f.wal_bytes_written, carried_.wal_bytes_written},
+                                    std::pair{&f.stall_slowdowns, carried_.stall_slowdowns},
+                                    std::pair{&f.stall_stops, carried_.stall_stops},
+                                    std::pair{&f.background_errors, carried_.background_errors}}) {
+      *counter = AddCounter(*counter, carried);
+    }
+    return f;
+  };
+  if (db_ == nullptr) return carry();
   using Properties = rocksdb::DB::Properties;
   const auto read = [this](const std::string& property, int64_t* out) {
     uint64_t value = 0;
@@ -305,7 +428,7 @@ RocksDbFigures DurableStore::ReadRocksDbFigures() const {
     from_map(map, "io_stalls.total_slowdown", &f.stall_slowdowns);
     from_map(map, "io_stalls.total_stop", &f.stall_stops);
   }
-  return f;
+  return carry();
 }
 
 void DurableStore::Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
@@ -347,6 +470,12 @@ std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::T
   const std::string upper = last == std::numeric_limits<ring::Token>::max() ? "" : TokenPrefix(last + 1);
   rocksdb::Slice upper_slice(upper);
   if (!upper.empty()) read.iterate_upper_bound = &upper_slice;
+  std::shared_lock db_lock(db_mutex_);
+  if (db_ == nullptr) {
+    load_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("storage: scanning a token range: {}; the scan has memory only", Loader::kNoDatabase);
+    return out;
+  }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   for (it->Seek(TokenPrefix(first)); it->Valid(); it->Next()) {
     std::string_view key = it->key().ToStringView();
@@ -369,15 +498,15 @@ std::vector<EntityState> DurableStore::ScanTokenRange(ring::Token first, ring::T
 void DurableStore::TEST_CompactAll() {
   rocksdb::CompactRangeOptions options;
   options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  std::shared_lock db_lock(db_mutex_);
+  if (db_ == nullptr) return;
   rocksdb::Status status = db_->CompactRange(options, nullptr, nullptr);
   if (!status.ok()) spdlog::error("storage: compaction failed: {}", status.ToString());
 }
 
 void DurableStore::SetObserver(StateObserver* observer) { memory_->SetObserver(observer); }
 
-void DurableStore::Flush() {
-  if (db_) FlushOnce();
-}
+void DurableStore::Flush() { FlushOnce(true); }
 
 void DurableStore::Close() {
   if (closed_) return;
@@ -389,12 +518,17 @@ void DurableStore::Close() {
   }
   flusher_.join();
   memory_->SweepIdle(WallNow(), std::numeric_limits<size_t>::max());  // leave no idle rows behind
-  if (!FlushOnce()) {
+  if (!FlushOnce(true)) {
     spdlog::error("storage: final flush failed; {} states were not written", memory_->DirtyCount());
   }
-  rocksdb::Status status = db_->Close();
-  if (!status.ok()) spdlog::error("storage: closing RocksDB: {}", status.ToString());
-  db_.reset();
+  std::lock_guard flush_lock(flush_mutex_);
+  std::unique_lock db_lock(db_mutex_);
+  db_closed_ = true;
+  if (db_ != nullptr) {
+    rocksdb::Status status = db_->Close();
+    if (!status.ok()) spdlog::error("storage: closing RocksDB: {}", status.ToString());
+    db_.reset();
+  }
   spdlog::info("storage: closed '{}'", options_.data_dir);
 }
 

@@ -5,8 +5,16 @@
 // flush_interval and writes them in one WriteBatch with no lock held; a state becomes clean (evictable)
 // only once its batch is written. A miss reads RocksDB outside every lock (lazy: nothing is read at
 // open). Idle and erased states leave pending deletes that the next batch applies; rows whose expiry has
-// passed are also dropped by a compaction filter. A failed write is logged, counted and retried on the
-// next flush while the node keeps serving from memory.
+// passed are also dropped by a compaction filter. A failed write is logged, counted and retried while the
+// node keeps serving from memory (the states stay dirty and unevicted).
+//
+// A failed write leaves RocksDB unusable for writes (its background error; its write-ahead-log writer
+// must not be used again), so the retry does not write to that database: once the data directory has room
+// for the batch and the memtable (HasRoomFor), the flusher closes the database and opens it again (the
+// WAL is replayed up to the last acknowledged batch), then writes. Retries run at most every
+// kRetryEvery (or the flush interval if longer); Flush and Close retry at once. Reads wait for a reopen
+// (db_mutex_) and, while it fails, count load errors. RocksDB's own log goes to spdlog, never to the data
+// disk (storage/rocksdb_env.h says why).
 //
 // Thread safety: safe for concurrent use from many threads without external synchronisation, except
 // Close (see Store). Destruction closes.
@@ -19,6 +27,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "storage/memory_store.h"
@@ -67,22 +76,43 @@ class DurableStore final : public Store {
   void TEST_CompactAll();
   // Test hook: the memory tier (to set its scan hook). Valid until Close.
   MemoryStore& TEST_Memory() { return *memory_; }
+  // Test hook: how many times the database was closed and opened again after a failed write.
+  [[nodiscard]] uint64_t TEST_Reopens() const { return reopens_.load(); }
+
+  // The shortest time between two retries of a failed write by the flusher thread.
+  static constexpr std::chrono::milliseconds kRetryEvery{1000};
 
  private:
   class Loader;
   DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db);
   void FlusherLoop();
-  bool FlushOnce();  // true when nothing is left dirty or the batch was written
-  // Writes one batch (through the test hooks).
+  // True when nothing is left dirty or the batch was written. retry_at_once: after a failed write, retry
+  // now (Flush, Close) rather than kRetryEvery after the last attempt (the flusher thread).
+  bool FlushOnce(bool retry_at_once);
+  // Writes one batch (through the test hooks). REQUIRES: flush_mutex_ held.
   rocksdb::Status WriteRows(rocksdb::WriteBatch* writes);
+  // After a failed write: closes the database and opens it again, once the data directory has room for
+  // `batch_bytes` and the memtable. REQUIRES: flush_mutex_ held.
+  rocksdb::Status Reopen(uint64_t batch_bytes);
+  // Logging and counting of a failed pass, at most one log line per kFailureLogEvery while it lasts.
+  void NoteFailure(size_t states, const rocksdb::Status& status);
+  void NoteSuccess();
   void ObserveFlush(int64_t ns);
   [[nodiscard]] RocksDbFigures ReadRocksDbFigures() const;
+  // RocksDB's figures, its counters including carried_. REQUIRES: db_mutex_ held (either way).
+  [[nodiscard]] RocksDbFigures FiguresLocked() const;
 
   // Constant after construction.
   const StorageOptions options_;
-  std::unique_ptr<rocksdb::DB> db_;  // closed and reset by Close, after the flusher stopped
-  std::unique_ptr<Loader> loader_;   // outlives memory_ (declared before it)
+  std::unique_ptr<Loader> loader_;  // outlives memory_ (declared before it)
   std::unique_ptr<MemoryStore> memory_;
+
+  // The database: null while a reopen failed, and after Close. Replaced only with flush_mutex_ held and
+  // db_mutex_ held exclusively; used with either held (readers hold db_mutex_ shared, so a reopen waits
+  // for their iterators to go). carried_ is protected the same way.
+  mutable std::shared_mutex db_mutex_;
+  std::unique_ptr<rocksdb::DB> db_;
+  RocksDbFigures carried_;  // the counters of the databases Reopen closed (-1: none yet)
 
   // Counters (relaxed atomics).
   std::atomic<uint64_t> flushes_{0};
@@ -100,6 +130,14 @@ class DurableStore final : public Store {
   std::atomic<int64_t> last_flush_success_ns_{0};  // Unix ns; see DurabilityStats
 
   std::mutex flush_mutex_;  // serialises FlushOnce (the flusher thread and Flush/Close)
+  // Protected by flush_mutex_: the write-failure state.
+  bool must_reopen_ = false;  // the last write failed: the database is not written again before a reopen
+  bool db_closed_ = false;    // Close closed the database: nothing is written any more
+  std::chrono::steady_clock::time_point next_retry_{};
+  uint64_t failed_passes_ = 0;  // consecutive failed passes
+  std::chrono::steady_clock::time_point failing_since_{};
+  std::chrono::steady_clock::time_point last_failure_log_{};
+  std::atomic<uint64_t> reopens_{0};
 
   // Protected by wake_mutex_: the flusher's wake-up reasons.
   std::mutex wake_mutex_;

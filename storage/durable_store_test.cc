@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "storage/key_codec.h"
 #include "storage/testing/charge.h"
@@ -247,6 +248,78 @@ TEST_F(DurableStoreTest, DirtyStatesAreNotEvictedAndFailedWritesAreRetried) {
   auto store = Open();
   for (int i = 0; i <= 6; ++i)
     EXPECT_EQ(Charge(*store, "k" + std::to_string(i), spec, t0, 0).remaining, 7u) << i;
+}
+
+// After a failed write the database is not written again as it is (RocksDB's failed WAL writer must
+// not be reused): the retry closes and reopens it, then writes. Reads keep working throughout, RocksDB's
+// counters do not go back, and nothing acknowledged or dirty is lost.
+TEST_F(DurableStoreTest, AFailedWriteReopensTheDatabaseBeforeWritingAgain) {
+  options_.max_keys = 2;  // most states are on disk only and are read back during the failure
+  options_.shards = 1;
+  const limiter::TimeNs t0 = Now();
+  const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  {
+    auto store = Open();
+    for (int i = 0; i < 4; ++i) Charge(*store, "k" + std::to_string(i), spec, t0, 3);
+    store->Flush();
+    const int64_t written = store->Durability().rocksdb.user_bytes_written;
+    EXPECT_GT(written, 0);
+
+    store->TEST_FailWrites(true);
+    Charge(*store, "k4", spec, t0, 3);
+    store->Flush();
+    EXPECT_EQ(store->Durability().write_errors, 1u);
+    EXPECT_EQ(store->TEST_Reopens(), 0u) << "the failing pass itself does not reopen";
+    store->Flush();  // the retry reopens (there is room), then the injected failure fails it again
+    EXPECT_EQ(store->Durability().write_errors, 2u);
+    EXPECT_EQ(store->TEST_Reopens(), 1u);
+    EXPECT_EQ(store->Durability().dirty, 1u);
+    for (int i = 0; i < 5; ++i) {  // evicted ones are read from the reopened database
+      EXPECT_EQ(Charge(*store, "k" + std::to_string(i), spec, t0, 0).remaining, 7u) << i;
+    }
+    EXPECT_EQ(store->Durability().load_errors, 0u);
+    EXPECT_GE(store->Durability().rocksdb.user_bytes_written, written) << "a counter went back at the reopen";
+
+    store->TEST_FailWrites(false);
+    store->Flush();
+    EXPECT_EQ(store->TEST_Reopens(), 2u);
+    EXPECT_EQ(store->Durability().dirty, 0u);
+    EXPECT_EQ(store->Durability().write_errors, 2u);
+    store->Flush();  // healthy again: no further reopen
+    EXPECT_EQ(store->TEST_Reopens(), 2u);
+  }
+  auto store = Open();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(Charge(*store, "k" + std::to_string(i), spec, t0, 0).remaining, 7u) << i;
+  }
+}
+
+// The flusher thread retries a failed write by itself, at most every kRetryEvery (not every flush
+// interval), and resumes once writes succeed.
+TEST_F(DurableStoreTest, TheFlusherRetriesAFailedWriteAtAModestPace) {
+  options_.flush_interval_ms = 10;
+  auto store = Open();
+  const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 3600 * kSecond);
+  store->TEST_FailWrites(true);
+  const auto started = std::chrono::steady_clock::now();
+  Charge(*store, "k", spec, Now(), 3);
+  const auto deadline = started + std::chrono::seconds(20);
+  while (store->Durability().write_errors < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling, with a deadline
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  const uint64_t errors = store->Durability().write_errors;
+  ASSERT_GE(errors, 2u) << "the flusher did not retry";
+  EXPECT_GE(elapsed, DurableStore::kRetryEvery) << "retried faster than kRetryEvery";
+  EXPECT_LE(errors, 2 + static_cast<uint64_t>(elapsed / DurableStore::kRetryEvery));
+  const int64_t last_good = store->Durability().last_flush_success_unix_ns;
+  store->TEST_FailWrites(false);
+  while (store->Durability().dirty > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(store->Durability().dirty, 0u);
+  EXPECT_GT(store->Durability().last_flush_success_unix_ns, last_good);
+  EXPECT_GE(store->TEST_Reopens(), 1u);
 }
 
 // What /metrics shows of write-back: a slow flush lands in the duration histogram's upper buckets, a
