@@ -162,6 +162,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
           Post(weak, [id](Core& core) { core.Apply(core.planner.FenceDone(core.Now(), id)); });
         });
       }
+      for (const CountKeys& count : a.count) {
+        queue.push_back(planner.KeysCounted(Now(), count.handoff, count.attempt, Count(count)));
+      }
       for (PushWindow& push : a.push) {
         if (std::optional<HandoffActions> next = Push(std::move(push))) queue.push_back(std::move(*next));
       }
@@ -214,6 +217,28 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     } else {
       resume();
     }
+  }
+
+  // The states of each window of `count` whose token is in its ranges, one entity counted once.
+  std::vector<uint64_t> Count(const CountKeys& count) {
+    const MonoTime t0 = Now();
+    std::vector<uint64_t> per_window;
+    per_window.reserve(count.windows.size());
+    uint64_t total = 0;
+    for (const TokenRange& window : count.windows) {
+      std::vector<storage::EntityState> states = store.ScanTokenRange(window.first, window.last);
+      std::unordered_set<std::string_view> seen;
+      seen.reserve(states.size());
+      uint64_t keys = 0;
+      for (const storage::EntityState& s : states) {
+        if (InSortedRanges(count.ranges, s.token) && seen.insert(s.entity).second) ++keys;
+      }
+      per_window.push_back(keys);
+      total += keys;
+    }
+    spdlog::info("handoff out: {} keys to send in {} windows (counted in {:.3f} s)", total,
+                 count.windows.size(), Seconds(Now() - t0));
+    return per_window;
   }
 
   // Scans one push window and sends its states; returns the report when there was nothing to send.

@@ -392,7 +392,7 @@ uint64_t HandoffPlanner::AddOutgoing(MonoTime now, const std::string& to, std::v
   const uint64_t id = next_id_++;
   spdlog::info("handoff out to {}{}: {} ranges ({:.2f}% of the ring) start", to, leave ? " (leave)" : "",
                ranges.size(), 100 * Share(ranges));
-  outgoing_.emplace(id, Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, PushDue{now}});
+  outgoing_.emplace(id, Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, PushDue{now}, false, {}});
   return id;
 }
 
@@ -407,7 +407,13 @@ void HandoffPlanner::StartPush(MonoTime now, const ClusterView& view, uint64_t i
     return;
   }
   o.keys = 0;
-  o.phase = Pushing{next_id_++, ScanWindows(o.ranges), 0};
+  Pushing push{next_id_++, ScanWindows(o.ranges), 0};
+  o.progress.window_keys.assign(push.windows.size(), 0);
+  o.progress.counted = false;
+  o.progress.windows_done = 0;
+  o.progress.windows_total = push.windows.size();
+  out.count.push_back({id, push.attempt, push.windows, o.ranges});
+  o.phase = std::move(push);
   NextWindow(now, id, out);
 }
 
@@ -436,11 +442,30 @@ HandoffActions HandoffPlanner::PushWindowDone(MonoTime now, uint64_t handoff, ui
   if (push == nullptr || push->attempt != attempt) return Done(out);
   it->second.keys += keys;
   if (ok) {
+    // The window acknowledged is the last one asked for: it counts what it sent from now on.
+    Outgoing& o = it->second;
+    o.progress.window_keys.at(push->next_window - 1) = keys;
+    o.progress.windows_done = push->next_window;
     NextWindow(now, handoff, out);
   } else {
     spdlog::warn("handoff out to {}: push failed, retrying", it->second.to);
     it->second.phase = PushDue{now + kRetryDelay};
   }
+  return Done(out);
+}
+
+HandoffActions HandoffPlanner::KeysCounted(MonoTime /*now*/, uint64_t handoff, uint64_t attempt,
+                                           const std::vector<uint64_t>& per_window) {
+  HandoffActions out;
+  auto it = outgoing_.find(handoff);
+  if (it == outgoing_.end()) return Done(out);
+  Outgoing& o = it->second;
+  const auto* push = std::get_if<Pushing>(&o.phase);
+  if (push == nullptr || push->attempt != attempt || per_window.size() != o.progress.window_keys.size())
+    return Done(out);
+  for (size_t i = o.progress.windows_done; i < per_window.size(); ++i)
+    o.progress.window_keys[i] = per_window[i];
+  o.progress.counted = true;
   return Done(out);
 }
 
@@ -939,6 +964,7 @@ std::vector<HandoffView> HandoffPlanner::Views(MonoTime now) const {
     v.keys = o.keys;
     v.phase = PhaseName(o.phase);
     v.seconds = Seconds(now - o.started);
+    FillProgress(o, v);
     views.push_back(std::move(v));
   }
   std::map<std::string, HandoffView> in;
@@ -955,8 +981,35 @@ std::vector<HandoffView> HandoffPlanner::Views(MonoTime now) const {
   return views;
 }
 
+void HandoffPlanner::FillProgress(const Outgoing& o, HandoffView& v) {
+  v.windows_total = o.progress.windows_total;
+  v.windows_done = o.progress.windows_done;
+  if (Switching(o.phase)) {  // every window acknowledged: what was sent is what there was to send
+    v.keys_total = o.keys;
+    v.done = 1;
+    return;
+  }
+  if (!std::holds_alternative<Pushing>(o.phase)) return;  // (re)starting: nothing known yet
+  if (o.progress.counted) {
+    for (size_t i = 0; i < o.progress.window_keys.size(); ++i) {
+      v.keys_total += o.progress.window_keys[i];
+      if (i >= o.progress.windows_done) v.keys_left += o.progress.window_keys[i];
+    }
+  }
+  if (v.keys_total > 0) {
+    v.done = static_cast<double>(v.keys_total - v.keys_left) / static_cast<double>(v.keys_total);
+  } else if (o.progress.windows_total > 0) {
+    v.done = static_cast<double>(o.progress.windows_done) / static_cast<double>(o.progress.windows_total);
+  }
+}
+
 HandoffStats HandoffPlanner::stats() const {
   HandoffStats s = stats_;
+  for (const auto& [id, o] : outgoing_) {
+    HandoffView v;
+    FillProgress(o, v);
+    s.keys_left += v.keys_left;
+  }
   std::set<std::string_view> peers;
   for (const Incoming& i : incoming_) peers.insert(i.from);
   s.in_progress = outgoing_.size() + peers.size();

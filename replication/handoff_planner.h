@@ -104,6 +104,15 @@ struct HandoffView {
   uint64_t keys = 0;      // out: keys pushed so far; in: keys received so far from that peer
   std::string phase;      // out: "pushing", "flushing", "done-sent"; in: "waiting"
   double seconds = 0;     // since it started
+  // Out only (0 for "in"): the progress of the push. keys_total: keys to send, counted per scan window when
+  // the push (re)started, each window's count replaced by the keys actually sent once it is acknowledged
+  // (so keys == keys_total once every window is); 0 until counted. keys_left: the counts of the windows
+  // not acknowledged yet (keys + keys_left == keys_total while pushing).
+  uint64_t keys_total = 0;
+  uint64_t keys_left = 0;
+  size_t windows_done = 0;   // scan windows acknowledged
+  size_t windows_total = 0;  // scan windows of the push
+  double done = 0;  // share done: keys / keys_total (windows when nothing counted); 1 from the switch
 };
 
 struct HandoffStats {
@@ -116,6 +125,7 @@ struct HandoffStats {
   uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
   uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
   uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
+  uint64_t keys_left = 0;           // gauge: keys_left summed over the outgoing handoffs in progress
   uint64_t unsynced_ranges = 0;     // gauge: ranges held without their copy yet
   double unsynced_share = 0;        // gauge: the fraction of the token space they cover
   uint64_t synced_ranges = 0;       // unsynced ranges that received all or part of their copy
@@ -145,6 +155,16 @@ struct PushWindow {
 struct FlushLastChanges {
   uint64_t handoff = 0;
   std::chrono::milliseconds wait{0};
+};
+
+// Count, for each of `windows`, the states whose token is in `ranges` (sorted) -- what PushWindow would
+// send of it -- and report KeysCounted(handoff, attempt, one count per window). A cost of one scan of the
+// handoff's states: the progress figures (HandoffView::keys_total, keys_left) come from it.
+struct CountKeys {
+  uint64_t handoff = 0;
+  uint64_t attempt = 0;
+  std::vector<ring::TokenRange> windows;
+  std::vector<ring::TokenRange> ranges;
 };
 
 // Send a HandoffDone for `ranges` of the ring with `fingerprint` to `to`. handoff != 0: report
@@ -196,6 +216,7 @@ struct HandoffActions {
   std::vector<uint64_t> resume;
   // Switches that wait for the decision fence (after the publication above); report FenceDone(id).
   std::vector<uint64_t> fence;
+  std::vector<CountKeys> count;
   std::vector<PushWindow> push;
   std::vector<FlushLastChanges> flush;
   std::vector<SendDone> send_done;
@@ -254,6 +275,10 @@ class HandoffPlanner {
 
   [[nodiscard]] HandoffActions PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
                                               uint64_t keys);
+  // The counts of CountKeys (one per window; any other length is ignored). Windows already acknowledged
+  // keep the keys they sent.
+  [[nodiscard]] HandoffActions KeysCounted(MonoTime now, uint64_t handoff, uint64_t attempt,
+                                           const std::vector<uint64_t>& per_window);
   [[nodiscard]] HandoffActions FenceDone(MonoTime now, uint64_t handoff);
   [[nodiscard]] HandoffActions FlushDone(MonoTime now, uint64_t handoff, bool ok);
   [[nodiscard]] HandoffActions DoneAcked(MonoTime now, uint64_t handoff, bool ok);
@@ -320,6 +345,13 @@ class HandoffPlanner {
   };
   using Phase = std::variant<Pushing, PushDue, Fencing, Flushing, DoneSent, DoneRetry>;
 
+  struct PushProgress {
+    std::vector<uint64_t> window_keys;  // per scan window: states counted, then keys sent once acknowledged
+    bool counted = false;               // KeysCounted came
+    size_t windows_done = 0;
+    size_t windows_total = 0;
+  };
+
   struct Outgoing {
     std::string to;
     std::vector<ring::TokenRange> ranges;  // sorted
@@ -328,8 +360,11 @@ class HandoffPlanner {
     MonoTime started{};
     uint64_t keys = 0;  // pushed by the current attempt
     Phase phase;
-    bool synced = false;  // this node held every one of `ranges` synced when the handoff started
+    bool synced = false;    // this node held every one of `ranges` synced when the handoff started
+    PushProgress progress;  // of the current attempt (reset when it starts)
   };
+  // keys_total, keys_left, windows and done of `o`'s view.
+  static void FillProgress(const Outgoing& o, HandoffView& v);
 
   struct Incoming {
     ring::TokenRange range;

@@ -136,6 +136,100 @@ TEST_F(HandoffPlannerTest, JoinPushesThenSwitchesThenCompletes) {
 
 // The incoming side of a join: checks pass to the previous owner until its HandoffDone arrives; a
 // joining node tells the others at once that it has nothing to hand off.
+// The progress of a push: keys counted per window when it starts, each window's count replaced by the keys
+// it sent once acknowledged; sent + left == total throughout, and sent == total at the switch.
+TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
+  HandoffPlanner a("a", Options());
+  const RingPtr one = Ring({"a"});
+  const RingPtr three = Ring({"a", "b", "c"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  HandoffActions change = a.RingChanged(now_, View("a"), one, three);
+  ASSERT_EQ(change.push.size(), 2u);  // one window at a time, to each of b and c
+  ASSERT_EQ(change.count.size(), 2u);
+  const CountKeys count = change.count[0];
+  const PushWindow first = change.push[0];
+  ASSERT_EQ(count.handoff, first.handoff);
+  EXPECT_EQ(count.attempt, first.attempt);
+  EXPECT_EQ(count.windows.front(), first.window);
+  EXPECT_EQ(count.ranges, first.ranges);
+  const size_t n = count.windows.size();
+  ASSERT_GE(n, 2u) << "the arcs of one member span several windows";
+
+  auto view_of = [&](uint64_t id) {
+    for (const HandoffView& v : a.Views(now_)) {
+      if (v.peer == first.to) return v;
+    }
+    ADD_FAILURE() << "no view of handoff " << id;
+    return HandoffView{};
+  };
+  HandoffView v = view_of(first.handoff);
+  EXPECT_EQ(v.windows_total, n);
+  EXPECT_EQ(v.windows_done, 0u);
+  EXPECT_EQ(v.keys_total, 0u);  // not counted yet
+  EXPECT_DOUBLE_EQ(v.done, 0.0);
+
+  std::vector<uint64_t> counts;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    counts.push_back(10 * (i + 1));
+    total += counts.back();
+  }
+  // Counts of another attempt, or of another number of windows, are ignored.
+  static_cast<void>(a.KeysCounted(now_, first.handoff, first.attempt + 1000, counts));
+  static_cast<void>(a.KeysCounted(now_, first.handoff, first.attempt, {1}));
+  EXPECT_EQ(view_of(first.handoff).keys_total, 0u);
+  static_cast<void>(a.KeysCounted(now_, first.handoff, first.attempt, counts));
+  v = view_of(first.handoff);
+  EXPECT_EQ(v.keys_total, total);
+  EXPECT_EQ(v.keys_left, total);
+  EXPECT_EQ(v.keys, 0u);
+  EXPECT_DOUBLE_EQ(v.done, 0.0);
+  EXPECT_EQ(a.stats().keys_left, total);  // c's handoff is not counted: it adds nothing
+
+  // The first window sends 12 keys where 10 were counted (a key was added meanwhile).
+  HandoffActions next = a.PushWindowDone(now_, first.handoff, first.attempt, true, 12);
+  ASSERT_EQ(next.push.size(), 1u);
+  v = view_of(first.handoff);
+  EXPECT_EQ(v.windows_done, 1u);
+  EXPECT_EQ(v.keys, 12u);
+  EXPECT_EQ(v.keys_total, total + 2);
+  EXPECT_EQ(v.keys_left, total - 10);
+  EXPECT_EQ(v.keys + v.keys_left, v.keys_total);
+  EXPECT_DOUBLE_EQ(v.done, 12.0 / static_cast<double>(total + 2));
+  EXPECT_EQ(a.stats().keys_left, total - 10);
+  // A late count does not undo what an acknowledged window sent.
+  static_cast<void>(a.KeysCounted(now_, first.handoff, first.attempt, counts));
+  EXPECT_EQ(view_of(first.handoff).keys_total, total + 2);
+
+  // Every other window sends what was counted: the switch shows everything sent.
+  for (size_t i = 1; i < n; ++i) {
+    ASSERT_EQ(next.push.size(), 1u);
+    next = a.PushWindowDone(now_, first.handoff, first.attempt, true, counts[i]);
+  }
+  EXPECT_EQ(next.fence, std::vector<uint64_t>{first.handoff});
+  v = view_of(first.handoff);
+  EXPECT_EQ(v.phase, "flushing");
+  EXPECT_EQ(v.windows_done, n);
+  EXPECT_EQ(v.keys, total + 2);
+  EXPECT_EQ(v.keys_total, v.keys);
+  EXPECT_EQ(v.keys_left, 0u);
+  EXPECT_DOUBLE_EQ(v.done, 1.0);
+  EXPECT_EQ(a.stats().keys_left, 0u);
+
+  // A failed window: the push starts over, and its figures with it.
+  const PushWindow other = change.push[1];
+  static_cast<void>(a.KeysCounted(now_, other.handoff, other.attempt,
+                                  std::vector<uint64_t>(change.count[1].windows.size(), 7)));
+  EXPECT_GT(a.stats().keys_left, 0u);
+  static_cast<void>(a.PushWindowDone(now_, other.handoff, other.attempt, false, 0));
+  EXPECT_EQ(a.stats().keys_left, 0u);
+  for (const HandoffView& w : a.Views(now_)) {
+    if (w.peer != other.to) continue;
+    EXPECT_EQ(w.keys_total, 0u);
+    EXPECT_DOUBLE_EQ(w.done, 0.0);
+  }
+}
+
 TEST_F(HandoffPlannerTest, IncomingIsReleasedByHandoffDone) {
   HandoffPlanner b("b", Options());
   const RingPtr two = Ring({"a", "b"}, 2);
