@@ -98,6 +98,11 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
     w.FieldUint("ranges", h.ranges);
     w.FieldDouble("share", h.share);
     w.FieldUint("keys", h.keys);
+    w.FieldUint("keys_total", h.keys_total);
+    w.FieldUint("keys_left", h.keys_left);
+    w.FieldUint("windows_done", h.windows_done);
+    w.FieldUint("windows_total", h.windows_total);
+    w.FieldDouble("done", h.done);
     w.Field("phase", h.phase);
     w.FieldDouble("seconds", h.seconds);
     w.EndObject();

@@ -103,10 +103,17 @@ struct ClusterHandoffView {
   std::string direction;  // "out": this node pushes; "in": it waits for the previous owner
   std::string peer;
   size_t ranges = 0;
-  double share = 0;  // fraction of the token space
-  uint64_t keys = 0;
+  double share = 0;   // fraction of the token space
+  uint64_t keys = 0;  // out: keys sent so far; in: keys received so far
   std::string phase;
   double seconds = 0;
+  // Out only (0 for "in"), replication::HandoffView: keys to send (counted when the push started, 0 until
+  // then) and of those not sent yet, scan windows acknowledged of all, and the share done.
+  uint64_t keys_total = 0;
+  uint64_t keys_left = 0;
+  size_t windows_done = 0;
+  size_t windows_total = 0;
+  double done = 0;
 };
 
 // Whether this node decides the keys it holds now, and if not why (node/cluster/cluster.h: Paused,

@@ -305,10 +305,16 @@ async function renderHandoffs(view) {
     for (const h of v.handoffs) {
       const item = el("div", {class: "handoff", "data-node": id});
       const verb = h.direction === "out" ? " \u2192 " : " \u2190 ";
+      // Outgoing: keys sent of keys to send (counted when the push started); incoming: keys received so far.
+      const out = h.direction === "out";
+      const keysText = out && h.keys_total > 0 ? h.keys + " of " + h.keys_total + " keys (" + h.keys_left + " left)"
+                                               : h.keys + " keys";
+      const share = out ? h.done : (phases[h.phase] || 0.5);
       item.appendChild(el("div", {}, id + verb + h.peer + ": " + h.ranges + " ranges (" + (100 * h.share).toFixed(1) +
-                                        "%), " + h.keys + " keys, " + h.phase + ", " + h.seconds.toFixed(1) + " s"));
+                                        "%), " + keysText + ", " + h.phase + ", " + h.seconds.toFixed(1) + " s" +
+                                        (out ? ", " + Math.round(100 * h.done) + "% done" : "")));
       const bar = el("div", {class: "bar"});
-      bar.appendChild(el("div", {style: "width:" + Math.round(100 * (phases[h.phase] || 0.5)) + "%"}));
+      bar.appendChild(el("div", {style: "width:" + Math.round(100 * share) + "%"}));
       item.appendChild(bar);
       box.appendChild(item);
     }

@@ -98,6 +98,9 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
          std::to_string(h.incoming_abandoned));
   Gauge(out, "ringlimit_handoffs_in_progress", "Handoffs in progress, both directions.",
         static_cast<double>(h.in_progress));
+  Gauge(out, "ringlimit_handoff_keys_left",
+        "Keys the outgoing handoffs in progress still have to push (counted when each push started).",
+        static_cast<double>(h.keys_left));
   Counter(out, "ringlimit_rereplicated_keys_total",
           "Keys pushed to members that joined their preference list.", h.rereplicated_keys);
   Counter(out, "ringlimit_dropped_states_total",
@@ -124,7 +127,12 @@ std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::Handof
                                            .share = h.share,
                                            .keys = h.keys,
                                            .phase = std::move(h.phase),
-                                           .seconds = h.seconds});
+                                           .seconds = h.seconds,
+                                           .keys_total = h.keys_total,
+                                           .keys_left = h.keys_left,
+                                           .windows_done = h.windows_done,
+                                           .windows_total = h.windows_total,
+                                           .done = h.done});
   }
   return out;
 }

@@ -802,5 +802,129 @@ TEST(ReplicationScenariosTest, TwoSuccessiveFailuresWithThreeReplicasLoseNoCount
   ExpectCounted(load, "two successive failures (async)", kAsyncOverBound);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// 7. Handoff progress: a node joins a cluster holding many keys (no load). Every outgoing handoff GET
+//    /v1/cluster shows meanwhile has consistent figures (keys + keys_left == keys_total once counted, all
+//    sent from the switch on); each node pushed exactly the keys it counted, and
+//    ringlimit_handoff_keys_left is 0 again at the end.
+
+constexpr int kProgressKeys = 60'000;
+constexpr int kProgressBatch = 1'000;  // max_checks
+
+// Charges kProgressKeys distinct keys once, kProgressBatch per POST, through node `port`.
+void ChargeManyKeys(uint16_t port) {
+  HttpClient client(port, kRequestTimeout);
+  for (int first = 0; first < kProgressKeys; first += kProgressBatch) {
+    std::string body = R"({"checks":[)";
+    for (int k = first; k < first + kProgressBatch; ++k) {
+      if (k > first) body += ',';
+      body += R"({"key":"progress-)" + std::to_string(k) +
+              R"(","name":"t","algorithm":"token_bucket","limit":10,"window_ms":86400000})";
+    }
+    body += "]}";
+    auto response = client.Post("/v1/check", body);
+    ASSERT_TRUE(response) << response.error().message();
+    ASSERT_EQ(response->result_int(), 200) << response->body().substr(0, 400);
+  }
+}
+
+// What a poller saw of the outgoing handoffs.
+struct ProgressSeen {
+  int pushing = 0;                 // views in "pushing" with their keys counted
+  int partly = 0;                  // of those, with some windows acknowledged and some left
+  int switching = 0;               // views from "flushing" on
+  std::vector<std::string> wrong;  // views whose figures disagree
+};
+
+// Checks one "handoffs" entry of `node`.
+void CheckProgressView(const std::string& node, const json::object& h, ProgressSeen& seen) {
+  if (h.at("direction").as_string() != "out") return;
+  const uint64_t keys = h.at("keys").to_number<uint64_t>();
+  const uint64_t total = h.at("keys_total").to_number<uint64_t>();
+  const uint64_t left = h.at("keys_left").to_number<uint64_t>();
+  const uint64_t windows_done = h.at("windows_done").to_number<uint64_t>();
+  const uint64_t windows_total = h.at("windows_total").to_number<uint64_t>();
+  const double done = h.at("done").to_number<double>();
+  const std::string phase(h.at("phase").as_string());
+  bool ok = windows_done <= windows_total && done >= 0 && done <= 1;
+  if (phase == "pushing") {
+    if (total > 0) {
+      ++seen.pushing;
+      if (windows_done > 0 && left > 0) ++seen.partly;
+      ok = ok && keys + left == total && std::abs(done - static_cast<double>(keys) / total) < 1e-3;
+    }
+  } else if (phase == "flushing" || phase == "done-sent") {
+    ++seen.switching;
+    ok = ok && keys == total && left == 0 && done == 1 && windows_done == windows_total;
+  }
+  if (!ok) seen.wrong.push_back(node + ": " + json::serialize(h));
+}
+
+// The keys a node's log says its outgoing handoffs counted ("N keys to send") and pushed ("done, N keys").
+std::pair<uint64_t, uint64_t> CountedAndPushed(const std::string& log) {
+  std::pair<uint64_t, uint64_t> sums{0, 0};
+  std::istringstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (size_t at = line.find("handoff out: ");
+        at != std::string::npos && line.find(" keys to send") != std::string::npos) {
+      sums.first += std::strtoull(line.c_str() + at + 13, nullptr, 10);
+    } else if (size_t done = line.find(": done, ");
+               done != std::string::npos && line.find("handoff out to ") != std::string::npos) {
+      sums.second += std::strtoull(line.c_str() + done + 8, nullptr, 10);
+    }
+  }
+  return sums;
+}
+
+TEST(ReplicationScenariosTest, JoinShowsHandoffProgressUntilEveryCountedKeyIsSent) {
+  auto started = StartCluster(3, "async");
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const auto load_start = Clock::now();
+  ASSERT_NO_FATAL_FAILURE(ChargeManyKeys(cluster.http_port(0)));
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+  auto drained = WaitQuiet(cluster, /*drained=*/true);
+  ASSERT_TRUE(drained) << drained.error();
+
+  // Polls the three members' /v1/cluster while n4 joins.
+  std::atomic<bool> stop{false};
+  ProgressSeen seen;
+  const std::vector<size_t> old_nodes = cluster.Running();
+  std::vector<uint16_t> ports;
+  for (size_t i : old_nodes) ports.push_back(cluster.http_port(i));
+  std::thread poller([&] {
+    while (!stop.load()) {
+      for (size_t n = 0; n < ports.size(); ++n) {
+        auto handoffs = Handoffs(ports[n]);
+        if (!handoffs) continue;
+        for (const json::value& h : *handoffs)
+          CheckProgressView("n" + std::to_string(n + 1), h.as_object(), seen);
+      }
+    }
+  });
+  auto added = cluster.AddNode();
+  auto converged = added ? cluster.WaitConverged(kJoinBound) : Result<milliseconds>(added.error());
+  auto quiet = converged ? WaitQuiet(cluster, /*drained=*/false) : converged;
+  stop.store(true);
+  poller.join();
+  ASSERT_TRUE(quiet) << quiet.error();
+
+  EXPECT_TRUE(seen.wrong.empty()) << seen.wrong.size() << " views disagree, first: " << seen.wrong.front();
+  for (size_t i : cluster.Running()) {
+    EXPECT_EQ(Metric(cluster.http_port(i), "ringlimit_handoff_keys_left"), 0.0) << cluster.id(i);
+  }
+  uint64_t pushed = 0;
+  for (size_t i : old_nodes) {
+    const auto [counted, sent] = CountedAndPushed(cluster.node(i).Log());
+    EXPECT_EQ(counted, sent) << cluster.id(i) << ": keys counted vs pushed by its outgoing handoffs";
+    pushed += sent;
+  }
+  EXPECT_GT(pushed, static_cast<uint64_t>(kProgressKeys / 10)) << "n4 takes about a quarter of the keys";
+  std::cout << "[ metric ] " << kProgressKeys << " keys charged in " << load_s << " s; n4's join: " << pushed
+            << " keys pushed; views seen: " << seen.pushing << " pushing (" << seen.partly << " part-way), "
+            << seen.switching << " switching\n";
+}
+
 }  // namespace
 }  // namespace ringlimit::testing
