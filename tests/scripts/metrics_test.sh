@@ -109,6 +109,7 @@ expect 1 'ringlimit_rocksdb_user_bytes_written_total' '>' 0
 expect 1 'ringlimit_rocksdb_write_stall_stops_total' == 0
 expect 1 'ringlimit_rocksdb_pending_compaction_bytes' '>=' 0
 expect 1 'ringlimit_max_memory_bytes' '>' 0
+expect 1 'ringlimit_handoff_keys_left' == 0  # no handoff in progress once the cluster is up (its figures: ReplicationScenariosTest.JoinShowsHandoffProgress...)
 expect 1 'ringlimit_metric_names{family="limit_decisions"}' == 5
 expect 1 'ringlimit_metric_names_cap' == 5
 names=$(grep -c '^ringlimit_limit_decisions_total{.*outcome="allowed"}' "$work/metrics.1")
