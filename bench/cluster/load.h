@@ -1,0 +1,129 @@
+// The load generator of cluster_bench (see cluster_bench.cc): keep-alive HTTP connections to the nodes, each
+// with one GET /v1/check in flight at a time, in a closed loop (each answer sends the next request) or paced
+// at a fixed rate; pausable with nothing in flight (for --callgrind's measured intervals).
+//
+// Thread safety: none; a Phase and its connections run on one io_context thread.
+#ifndef RINGLIMIT_BENCH_CLUSTER_LOAD_H_
+#define RINGLIMIT_BENCH_CLUSTER_LOAD_H_
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ringlimit::bench {
+
+using Clock = std::chrono::steady_clock;
+
+// One node as the load generator targets it.
+struct Target {
+  std::string id;
+  uint16_t port = 0;
+  pid_t pid = 0;
+};
+
+// The key a connection to target `node` sends next.
+using KeyPicker = std::function<const std::string&(size_t node, std::mt19937_64& rng)>;
+
+struct PhaseResult {
+  std::string name;
+  double seconds = 0;
+  uint64_t checks = 0;
+  uint64_t errors = 0;     // transport errors and statuses other than 200/429
+  uint64_t forwarded = 0;  // answered by an owner other than the node it was sent to
+  uint64_t late = 0;       // --rate: requests sent after their due time (the nodes did not keep up)
+  bool quiet = true;       // --callgrind: the nodes were quiet when instrumentation went on and off
+  uint64_t cpu_ticks = 0;  // utime + stime of all node processes over the interval
+  std::vector<uint32_t> latencies_us;
+  std::vector<uint64_t> instructions;  // --callgrind: per node (order of the targets), all rounds
+  std::vector<uint64_t> syscalls;      // --callgrind: the same for system calls
+  // --callgrind: all nodes' instructions / the checks answered, per round.
+  std::vector<double> round_instructions_per_check;
+  std::string failure;  // why the phase could not be measured ("" if it was)
+
+  // --callgrind: the median of the rounds' instructions per check.
+  double InstructionsPerCheck() const {
+    if (round_instructions_per_check.empty()) return 0;
+    std::vector<double> sorted = round_instructions_per_check;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  }
+  // --callgrind: (largest - smallest) / median of the rounds' instructions per check.
+  double RoundSpread() const {
+    if (round_instructions_per_check.empty() || InstructionsPerCheck() == 0) return 0;
+    const auto [low, high] =
+        std::minmax_element(round_instructions_per_check.begin(), round_instructions_per_check.end());
+    return (*high - *low) / InstructionsPerCheck();
+  }
+
+  double Percentile(double p) const {
+    if (latencies_us.empty()) return 0;
+    return latencies_us[std::min(latencies_us.size() - 1, static_cast<size_t>(p * latencies_us.size()))];
+  }
+  double CpuUsPerCheck() const {
+    return checks == 0 ? 0 : cpu_ticks * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK)) / checks;
+  }
+};
+
+// utime + stime of `pid` in clock ticks (fields 14 and 15 of /proc/<pid>/stat); 0 if it cannot be read.
+uint64_t CpuTicks(pid_t pid);
+// The same summed over the targets' processes.
+uint64_t TotalCpuTicks(const std::vector<Target>& targets);
+
+class Connection;
+
+// Shared state of one phase; everything runs on one io_context thread.
+struct Phase {
+  const std::vector<Target>* targets;
+  KeyPicker pick;
+  bool measuring = false;
+  bool stopping = false;
+  PhaseResult result;
+
+  // Pausing (--callgrind): while `paused`, a connection whose answer arrived parks instead of sending;
+  // once every live one is parked (nothing in flight), `on_quiet` runs once.
+  bool paused = false;
+  size_t live = 0;  // connections not failed
+  std::vector<std::shared_ptr<Connection>> parked;
+  std::function<void()> on_quiet;
+
+  // Pacing (--rate): while measuring, connection i sends its n-th request at
+  // pace_origin + (i + n * connections) / rate seconds, or at once when its answer came later than that.
+  double rate = 0;  // checks per second over all connections; 0: closed loop, every answer sends the next
+  Clock::time_point pace_origin;
+
+  void Pause(std::function<void()> then) {
+    paused = true;
+    on_quiet = std::move(then);
+    CheckQuiet();
+  }
+  void Resume();
+  void Park(std::shared_ptr<Connection> connection) {
+    parked.push_back(std::move(connection));
+    CheckQuiet();
+  }
+  void CheckQuiet() {
+    if (!paused || !on_quiet || parked.size() < live) return;
+    auto then = std::move(on_quiet);
+    on_quiet = nullptr;
+    then();
+  }
+};
+
+// Starts connection number `slot` of `connections` to target `node` of `phase` (its keys drawn with
+// `seed`); it lives as long as requests are pending or it is parked.
+void StartConnection(boost::asio::io_context& io, Phase& phase, size_t slot, size_t connections, size_t node,
+                     uint64_t seed);
+
+}  // namespace ringlimit::bench
+
+#endif  // RINGLIMIT_BENCH_CLUSTER_LOAD_H_
