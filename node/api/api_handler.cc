@@ -244,6 +244,11 @@ peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckR
   return node::DecideForwarded(*context_, request, self_id);
 }
 
+void ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
+                                 peer::ForwardCheckResponse* response) {
+  node::DecideForwarded(*context_, request, self_id, response);
+}
+
 void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const auto start = std::chrono::steady_clock::now();
   const auto took = [start] { return std::chrono::steady_clock::now() - start; };

@@ -127,6 +127,9 @@ class ApiHandler final : public RequestHandler {
   // The same, already parsed.
   [[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request,
                                                            std::string_view self_id);
+  // The same into `response` (empty).
+  void DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
+                       peer::ForwardCheckResponse* response);
 
  private:
   std::unique_ptr<ApiContext> context_;  // everything the endpoint families share

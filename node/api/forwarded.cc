@@ -58,6 +58,13 @@ peer::ForwardCheckResponse DecideForwarded(const ApiContext& context,
                                            const peer::ForwardCheckRequest& request,
                                            std::string_view self_id) {
   peer::ForwardCheckResponse response;
+  DecideForwarded(context, request, self_id, &response);
+  return response;
+}
+
+void DecideForwarded(const ApiContext& context, const peer::ForwardCheckRequest& request,
+                     std::string_view self_id, peer::ForwardCheckResponse* response_out) {
+  peer::ForwardCheckResponse& response = *response_out;
   response.set_from(self_id.data(), self_id.size());
   const int n = request.checks_size();
   // One batch per check: a check is one key, charged all-or-nothing, and an invalid one must not
@@ -94,7 +101,6 @@ peer::ForwardCheckResponse DecideForwarded(const ApiContext& context,
     result->set_allowed(batch.all_allowed());
     for (const limiter::Decision& d : batch.decisions()) DecisionToProto(d, result->add_decisions());
   }
-  return response;
 }
 
 }  // namespace ringlimit::node

@@ -23,6 +23,9 @@ void DecisionToProto(const limiter::Decision& decision, peer::LimitDecision* out
 [[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const ApiContext& context,
                                                          const peer::ForwardCheckRequest& request,
                                                          std::string_view self_id);
+// The same into `response` (empty; e.g. on the arena the request was parsed onto).
+void DecideForwarded(const ApiContext& context, const peer::ForwardCheckRequest& request,
+                     std::string_view self_id, peer::ForwardCheckResponse* response);
 
 }  // namespace ringlimit::node
 

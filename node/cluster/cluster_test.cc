@@ -58,9 +58,9 @@ std::optional<ring::MemberState> StateOf(const Cluster& c, const std::string& id
 // A decider that charges nothing and answers "allowed" with owner = `id` (what the API does is tested
 // in node/api and tests/cluster; here only the routing).
 LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
-  return [id, calls](const peer::ForwardCheckRequest& request) {
+  return [id, calls](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* out) {
     calls->fetch_add(1);
-    peer::ForwardCheckResponse response;
+    peer::ForwardCheckResponse& response = *out;
     response.set_from(id);
     for (const auto& check : request.checks()) {
       auto* result = response.add_results();
@@ -69,7 +69,6 @@ LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
       result->set_allowed(true);
       for (int i = 0; i < check.limits_size(); ++i) result->add_decisions()->set_allowed(true);
     }
-    return response;
   };
 }
 

@@ -1,10 +1,13 @@
 #include "node/cluster/forwarder.h"
 
+#include <google/protobuf/arena.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
 #include "node/cluster/mutation.h"
+#include "node/peer/block_arena.h"
+#include "node/peer/protocol.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
 
@@ -20,6 +23,17 @@ struct Forwarder::Attempt {
   int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
   bool relay_tried = false;            // the decider was tried through another member (see "Relays")
   ForwardDone done;
+};
+
+// A served request and where its answer goes, in one allocation: the request lives on an arena whose first
+// block is part of this object, so parsing a typical request allocates nothing more.
+struct Forwarder::Served {
+  explicit Served(Respond respond_in)
+      : respond(std::move(respond_in)), request(arena.Create<peer::ForwardCheckRequest>()) {}
+
+  const Respond respond;
+  peer::BlockArena<1024> arena;              // a request of one check fits in its first block
+  peer::ForwardCheckRequest* const request;  // on `arena`
 };
 
 // Where a served check's answer goes: to the sender and, for a first attempt with a request id, into the
@@ -80,13 +94,15 @@ std::string DeadlineStamp(int64_t wall_now_ns, std::chrono::milliseconds wait) {
 // does not parse as one result.
 std::optional<peer::ForwardedResult> DecidedResult(const peer::PeerResult& result) {
   if (!result.ok()) return std::nullopt;
-  peer::ForwardCheckResponse response;
+  // Parsed onto a stack arena: only the result copied out allocates.
+  peer::BlockArena<1024> arena;
+  peer::ForwardCheckResponse& response = *arena.Create<peer::ForwardCheckResponse>();
   if (!response.ParseFromString(result.payload()) || response.results_size() != 1 ||
       (response.results(0).status() != peer::CHECK_OK &&
        response.results(0).status() != peer::CHECK_UNACKED)) {
     return std::nullopt;
   }
-  return std::move(*response.mutable_results(0));
+  return peer::ForwardedResult(response.results(0));  // a copy off the arena
 }
 
 RequestId IdOf(const peer::ForwardedCheck& check) {
@@ -125,7 +141,9 @@ Forwarder::Forwarder(ForwardHost& host, ForwarderOptions options, LocalDecider d
       request_nonce_(RandomNonce(host)),
       dedup_(EffectiveDedup(options)) {}
 
-void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply) {
+void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request_ptr,
+                               const Reply& reply) {
+  const peer::ForwardCheckRequest& request = *request_ptr;
   std::optional<std::string> why;
   if (std::optional<Refusal> refusal = RefusesToDecide()) why = std::move(refusal->message);
   if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
@@ -148,7 +166,14 @@ void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const R
     reply.Decline(response.SerializeAsString());
     return;
   }
-  auto response = std::make_shared<peer::ForwardCheckResponse>(decider_(request));
+  // The answer lives on the request's arena, kept alive (with the request) by the aliasing pointer.
+  google::protobuf::Arena* arena = request.GetArena();
+  const std::shared_ptr<peer::ForwardCheckResponse> response =
+      arena != nullptr
+          ? std::shared_ptr<peer::ForwardCheckResponse>(
+                request_ptr, google::protobuf::Arena::CreateMessage<peer::ForwardCheckResponse>(arena))
+          : std::make_shared<peer::ForwardCheckResponse>();
+  decider_(request, response.get());
   std::vector<std::string_view> keys;
   keys.reserve(static_cast<size_t>(request.checks_size()));
   for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
@@ -170,11 +195,14 @@ void Forwarder::DecideAndReply(const peer::ForwardCheckRequest& request, const R
 }
 
 void Forwarder::Serve(std::string payload, Respond respond_in) {
-  auto respond = std::make_shared<const Respond>(std::move(respond_in));
+  // One allocation per served request: the request is parsed onto an arena whose first block lives in the
+  // same object as the responder; both are handed on through aliasing shared_ptrs.
+  auto served = std::make_shared<Served>(std::move(respond_in));
+  const std::shared_ptr<const Respond> respond(served, &served->respond);
   auto fail = [&respond](std::string why) {
     (*respond)(peer::PeerResult::Error(peer::PeerErrorKind::kRemoteError, std::move(why)));
   };
-  auto request = std::make_shared<peer::ForwardCheckRequest>();
+  const std::shared_ptr<peer::ForwardCheckRequest> request(served, served->request);
   if (!request->ParseFromString(payload)) {
     served_bad_.fetch_add(1, std::memory_order_relaxed);
     fail("malformed ForwardCheckRequest");
@@ -236,7 +264,7 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
         const DecisionPin pin(*this);
         const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
         if (decider.empty() || decider == self_id()) {
-          DecideAndReply(*request, reply);
+          DecideAndReply(request, reply);
         } else {
           PassOn(request, reply);
         }
@@ -266,7 +294,7 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
       return;
     }
   }
-  DecideAndReply(*request, reply);
+  DecideAndReply(request, reply);
 }
 
 void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
@@ -288,7 +316,7 @@ void Forwarder::PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request
                       reply.Refuse("no holder of the key answered (--failure-mode closed)");
                       return;
                     }
-                    DecideAndReply(*request, reply);
+                    DecideAndReply(request, reply);
                     return;
                   }
                   peer::ForwardCheckResponse response;
@@ -397,8 +425,11 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
   std::span<const ring::MemberInfo> members;
   if (table.members != nullptr) members = *table.members;
-  for (ForwardTarget& target : ForwardTargets(token, self, route_override, table.ring.get(), members,
-                                              host_.replicas(), options_.max_attempts)) {
+  std::vector<ForwardTarget> targets = ForwardTargets(token, self, route_override, table.ring.get(), members,
+                                                      host_.replicas(), options_.max_attempts);
+  attempt->targets.reserve(targets.size());
+  attempt->addresses.reserve(targets.size());
+  for (ForwardTarget& target : targets) {
     attempt->targets.push_back(std::move(target.id));
     attempt->addresses.push_back(std::move(target.peer_address));
   }
@@ -428,12 +459,13 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     check.set_request_id_hi(request_nonce_);
     check.set_request_id_lo(next_request_.fetch_add(1, std::memory_order_relaxed));
   }
+  // The request's own fields, then the check appended as its one `checks` entry (not moved into it).
   peer::ForwardCheckRequest request;
   request.set_from(self);
   request.set_owner(attempt->targets[0]);
   request.set_ring_fingerprint(fingerprint);
-  *request.add_checks() = std::move(check);
   attempt->payload = request.SerializeAsString();
+  peer::AppendMessageField(peer::ForwardCheckRequest::kChecksFieldNumber, check, attempt->payload);
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   Try(std::move(attempt));
 }
@@ -588,7 +620,7 @@ void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
 
 void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply) {
   if (mutation::Is(mutation::Mutation::kRelayDecides)) {
-    DecideAndReply(*request, reply);
+    DecideAndReply(request, reply);
     return;
   }
   const std::string& to = request->relay_to();

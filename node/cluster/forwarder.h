@@ -158,8 +158,10 @@ struct ForwarderStats {
   DedupStats dedup;  // the served checks' request ids
 };
 
-// Decides a ForwardCheckRequest here. Must be thread-safe and must not block on I/O.
-using LocalDecider = std::function<peer::ForwardCheckResponse(const peer::ForwardCheckRequest& request)>;
+// Decides a ForwardCheckRequest here, answering into `response` (empty, on the request's arena). Must be
+// thread-safe and must not block on I/O.
+using LocalDecider =
+    std::function<void(const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response)>;
 
 class Forwarder final : public node::CheckRouter {
  public:
@@ -200,6 +202,7 @@ class Forwarder final : public node::CheckRouter {
 
  private:
   struct Attempt;
+  struct Served;
   class Reply;
   // Tries the attempt's next target (or decides here when none is left).
   // Forward, for a check whose upstream sender gives up at `deadline_wall_ns` (this node's wall clock; 0:
@@ -225,7 +228,7 @@ class Forwarder final : public node::CheckRouter {
   // (or decides it here when no other node answers).
   void PassOn(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
   // Decides `request` here and replies once the decisions may be answered.
-  void DecideAndReply(const peer::ForwardCheckRequest& request, const Reply& reply);
+  void DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request, const Reply& reply);
 
   ForwardHost& host_;
   const ForwarderOptions options_;

@@ -19,6 +19,7 @@ std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view se
                                           std::span<const ring::MemberInfo> members, size_t replicas,
                                           uint32_t max_attempts) {
   std::vector<ForwardTarget> targets;
+  targets.reserve(std::max<size_t>(max_attempts, replicas));
   auto add = [&](const std::string& id, bool first) {
     if (targets.size() >= std::max<size_t>(max_attempts, replicas)) return;
     if (std::any_of(targets.begin(), targets.end(), [&](const ForwardTarget& t) { return t.id == id; }))

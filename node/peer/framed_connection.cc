@@ -8,6 +8,9 @@
 #include <cstring>
 #include <utility>
 
+#include "node/peer/block_arena.h"
+#include "node/peer/protocol.h"
+
 namespace ringlimit::peer::internal {
 
 namespace asio = boost::asio;
@@ -17,17 +20,23 @@ namespace {
 constexpr size_t kKeepBufferBytes = 1 << 20;
 // What one read asks the socket for: many frames (a burst of coalesced checks) in one system call.
 constexpr size_t kReadChunkBytes = 64 << 10;
+// The stack block a frame is parsed onto: a frame of a few envelopes fits (larger ones take more blocks).
+constexpr size_t kFrameArenaBlockBytes = 2048;
 }  // namespace
+
+void WriteFrameLength(size_t size, unsigned char* p) {
+  p[0] = static_cast<unsigned char>(size >> 24);
+  p[1] = static_cast<unsigned char>(size >> 16);
+  p[2] = static_cast<unsigned char>(size >> 8);
+  p[3] = static_cast<unsigned char>(size);
+}
 
 void AppendFrame(const transport::Frame& frame, std::string& out) {
   const size_t size = frame.ByteSizeLong();
   const size_t start = out.size();
   out.resize(start + kFrameHeaderBytes + size);
   auto* p = reinterpret_cast<unsigned char*>(out.data() + start);
-  p[0] = static_cast<unsigned char>(size >> 24);
-  p[1] = static_cast<unsigned char>(size >> 16);
-  p[2] = static_cast<unsigned char>(size >> 8);
-  p[3] = static_cast<unsigned char>(size);
+  WriteFrameLength(size, p);
   frame.SerializeWithCachedSizesToArray(p + kFrameHeaderBytes);
 }
 
@@ -145,7 +154,11 @@ bool FramedConnection::DeliverFrames() {
       return false;
     }
     if (read_end_ - read_begin_ < kFrameHeaderBytes + length) break;  // the rest is still to come
-    transport::Frame frame;
+    // The frame and its envelopes are parsed onto an arena whose first block is on the stack: no
+    // allocation per envelope object (payloads larger than a short string still get their own buffer,
+    // which the handlers take over).
+    BlockArena<kFrameArenaBlockBytes> arena;
+    transport::Frame& frame = *arena.Create<transport::Frame>();
     if (!frame.ParseFromArray(p + kFrameHeaderBytes, static_cast<int>(length))) {
       StatsCounters::Add(stats_.malformed_frames);
       spdlog::warn("peer: unparseable frame of {} bytes; closing the connection", length);
@@ -228,7 +241,9 @@ void FramedConnection::StartWrite() {
   if (!control_.empty()) {
     write_buffer_.swap(control_);
   } else {
-    transport::Frame frame;
+    // The frame (a transport.Frame of the envelopes, field 1 repeated) is written straight into the buffer,
+    // envelope by envelope, as protobuf would encode it: no Frame object, no copy of an envelope.
+    write_buffer_.resize(kFrameHeaderBytes);
     size_t bytes = 0;
     while (!pending_.empty() && messages < options_.coalesce_max_messages) {
       const size_t size = pending_.front().payload().size() + kEnvelopeOverheadBytes;
@@ -237,15 +252,16 @@ void FramedConnection::StartWrite() {
         break;
       }
       if (pending_.front().kind() == transport::KIND_ONE_WAY) ++one_way;
-      *frame.add_envelopes() = std::move(pending_.front());
+      AppendMessageField(transport::Frame::kEnvelopesFieldNumber, pending_.front(), write_buffer_);
       pending_.pop_front();
       bytes += size;
       pending_bytes_ -= size;
       ++messages;
     }
+    WriteFrameLength(write_buffer_.size() - kFrameHeaderBytes,
+                     reinterpret_cast<unsigned char*>(write_buffer_.data()));
     // Whatever is left over is due at once: it already waited for this write.
     if (!pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now() - options_.coalesce_delay;
-    AppendFrame(frame, write_buffer_);
   }
   if (pending_.empty()) urgent_ = false;
   writing_ = true;

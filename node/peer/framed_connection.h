@@ -53,6 +53,8 @@ inline constexpr size_t kEnvelopeOverheadBytes = 64;
 
 // Appends the 4-byte big-endian length and the serialized frame to `out`.
 void AppendFrame(const transport::Frame& frame, std::string& out);
+// Writes a frame's 4-byte big-endian length `size` at `p`.
+void WriteFrameLength(size_t size, unsigned char* p);
 
 class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
  public:

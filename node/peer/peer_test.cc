@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "node/peer/framed_connection.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
 #include "node/peer/peer_test_util.h"
@@ -397,6 +398,36 @@ INSTANTIATE_TEST_SUITE_P(Executors, PeerTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "SingleThread" : "Strands";
                          });
+
+// StartWrite writes a frame envelope by envelope (AppendMessageField); the result must be the frame a
+// Frame message of those envelopes serializes to, byte for byte, whatever their sizes (the length varint
+// takes 1, 2 or 3 bytes).
+TEST(FramingTest, EnvelopesAppendedOneByOneAreTheSerializedFrame) {
+  for (size_t payload_bytes : {size_t{0}, size_t{5}, size_t{200}, size_t{20'000}}) {
+    transport::Frame frame;
+    std::string streamed(internal::kFrameHeaderBytes, '\0');
+    for (int i = 0; i < 3; ++i) {
+      transport::Envelope envelope;
+      envelope.set_request_id(1000 + i);
+      envelope.set_kind(i == 2 ? transport::KIND_ONE_WAY : transport::KIND_REQUEST);
+      envelope.set_method(10 + i);
+      envelope.set_payload(std::string(payload_bytes + i, static_cast<char>('a' + i)));
+      if (i == 1) envelope.set_error("why");
+      AppendMessageField(transport::Frame::kEnvelopesFieldNumber, envelope, streamed);
+      *frame.add_envelopes() = envelope;
+    }
+    internal::WriteFrameLength(streamed.size() - internal::kFrameHeaderBytes,
+                               reinterpret_cast<unsigned char*>(streamed.data()));
+    std::string whole;
+    internal::AppendFrame(frame, whole);
+    EXPECT_EQ(streamed, whole) << "payloads of " << payload_bytes << " bytes";
+    transport::Frame parsed;
+    ASSERT_TRUE(parsed.ParseFromArray(streamed.data() + internal::kFrameHeaderBytes,
+                                      static_cast<int>(streamed.size() - internal::kFrameHeaderBytes)));
+    ASSERT_EQ(parsed.envelopes_size(), 3);
+    EXPECT_EQ(parsed.envelopes(2).payload().size(), payload_bytes + 2);
+  }
+}
 
 TEST(ParseHostPortTest, Forms) {
   auto v4 = ParseHostPort("127.0.0.1:7101");

@@ -304,8 +304,8 @@ std::optional<std::string> Node::StartCluster() {
   p.forward_host = std::make_unique<cluster::ClusterForwardHost>(*p.cluster);
   p.forwarder = std::make_unique<cluster::Forwarder>(
       *p.forward_host, options_.forward,
-      [&handler, &self](const peer::ForwardCheckRequest& request) {
-        return handler.DecideForwarded(request, self);
+      [&handler, &self](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
+        handler.DecideForwarded(request, self, response);
       },
       p.replicator.get(), p.handoff.get());
   p.forward_host->RegisterHandler(*p.forwarder);

@@ -128,7 +128,10 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   forward.failure_mode = options_.closed ? cluster::FailureMode::kClosed : cluster::FailureMode::kOpen;
   forward.dedup.shards = 1;
   forwarder_ = std::make_unique<cluster::Forwarder>(
-      *host_, forward, [this](const peer::ForwardCheckRequest& request) { return DecideForwarded(request); },
+      *host_, forward,
+      [this](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
+        *response = DecideForwarded(request);
+      },
       replicator_.get(), handoff_.get());
 
   cluster::ClusterPlannerOptions planner_options;
