@@ -62,6 +62,11 @@ const std::vector<FaultClass> kClasses = {
     {"starve_closed", Promise::kBounded,
      "starve, with sync + closed: admitted <= limit (bound 0); rollbacks reported (known limit)"},
     {"missed_reset_closed", Promise::kExact, "missed_reset, with sync + closed: exact"},
+    {"leave_closed", Promise::kExact, "leave, with sync + closed: exact"},
+    {"join_closed", Promise::kExact, "join, with sync + closed: exact"},
+    {"crash_closed", Promise::kExact,
+     "crash, with sync + closed: exact (an admission waits for every later holder: the dead one's checks "
+     "are refused until it is declared dead)"},
 };
 
 // The fault of a class: "pause_closed" injects what "pause" does, in another mode.
@@ -618,6 +623,12 @@ ShareFloor AnsweredFloor(std::string_view fault_class) {
       {"half_cut_closed", 7000, 9900},      // 72.98 %, 99.74 %
       {"starve_closed", 5500, 9000},        // 58.07 %, 95.94 %
       {"missed_reset_closed", 5000, 7000},  // 56.02 %, 77.89 %
+      // Seeds 1-200 (2026-11-28): the leave and the join are the last fault (no "after" phase). Issue 35
+      // item 3 asks 100 % of a leave's and a join's checks answered; item 1 (majority acknowledgement)
+      // is what lifts a crash's.
+      {"leave_closed", 9600, 0},  // 99.80 %
+      {"join_closed", 9600, 0},   // 99.64 %
+      {"crash_closed", 7800, 0},  // 84.43 %
   };
   ShareFloor f;
   f.cell = {0, 0, 0};

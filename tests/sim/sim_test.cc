@@ -258,6 +258,9 @@ TEST_F(SimTest, PartitionClosed) { RunClass("partition_closed", Seeds(kDefaultSe
 TEST_F(SimTest, HalfCutClosed) { RunClass("half_cut_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, StarveClosed) { RunClass("starve_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, MissedResetClosed) { RunClass("missed_reset_closed", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, LeaveClosed) { RunClass("leave_closed", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, JoinClosed) { RunClass("join_closed", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, CrashClosed) { RunClass("crash_closed", Seeds(kDefaultSeeds)); }
 
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
