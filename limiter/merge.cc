@@ -595,6 +595,34 @@ MergeState Merge(const MergeState& a, const MergeState& b) {
   return out;
 }
 
+namespace {
+
+// The newest version of contributor `id` that `state` knows: its own record's, or its base's account.
+Hlc KnownVersion(const MergeState& state, ContributorId id) {
+  Hlc known = 0;
+  const auto c = std::lower_bound(state.contributions.begin(), state.contributions.end(), id,
+                                  [](const Contribution& r, ContributorId v) { return r.id < v; });
+  if (c != state.contributions.end() && c->id == id) known = c->version;
+  const auto i = std::lower_bound(state.base.included.begin(), state.base.included.end(), id,
+                                  [](const Included& r, ContributorId v) { return r.id < v; });
+  if (i != state.base.included.end() && i->id == id) known = std::max(known, i->version);
+  return known;
+}
+
+}  // namespace
+
+bool HoldsOthersNewer(const MergeState& held, const MergeState& update, ContributorId except) {
+  if (held.algorithm == Algorithm{}) return false;
+  if (held.algorithm != update.algorithm) return true;
+  for (const Contribution& c : held.contributions) {
+    if (c.id != except && c.version > KnownVersion(update, c.id)) return true;
+  }
+  for (const Included& i : held.base.included) {
+    if (i.id != except && i.version > KnownVersion(update, i.id)) return true;
+  }
+  return false;
+}
+
 bool MergeInto(MergeState& into, const MergeState& from) {
   if (from.algorithm == Algorithm{}) {
     return false;

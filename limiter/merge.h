@@ -118,6 +118,13 @@ void Clear(MergeState& state);
 // Merges `from` into `into`; returns whether `into` changed.
 bool MergeInto(MergeState& into, const MergeState& from);
 
+// Whether `held` knows a newer record of some contributor other than `except` than `update` does (its own
+// record, or what its base accounts for), or is a copy of another algorithm: whether a decision that
+// shipped `update` may have been made without admissions `held` has. Records of `except` (the decider that
+// shipped `update`: its later decisions, which may reach a holder before `update` does) are left out; a
+// base's reset is not an admission and does not count. With except = 0 no contributor is left out.
+[[nodiscard]] bool HoldsOthersNewer(const MergeState& held, const MergeState& update, ContributorId except);
+
 // Check (limiter.h) against the merged total, charging on behalf of `contributor`. `stamp` is the
 // contributor's HLC now (the record's version; buckets also rebase with it). A state written under
 // another algorithm restarts empty (as State does), with a base that wins over its older copies.

@@ -267,6 +267,36 @@ TEST_P(MergeAllAlgorithms, ExhaustedStaysExhaustedWhenTimeGoesBack) {
   }
 }
 
+// A holder that got a decider's later update first holds nothing of *others* the earlier update lacks;
+// another decider's admission it holds is newer than what the earlier update knew.
+TEST_P(MergeAllAlgorithms, HoldsOthersNewerLeavesOutTheDecidersOwnLaterRecords) {
+  LimitSpec spec = Spec(GetParam(), 50, testing::kHour);
+  spec.burst = GetParam() == Algorithm::kGcra ? 10 : 0;  // GCRA: admits several in a row
+  constexpr ContributorId kDecider = 7;
+  constexpr ContributorId kOther = 9;
+  MergeState decider;
+  ASSERT_TRUE(CheckMerged(spec, decider, kDecider, MakeHlc(1000, 1), At(kT0)).allowed);
+  const MergeState first = decider;  // the update the first decision shipped
+  ASSERT_TRUE(CheckMerged(spec, decider, kDecider, MakeHlc(1000, 2), At(kT0 + 1)).allowed);
+  MergeState holder = decider;  // got the second update before the first
+  EXPECT_FALSE(HoldsOthersNewer(holder, first, kDecider));
+  EXPECT_TRUE(HoldsOthersNewer(holder, first, 0));  // nobody left out: the decider's own later record counts
+  EXPECT_FALSE(HoldsOthersNewer(first, first, 0));
+  EXPECT_FALSE(HoldsOthersNewer(MergeState{}, first, kDecider));
+  // Another decider's admission at the holder: newer than anything the first update knew of it.
+  ASSERT_TRUE(CheckMerged(spec, holder, kOther, MakeHlc(1000, 3), At(kT0 + 2)).allowed);
+  EXPECT_TRUE(HoldsOthersNewer(holder, first, kDecider));
+  // ... unless the update knew it already.
+  const MergeState knows_other = Merge(first, holder);
+  EXPECT_FALSE(HoldsOthersNewer(holder, knows_other, kDecider));
+  // A copy of another algorithm is never taken as nothing new.
+  const Algorithm other =
+      GetParam() == Algorithm::kTokenBucket ? Algorithm::kFixedWindow : Algorithm::kTokenBucket;
+  MergeState foreign;
+  (void)CheckMerged(Spec(other, 50, testing::kHour), foreign, kDecider, MakeHlc(1000, 4), At(kT0 + 3));
+  EXPECT_TRUE(HoldsOthersNewer(foreign, first, kDecider));
+}
+
 // A reset survives a merge with the older copies, and deciders that saw it start from nothing.
 TEST_P(MergeAllAlgorithms, ResetSurvivesMergeWithOlderCopies) {
   LimitSpec spec = Spec(GetParam(), 4, testing::kHour);

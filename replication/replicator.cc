@@ -271,7 +271,10 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         peer::StateUpdateBatch header;
         header.set_from(link.self_id());
         header.set_ring_fingerprint(fingerprint);
-        if (b.awaited && options.ack_all) header.set_want_newer(true);
+        if (b.awaited && options.ack_all) {
+          header.set_want_newer(true);
+          header.set_contributor(options.contributor);
+        }
         const std::string empty = header.SerializeAsString();
         // Usually one message; more when the states are large (kMaxBatchBytes).
         std::vector<std::string> payloads{empty};
@@ -432,7 +435,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         if (s.has_value() && !newer_here) {
           // Merged with what was held, the state is the update's own unless the held copy had more.
           for (const storage::StoredState& h : held) {
-            if (h.name == s->name && !(limiter::Merge(h.state, s->state) == s->state)) newer_here = true;
+            if (h.name == s->name && limiter::HoldsOthersNewer(h.state, s->state, batch.contributor())) {
+              newer_here = true;
+            }
           }
         }
       }

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "limiter/merge.h"
 #include "limiter/status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
@@ -79,6 +80,10 @@ struct ReplicatorOptions {
   // batch through another member. Set by --failure-mode closed, which answers 503 rather than an
   // admission not every such holder has. Default: false.
   bool ack_all = false;
+  // This node's contributor id in merged states (the check service's; 0 = not given). Sent with the batches
+  // a sync decision waits for, so that their holders tell a later decision of this node, reordered ahead of
+  // the batch, from another node's admission (StateUpdateBatch.contributor). Default: 0.
+  limiter::ContributorId contributor = 0;
   // Timeout of one StateUpdateBatch send. REQUIRES: >= 1 ms. Default: 2000 ms.
   std::chrono::milliseconds send_timeout{2000};
 

@@ -244,6 +244,8 @@ peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckR
   return node::DecideForwarded(*context_, request, self_id);
 }
 
+limiter::ContributorId ApiHandler::contributor() const { return context_->contributor; }
+
 void ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
                                  peer::ForwardCheckResponse* response) {
   node::DecideForwarded(*context_, request, self_id, response);

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "limiter/limiter.h"
+#include "limiter/merge.h"
 #include "node/api/gubernator_handlers.h"
 #include "node/api/handler.h"
 #include "node/api/rls_handlers.h"
@@ -127,6 +128,8 @@ class ApiHandler final : public RequestHandler {
   // The same, already parsed.
   [[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request,
                                                            std::string_view self_id);
+  // The contributor id this node's decisions are recorded under in merged states.
+  [[nodiscard]] limiter::ContributorId contributor() const;
   // The same into `response` (empty).
   void DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
                        peer::ForwardCheckResponse* response);

@@ -212,7 +212,8 @@ class Cluster {
   [[nodiscard]] std::optional<std::string> MinorityRefusal() const;
 
   // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership
-  // tick; nullopt when it has not been measured (or not lately). Thread-safe: a mutex held for a lookup.
+  // tick; nullopt when it has not been measured (or not lately). Thread-safe, lock-free: one atomic load of
+  // the published table, then a hash lookup.
   [[nodiscard]] std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const;
 
   [[nodiscard]] peer::PeerStats ServerStats() const;

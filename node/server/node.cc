@@ -266,6 +266,7 @@ std::optional<std::string> Node::StartCluster() {
   replication.replicas = replicas;
   // Closed: an admission is answered only once every holder that could decide the key next has it.
   replication.ack_all = options_.forward.failure_mode == cluster::FailureMode::kClosed;
+  replication.contributor = p.handler.contributor();
   if (Status status = replication::Validate(replication); !status.ok())
     return "replication: " + status.message();
   replication::HandoffOptions handoff = options_.handoff;

@@ -110,7 +110,9 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   store_ = std::make_unique<storage::MemoryStore>(store_options);
   for (const auto& [where, state] : disk_) static_cast<void>(store_->Absorb(where.first, state));
   link_ = std::make_unique<Link>(*this);
-  replicator_ = std::make_unique<replication::Replicator>(*store_, *link_, *executor_, options_.replication);
+  replication::ReplicatorOptions replication = options_.replication;
+  replication.contributor = Contributor();  // as node.cc passes the check service's
+  replicator_ = std::make_unique<replication::Replicator>(*store_, *link_, *executor_, replication);
   store_->SetObserver(replicator_.get());
   replicator_->Start();
   handoff_ = std::make_unique<replication::HandoffManager>(*store_, *link_, *replicator_, *executor_,
