@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -156,6 +157,100 @@ TEST(DedupCacheTest, ConcurrentRetriesOfOneIdChargeOnce) {
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(charged.load(), static_cast<int>(kIds));
   EXPECT_EQ(answered.load(), kThreads * static_cast<int>(kIds));
+}
+
+// The answer of id {hi, lo}: some longer than a slot holds (kept on the locked side).
+std::string AnswerOf(uint64_t lo) {
+  return "answer-" + std::to_string(lo) + std::string(lo % 3 == 0 ? 300 : 20, '.');
+}
+
+// Many threads Begin the same ids at once. The first winner of every fourth id abandons it (its waiters get
+// nullopt, a later Begin wins again), every other winner finishes it. With no eviction and no expiry:
+// exactly one kNew per id at a time (and for good once finished), every kDone and waiter answer is the id's
+// answer, every waiter is called exactly once. With eviction (!entries_live), only the answers and the
+// waiters' calls are checked.
+void Hammer(DedupOptions options, uint64_t ids, bool entries_live) {
+  DedupCache cache(options);
+  constexpr int kThreads = 8;
+  struct PerId {
+    std::atomic<int> live{0};  // winners deciding or finished
+    std::atomic<int> news{0};  // kNew outcomes
+    std::atomic<bool> abandoned{false};
+  };
+  std::vector<PerId> per_id(ids + 1);
+  std::atomic<int> waiters_registered{0}, waiter_calls{0}, overlapping_wins{0}, wrong_answers{0};
+  std::vector<std::unique_ptr<std::atomic<int>>> calls;  // per waiter: times called
+  for (int i = 0; i < kThreads * static_cast<int>(ids); ++i)
+    calls.push_back(std::make_unique<std::atomic<int>>(0));
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();  // start together
+      for (uint64_t n = 1; n <= ids; ++n) {
+        const uint64_t i = n;  // all in step: the same id at once
+        std::atomic<int>& my_calls = *calls[t * ids + (i - 1)];
+        auto waiter = [&, i](std::optional<std::string> answer) {
+          my_calls.fetch_add(1);
+          waiter_calls.fetch_add(1);
+          // nullopt: the attempt was abandoned, or (under eviction) its entry replaced.
+          const bool refusal_ok = per_id[i].abandoned.load() || !entries_live;
+          if (answer.has_value() ? *answer != AnswerOf(i) : !refusal_ok) wrong_answers.fetch_add(1);
+        };
+        DedupCache::Lookup found = cache.Begin({99, i}, At(0), waiter);
+        switch (found.outcome) {
+          case DedupCache::Outcome::kNew: {
+            per_id[i].news.fetch_add(1);
+            if (per_id[i].live.fetch_add(1) != 0 && entries_live) overlapping_wins.fetch_add(1);
+            for (int y = 0; y < 3; ++y) std::this_thread::yield();  // let retries arrive meanwhile
+            if (i % 4 == 0 && !per_id[i].abandoned.exchange(true)) {
+              per_id[i].live.fetch_sub(1);
+              cache.Abandon({99, i});
+            } else {
+              cache.Finish({99, i}, AnswerOf(i));
+            }
+            break;
+          }
+          case DedupCache::Outcome::kDone:
+            if (found.answer != AnswerOf(i)) wrong_answers.fetch_add(1);
+            break;
+          case DedupCache::Outcome::kWaiting:
+            waiters_registered.fetch_add(1);
+            break;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong_answers.load(), 0);
+  EXPECT_EQ(waiter_calls.load(), waiters_registered.load());
+  for (const auto& c : calls) ASSERT_LE(c->load(), 1);
+  if (entries_live) {
+    EXPECT_EQ(overlapping_wins.load(), 0);
+    uint64_t remembered = 0;  // ids with a finished entry: all but those abandoned and not won again
+    for (uint64_t i = 1; i <= ids; ++i) {
+      // An abandoned id is won again by a Begin that came after the Abandon, if any did.
+      const int news = per_id[i].news.load();
+      ASSERT_TRUE(news == 1 || (per_id[i].abandoned.load() && news == 2)) << "id " << i << ": " << news;
+      if (!per_id[i].abandoned.load() || news == 2) ++remembered;
+    }
+    EXPECT_EQ(cache.stats().size, remembered);
+  }
+  // The stress reached the rare paths it is about.
+  EXPECT_GT(waiters_registered.load(), 0);
+  EXPECT_GT(cache.stats().abandoned, 0u);
+}
+
+TEST(DedupCacheTest, StressOneNewPerIdAndEveryWaiterCalledOnce) {
+  for (int round = 0; round < 3; ++round) Hammer(DedupOptions{}, 3'000, /*entries_live=*/true);
+  // One bucket: every id contends for the same 8 slots.
+  Hammer(DedupOptions{.capacity = 8, .shards = 1}, 8, /*entries_live=*/true);
+}
+
+TEST(DedupCacheTest, StressUnderEvictionCallsEveryWaiterOnce) {
+  // 64 slots for 3,000 ids: entries in progress are replaced, their waiters refused; answers stay right.
+  Hammer(DedupOptions{.capacity = 64, .shards = 2}, 3'000, /*entries_live=*/false);
 }
 
 TEST(DedupCacheTest, ValidateRejectsBadOptions) {
