@@ -258,6 +258,7 @@ TEST_F(SimTest, PartitionClosed) { RunClass("partition_closed", Seeds(kDefaultSe
 TEST_F(SimTest, HalfCutClosed) { RunClass("half_cut_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, StarveClosed) { RunClass("starve_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, MissedResetClosed) { RunClass("missed_reset_closed", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, SkewClosed) { RunClass("skew_closed", Seeds(kDefaultSeeds)); }
 
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
