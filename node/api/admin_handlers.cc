@@ -125,10 +125,24 @@ HttpResponse HandleReadyz(const ApiContext& context) {
   if (!context.ready.load(std::memory_order_acquire)) {
     return ToResponse({ErrorKind::kNotReady, "the node is not ready to serve (starting or draining)"});
   }
-  if (context.cluster != nullptr && !context.cluster->ready()) {
+  if (context.cluster == nullptr) return StatusJson("ready");
+  if (!context.cluster->ready()) {
     return ToResponse({ErrorKind::kNotReady, "the node has not joined the cluster (or is leaving)"});
   }
-  return StatusJson("ready");
+  // Ready: it takes checks. Whether it decides them itself is said, not a reason to send clients away --
+  // a node that steps back (paused, clock off) passes its checks on to their keys' other holders.
+  const ClusterFenceView fence = context.cluster->Fence();
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("status", "ready");
+  w.FieldBool("deciding", fence.deciding);
+  if (!fence.deciding) {
+    w.Field("reason", fence.reason);
+    w.Field("detail", fence.detail);
+  }
+  w.EndObject();
+  return Text(http::status::ok, "application/json", std::move(body));
 }
 
 HttpResponse HandleMetrics(const ApiContext& context) {

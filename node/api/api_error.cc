@@ -24,7 +24,6 @@ http::status StatusOf(ErrorKind kind) {
     case ErrorKind::kUnsupportedMediaType:
       return http::status::unsupported_media_type;
     case ErrorKind::kNotReady:
-    case ErrorKind::kClockOffset:
     case ErrorKind::kUnavailable:
       return http::status::service_unavailable;
     case ErrorKind::kInternal:
@@ -53,8 +52,6 @@ std::string_view CodeOf(ErrorKind kind) {
       return "unsupported_media_type";
     case ErrorKind::kNotReady:
       return "not_ready";
-    case ErrorKind::kClockOffset:
-      return "clock_offset";
     case ErrorKind::kUnavailable:
       return "unavailable";
     case ErrorKind::kInternal:

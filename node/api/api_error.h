@@ -24,8 +24,8 @@ enum class ErrorKind : uint8_t {
   kMethodNotAllowed,      // 405 method_not_allowed (the response carries Allow)
   kUnsupportedMediaType,  // 415 unsupported_media_type: POST/PUT body not declared as JSON
   kNotReady,              // 503 not_ready: /readyz before the node is ready, a check before it joined
-  kClockOffset,           // 503 clock_offset: a check at a node whose clock is off from the cluster's
-  kUnavailable,           // 503 unavailable: no holder of a key answered (--failure-mode closed)
+  kUnavailable,           // 503 unavailable: no holder of a key answered (--failure-mode closed), or the node
+                          // is on the minority side (closed) or cannot pass a check on with its clock off
   kInternal,              // 500 internal: a bug; logged
 };
 

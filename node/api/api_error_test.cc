@@ -42,11 +42,5 @@ TEST(ApiErrorTest, ResponseBodyIsTheOneErrorShape) {
   EXPECT_EQ(response.body(), R"({"error":{"code":"invalid_field","message":"window_ms: too big"}})");
 }
 
-TEST(ApiErrorTest, ClockOffsetIsA503WithItsOwnCode) {
-  const HttpResponse response = ToResponse({ErrorKind::kClockOffset, "clock offset 3600.000 s"});
-  EXPECT_EQ(response.result(), http::status::service_unavailable);
-  EXPECT_EQ(response.body(), R"({"error":{"code":"clock_offset","message":"clock offset 3600.000 s"}})");
-}
-
 }  // namespace
 }  // namespace ringlimit::node

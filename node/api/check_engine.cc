@@ -427,10 +427,8 @@ std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view re
     return ApiError{ErrorKind::kNotReady,
                     "the node has not joined the cluster yet: retry, or " + std::string(retry_hint)};
   }
-  if (std::optional<CheckRouter::Refusal> why = router.RefusesToDecide()) {
-    const ErrorKind kind = why->reason == CheckRouter::Refusal::Reason::kMinority ? ErrorKind::kUnavailable
-                                                                                  : ErrorKind::kClockOffset;
-    return ApiError{kind, why->message + "; " + std::string(retry_hint)};
+  if (std::optional<CheckRouter::Refusal> why = router.RefusesChecks()) {
+    return ApiError{ErrorKind::kUnavailable, why->message + "; " + std::string(retry_hint)};
   }
   return std::nullopt;
 }

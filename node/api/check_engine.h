@@ -32,13 +32,13 @@ namespace ringlimit::node {
 struct ApiContext;
 class CheckRouter;
 
-// Why `router`'s node must not decide checks now (not joined yet: kNotReady; clock off: kClockOffset;
-// a minority under --failure-mode closed: kUnavailable), with `retry_hint` appended to the message; or
-// nullopt when it may decide.
 // The error for an inline limit (or Gubernator item) whose name is a state of policy `owner`
 // (PolicySet::Owning).
 [[nodiscard]] ApiError ReservedName(std::string_view name, const Policy& owner);
 
+// Why `router`'s node refuses the checks entering it now (not joined yet: kNotReady; a minority under
+// --failure-mode closed: kUnavailable), with `retry_hint` appended to the message; or nullopt when it
+// takes them (deciding them, or passing them on to their holders).
 [[nodiscard]] std::optional<ApiError> RefusalOf(const CheckRouter& router, std::string_view retry_hint);
 
 // One limit to evaluate for one entity. The views point into the request or the PolicySet, which

@@ -78,6 +78,8 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
   w.Key("fence");
   w.BeginObject();
   w.FieldBool("deciding", view.fence.deciding);
+  w.Field("reason", view.fence.reason);
+  w.Field("detail", view.fence.detail);
   w.FieldBool("paused", view.fence.paused);
   w.Field("minority", view.fence.minority);
   w.EndObject();

@@ -32,17 +32,18 @@ class CheckRouter {
   // start from what it has -- nothing, or a stale copy after a restart.
   [[nodiscard]] virtual bool Routing() const { return true; }
 
-  // Why this node must not decide checks now, or nullopt. Such a node answers client checks 503 with
-  // this message (clock_offset or unavailable): a client retries at another node.
+  // Why this node refuses the client checks entering it now -- it neither decides nor passes them on --
+  // or nullopt. Such a node answers them 503 unavailable with this message: a client retries at another
+  // node. (A node that only steps back from deciding -- paused, or its clock off -- still takes checks:
+  // Classify sends every key to another holder.)
   struct Refusal {
     enum class Reason : uint8_t {
-      kClockOffset = 1,  // its clock is off from the cluster's (--max-clock-offset-ms)
-      kMinority = 2,     // it reaches only a minority of the cluster (--failure-mode closed)
+      kMinority = 2,  // it reaches only a minority of the cluster (--failure-mode closed)
     };
-    Reason reason = Reason::kClockOffset;
+    Reason reason = Reason::kMinority;
     std::string message;
   };
-  [[nodiscard]] virtual std::optional<Refusal> RefusesToDecide() const { return std::nullopt; }
+  [[nodiscard]] virtual std::optional<Refusal> RefusesChecks() const { return std::nullopt; }
 
   // Brackets one batch's routing and local decisions (DecisionFence, replication/decision_fence.h): call
   // EnterDecisions before Classify and ExitDecisions(pin) once the local decisions have charged the
@@ -117,9 +118,15 @@ struct ClusterHandoffView {
 };
 
 // Whether this node decides the keys it holds now, and if not why (node/cluster/cluster.h: Paused,
-// MinorityRefusal; the clock rule is ClusterClockView).
+// ClockRefusal, MinorityRefusal; the clock rule is ClusterClockView).
 struct ClusterFenceView {
-  bool deciding = true;  // none of the reasons below (nor a skewed clock) holds it back
+  bool deciding = true;  // none of the reasons below holds it back
+  // Why it does not decide (empty while deciding), the first that holds of: "paused" (just resumed from
+  // a process pause), "clock_offset" (its clock is off from the cluster's), "minority" (on the minority
+  // side under --failure-mode closed). Paused or clock_offset: it still takes checks and passes each to
+  // the next holder of its key; minority: it refuses them (503 unavailable). Static storage.
+  std::string_view reason;
+  std::string detail;    // the reason in words (the clock's or the minority's judgement; empty otherwise)
   bool paused = false;   // just resumed from a process pause: its checks go to their next holders
   std::string minority;  // why it is on the minority side (empty: it is not); it holds back only under
                          // --failure-mode closed
@@ -169,6 +176,8 @@ class ClusterInfo {
 
   // Joined (not `joining`), holding a ring, not leaving.
   [[nodiscard]] virtual bool ready() const = 0;
+  // Whether this node decides now, and if not why (ClusterView::fence, without the rest of Describe).
+  [[nodiscard]] virtual ClusterFenceView Fence() const { return {}; }
   [[nodiscard]] virtual ClusterView Describe() const = 0;
   [[nodiscard]] virtual KeyPlacementView Place(std::string_view key) const = 0;
   // The advertised HTTP address ("host:port") of member `id`, "" when unknown. Cheap: one snapshot read.

@@ -482,7 +482,6 @@ int GubernatorGrpcCode(ErrorKind kind) {
     case ErrorKind::kMethodNotAllowed:
       return 12;  // UNIMPLEMENTED
     case ErrorKind::kNotReady:
-    case ErrorKind::kClockOffset:
     case ErrorKind::kUnavailable:
       return 14;  // UNAVAILABLE
     case ErrorKind::kInternal:

@@ -37,7 +37,7 @@ using RlsDone = std::function<void(std::optional<ApiError> error)>;
 
 // Decides `request` against `config` and fills `response`. `router` null: every key is decided here.
 // `done` is called exactly once: with nullopt when `response` is complete, or with an error
-// (kInvalidField: a malformed request; kNotReady / kClockOffset / kUnavailable: the node cannot decide
+// (kInvalidField: a malformed request; kNotReady / kUnavailable: the node cannot decide
 // now). It may run before HandleShouldRateLimit returns or later on another thread; `request`,
 // `response` and `config` must stay alive until then and `done` must not block.
 void HandleShouldRateLimit(const ApiContext& context, CheckRouter* router,

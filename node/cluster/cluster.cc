@@ -533,8 +533,10 @@ std::optional<std::string> Cluster::MinorityRefusal() const {
          " members it knows, a minority, so it does not decide (--failure-mode closed)";
 }
 
+bool Cluster::ClockSkewed() const { return core_->clock_skewed.load(std::memory_order_acquire); }
+
 std::optional<std::string> Cluster::ClockRefusal() const {
-  if (!core_->clock_skewed.load(std::memory_order_acquire)) return std::nullopt;
+  if (!ClockSkewed()) return std::nullopt;
   return "this node's clock is off from the cluster's, so it does not decide: " + Snapshot()->clock.reason;
 }
 

@@ -12,7 +12,8 @@
 // Clocks: every membership message carries the sender's wall-clock time and every Ack echoes the Ping's,
 // so the node estimates each member's clock offset (ring/clock_offset.h) and applies the max-offset rule
 // every tick: a node whose clock is off from most members by more than --max-clock-offset-ms is
-// "skewed" and refuses to decide (ClockRefusal; the Forwarder and the API ask). Snapshot().clock shows
+// "skewed" and decides nothing, passing its checks on to their keys' other holders (ClockRefusal; the
+// Forwarder asks). Snapshot().clock shows
 // the estimates (GET /v1/cluster, /metrics).
 //
 // The member record of this node carries incarnation = wall-clock milliseconds at construction, so a
@@ -190,8 +191,11 @@ class Cluster {
   [[nodiscard]] bool ready() const;
 
   // Why this node must not decide now -- its clock is off from the cluster's beyond the maximum offset
-  // -- or nullopt when it may. One atomic load when it may.
+  // -- or nullopt when it may. One atomic load when it may. It still takes checks and passes them on
+  // (Forwarder, "Clock").
   [[nodiscard]] std::optional<std::string> ClockRefusal() const;
+  // Whether ClockRefusal has a reason now. One atomic load.
+  [[nodiscard]] bool ClockSkewed() const;
 
   // The pause fence: true while this node must not decide because its process was just paused (stopped by
   // the scheduler, a VM or SIGSTOP) -- seen as a gap of more than max(500 ms, min(suspicion timeout / 2,
@@ -205,10 +209,11 @@ class Cluster {
   // included; not suspect) no more than half of the members it knows (those plus the suspect ones and the
   // dead ones not yet forgotten) -- or nullopt. Judged every membership tick and on every membership
   // change, before a ring without newly dead members is published. Under --failure-mode closed such a node
-  // decides nothing (Forwarder::RefusesToDecide): the majority side takes its keys over once it declares
-  // it dead. Suspects count as not reached so that a cut-off node stops deciding as soon as it suspects the
-  // others, before it declares them dead and its ring makes it the holder of their keys (the majority side
-  // declares it dead no sooner: a suspicion timeout after suspecting it). One atomic load when it is not.
+  // decides nothing and refuses checks (Forwarder::RefusesChecks): the majority side takes its keys over once
+  // it declares it dead. Suspects count as not reached so that a cut-off node stops deciding as soon as it
+  // suspects the others, before it declares them dead and its ring makes it the holder of their keys (the
+  // majority side declares it dead no sooner: a suspicion timeout after suspecting it). One atomic load when
+  // it is not.
   [[nodiscard]] std::optional<std::string> MinorityRefusal() const;
 
   // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership

@@ -125,6 +125,25 @@ std::string ClusterEndpoints::HttpAddressOf(std::string_view id) const {
   return member != nullptr ? member->http_address : "";
 }
 
+node::ClusterFenceView ClusterEndpoints::Fence() const {
+  node::ClusterFenceView fence;
+  fence.paused = cluster_.Paused();
+  fence.minority = cluster_.MinorityRefusal().value_or("");
+  std::optional<std::string> clock = cluster_.ClockRefusal();
+  if (fence.paused) {
+    fence.reason = "paused";
+    fence.detail = "just resumed from a process pause: catching up before it decides again";
+  } else if (clock) {
+    fence.reason = "clock_offset";
+    fence.detail = std::move(*clock);
+  } else if (!fence.minority.empty() && forwarder_.failure_mode() == FailureMode::kClosed) {
+    fence.reason = "minority";
+    fence.detail = fence.minority;
+  }
+  fence.deciding = fence.reason.empty();
+  return fence;
+}
+
 node::ClusterView ClusterEndpoints::Describe() const {
   const auto snapshot = cluster_.Snapshot();
   node::ClusterView out;
@@ -147,10 +166,7 @@ node::ClusterView ClusterEndpoints::Describe() const {
   out.clock.offset_ms = -Ms(snapshot->clock.median_offset);
   out.clock.max_offset_ms = static_cast<double>(cluster_.options().clock.max_offset.count());
   out.clock.reason = snapshot->clock.reason;
-  out.fence.paused = cluster_.Paused();
-  out.fence.minority = cluster_.MinorityRefusal().value_or("");
-  out.fence.deciding = !out.fence.paused && out.clock.ok &&
-                       (out.fence.minority.empty() || forwarder_.failure_mode() != FailureMode::kClosed);
+  out.fence = Fence();
   if (replicator_ != nullptr && handoff_ != nullptr) {
     out.replication_mode = replication::ToString(replicator_->options().mode);
     out.replicas = replicator_->options().replicas;
@@ -218,9 +234,11 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
 
   Metric(out, "ringlimit_fenced", "gauge",
          "1 while this node decides none of its keys for the reason labelled: paused (just resumed from a "
-         "process pause, catching up) or minority (it reaches no more than half of the members, under "
-         "--failure-mode closed).");
+         "process pause, catching up), clock_offset (its wall clock is off from most members': it passes "
+         "its checks on) or minority (it reaches no more than half of the members, under --failure-mode "
+         "closed).");
   Sample(out, "ringlimit_fenced", "reason=\"paused\"", cluster_.Paused() ? 1 : 0);
+  Sample(out, "ringlimit_fenced", "reason=\"clock_offset\"", cluster_.ClockSkewed() ? 1 : 0);
   Sample(out, "ringlimit_fenced", "reason=\"minority\"",
          forwarder_.failure_mode() == FailureMode::kClosed && cluster_.MinorityRefusal() ? 1 : 0);
 
@@ -231,13 +249,14 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
                  static_cast<double>(estimate.offset.count()) / 1e9);
   }
   Metric(out, "ringlimit_clock_ok", "gauge",
-         "0 when this node's clock is off from most members' beyond --max-clock-offset-ms: it refuses to "
-         "decide.");
+         "0 when this node's clock is off from most members' beyond --max-clock-offset-ms: it decides "
+         "nothing and passes its checks on to their keys' other holders.");
   Sample(out, "ringlimit_clock_ok", "", snapshot->clock.health == ring::ClockHealth::kSkewed ? 0 : 1);
 
   const ForwarderStats f = forwarder_.stats();
   Metric(out, "ringlimit_clock_refusals_total", "counter",
-         "Checks (forwarded here or a client's) refused because this node's clock is off.");
+         "Checks this node declined to decide because its clock is off: forwarded here (the sender goes on "
+         "to the next holder), or a client's that no other holder answered (503).");
   Sample(out, "ringlimit_clock_refusals_total", "", f.clock_refusals);
   Metric(out, "ringlimit_minority_refusals_total", "counter",
          "Checks (forwarded here or a client's) refused because this node reaches only a minority of the "
@@ -248,17 +267,20 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "decide the key next acknowledged them in time (--replication sync --failure-mode closed).");
   Sample(out, "ringlimit_unacked_decisions_total", "", f.unacked);
   // Forwarding, one family per unit (checks, attempts, batches), so that sum() over a family means something.
-  Metric(out, "ringlimit_forward_checks_total", "counter",
-         "Checks of keys another node decides, by what this node did with them: sent to their decider "
-         "(forwarded), sent through another member because the decider was unreachable from here (relayed), "
-         "decided here because no other holder answered (fallback_local), refused because no holder answered "
-         "(closed, --failure-mode closed), sent on or declined because this node was just paused (paused) or "
-         "holds the key's range without its copy yet (unsynced).");
+  Metric(
+      out, "ringlimit_forward_checks_total", "counter",
+      "Checks of keys another node decides, by what this node did with them: sent to their decider "
+      "(forwarded), sent through another member because the decider was unreachable from here (relayed), "
+      "decided here because no other holder answered (fallback_local), refused because no holder answered "
+      "(closed, --failure-mode closed), sent on to another holder because this node's clock is off (clock), "
+      "sent on or declined because this node was just paused (paused) or holds the key's range without its "
+      "copy yet (unsynced).");
   SampleEach(out, "ringlimit_forward_checks_total", "outcome",
              {{"forwarded", f.forwarded},
               {"relayed", f.relayed},
               {"fallback_local", f.fallback_local},
               {"closed", f.closed},
+              {"clock", f.clock_passed},
               {"paused", f.paused},
               {"unsynced", f.unsynced}});
   Metric(

@@ -35,6 +35,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
   ClusterEndpoints& operator=(const ClusterEndpoints&) = delete;
 
   [[nodiscard]] bool ready() const override;
+  [[nodiscard]] node::ClusterFenceView Fence() const override;
   [[nodiscard]] node::ClusterView Describe() const override;
   [[nodiscard]] std::string HttpAddressOf(std::string_view id) const override;
   [[nodiscard]] node::KeyPlacementView Place(std::string_view key) const override;

@@ -32,6 +32,8 @@ bool ClusterForwardHost::Paused() const { return cluster_.Paused(); }
 
 std::optional<std::string> ClusterForwardHost::ClockRefusal() const { return cluster_.ClockRefusal(); }
 
+bool ClusterForwardHost::ClockSkewed() const { return cluster_.ClockSkewed(); }
+
 std::optional<std::string> ClusterForwardHost::MinorityRefusal() const { return cluster_.MinorityRefusal(); }
 
 std::optional<ring::OffsetEstimate> ClusterForwardHost::ClockOffsetOf(std::string_view member) const {

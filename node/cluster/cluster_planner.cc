@@ -165,8 +165,10 @@ void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& a
   }
   if (after == before) return;
   if (after == ring::ClockHealth::kSkewed) {
-    spdlog::error("cluster: this node's clock is off: it refuses to decide checks until it is back: {}",
-                  clocks_.reason());
+    spdlog::error(
+        "cluster: this node's clock is off: it decides nothing (it passes its checks on) until it "
+        "is back: {}",
+        clocks_.reason());
   } else if (before == ring::ClockHealth::kSkewed) {
     spdlog::warn("cluster: this node's clock is back within the maximum offset; deciding again: {}",
                  clocks_.reason());

@@ -42,6 +42,8 @@ class ForwardHost {
   [[nodiscard]] virtual bool Paused() const = 0;
   // Why this node's clock forbids it to decide, or nullopt (Cluster::ClockRefusal).
   [[nodiscard]] virtual std::optional<std::string> ClockRefusal() const = 0;
+  // Whether it does (ClockRefusal().has_value(), without building the message; Cluster::ClockSkewed).
+  [[nodiscard]] virtual bool ClockSkewed() const = 0;
   // Why this node is on the minority side, or nullopt (Cluster::MinorityRefusal).
   [[nodiscard]] virtual std::optional<std::string> MinorityRefusal() const = 0;
   // The last estimate of `member`'s clock offset (member minus this node), or nullopt.

@@ -144,8 +144,7 @@ Forwarder::Forwarder(ForwardHost& host, ForwarderOptions options, LocalDecider d
 void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request_ptr,
                                const Reply& reply) {
   const peer::ForwardCheckRequest& request = *request_ptr;
-  std::optional<std::string> why;
-  if (std::optional<Refusal> refusal = RefusesToDecide()) why = std::move(refusal->message);
+  std::optional<std::string> why = DecideRefusal();
   if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
   if (!why && host_.Paused()) {
     paused_.fetch_add(1, std::memory_order_relaxed);
@@ -349,17 +348,20 @@ bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
   return true;
 }
 
-std::optional<node::CheckRouter::Refusal> Forwarder::RefusesToDecide() const {
+std::optional<node::CheckRouter::Refusal> Forwarder::RefusesChecks() const {
+  if (options_.failure_mode != FailureMode::kClosed) return std::nullopt;
+  std::optional<std::string> why = host_.MinorityRefusal();
+  if (!why) return std::nullopt;
+  minority_refusals_.fetch_add(1, std::memory_order_relaxed);
+  return Refusal{Refusal::Reason::kMinority, std::move(*why)};
+}
+
+std::optional<std::string> Forwarder::DecideRefusal() const {
   if (std::optional<std::string> why = host_.ClockRefusal()) {
     clock_refusals_.fetch_add(1, std::memory_order_relaxed);
-    return Refusal{Refusal::Reason::kClockOffset, std::move(*why)};
+    return why;
   }
-  if (options_.failure_mode == FailureMode::kClosed) {
-    if (std::optional<std::string> why = host_.MinorityRefusal()) {
-      minority_refusals_.fetch_add(1, std::memory_order_relaxed);
-      return Refusal{Refusal::Reason::kMinority, std::move(*why)};
-    }
-  }
+  if (std::optional<Refusal> refusal = RefusesChecks()) return std::move(refusal->message);
   return std::nullopt;
 }
 
@@ -377,7 +379,9 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::span<uint8
   std::fill(remote.begin(), remote.end(), 0);
   const replication::RoutingTable& table = host_.routing();
   if (table.ring == nullptr || table.ring->empty()) return;
-  if (host_.Paused()) {  // nothing is decided here for now: every key goes to a holder (Forward)
+  // Nothing is decided here for now -- just paused, or the clock is off -- every key goes to another
+  // holder (Forward).
+  if (host_.Paused() || host_.ClockSkewed()) {
     std::fill(remote.begin(), remote.end(), 1);
     return;
   }
@@ -434,21 +438,23 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     attempt->addresses.push_back(std::move(target.peer_address));
   }
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
+  const bool skewed = host_.ClockSkewed();
   const bool paused = host_.Paused();
   const bool unsynced = table.Unsynced(token);
-  if (paused || unsynced) {
-    // Just paused: this node's copy may be behind what its holders decided meanwhile; or it holds the
-    // key's range without its copy yet. Its turn is skipped: when no other holder answers, a paused node
-    // still decides, an unsynced one as --failure-mode says (below, or in Try).
+  if (skewed || paused || unsynced) {
+    // The clock is off: this node decides nothing; just paused: its copy may be behind what its holders
+    // decided meanwhile; or it holds the key's range without its copy yet. Its turn is skipped: when no
+    // other holder answers, a skewed node refuses (Try), a paused node still decides, an unsynced one as
+    // --failure-mode says (below, or in Try).
     auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
     if (self_at != attempt->targets.end()) {
-      (paused ? paused_ : unsynced_skips_).fetch_add(1, std::memory_order_relaxed);
+      (skewed ? clock_skips_ : paused ? paused_ : unsynced_skips_).fetch_add(1, std::memory_order_relaxed);
       attempt->addresses.erase(attempt->addresses.begin() + (self_at - attempt->targets.begin()));
       attempt->targets.erase(self_at);
     }
   }
-  if (attempt->targets.empty() && unsynced) {
-    Try(std::move(attempt));  // no other holder to ask: refused (closed) or decided here (open)
+  if (attempt->targets.empty() && (skewed || unsynced)) {
+    Try(std::move(attempt));  // no other holder to ask: refused (skewed, or closed) or decided here (open)
     return;
   }
   if (attempt->targets.empty() || attempt->targets[0] == self) {
@@ -492,11 +498,11 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of
     // keys it has no copy of.
     // (A node just paused still decides here when no other holder answered: see ForwardBefore.)
-    if (std::optional<Refusal> refusal = RefusesToDecide()) {
+    if (std::optional<std::string> why = DecideRefusal()) {
       peer::ForwardedResult refused;
       refused.set_status(peer::CHECK_UNAVAILABLE);
       refused.set_owner(host_.self_id());
-      refused.set_error(std::move(refusal->message));
+      refused.set_error(std::move(*why));
       attempt->done(std::move(refused));
       return;
     }
@@ -692,6 +698,7 @@ ForwarderStats Forwarder::stats() const {
   s.refused = refused_.load(std::memory_order_relaxed);
   s.retried_same = retried_same_.load(std::memory_order_relaxed);
   s.clock_refusals = clock_refusals_.load(std::memory_order_relaxed);
+  s.clock_passed = clock_skips_.load(std::memory_order_relaxed);
   s.expired = expired_.load(std::memory_order_relaxed);
   s.minority_refusals = minority_refusals_.load(std::memory_order_relaxed);
   s.unacked = unacked_.load(std::memory_order_relaxed);

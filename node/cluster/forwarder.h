@@ -58,18 +58,24 @@
 // the offset's uncertainty) for the answer's way back. A sender whose offset is not measured is not judged.
 //
 // Pause: a node that sees it was just paused (Cluster::Paused) decides nothing for a moment: its client
-// checks go to the key's other holders first, checks forwarded to it are declined (CHECK_UNAVAILABLE).
+// checks go to the key's other holders first (it decides them itself only if none answers), checks
+// forwarded to it are declined (CHECK_UNAVAILABLE).
 //
 // Clock: a node whose clock is off from the cluster's (Cluster::ClockRefusal, --max-clock-offset-ms)
-// decides nothing. Forwarded checks it would decide are answered CHECK_UNAVAILABLE (the sender goes on
-// to the key's next holder); forwarded checks of other keys it still passes on to their decider. Every
-// client check entering it is answered 503 clock_offset by the API (RefusesToDecide), whoever decides
-// its key -- issue 35 changes that.
+// steps back: it decides nothing -- not its own keys, not from a copy it holds -- but takes checks as
+// any non-holder does (issue 35 item 4). Classify sends every key entering it to Forward, which skips
+// this node among the key's holders: the owner's keys go to their next holder, which decides them (it
+// does not pass a check back to its sender). When no other holder answers, the check is refused
+// (CHECK_UNAVAILABLE, 503 unavailable to a client) rather than decided here. Forwarded checks it would
+// decide are declined (CHECK_UNAVAILABLE: the sender goes on to the key's next holder); forwarded checks
+// of other keys and relay requests it still passes on. The other members need not judge its clock: its
+// own judgement is the only one that stops it deciding, so a key never has two deciders over it.
 //
 // Quorum: under --failure-mode closed, a node that reaches only a minority of the cluster
-// (Cluster::MinorityRefusal: a partition's smaller side, or a node cut off) decides nothing either, the
-// same way (the API answers 503 unavailable); the majority side takes its keys over once it declares it
-// dead. Under `open` it goes on deciding, and what it admits merges into the majority's counts on healing.
+// (Cluster::MinorityRefusal: a partition's smaller side, or a node cut off) decides nothing, and takes
+// no checks either (RefusesChecks: the API answers 503 unavailable); the majority side takes its keys over
+// once it declares it dead. Under `open` it goes on deciding, and what it admits merges into the
+// majority's counts on healing.
 //
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
@@ -152,6 +158,7 @@ struct ForwarderStats {
   uint64_t relayed = 0;            // checks sent through another member because the decider was unreachable
   uint64_t relays_served = 0;      // relay requests this node passed on to their decider for another node
   uint64_t clock_refusals = 0;     // checks (forwarded or a client's) refused because the clock is off
+  uint64_t clock_passed = 0;       // checks whose key this node holds sent to another holder: clock off
   uint64_t minority_refusals = 0;  // ... because this node reaches only a minority (--failure-mode closed)
   // Decisions of this node answered 503 because not every holder after it acknowledged them (closed).
   uint64_t unacked = 0;
@@ -181,7 +188,7 @@ class Forwarder final : public node::CheckRouter {
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] bool Routing() const override;
-  [[nodiscard]] std::optional<Refusal> RefusesToDecide() const override;
+  [[nodiscard]] std::optional<Refusal> RefusesChecks() const override;
   // When the sender of `request` gives up on it, less the answer's way back (see "Deadlines"), on this
   // node's wall clock; nullopt when not judged (no stamp, or the sender's offset is not measured).
   [[nodiscard]] std::optional<int64_t> SenderDeadline(const peer::ForwardCheckRequest& request) const;
@@ -204,6 +211,8 @@ class Forwarder final : public node::CheckRouter {
   struct Attempt;
   struct Served;
   class Reply;
+  // Why this node must not decide a check now (its clock is off, or RefusesChecks), or nullopt; counts it.
+  [[nodiscard]] std::optional<std::string> DecideRefusal() const;
   // Tries the attempt's next target (or decides here when none is left).
   // Forward, for a check whose upstream sender gives up at `deadline_wall_ns` (this node's wall clock; 0:
   // none): no attempt waits past it, and none starts after it.
@@ -244,6 +253,7 @@ class Forwarder final : public node::CheckRouter {
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> unsynced_skips_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};
+  std::atomic<uint64_t> clock_skips_{0};
   mutable std::atomic<uint64_t> minority_refusals_{0};
   std::atomic<uint64_t> unacked_{0};
   mutable std::atomic<uint64_t> expired_{0};

@@ -28,7 +28,6 @@ grpc::StatusCode GrpcCodeOf(ErrorKind kind) {
     case ErrorKind::kUnknownPolicy:
       return grpc::StatusCode::INVALID_ARGUMENT;
     case ErrorKind::kNotReady:
-    case ErrorKind::kClockOffset:
     case ErrorKind::kUnavailable:
       return grpc::StatusCode::UNAVAILABLE;
     case ErrorKind::kUnauthorized:

@@ -109,6 +109,7 @@ Result<ClusterView> FetchClusterView(const std::string& host, uint16_t http_port
     }
     if (const json::value* fence = body.as_object().if_contains("fence")) {
       view.deciding = fence->at("deciding").as_bool();
+      view.fence_reason = StringField(*fence, "reason");
     }
     if (const json::value* replication = body.as_object().if_contains("replication")) {
       view.pending_keys = replication->at("pending_keys").to_number<uint64_t>();

@@ -70,8 +70,9 @@ struct ClusterView {
   size_t handoffs = 0;              // handoffs in progress (the "handoffs" array's length)
   std::string handoffs_json;        // the "handoffs" array as served (what a wait failure names)
   bool deciding = true;             // "fence": {"deciding"}: no pause, minority or clock fence holds it back
+  std::string fence_reason;         // "fence": {"reason"}: why not ("paused", "clock_offset", "minority")
   uint64_t pending_keys = 0;        // "replication": {"pending_keys"} (0 without replication)
-  std::string clock_state;          // "clock": {"state"}: unknown, ok or skewed (the node refuses to decide)
+  std::string clock_state;          // "clock": {"state"}: unknown, ok or skewed (the node does not decide)
   double clock_offset_ms = 0;       // "clock": {"offset_ms"}: this node's own offset from the cluster's
 
   // The member with this id, or nullptr.

@@ -180,6 +180,12 @@ struct SkewFigures {
   // missing when an observer had no estimate within the bound.
   std::map<std::string, double> seen_ms;
   std::string own_state;  // its own "clock": {"state"} ("skewed" once it judged its clock off)
+  // Its own GET /v1/cluster "fence": {"deciding", "reason"} and GET /readyz (status and body), read once it
+  // judged its clock off: it takes checks (ready) but does not decide them, and says why.
+  bool own_deciding = true;
+  std::string own_fence_reason;
+  int readyz_status = 0;
+  std::string readyz_body;
 };
 
 // What one scenario measured.

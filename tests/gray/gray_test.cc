@@ -8,6 +8,7 @@
 // detection, a forwarded check retried, two of three holders stalled, a partial partition, a half-cut link
 // (relayed), the isolated minority, the clock skewed. With asynchronous replication or --failure-mode open
 // the paused and partitioned cases are bounded, not exact; see docs/gray-failures.md for the measured table.
+// The clock skewed: ±1 h, and +1 day (issue 35 item 4's case).
 // Run them by hand:
 //
 //   scripts/build --target gray_test
@@ -84,8 +85,8 @@ std::string Describe(const ScenarioResult& r) {
 }
 
 // What every scenario asserts in every mode: its faults were injected and seen, the answered share, the
-// refusals it expects, the per-key floor; for a skewed clock, the offset the other nodes measured and the
-// skewed node's refusals (503 clock_offset).
+// refusals it expects, the per-key floor; for a skewed clock, the offset the other nodes measured, the
+// skewed node saying it does not decide while ready, that checks entered it, and that it decided none.
 void ExpectRealFaultsAndAvailability(const ScenarioResult& r) {
   for (const std::string& what : r.unverified)
     ADD_FAILURE() << "fault not verified: " << what << "\n" << Describe(r);
@@ -94,19 +95,25 @@ void ExpectRealFaultsAndAvailability(const ScenarioResult& r) {
   if (r.name.rfind("one node's clock", 0) != 0) return;
   ASSERT_TRUE(r.skew.has_value()) << Describe(r);
   EXPECT_EQ(r.skew->own_state, "skewed") << Describe(r);
-  EXPECT_EQ(r.skew->seen_ms.size(), 2u) << Describe(r);
+  EXPECT_EQ(r.skew->seen_ms.size(), 3u) << Describe(r);
   for (const auto& [observer, ms] : r.skew->seen_ms) {
     EXPECT_NEAR(ms, r.skew->injected_ms, 1000) << observer << " measures " << r.skew->node << "'s clock\n"
                                                << Describe(r);
   }
-  int64_t refused = 0;
+  EXPECT_FALSE(r.skew->own_deciding) << Describe(r);
+  EXPECT_EQ(r.skew->own_fence_reason, "clock_offset") << Describe(r);
+  EXPECT_EQ(r.skew->readyz_status, 200) << r.skew->readyz_body;
+  EXPECT_NE(r.skew->readyz_body.find(R"("reason":"clock_offset")"), std::string::npos) << r.skew->readyz_body;
+  // Steps back, not out (issue 35 item 4): checks entering it are answered (the share above), decided
+  // elsewhere.
+  int64_t entered = 0;
   for (const Decision& d : r.decisions) {
-    if (d.expect != Expect::kRefused) continue;
-    ++refused;
-    EXPECT_EQ(d.status, 503) << d.key << " at " << d.entry << " in " << d.phase << ": " << d.error;
-    EXPECT_EQ(d.code, "clock_offset") << d.key << " at " << d.entry << " in " << d.phase << ": " << d.error;
+    if (d.entry == r.skew->node) ++entered;
+    EXPECT_NE(d.owner, r.skew->node) << d.key << " at " << d.entry << " in " << d.phase
+                                     << ": decided by the skewed node\n"
+                                     << Describe(r);
   }
-  EXPECT_GT(refused, 0) << "no check was sent to the skewed node\n" << Describe(r);
+  EXPECT_GE(entered, 50) << "too few checks were sent to the skewed node\n" << Describe(r);
 }
 
 TEST_P(GrayTest, AdmitsNoMoreThanTheLimit) {
@@ -175,7 +182,10 @@ TEST_P(GrayOpenHealTest, BoundedAndNothingAdmittedAfterHealingBeyondTheMergedCou
   for (const KeyFigures& key : result->keys) {
     // One limit per side that holds a copy (two sides at most in these scenarios), plus what nodes holding
     // no copy admitted.
-    const int64_t bound = 2 * static_cast<int64_t>(key.limit) + result->without_copy.value_or(0);
+    // A skewed clock splits nothing: exact in this mode too (issue 35 item 4).
+    const int64_t bound = GetParam().rfind("clock_skew", 0) == 0
+                              ? static_cast<int64_t>(key.limit)
+                              : 2 * static_cast<int64_t>(key.limit) + result->without_copy.value_or(0);
     EXPECT_LE(key.admitted, bound) << key.key << "\n" << Describe(*result);
   }
 }

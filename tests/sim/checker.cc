@@ -24,12 +24,8 @@ const char* OutcomeName(Outcome outcome) {
 }
 
 const char* ExcuseName(Excuse excuse) {
-  static constexpr const char* kNames[kExcuses] = {"none",
-                                                   "entry down",
-                                                   "entry not joined",
-                                                   "entry clock off",
-                                                   "entry in a minority",
-                                                   "holders' majority unreachable"};
+  static constexpr const char* kNames[kExcuses] = {"none", "entry down", "entry not joined",
+                                                   "entry in a minority", "holders' majority unreachable"};
   const auto i = static_cast<size_t>(excuse);
   return i < kExcuses ? kNames[i] : "?";
 }

@@ -29,11 +29,11 @@
 //    entry node, the checks answered allowed or denied -- not refused (503), not lost, not left pending
 //    -- among the checks that count, at least JudgeOptions::answered_bp basis points (99 %: with fewer
 //    than 100 checks in a cell that is every one). A check sent before the faults but answered after they
-//    began counts in the fault phase. Excluded (an Excuse, counted per reason): checks entering a node
-//    that is down, exited or draining (unavailable) or that crashed holding them (lost); a node not
-//    joined yet (503 not_ready: its readiness probe keeps a load balancer's clients away; that every
-//    node ends up routing is asserted by the run); a node whose clock is off by more than the max offset
-//    (it decides nothing by design, 503 clock_offset; issue 35); under --failure-mode closed, a node cut
+//    began counts in the fault phase. Checks entering a node whose clock is off count like any other: it
+//    decides nothing but passes them on (issue 35 item 4). Excluded (an Excuse, counted per reason): checks
+//    entering a node that is down, exited or draining (unavailable) or that crashed holding them (lost); a
+//    node not joined yet (503 not_ready: its readiness probe keeps a load balancer's clients away; that every
+//    node ends up routing is asserted by the run); under --failure-mode closed, a node cut
 //    off from a majority of the running nodes (503 unavailable by design) and a check whose key's
 //    holders (its preference list on the entry node's ring) are in majority out of the entry node's
 //    reach (down, paused or cut either way). The run sets these when the check is sent (SetExcuse),
@@ -73,11 +73,10 @@ enum class Excuse : uint8_t {
   kNone = 0,
   kEntryDown = 1,           // unavailable or lost: the entry node was down, exited, draining or crashed
   kEntryNotReady = 2,       // the entry node had not joined (503 not_ready)
-  kEntryClockOff = 3,       // the entry node's clock is off: it decides nothing (503 clock_offset)
-  kEntryMinority = 4,       // closed: the entry node was cut off from a majority (503 unavailable)
-  kHoldersUnreachable = 5,  // closed: a majority of the key's holders was out of the entry node's reach
+  kEntryMinority = 3,       // closed: the entry node was cut off from a majority (503 unavailable)
+  kHoldersUnreachable = 4,  // closed: a majority of the key's holders was out of the entry node's reach
 };
-inline constexpr size_t kExcuses = 6;
+inline constexpr size_t kExcuses = 5;
 
 // When a check was sent, relative to the run's faults.
 enum class Phase : uint8_t { kBefore = 0, kDuring = 1, kAfter = 2 };

@@ -53,6 +53,7 @@ class SimNode::Host final : public cluster::ForwardHost {
     if (!node_.planner_->clock_skewed()) return std::nullopt;
     return "this node's clock is off from the cluster's: " + node_.planner_->clock_reason();
   }
+  bool ClockSkewed() const override { return node_.planner_->clock_skewed(); }
   std::optional<std::string> MinorityRefusal() const override {
     if (!node_.planner_->quorum().minority) return std::nullopt;
     return "this node reaches only a minority of the members it knows";
@@ -297,8 +298,8 @@ uint64_t DecisionOf(const peer::ForwardedResult& result) {
 
 // An HTTP check entering here: check_engine.cc RunRouted for one key, on the real Forwarder.
 void SimNode::ClientCheck(uint64_t check, size_t key) {
-  // RefusalOf: 503 not_ready, clock_offset or unavailable.
-  if (!forwarder_->Routing() || forwarder_->RefusesToDecide().has_value()) {
+  // RefusalOf: 503 not_ready or unavailable.
+  if (!forwarder_->Routing() || forwarder_->RefusesChecks().has_value()) {
     Answer(check, Outcome::kRefused, 0);
     return;
   }

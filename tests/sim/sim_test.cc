@@ -261,6 +261,7 @@ TEST_F(SimTest, MissedResetClosed) { RunClass("missed_reset_closed", Seeds(kDefa
 TEST_F(SimTest, LeaveClosed) { RunClass("leave_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, JoinClosed) { RunClass("join_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, CrashClosed) { RunClass("crash_closed", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, SkewClosed) { RunClass("skew_closed", Seeds(kDefaultSeeds)); }
 
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
