@@ -118,7 +118,7 @@ def stored_state_text(spec_name, merged=True, version=3, expiry=T0 + 60 * SEC):
 
 def main():
     for target in ("merge_state", "stored_state", "peer_frame", "peer_message", "http_check", "check_json",
-                   "gubernator_json", "policies_json"):
+                   "check_batch_json", "gubernator_json", "policies_json"):
         clear(target)
 
     for name, data in MERGE_SEEDS.items():
@@ -264,6 +264,17 @@ def main():
     }
     for name, data in checks.items():
         write("check_json", name, data)
+    # The streaming reader of POST /v1/check against the DOM path: the same bodies, and the shapes only it
+    # treats apart (a key given twice, escaped keys and strings, more checks than the fuzz target's bound).
+    checks.update({
+        "repeated_key": '{"checks":[{"key":"k","limit":"x","limit":3,"window_ms":1000}]}',
+        "repeated_checks": '{"checks":[{"key":"a","limit":3}],"checks":[{"key":"b","limit":4}]}',
+        "escaped": '{"che\\u0063ks":[{"k\\u0065y":"a\\"b\\u00e9","limit":3,"window_ms":1000,"cost":2}]}',
+        "nine_checks": '{"checks":[' + ",".join('{"key":"k%d","limit":3}' % i for i in range(9)) + ']}',
+        "null_field": '{"checks":[{"key":"k","limit":null}]}',
+    })
+    for name, data in checks.items():
+        write("check_batch_json", name, data)
 
     gubernator = {
         "one": gub_body,

@@ -57,6 +57,7 @@ duration=${DURATION:-5s}
 repeat=${REPEAT:-3}
 connections=${CONNECTIONS:-32}
 keys=${KEYS:-100000}
+export BATCH_KEYS=$keys  # bench/http/batch.lua's key space
 server_cpu=${SERVER_CPU:-1}
 client_cpu=${CLIENT_CPU:-0}
 node_baseline=${NODE_BASELINE:-1}
@@ -339,7 +340,7 @@ run_cell() {
   case $scenario in
     hot_*) line=$(measure_once 1 "$url&key=hot") ;;
     many_*) line=$(measure_once 1 -s "$work/keys.lua" "$url") ;;
-    post) line=$(measure_once 100 -s "$work/batch.lua" "http://127.0.0.1:$port/v1/check") ;;
+    post) line=$(measure_once 100 -s "$root/bench/http/batch.lua" "http://127.0.0.1:$port/v1/check") ;;
     *) die "unknown scenario $scenario" ;;
   esac
   runs["$server|$scenario"]+="$line"$'\n'
@@ -360,27 +361,6 @@ request = function()
 end
 EOF
 
-cat >"$work/batch.lua" <<EOF
--- POST /v1/check with 100 checks per request on 100 distinct keys (a run of consecutive keys from a
--- random start among $keys; a key may appear only once per limit in a batch); 256 bodies prepared up front.
-math.randomseed(7)
-local bodies = {}
-for b = 1, 256 do
-  local checks = {}
-  local base = math.random(0, $keys - 1)
-  for i = 1, 100 do
-    checks[i] = string.format('{"key":"k%d","name":"bench","algorithm":"token_bucket","limit":1000000000,"window_ms":1000}',
-                              (base + i) % $keys + 1)
-  end
-  bodies[b] = '{"checks":[' .. table.concat(checks, ",") .. ']}'
-end
-local n = 0
-local headers = { ["Content-Type"] = "application/json" }
-request = function()
-  n = n % #bodies + 1
-  return wrk.format("POST", "/v1/check", headers, bodies[n])
-end
-EOF
 
 # --- Runs -----------------------------------------------------------------------------------------
 allow_params="name=bench&algorithm=token_bucket&limit=1000000000&window_ms=1000"

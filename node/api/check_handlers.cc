@@ -13,6 +13,7 @@
 #include "node/api/api_context.h"
 #include "node/api/api_json.h"
 #include "node/api/check_engine.h"
+#include "node/api/check_json.h"
 #include "node/api/cluster_hooks.h"
 #include "node/api/json_writer.h"
 #include "node/api/ratelimit_headers.h"
@@ -194,7 +195,8 @@ JobPtr NewJob(const ApiContext& context) {
 
 using Prepared = std::variant<HttpResponse, JobPtr>;
 
-Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
+// The DOM path: every body the streaming reader declines, and so every error answer.
+Prepared PrepareCheckPostDom(const ApiContext& context, const HttpRequest& request) {
   unsigned char buffer[16384];
   json::monotonic_resource resource(buffer, sizeof buffer);
   json::storage_ptr storage(&resource);
@@ -234,6 +236,22 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
       return ToResponse(Prefixed(prefix(), std::move(*error)));
     }
     if (auto error = job->batch.Add(*check, i)) return ToResponse(Prefixed(prefix(), std::move(*error)));
+  }
+  return job;
+}
+
+Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
+  JobPtr job = NewJob(context);
+  std::vector<api::Check*> checks;
+  if (!ReadChecksStreaming(request.body(), context.options.max_checks, &job->arena, &checks)) {
+    return PrepareCheckPostDom(context, request);
+  }
+  // Every field decoded as the DOM path decodes it: its first error, if any, is the first Add's.
+  job->batch.Reserve(checks.size());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (auto error = job->batch.Add(*checks[i], i)) {
+      return ToResponse(Prefixed("checks[" + std::to_string(i) + "].", std::move(*error)));
+    }
   }
   return job;
 }
