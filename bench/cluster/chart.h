@@ -17,7 +17,7 @@ namespace ringlimit::bench {
 // One bar: a phase's cost per check and its ratio to the single node's.
 struct ChartBar {
   std::string phase;
-  std::string cost;              // the figure printed on the bar, e.g. "84.0 k Ir" or "38.1 us"
+  std::string cost;              // the figures printed on the bar, e.g. "84.0 k Ir, 85 allocs" or "38.1 us"
   double ratio = 0;              // cost / the single node's cost
   std::optional<double> target;  // the ratio issue 33 targets for this phase, drawn as a marker
 };

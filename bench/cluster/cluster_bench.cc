@@ -570,9 +570,10 @@ void DrawChart(const std::vector<PhaseResult>& results, const Options& options) 
   }
   std::vector<ChartBar> bars;
   for (const PhaseResult& r : results) {
-    char cost[32];
+    char cost[64];
     if (options.callgrind) {
-      std::snprintf(cost, sizeof cost, "%.1f k Ir", Cost(r, options) / 1000);
+      std::snprintf(cost, sizeof cost, "%.1f k Ir, %.0f allocs", Cost(r, options) / 1000,
+                    r.checks == 0 ? 0.0 : r.TotalCounts().allocations / static_cast<double>(r.checks));
     } else {
       std::snprintf(cost, sizeof cost, "%.1f us", Cost(r, options));
     }
