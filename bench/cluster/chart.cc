@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <string_view>
 
@@ -28,6 +29,16 @@ std::string GnuplotQuote(std::string_view text) {
   return out + "'";
 }
 
+// `text` inside a double-quoted gnuplot string (where \n and the like are escapes).
+std::string GnuplotEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 // The gnuplot script that draws `bars` into `svg`.
 std::string ChartScript(const fs::path& svg, const std::string& title, const std::string& measure,
                         const std::vector<ChartBar>& bars) {
@@ -41,22 +52,30 @@ std::string ChartScript(const fs::path& svg, const std::string& title, const std
     }
   }
   std::ostringstream script;
-  script << "set terminal svg size 760,440 dynamic background rgb 'white' font 'sans,12'\n"
+  script << "set terminal svg size 860,460 dynamic background rgb 'white' font 'sans,12'\n"
          << "set output " << GnuplotQuote(svg.string()) << "\n"
          << "set title " << GnuplotQuote(title) << " noenhanced\n"
          << "set ylabel " << GnuplotQuote(measure + " per check, ratio to the single node") << " noenhanced\n"
          << "set xrange [-0.6:" << bars.size() - 0.4 << "]\n"
-         << "set yrange [0:" << top * 1.3 << "]\n"
+         << "set yrange [0:" << top * 1.35 << "]\n"
          << "set style fill solid 0.7 border -1\n"
          << "set boxwidth 0.6\n"
          << "set grid ytics\n"
          << "set key top left noenhanced\n"
          << "set xtics noenhanced\n"
-         << "set datafile missing '-'\n"
-         // phase, ratio, cost label, target ratio ('-': none)
-         << "$bars << EOD\n";
+         << "set datafile missing '-'\n";
+  // Above each bar: its ratio, then its figures, one per line (the first line at the offset, the rest below).
+  for (size_t i = 0; i < bars.size(); ++i) {
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(2) << bars[i].ratio << "x";
+    for (const std::string& figure : bars[i].figures) text << "\\n" << GnuplotEscape(figure);
+    script << "set label " << i + 1 << " \"" << text.str() << "\" at " << i << "," << bars[i].ratio
+           << " center noenhanced offset 0," << bars[i].figures.size() + 1 << "\n";
+  }
+  // phase, ratio, target ratio ('-': none)
+  script << "$bars << EOD\n";
   for (const ChartBar& bar : bars) {
-    script << '"' << bar.phase << "\" " << bar.ratio << " \"" << bar.cost << "\" ";
+    script << '"' << bar.phase << "\" " << bar.ratio << " ";
     if (bar.target) {
       script << *bar.target << "\n";
     } else {
@@ -64,11 +83,9 @@ std::string ChartScript(const fs::path& svg, const std::string& title, const std
     }
   }
   script << "EOD\n"
-         << "plot $bars using 0:2:xtic(1) with boxes lc rgb '#4a7ab5' title 'ratio to single (label: cost "
-            "per check)', \\\n"
-         << "     $bars using 0:2:(sprintf(\"%.2fx\\n%s\", $2, strcol(3))) with labels offset 0,1.4 notitle";
+         << "plot $bars using 0:2:xtic(1) with boxes lc rgb '#4a7ab5' title 'per check, ratio to single'";
   if (any_target) {
-    script << ", \\\n     $bars using 0:4:(0.36) with xerrorbars pt 0 lw 2 lc rgb '#c03030' "
+    script << ", \\\n     $bars using 0:3:(0.36) with xerrorbars pt 0 lw 2 lc rgb '#c03030' "
               "title 'issue 33 target'";
   }
   script << "\n";

@@ -14,12 +14,12 @@
 
 namespace ringlimit::bench {
 
-// One bar: a phase's cost per check and its ratio to the single node's.
+// One bar: a phase's cost per check as its ratio to the single node's, with its figures.
 struct ChartBar {
   std::string phase;
-  std::string cost;              // the figures printed on the bar, e.g. "84.0 k Ir, 85 allocs" or "38.1 us"
-  double ratio = 0;              // cost / the single node's cost
-  std::optional<double> target;  // the ratio issue 33 targets for this phase, drawn as a marker
+  std::vector<std::string> figures;  // printed above the bar under its ratio, one per line (e.g. "84.0 k Ir")
+  double ratio = 0;                  // cost / the single node's cost
+  std::optional<double> target;      // the ratio issue 33 targets for this phase, drawn as a marker
 };
 
 // The gnuplot on PATH, or nullopt if there is none.

@@ -570,14 +570,20 @@ void DrawChart(const std::vector<PhaseResult>& results, const Options& options) 
   }
   std::vector<ChartBar> bars;
   for (const PhaseResult& r : results) {
-    char cost[64];
+    std::vector<std::string> figures;
+    char figure[64];
     if (options.callgrind) {
-      std::snprintf(cost, sizeof cost, "%.1f k Ir, %.0f allocs", Cost(r, options) / 1000,
+      std::snprintf(figure, sizeof figure, "%.1f k Ir", Cost(r, options) / 1000);
+      figures.push_back(figure);
+      std::snprintf(figure, sizeof figure, "%.0f allocs",
                     r.checks == 0 ? 0.0 : r.TotalCounts().allocations / static_cast<double>(r.checks));
+      figures.push_back(figure);
     } else {
-      std::snprintf(cost, sizeof cost, "%.1f us", Cost(r, options));
+      std::snprintf(figure, sizeof figure, "%.1f us", Cost(r, options));
+      figures.push_back(figure);
     }
-    bars.push_back({r.name, cost, Cost(r, options) / Cost(*single, options), TargetVsSingle(r.name)});
+    bars.push_back(
+        {r.name, std::move(figures), Cost(r, options) / Cost(*single, options), TargetVsSingle(r.name)});
   }
   char title[160];
   const std::time_t now = std::time(nullptr);
