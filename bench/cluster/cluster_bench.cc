@@ -88,7 +88,7 @@ struct Options {
   int threads = 1;       // --threads of every node
   double rate = 0;       // --rate: checks per second while measuring (0: closed loop) (--callgrind: 40)
   int rounds = 3;        // --callgrind: measured intervals per phase (the median is reported)
-  // Which phases to run (always in the order of kNodeSets).
+  // Which phases to run (always in the order of NodeSets()).
   std::vector<std::string> phases = {"single", "cluster", "local", "forwarded", "cluster5", "sync"};
   // The ringlimitd to run; empty: the one the harness was built with.
   std::string ringlimitd;
@@ -133,11 +133,11 @@ const std::vector<NodeSet>& NodeSets() {
        .phases = {"cluster5"},
        .idle = false,
        .callgrind_args = {}},
-      // --callgrind: under --failure-mode closed a node that suspects both others (a probe unanswered for 1.5
-      // s: valgrind's nodes on a loaded host) refuses every check as a minority, hence the longer probes. And
-      // the 2 ms replication interval (the default) stays: with the 1 s of kCallgrindNodeFlags, sync checks
-      // timed out waiting for their acknowledgements (3 of 40 checks/s answered, 420 k instructions each,
-      // against 34/s and 150 k at 2 ms, 2026-11-28).
+      // --callgrind: under --failure-mode closed a node that suspects both others (a probe unanswered within
+      // 1.5 s: valgrind's nodes on a loaded host) refuses every check as a minority, hence the longer probes.
+      // And the default 2 ms replication interval stays: with the 1 s of kCallgrindNodeFlags, sync checks
+      // timed out waiting for their acknowledgements under valgrind (3 of 40 checks/s answered, 420 k
+      // instructions each, against 34/s and 150 k at 2 ms, 2026-11-28; natively 1 s changes nothing).
       {.label = "sync",
        .nodes = 3,
        .args = {"--replication", "sync", "--failure-mode", "closed"},
