@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -39,6 +41,29 @@ std::string ReadAll(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The allocator's entry points as callgrind names them (glibc's malloc under its public names; operator new
+// calls malloc, so it is not one of them).
+constexpr std::array<std::string_view, 8> kAllocators = {
+    "malloc", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign", "valloc", "pvalloc"};
+
+// `name` without callgrind's recursion suffix ("malloc'2") and GCC's clone suffixes
+// ("_mid_memalign.constprop.0").
+std::string_view BaseName(std::string_view name) {
+  return name.substr(0, std::min(name.find('\''), name.find('.')));
+}
+
+bool IsAllocatorEntry(std::string_view name) {
+  return std::find(kAllocators.begin(), kAllocators.end(), BaseName(name)) != kAllocators.end();
+}
+
+// An entry point or one of glibc's inner functions (_int_malloc, _mid_memalign, __libc_malloc, tcache_init):
+// their calls into an entry point are part of one allocation, already counted at its entry.
+bool IsAllocatorInternal(std::string_view name) {
+  const std::string_view base = BaseName(name);
+  return IsAllocatorEntry(base) || base.starts_with("_int_") || base.starts_with("_mid_memalign") ||
+         base.starts_with("__libc_") || base.starts_with("tcache_") || base.starts_with("malloc_");
 }
 
 }  // namespace
@@ -74,8 +99,11 @@ Result<CallgrindCounts> CallgrindTotals(const fs::path& file) {
   std::vector<std::string> events;
   std::map<std::string, std::string, std::less<>> names;  // function ids "(N)" -> names (name compression)
   bool in_clock = false;                                  // the current function is a clock_gettime
+  bool in_allocator = false;                              // the current function is part of the allocator
+  bool calls_allocator = false;                           // the current callee (cfn=) is an entry of it
   bool call_line = false;                                 // the next cost line is a call's, not self cost
   uint64_t clock_syscalls = 0;
+  uint64_t allocations = 0;
   // "fn=(N) name" or "fn=(N)": the function's name.
   auto name_of = [&](std::string_view spec) -> const std::string& {
     const size_t space = spec.find(' ');
@@ -86,11 +114,15 @@ Result<CallgrindCounts> CallgrindTotals(const fs::path& file) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.starts_with("fn=")) {
-      in_clock = name_of(std::string_view(line).substr(3)).find("clock_gettime") != std::string::npos;
+      const std::string& name = name_of(std::string_view(line).substr(3));
+      in_clock = name.find("clock_gettime") != std::string::npos;
+      in_allocator = IsAllocatorInternal(name);
     } else if (line.starts_with("cfn=")) {
-      name_of(std::string_view(line).substr(4));
+      calls_allocator = IsAllocatorEntry(name_of(std::string_view(line).substr(4)));
     } else if (line.starts_with("calls=")) {
       call_line = true;
+      // "calls=<count> <target position>": a call from outside the allocator into it is one allocation.
+      if (calls_allocator && !in_allocator) allocations += std::strtoull(line.c_str() + 6, nullptr, 10);
     } else if (!line.empty() && (std::isdigit(static_cast<unsigned char>(line[0])) || line[0] == '+' ||
                                  line[0] == '-' || line[0] == '*')) {
       // A cost line: a position (the source line), then the events in order.
@@ -119,6 +151,8 @@ Result<CallgrindCounts> CallgrindTotals(const fs::path& file) {
           if (events[i] == "sysCount") counts.syscalls = value;
         }
         counts.syscalls -= std::min(counts.syscalls, clock_syscalls);
+        // totals: is the last line, after every calls= line
+        counts.allocations = allocations;
         return counts;
       }
     }

@@ -3,10 +3,10 @@
 // Each node runs under `valgrind --tool=callgrind --instr-atstart=no` (NodeCommand builds the harness's
 // wrapper for it), so nothing is counted until the bench calls Start; Stop turns instrumentation off
 // again and Dump writes the counts since the last dump to a file of their own and returns its totals
-// (the `totals:` line: instructions and system calls). A dump resets the process's counters, so one node can
-// be measured over several phases. Everything goes through callgrind_control (valgrind's gdbserver, vgdb),
-// which reaches a process even when it is blocked in epoll_wait; each call takes about a second, so the bench
-// calls it only while its load is paused.
+// (the `totals:` line: instructions and system calls; and the heap allocations, counted from its `calls=`
+// lines). A dump resets the process's counters, so one node can be measured over several phases. Everything
+// goes through callgrind_control (valgrind's gdbserver, vgdb), which reaches a process even when it is
+// blocked in epoll_wait; each call takes about a second, so the bench calls it only while its load is paused.
 //
 // Thread safety: none; call from one thread.
 #ifndef RINGLIMIT_BENCH_CLUSTER_CALLGRIND_H_
@@ -36,15 +36,21 @@ struct CallgrindCounts {
   // sysCount: system calls made (their kernel work is what Ir misses), without clock_gettime: natively a
   // vDSO call that enters no kernel, under valgrind (no vDSO) a system call, and half of them.
   uint64_t syscalls = 0;
+  // Heap allocations: calls into malloc, calloc, realloc or the aligned allocators (kAllocators in
+  // callgrind.cc) from a function outside them. operator new goes through malloc and is counted there, once;
+  // the allocator's own inner calls (malloc -> _int_malloc, realloc -> malloc) are not counted.
+  uint64_t allocations = 0;
 
   CallgrindCounts& operator+=(const CallgrindCounts& other) {
     instructions += other.instructions;
     syscalls += other.syscalls;
+    allocations += other.allocations;
     return *this;
   }
 };
 
-// The `totals:` of a callgrind out file (the events of NodeCommand: Ir, sysCount, sysTime), or an error.
+// The counts of a callgrind out file: its `totals:` (the events of NodeCommand: Ir, sysCount, sysTime) and
+// the allocations of its `calls=` lines, or an error.
 [[nodiscard]] testing::Result<CallgrindCounts> CallgrindTotals(const std::filesystem::path& file);
 
 // The processes started with NodeCommand(…, callgrind_out) and their dumps.

@@ -133,7 +133,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         r.latencies_us.push_back(static_cast<uint32_t>(us.count()));
         if (HeaderValue(head, "ratelimit-owner:") != (*phase_.targets)[node_].id) ++r.forwarded;
       } else {
-        ++r.errors;
+        if (r.errors++ == 0)
+          r.first_error = std::to_string(status) + " " + std::string(data.substr(header_end + 4, length));
       }
     }
     Send();
@@ -159,7 +160,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void Fail() {
-    if (phase_.measuring) ++phase_.result.errors;
+    if (phase_.measuring && phase_.result.errors++ == 0) phase_.result.first_error = "connection failed";
     boost::system::error_code ignored;
     socket_.close(ignored);
     --phase_.live;

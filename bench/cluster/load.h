@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/cluster/callgrind.h"
+
 namespace ringlimit::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -37,14 +39,14 @@ struct PhaseResult {
   std::string name;
   double seconds = 0;
   uint64_t checks = 0;
-  uint64_t errors = 0;     // transport errors and statuses other than 200/429
-  uint64_t forwarded = 0;  // answered by an owner other than the node it was sent to
-  uint64_t late = 0;       // --rate: requests sent after their due time (the nodes did not keep up)
-  bool quiet = true;       // --callgrind: the nodes were quiet when instrumentation went on and off
-  uint64_t cpu_ticks = 0;  // utime + stime of all node processes over the interval
+  uint64_t errors = 0;      // transport errors and statuses other than 200/429
+  std::string first_error;  // the first error: "<status> <body>" or "connection failed"
+  uint64_t forwarded = 0;   // answered by an owner other than the node it was sent to
+  uint64_t late = 0;        // --rate: requests sent after their due time (the nodes did not keep up)
+  bool quiet = true;        // --callgrind: the nodes were quiet when instrumentation went on and off
+  uint64_t cpu_ticks = 0;   // utime + stime of all node processes over the interval
   std::vector<uint32_t> latencies_us;
-  std::vector<uint64_t> instructions;  // --callgrind: per node (order of the targets), all rounds
-  std::vector<uint64_t> syscalls;      // --callgrind: the same for system calls
+  std::vector<CallgrindCounts> node_counts;  // --callgrind: per node (order of the targets), all rounds
   // --callgrind: all nodes' instructions / the checks answered, per round.
   std::vector<double> round_instructions_per_check;
   std::string failure;  // why the phase could not be measured ("" if it was)
@@ -63,6 +65,12 @@ struct PhaseResult {
     const auto [low, high] =
         std::minmax_element(round_instructions_per_check.begin(), round_instructions_per_check.end());
     return (*high - *low) / InstructionsPerCheck();
+  }
+  // --callgrind: all nodes' counts over all rounds.
+  CallgrindCounts TotalCounts() const {
+    CallgrindCounts total;
+    for (const auto& counts : node_counts) total += counts;
+    return total;
   }
 
   double Percentile(double p) const {
