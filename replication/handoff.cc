@@ -220,20 +220,17 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     }
   }
 
-  // The states of each window of `count` whose token is in its ranges, one entity counted once.
+  // The keys of each window of `count` whose token is in its ranges (Store::CountTokenRange: no state
+  // copied).
   std::vector<uint64_t> Count(const CountKeys& count) {
     const MonoTime t0 = Now();
     std::vector<uint64_t> per_window;
     per_window.reserve(count.windows.size());
     uint64_t total = 0;
     for (const TokenRange& window : count.windows) {
-      std::vector<storage::EntityState> states = Scan(ScanParts(window, count.ranges));
-      std::unordered_set<std::string_view> seen;
-      seen.reserve(states.size());
-      uint64_t keys = 0;
-      for (const storage::EntityState& s : states) {
-        if (InSortedRanges(count.ranges, s.token) && seen.insert(s.entity).second) ++keys;
-      }
+      uint64_t keys = 0;  // a key's states share its token: the parts count disjoint keys
+      for (const TokenRange& part : ScanParts(window, count.ranges))
+        keys += store.CountTokenRange(part.first, part.last);
       per_window.push_back(keys);
       total += keys;
     }
@@ -248,18 +245,21 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     std::vector<storage::EntityState> states = Scan(ScanParts(push.window, push.ranges));
     std::unordered_set<std::string_view> seen;
     seen.reserve(states.size());
+    uint64_t bytes = 0;  // the updates' serialized size (cached by protobuf for the send)
     for (const storage::EntityState& s : states) {
       if (!InSortedRanges(push.ranges, s.token) || !seen.insert(s.entity).second) continue;
       peer::StateUpdate update = MakeStateUpdate(store, s.entity);
-      if (update.states_size() > 0) updates.push_back(std::move(update));
+      if (update.states_size() == 0) continue;
+      bytes += update.ByteSizeLong();
+      updates.push_back(std::move(update));
     }
-    if (updates.empty()) return planner.PushWindowDone(Now(), push.handoff, push.attempt, true, 0);
+    if (updates.empty()) return planner.PushWindowDone(Now(), push.handoff, push.attempt, true, 0, 0);
     const uint64_t keys = updates.size();
     replicator.SendUpdates(
         push.to, std::move(updates),
-        [weak = weak_from_this(), id = push.handoff, attempt = push.attempt, keys](bool ok) {
-          Post(weak, [id, attempt, keys, ok](Core& core) {
-            core.Apply(core.planner.PushWindowDone(core.Now(), id, attempt, ok, keys));
+        [weak = weak_from_this(), id = push.handoff, attempt = push.attempt, keys, bytes](bool ok) {
+          Post(weak, [id, attempt, keys, bytes, ok](Core& core) {
+            core.Apply(core.planner.PushWindowDone(core.Now(), id, attempt, ok, keys, bytes));
           });
         });
     return std::nullopt;

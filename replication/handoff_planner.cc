@@ -423,7 +423,8 @@ uint64_t HandoffPlanner::AddOutgoing(MonoTime now, const std::string& to, std::v
   const uint64_t id = next_id_++;
   spdlog::info("handoff out to {}{}: {} ranges ({:.2f}% of the ring) start", to, leave ? " (leave)" : "",
                ranges.size(), 100 * Share(ranges));
-  outgoing_.emplace(id, Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, PushDue{now}, false, {}});
+  outgoing_.emplace(id,
+                    Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, 0, PushDue{now}, false, {}});
   return id;
 }
 
@@ -438,6 +439,7 @@ void HandoffPlanner::StartPush(MonoTime now, const ClusterView& view, uint64_t i
     return;
   }
   o.keys = 0;
+  o.bytes = 0;
   Pushing push{next_id_++, ScanWindows(o.ranges), 0};
   o.progress.window_keys.assign(push.windows.size(), 0);
   o.progress.counted = false;
@@ -465,13 +467,14 @@ void HandoffPlanner::NextWindow(MonoTime /*now*/, uint64_t id, HandoffActions& o
 }
 
 HandoffActions HandoffPlanner::PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
-                                              uint64_t keys) {
+                                              uint64_t keys, uint64_t bytes) {
   HandoffActions out;
   auto it = outgoing_.find(handoff);
   if (it == outgoing_.end()) return Done(out);
   auto* push = std::get_if<Pushing>(&it->second.phase);
   if (push == nullptr || push->attempt != attempt) return Done(out);
   it->second.keys += keys;
+  it->second.bytes += bytes;
   if (ok) {
     // The window acknowledged is the last one asked for: it counts what it sent from now on.
     Outgoing& o = it->second;
@@ -1016,6 +1019,7 @@ std::vector<HandoffView> HandoffPlanner::Views(MonoTime now) const {
     v.ranges = o.ranges.size();
     v.share = Share(o.ranges);
     v.keys = o.keys;
+    v.bytes = o.bytes;
     v.phase = PhaseName(o.phase);
     v.seconds = Seconds(now - o.started);
     FillProgress(o, v);

@@ -117,6 +117,7 @@ struct HandoffView {
   // not acknowledged yet (keys + keys_left == keys_total while pushing).
   uint64_t keys_total = 0;
   uint64_t keys_left = 0;
+  uint64_t bytes = 0;        // out: the serialized size of the states pushed so far (as `keys`)
   size_t windows_done = 0;   // scan windows acknowledged
   size_t windows_total = 0;  // scan windows of the push
   double done = 0;  // share done: keys / keys_total (windows when nothing counted); 1 from the switch
@@ -149,8 +150,8 @@ using RingPtr = std::shared_ptr<const ring::RingView>;
 [[nodiscard]] ring::TokenRange ScanSlice(uint32_t i, uint32_t n);
 
 // Scan the states of `window` whose token is in `ranges` (sorted), send them to `to` (one
-// Replicator::SendUpdates), and report PushWindowDone(handoff, attempt, ok, keys sent). An empty window
-// is reported at once (ok, 0 keys).
+// Replicator::SendUpdates), and report PushWindowDone(handoff, attempt, ok, keys sent, their serialized
+// bytes). An empty window is reported at once (ok, 0 keys).
 struct PushWindow {
   uint64_t handoff = 0;
   uint64_t attempt = 0;
@@ -165,9 +166,9 @@ struct FlushLastChanges {
   std::chrono::milliseconds wait{0};
 };
 
-// Count, for each of `windows`, the states whose token is in `ranges` (sorted) -- what PushWindow would
-// send of it -- and report KeysCounted(handoff, attempt, one count per window). A cost of one scan of the
-// handoff's states: the progress figures (HandoffView::keys_total, keys_left) come from it.
+// Count, for each of `windows`, the keys whose token is in `ranges` (sorted) -- what PushWindow would
+// send of it -- and report KeysCounted(handoff, attempt, one count per window): the progress figures
+// (HandoffView::keys_total, keys_left) come from it. Store::CountTokenRange: no state is copied.
 struct CountKeys {
   uint64_t handoff = 0;
   uint64_t attempt = 0;
@@ -303,7 +304,7 @@ class HandoffPlanner {
   }
 
   [[nodiscard]] HandoffActions PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
-                                              uint64_t keys);
+                                              uint64_t keys, uint64_t bytes);
   // The counts of CountKeys (one per window; any other length is ignored). Windows already acknowledged
   // keep the keys they sent.
   [[nodiscard]] HandoffActions KeysCounted(MonoTime now, uint64_t handoff, uint64_t attempt,
@@ -389,7 +390,8 @@ class HandoffPlanner {
     uint64_t fingerprint = 0;              // of the ring the ranges move to
     bool leave = false;
     MonoTime started{};
-    uint64_t keys = 0;  // pushed by the current attempt
+    uint64_t keys = 0;   // pushed by the current attempt
+    uint64_t bytes = 0;  // their serialized size
     Phase phase;
     bool synced = false;    // this node held every one of `ranges` synced when the handoff started
     PushProgress progress;  // of the current attempt (reset when it starts)

@@ -66,7 +66,7 @@ class HandoffPlannerTest : public ::testing::Test {
   static HandoffActions AckWindows(HandoffPlanner& p, MonoTime now, HandoffActions a, uint64_t keys = 10) {
     while (!a.push.empty()) {
       const PushWindow w = a.push.front();
-      a = p.PushWindowDone(now, w.handoff, w.attempt, true, keys);
+      a = p.PushWindowDone(now, w.handoff, w.attempt, true, keys, 0);
     }
     return a;
   }
@@ -217,11 +217,12 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   EXPECT_EQ(a.stats().keys_left, total);  // c's handoff is not counted: it adds nothing
 
   // The first window sends 12 keys where 10 were counted (a key was added meanwhile).
-  HandoffActions next = a.PushWindowDone(now_, first.handoff, first.attempt, true, 12);
+  HandoffActions next = a.PushWindowDone(now_, first.handoff, first.attempt, true, 12, 1200);
   ASSERT_EQ(next.push.size(), 1u);
   v = view_of(first.handoff);
   EXPECT_EQ(v.windows_done, 1u);
   EXPECT_EQ(v.keys, 12u);
+  EXPECT_EQ(v.bytes, 1200u);
   EXPECT_EQ(v.keys_total, total + 2);
   EXPECT_EQ(v.keys_left, total - 10);
   EXPECT_EQ(v.keys + v.keys_left, v.keys_total);
@@ -234,13 +235,14 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   // Every other window sends what was counted: the switch shows everything sent.
   for (size_t i = 1; i < n; ++i) {
     ASSERT_EQ(next.push.size(), 1u);
-    next = a.PushWindowDone(now_, first.handoff, first.attempt, true, counts[i]);
+    next = a.PushWindowDone(now_, first.handoff, first.attempt, true, counts[i], 100 * counts[i]);
   }
   EXPECT_EQ(next.fence, std::vector<uint64_t>{first.handoff});
   v = view_of(first.handoff);
   EXPECT_EQ(v.phase, "flushing");
   EXPECT_EQ(v.windows_done, n);
   EXPECT_EQ(v.keys, total + 2);
+  EXPECT_EQ(v.bytes, 100 * (total + 2));
   EXPECT_EQ(v.keys_total, v.keys);
   EXPECT_EQ(v.keys_left, 0u);
   EXPECT_DOUBLE_EQ(v.done, 1.0);
@@ -251,7 +253,7 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   static_cast<void>(a.KeysCounted(now_, other.handoff, other.attempt,
                                   std::vector<uint64_t>(change.count[1].windows.size(), 7)));
   EXPECT_GT(a.stats().keys_left, 0u);
-  static_cast<void>(a.PushWindowDone(now_, other.handoff, other.attempt, false, 0));
+  static_cast<void>(a.PushWindowDone(now_, other.handoff, other.attempt, false, 0, 0));
   EXPECT_EQ(a.stats().keys_left, 0u);
   for (const HandoffView& w : a.Views(now_)) {
     if (w.peer != other.to) continue;
@@ -403,7 +405,7 @@ TEST_F(HandoffPlannerTest, PushRetriesThenTimesOut) {
   HandoffActions change = a.RingChanged(now_, View("a"), one, two);
   ASSERT_EQ(change.push.size(), 1u);
   const PushWindow w = change.push[0];
-  HandoffActions failed = a.PushWindowDone(now_ + 1ms, w.handoff, w.attempt, false, 5);
+  HandoffActions failed = a.PushWindowDone(now_ + 1ms, w.handoff, w.attempt, false, 5, 0);
   EXPECT_TRUE(failed.push.empty());
   EXPECT_EQ(failed.wake_at, now_ + 1ms + HandoffPlanner::kRetryDelay);
   EXPECT_EQ(a.Views(now_)[0].phase, "pushing");
@@ -415,7 +417,7 @@ TEST_F(HandoffPlannerTest, PushRetriesThenTimesOut) {
   EXPECT_NE(retry.push[0].attempt, w.attempt);
   EXPECT_EQ(retry.push[0].window, w.window);  // from the first window again
   // The first attempt's late answer changes nothing.
-  HandoffActions stale = a.PushWindowDone(now_ + 300ms, w.handoff, w.attempt, true, 5);
+  HandoffActions stale = a.PushWindowDone(now_ + 300ms, w.handoff, w.attempt, true, 5, 0);
   EXPECT_TRUE(stale.push.empty());
   EXPECT_TRUE(stale.fence.empty());
 
@@ -484,7 +486,7 @@ TEST_F(HandoffPlannerTest, LaterRingChangeSupersedesAHandoff) {
     EXPECT_TRUE(superseded.push.empty());
     EXPECT_EQ(a.stats().handoffs_failed, 1u);
     EXPECT_TRUE(a.Views(now_).empty());
-    HandoffActions late = a.PushWindowDone(now_ + 2ms, w.handoff, w.attempt, true, 1);
+    HandoffActions late = a.PushWindowDone(now_ + 2ms, w.handoff, w.attempt, true, 1, 0);
     EXPECT_TRUE(late.push.empty());
     EXPECT_TRUE(late.fence.empty());
   }
@@ -528,7 +530,7 @@ TEST_F(HandoffPlannerTest, LeaveHandsEverythingOver) {
 
   std::vector<uint64_t> ids;
   for (const PushWindow& w : leave->push) {
-    HandoffActions a = AckWindows(c, now_, c.PushWindowDone(now_, w.handoff, w.attempt, true, 1));
+    HandoffActions a = AckWindows(c, now_, c.PushWindowDone(now_, w.handoff, w.attempt, true, 1, 0));
     ids.push_back(a.fence.at(0));
   }
   for (uint64_t id : ids) {
