@@ -3,6 +3,7 @@
 #include "limiter/merge.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "limiter/arith.h"
@@ -50,6 +51,12 @@ DurationNs CellWidth(const LimitSpec& spec) {
     return spec.window / spec.buckets + (spec.window % spec.buckets != 0 ? 1 : 0);
   }
   return spec.window;
+}
+
+// Whether a cell lies before the `live` cells ending with cell `k` (wide arithmetic: instants near the ends
+// of the clock's range come from the wire and must not overflow).
+bool BehindWindow(int64_t index, int64_t k, int64_t live) {
+  return static_cast<i128>(index) <= static_cast<i128>(k) - live;
 }
 
 // How many cells, ending with the one that holds the newest instant, still count.
@@ -217,7 +224,7 @@ State MaterializeWindow(const LimitSpec& spec, const MergeState& m) {
       continue;
     }
     ForEachCell(c, width, k, [&](int64_t index, uint64_t count) {
-      if (index > k || index <= k - live) {
+      if (index > k || BehindWindow(index, k, live)) {
         return;  // expired (or ahead of the newest instant: cannot happen for a valid record)
       }
       total = SatAdd(total, count);
@@ -392,7 +399,7 @@ void RecordWindow(const LimitSpec& spec, MergeState& m, Contribution& rec, const
   }
   const int64_t live = LiveCells(spec);
   if (!anchored) {
-    std::erase_if(rec.cells, [&](const Cell& c) { return c.index <= k - live; });
+    std::erase_if(rec.cells, [&](const Cell& c) { return BehindWindow(c.index, k, live); });
   }
   auto it = std::lower_bound(rec.cells.begin(), rec.cells.end(), k,
                              [](const Cell& c, int64_t i) { return c.index < i; });
@@ -750,7 +757,12 @@ MergeState FromPlain(const LimitSpec& spec, const State& plain, ContributorId co
   }
   const int64_t k = FloorDiv(m.newest, rec.width);
   const int64_t live = LiveCells(spec);
-  for (int64_t index = k - live + 1; index <= k; ++index) {
+  for (int64_t back = live - 1; back >= 0; --back) {
+    const i128 wide = static_cast<i128>(k) - back;
+    if (wide < std::numeric_limits<int64_t>::min()) {
+      continue;  // before the first representable cell
+    }
+    const auto index = static_cast<int64_t>(wide);
     uint64_t count = PlainCell(spec, plain, index);
     if (spec.algorithm == Algorithm::kSlidingWindowApprox && index == k - 1) {
       count = AsCount(plain.word[2]);
@@ -804,7 +816,7 @@ void Collect(const LimitSpec& spec, MergeState& m) {
         }
         const int64_t k = FloorDiv(m.newest, std::max<DurationNs>(c.width, 1));
         const int64_t live = c.width == CellWidth(spec) ? LiveCells(spec) : spec.buckets;
-        std::erase_if(c.cells, [&](const Cell& cell) { return cell.index <= k - live; });
+        std::erase_if(c.cells, [&](const Cell& cell) { return BehindWindow(cell.index, k, live); });
         return c.cells.empty();
       }
       case Family::kLog:
