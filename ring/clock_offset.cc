@@ -72,44 +72,50 @@ std::optional<OffsetEstimate> ClockOffsets::Estimate(std::string_view member, Mo
 }
 
 ClockHealth ClockOffsets::Evaluate(MonoTime now, std::span<const std::string> members) {
-  std::vector<nanoseconds> offsets;
+  offsets_.clear();        // keeps its capacity: Evaluate runs at every membership tick
   size_t beyond = 0;       // certainly beyond max_offset
   size_t beyond_half = 0;  // certainly beyond max_offset / 2
   const nanoseconds max = options_.max_offset;
   for (const std::string& member : members) {
     std::optional<OffsetEstimate> estimate = Estimate(member, now);
     if (!estimate) continue;
-    offsets.push_back(estimate->offset);
+    offsets_.push_back(estimate->offset);
     const nanoseconds certain = Abs(estimate->offset) - estimate->uncertainty;
     if (certain > max) ++beyond;
     if (certain > max / 2) ++beyond_half;
   }
-  const size_t n = offsets.size();
-  if (n == 0) {
+  measured_ = offsets_.size();
+  if (measured_ == 0) {
     median_ = nanoseconds::zero();
     health_ = ClockHealth::kUnknown;
-    reason_ = "no clock offset measured yet";
     return health_;
   }
-  std::sort(offsets.begin(), offsets.end());
-  median_ = n % 2 == 1 ? offsets[n / 2] : offsets[n / 2 - 1] + (offsets[n / 2] - offsets[n / 2 - 1]) / 2;
-  // The cluster's clocks run `median_` ahead of this one: this node's offset is its negation.
-  const std::string measured =
-      "clock offset " + Seconds(-median_) + " from the median of " + std::to_string(n) + " member(s)";
+  const size_t n = measured_;
+  std::sort(offsets_.begin(), offsets_.end());
+  median_ = n % 2 == 1 ? offsets_[n / 2] : offsets_[n / 2 - 1] + (offsets_[n / 2] - offsets_[n / 2 - 1]) / 2;
   if (max == nanoseconds::zero()) {
     health_ = ClockHealth::kOk;
-    reason_ = measured + "; the maximum offset rule is disabled";
     return health_;
   }
   // Off: a majority must be certainly beyond the bound; back: no majority beyond half of it.
-  const bool was_skewed = health_ == ClockHealth::kSkewed;
-  const nanoseconds threshold = was_skewed ? max / 2 : max;
-  health_ = 2 * (was_skewed ? beyond_half : beyond) > n ? ClockHealth::kSkewed : ClockHealth::kOk;
-  reason_ = measured +
-            (health_ == ClockHealth::kSkewed ? "; more than half of them are beyond "
-                                             : "; no majority of them beyond ") +
-            Seconds(threshold) + " (--max-clock-offset-ms " + std::to_string(max.count() / 1'000'000) + ")";
+  judged_from_skewed_ = health_ == ClockHealth::kSkewed;
+  health_ = 2 * (judged_from_skewed_ ? beyond_half : beyond) > n ? ClockHealth::kSkewed : ClockHealth::kOk;
   return health_;
+}
+
+// Written out only when asked (logs, /v1/cluster): Evaluate runs at every membership tick.
+std::string ClockOffsets::reason() const {
+  if (measured_ == 0) return "no clock offset measured yet";
+  const nanoseconds max = options_.max_offset;
+  // The cluster's clocks run `median_` ahead of this one: this node's offset is its negation.
+  std::string text =
+      "clock offset " + Seconds(-median_) + " from the median of " + std::to_string(measured_) + " member(s)";
+  if (max == nanoseconds::zero()) return text + "; the maximum offset rule is disabled";
+  const nanoseconds threshold = judged_from_skewed_ ? max / 2 : max;
+  return text +
+         (health_ == ClockHealth::kSkewed ? "; more than half of them are beyond "
+                                          : "; no majority of them beyond ") +
+         Seconds(threshold) + " (--max-clock-offset-ms " + std::to_string(max.count() / 1'000'000) + ")";
 }
 
 }  // namespace ringlimit::ring

@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "limiter/status.h"
 #include "ring/membership.h"
@@ -70,6 +71,8 @@ struct OffsetEstimate {
   std::chrono::nanoseconds offset{};       // member minus this node; positive: the member runs ahead
   std::chrono::nanoseconds uncertainty{};  // half the sample's round trip
   MonoTime measured_at{};                  // when the sample was taken (steady clock)
+
+  bool operator==(const OffsetEstimate&) const = default;
 };
 
 enum class ClockHealth : uint8_t {
@@ -105,7 +108,7 @@ class ClockOffsets {
   [[nodiscard]] ClockHealth health() const { return health_; }
   // Why the last Evaluate judged as it did, e.g. "clock offset -3600.002 s (median of 2 members),
   // beyond the maximum 0.500 s".
-  [[nodiscard]] const std::string& reason() const { return reason_; }
+  [[nodiscard]] std::string reason() const;
   // The median of the members' offsets at the last Evaluate (0 without estimates): how far the cluster's
   // clocks are from this node's (positive: they run ahead of it).
   [[nodiscard]] std::chrono::nanoseconds median_offset() const { return median_; }
@@ -123,8 +126,11 @@ class ClockOffsets {
 
   std::map<std::string, std::deque<Kept>, std::less<>> samples_;  // by member, oldest first
   ClockHealth health_ = ClockHealth::kUnknown;
-  std::string reason_;
   std::chrono::nanoseconds median_{};
+  // What reason() writes out, from the last Evaluate.
+  size_t measured_ = 0;              // members with an estimate
+  bool judged_from_skewed_ = false;  // the rule applied was the one for coming back (half the bound)
+  std::vector<std::chrono::nanoseconds> offsets_;  // Evaluate's scratch, kept for its capacity
 };
 
 }  // namespace ringlimit::ring

@@ -202,6 +202,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   // read lock-free (one atomic load) anywhere.
   using Offsets = std::map<std::string, ring::OffsetEstimate, std::less<>>;
   ring::Published<Offsets> offsets;
+  uint64_t published_offsets_version = ~uint64_t{0};  // planner.offsets_version() last published
 
   // Protected by snapshot_mutex (a pointer copy only).
   mutable std::mutex snapshot_mutex;
@@ -271,7 +272,11 @@ void Cluster::Core::OnTick() {
   const MonoTime now = Now();
   fence.Tick(now);
   Apply(planner.Tick(now, WallClockNs()));
-  offsets.Publish(std::make_shared<const Offsets>(planner.offsets()));  // estimated at every tick
+  // Estimated at every tick; copied out only when they changed.
+  if (planner.offsets_version() != published_offsets_version) {
+    published_offsets_version = planner.offsets_version();
+    offsets.Publish(std::make_shared<const Offsets>(planner.offsets()));
+  }
   Arm();
 }
 

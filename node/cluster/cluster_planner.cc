@@ -126,20 +126,41 @@ void ClusterPlanner::FinishCall(ClusterActions& actions) {
 }
 
 void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& actions) {
-  std::vector<std::string> others;
-  std::vector<std::string> unmeasured_addresses;
-  for (const ring::MemberInfo& m : membership_->Members()) {
+  // From the table Process keeps (routed_members_, current after the call's Process), into scratch kept
+  // for its capacity: this runs at every tick.
+  clock_members_.clear();
+  std::vector<std::string_view> unmeasured_addresses;
+  bool offsets_changed = false;
+  size_t measured = 0;
+  for (const ring::MemberInfo& m : routed_members_) {
     if (m.id == options_.node_id || !ring::IsInRing(m.state)) continue;
-    others.push_back(m.id);
-    if (!clocks_.Estimate(m.id, now)) unmeasured_addresses.push_back(m.peer_address);
+    clock_members_.push_back(m.id);
+    std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(m.id, now);
+    if (!estimate) {
+      unmeasured_addresses.push_back(m.peer_address);
+      continue;
+    }
+    ++measured;
+    auto it = offsets_.find(m.id);
+    if (it == offsets_.end()) {
+      offsets_.emplace(m.id, *estimate);
+      offsets_changed = true;
+    } else if (!(it->second == *estimate)) {
+      it->second = *estimate;
+      offsets_changed = true;
+    }
   }
+  if (measured != offsets_.size()) {  // members no longer measured (or gone) leave the map
+    std::erase_if(offsets_, [&](const auto& entry) {
+      const std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(entry.first, now);
+      return !estimate ||
+             std::find(clock_members_.begin(), clock_members_.end(), entry.first) == clock_members_.end();
+    });
+    offsets_changed = true;
+  }
+  if (offsets_changed) ++offsets_version_;
   const ring::ClockHealth before = clocks_.health();
-  const ring::ClockHealth after = clocks_.Evaluate(now, others);
-  offsets_.clear();
-  for (const std::string& id : others) {
-    if (std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(id, now))
-      offsets_.emplace(id, *estimate);
-  }
+  const ring::ClockHealth after = clocks_.Evaluate(now, clock_members_);
   // A member just met, or not probed for long (a large cluster probes each member rarely), is pinged for
   // its clock at once rather than at its turn: forwarded checks from it are judged against its offset
   // (Forwarder, "Deadlines"). The Ack, unknown to the membership (seq 0), only feeds the estimator. At most
@@ -153,9 +174,8 @@ void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& a
     const size_t count = std::min(n, kClockPingsPerRound);
     clock_ping_cursor_ = first + count;
     for (size_t i = 0; i < count; ++i) {
-      std::string& address = unmeasured_addresses[(first + i) % n];
       ring::Outgoing ping;
-      ping.to_address = std::move(address);
+      ping.to_address = std::string(unmeasured_addresses[(first + i) % n]);
       ping.message.type = ring::MessageType::kPing;
       ping.message.from = options_.node_id;
       ping.message.from_address = membership_->self().peer_address;
@@ -230,8 +250,12 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
     }
   }
   // The members first: the listener's work (handoffs) looks them up.
-  if (!out.messages.empty() || !out.events.empty() || out.ring_changed || !out.id_conflicts.empty()) {
+  // Messages alone (probes and their answers, at every tick) change only the snapshot's counters: those
+  // are republished at most once a probe interval.
+  if (!out.events.empty() || out.ring_changed || !out.id_conflicts.empty() ||
+      (!out.messages.empty() && now - counters_published_ >= options_.membership.probe_interval)) {
     actions.snapshot = true;
+    counters_published_ = now;
   }
   // The table is copied only when it may have changed: every message and tick comes through here, and a copy
   // is O(N).

@@ -125,12 +125,14 @@ class ClusterPlanner {
 
   // --- Judgements (as of the last call) ---
   [[nodiscard]] bool clock_skewed() const { return clocks_.health() == ring::ClockHealth::kSkewed; }
-  [[nodiscard]] const std::string& clock_reason() const { return clocks_.reason(); }
+  [[nodiscard]] std::string clock_reason() const { return clocks_.reason(); }
   [[nodiscard]] const QuorumView& quorum() const { return quorum_; }
   // The members' clock offsets estimated at the last tick.
   [[nodiscard]] const std::map<std::string, ring::OffsetEstimate, std::less<>>& offsets() const {
     return offsets_;
   }
+  // Changes whenever offsets() did, so that a caller republishes them only then.
+  [[nodiscard]] uint64_t offsets_version() const { return offsets_version_; }
 
   // --- State ---
   [[nodiscard]] bool started() const { return membership_.has_value(); }
@@ -166,10 +168,13 @@ class ClusterPlanner {
   uint64_t routed_version_ = 0;                   // membership's table_version() when last compared
   std::map<std::string, uint64_t> incarnations_;  // of the ring members, as last seen
   std::map<std::string, ring::OffsetEstimate, std::less<>> offsets_;
-  ring::MonoTime last_clock_pings_{};  // when members without a clock estimate were last pinged for one
-  size_t clock_ping_cursor_ = 0;       // where the next round of those pings starts
-  bool catch_up_ = false;              // back from a minority: take the ranges in again (FinishCall)
-  ring::MonoTime minority_since_{};    // when the quorum judgement last turned to minority
+  uint64_t offsets_version_ = 0;
+  ring::MonoTime counters_published_{};     // when Process last asked for a snapshot
+  std::vector<std::string> clock_members_;  // JudgeClock's scratch, kept for its capacity
+  ring::MonoTime last_clock_pings_{};       // when members without a clock estimate were last pinged for one
+  size_t clock_ping_cursor_ = 0;            // where the next round of those pings starts
+  bool catch_up_ = false;                   // back from a minority: take the ranges in again (FinishCall)
+  ring::MonoTime minority_since_{};         // when the quorum judgement last turned to minority
   QuorumView quorum_;
   bool leaving_ = false;
   std::map<std::string, ring::MonoTime> conflicts_logged_;  // id conflict -> when last logged
