@@ -291,7 +291,10 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     if (!reachable(id)) continue;
     for (auto& [key, erased] : keys) {
       preference(key);
-      if (std::none_of(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == id; })) {
+      // (A named copy: clang 14 cannot capture a structured binding.)
+      const std::string_view member = id;
+      if (std::none_of(pref.begin(), pref.end(),
+                       [&](const ring::RingMember* m) { return m->id == member; })) {
         continue;
       }
       Job& job = job_of(key, added);

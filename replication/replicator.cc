@@ -14,6 +14,7 @@
 #include "limiter/limiter.h"
 #include "limiter/merge.h"
 #include "replication/replication_planner.h"
+#include "replication/update_wire.h"
 #include "ring/token.h"
 #include "state.pb.h"
 #include "storage/state_codec.h"
@@ -281,10 +282,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         for (const DirtyKey& k : b.keys) {
           auto [it, inserted] = bytes.try_emplace(k.key);
           if (inserted) {
-            FillStateUpdate(store, k.key, &scratch);  // reused: Clear() keeps its allocations
-            scratch.set_erased(k.erased);
+            const std::vector<storage::StoredState> states = store.Get(k.key);
             // A key with no states left that was not erased needs nothing from its replicas.
-            if (k.erased || scratch.states_size() > 0) scratch.SerializeToString(&it->second);
+            if (k.erased || !states.empty()) AppendStateUpdate(k.key, k.erased, states, it->second);
           }
           if (it->second.empty()) continue;
           if (payloads.back().size() > empty.size() &&
@@ -508,7 +508,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   ReplicationPlanner planner;
   std::unique_ptr<Executor::Timer> timer;
   uint64_t next_id = 0;
-  peer::StateUpdate scratch;                              // Apply's message for each shipped key, reused
   std::map<uint64_t, std::function<void(bool)>> waiters;  // Decided calls, by planner waiter id
   std::map<uint64_t, std::function<void(bool)>> flushes;  // Flush calls, by planner flush id
 };

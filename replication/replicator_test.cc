@@ -15,8 +15,10 @@
 
 #include "replication/testing/executor_thread.h"
 #include "replication/testing/loopback_link.h"
+#include "replication/update_wire.h"
 #include "ring/token.h"
 #include "storage/memory_store.h"
+#include "storage/state_codec.h"
 #include "storage/testing/charge.h"
 
 using ringlimit::storage_testing::ChargeMerged;
@@ -203,6 +205,38 @@ TEST(ReplicatorTest, NamedStateRoundTrip) {
   ToNamedState(s, &named);
   named.mutable_state()->mutable_merged()->pop_back();
   EXPECT_FALSE(FromNamedState(named).has_value());
+}
+
+// The sender writes each key's update straight into the batch (replication/update_wire.h): the bytes of
+// the message FillStateUpdate builds, for every algorithm, erased or not, with states or none.
+TEST(ReplicatorTest, AppendStateUpdateWritesWhatProtobufWrites) {
+  storage::MemoryStore store;
+  const limiter::Algorithm algorithms[] = {
+      limiter::Algorithm::kTokenBucket,    limiter::Algorithm::kGcra,
+      limiter::Algorithm::kLeakyBucket,    limiter::Algorithm::kFixedWindow,
+      limiter::Algorithm::kSlidingWindow,  limiter::Algorithm::kSlidingLog,
+      limiter::Algorithm::kAnchoredWindow, limiter::Algorithm::kSlidingWindowApprox};
+  for (size_t i = 0; i < std::size(algorithms); ++i) {
+    storage::StoredState s;
+    s.name = "limit-" + std::to_string(i);
+    s.spec = HourSpec(50);
+    s.spec.algorithm = algorithms[i];
+    s.spec.buckets = 6;
+    for (int n = 0; n < 5; ++n)
+      ChargeMerged(s.spec, s.state, {1, 1'700'000'000'000'000'000 + n * 1'000'000, 0.});
+    s.version = 10 + i;
+    ASSERT_TRUE(store.Absorb(i % 2 == 0 ? "user:x" : "user:y", s));
+  }
+  for (const bool erased : {false, true}) {
+    for (const std::string_view entity : {"user:x", "user:y", "none", ""}) {
+      peer::StateUpdate message;
+      FillStateUpdate(store, entity, &message);
+      message.set_erased(erased);
+      std::string bytes = "batch so far";
+      AppendStateUpdate(entity, erased, store.Get(entity), bytes);
+      EXPECT_EQ(bytes, "batch so far" + message.SerializeAsString()) << entity << " " << erased;
+    }
+  }
 }
 
 TEST(ReplicatorTest, OwnerChangeReachesBothSuccessors) {

@@ -41,6 +41,10 @@ void StateToProto(const StoredState& state, limiter::TimeNs expiry, state::Store
 [[nodiscard]] std::optional<StoredState> StateFromProto(std::string_view name,
                                                         const state::StoredState& message);
 
+// Appends the bytes of state::StoredState as StateToProto(state, expiry) would serialize them, without
+// building the message (the replication sender's hot path; equality asserted in state_codec_test.cc).
+void AppendStateMessage(const StoredState& state, limiter::TimeNs expiry, std::string& out);
+
 }  // namespace ringlimit::storage
 
 #endif  // RINGLIMIT_STORAGE_STATE_CODEC_H_

@@ -111,5 +111,23 @@ TEST(StateCodec, ARowFromBeforeMergedStatesDecidesAsItDid) {
   }
 }
 
+TEST(StateCodec, AppendStateMessageWritesWhatProtobufWrites) {
+  StoredState s = Sample();
+  for (const limiter::TimeNs expiry : {limiter::TimeNs{0}, limiter::TimeNs{123}, limiter::TimeNs{-5}}) {
+    state::StoredState message;
+    StateToProto(s, expiry, &message);
+    std::string bytes = "prefix";
+    AppendStateMessage(s, expiry, bytes);
+    EXPECT_EQ(bytes, "prefix" + message.SerializeAsString()) << expiry;
+  }
+  StoredState never;  // a state never written: no merged records, version 0
+  never.spec = s.spec;
+  state::StoredState message;
+  StateToProto(never, 0, &message);
+  std::string bytes;
+  AppendStateMessage(never, 0, bytes);
+  EXPECT_EQ(bytes, message.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace ringlimit::storage
