@@ -17,6 +17,7 @@
 #include "replication/update_wire.h"
 #include "ring/token.h"
 #include "state.pb.h"
+#include "storage/proto_append.h"
 #include "storage/state_codec.h"
 
 namespace ringlimit::replication {
@@ -61,17 +62,7 @@ double Seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double
 // elements one after the other, each as tag + length + bytes, exactly what protobuf writes itself. So each
 // key's update is serialized once, not once per target member.
 void AppendUpdate(std::string& batch, std::string_view update) {
-  constexpr uint32_t kLengthDelimited = 2;
-  static_assert(peer::StateUpdateBatch::kUpdatesFieldNumber < 16);  // a one-byte tag
-  batch.push_back(static_cast<char>((peer::StateUpdateBatch::kUpdatesFieldNumber << 3) | kLengthDelimited));
-  for (uint64_t n = update.size(); true; n >>= 7) {
-    if (n < 0x80) {
-      batch.push_back(static_cast<char>(n));
-      break;
-    }
-    batch.push_back(static_cast<char>((n & 0x7f) | 0x80));
-  }
-  batch.append(update);
+  storage::proto_append::Bytes(batch, peer::StateUpdateBatch::kUpdatesFieldNumber, update);
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 #include "storage/state_codec.h"
 
-#include <google/protobuf/io/coded_stream.h>
-
 #include <algorithm>
 
 #include "limiter/merge.h"
 #include "limiter/spec_wire.h"
 #include "state.pb.h"
+#include "storage/proto_append.h"
 
 namespace ringlimit::storage {
 
@@ -56,61 +55,34 @@ std::optional<StoredState> StateFromProto(std::string_view name, const state::St
   return s;
 }
 
-namespace {
-
-using google::protobuf::io::CodedOutputStream;
-
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kFixed64 = 1;
-constexpr uint32_t kLengthDelimited = 2;
-
-void AppendVarint(std::string& out, uint64_t v) {
-  uint8_t buffer[10];
-  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(v, buffer);
-  out.append(reinterpret_cast<const char*>(buffer), static_cast<size_t>(end - buffer));
-}
-
-void AppendFixed64(std::string& out, uint64_t v) {
-  uint8_t buffer[8];
-  CodedOutputStream::WriteLittleEndian64ToArray(v, buffer);
-  out.append(reinterpret_cast<const char*>(buffer), sizeof buffer);
-}
-
-}  // namespace
-
 // Fields in number order, scalars only when not zero and the spec always (StateToProto sets it): what
 // Protobuf writes for a proto3 message.
 void AppendStateMessage(const StoredState& s, limiter::TimeNs expiry, std::string& out) {
+  namespace pa = proto_append;
   state::LimitSpec spec;
   limiter::SpecToProto(s.spec, &spec);
   const size_t spec_size = spec.ByteSizeLong();
-  out.push_back(static_cast<char>((1 << 3) | kLengthDelimited));
-  AppendVarint(out, spec_size);
+  pa::Tag(out, 1, pa::kLengthDelimited);
+  pa::Varint(out, spec_size);
   const size_t at = out.size();
   out.resize(at + spec_size);
   spec.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + at));
-  if (const uint64_t fingerprint = limiter::Fingerprint(s.spec); fingerprint != 0) {
-    out.push_back(static_cast<char>((2 << 3) | kFixed64));
-    AppendFixed64(out, fingerprint);
-  }
+  if (const uint64_t fingerprint = limiter::Fingerprint(s.spec); fingerprint != 0)
+    pa::Fixed64(out, 2, fingerprint);
   if (const state::Algorithm algorithm = limiter::AlgorithmToProto(s.state.algorithm); algorithm != 0) {
-    out.push_back(static_cast<char>((3 << 3) | kVarint));
-    AppendVarint(out, static_cast<uint64_t>(static_cast<int64_t>(algorithm)));  // int32: sign-extended
+    pa::Tag(out, 3, pa::kVarint);
+    pa::Varint(out, static_cast<uint64_t>(static_cast<int64_t>(algorithm)));  // int32: sign-extended
   }
   if (s.version != 0) {
-    out.push_back(static_cast<char>((6 << 3) | kVarint));
-    AppendVarint(out, s.version);
+    pa::Tag(out, 6, pa::kVarint);
+    pa::Varint(out, s.version);
   }
   if (expiry != 0) {
-    out.push_back(static_cast<char>((7 << 3) | kVarint));
-    AppendVarint(out, static_cast<uint64_t>(expiry));
+    pa::Tag(out, 7, pa::kVarint);
+    pa::Varint(out, static_cast<uint64_t>(expiry));
   }
   const std::string merged = limiter::EncodeMergeState(s.state);
-  if (!merged.empty()) {
-    out.push_back(static_cast<char>((8 << 3) | kLengthDelimited));
-    AppendVarint(out, merged.size());
-    out.append(merged);
-  }
+  if (!merged.empty()) pa::Bytes(out, 8, merged);
 }
 
 std::string EncodeStateValue(const StoredState& s, limiter::TimeNs expiry) {
