@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "limiter/limiter.h"
@@ -99,6 +101,17 @@ bool MergeInto(GrantLedger& into, const GrantLedger& from);
 // merged in without having seen the settles (e.g. the replication's catch-up bound); a record granted
 // below it that this copy never saw is dropped by merges (as an unreplicated admission is lost).
 void CollectGrants(GrantLedger& ledger, TimeNs horizon);
+
+// Most records one ledger may hold (ParseGrantLedger enforces it): a key's slices out (at most two per
+// holder) plus the settled ones awaiting CollectGrants.
+inline constexpr size_t kMaxGrantRecords = 1024;
+
+// Bytes (merge_codec.cc has the layout): little-endian, versioned, 41 bytes per record. ParseGrantLedger
+// rejects anything EncodeGrantLedger cannot have written (bad version, more than kMaxGrantRecords, ids 0,
+// unsorted or repeated, a `settled` byte other than 0 or 1, a record granted before the floor, a length
+// that does not match the count) with kCorruption; it never allocates more than the input's size allows.
+[[nodiscard]] std::string EncodeGrantLedger(const GrantLedger& ledger);
+[[nodiscard]] Result<GrantLedger> ParseGrantLedger(std::string_view bytes);
 
 }  // namespace ringlimit::limiter
 

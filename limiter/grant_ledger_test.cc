@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "limiter/test_util.h"
@@ -181,6 +182,43 @@ TEST(GrantLedger, CollectedSettlesDoNotComeBackFromOldCopies) {
   EXPECT_EQ(SettleGrant(late, 1, 0), 0u);
   EXPECT_EQ(late, now);
   EXPECT_EQ(AddGrant(late, 3, 1, kT0).code(), Status::Code::kInvalidArgument);  // below the floor
+}
+
+TEST(GrantLedger, EncodesCanonicallyAndRejectsWhatItCannotHaveWritten) {
+  GrantLedger ledger;
+  EXPECT_EQ(EncodeGrantLedger(ledger).size(), 13u);
+  ASSERT_TRUE(AddGrant(ledger, 3, 10, kT0).ok());
+  ASSERT_TRUE(AddGrant(ledger, 1ULL << 40 | 7, 5, kT0 + kSecond).ok());
+  (void)SettleGrant(ledger, 3, 4);
+  CollectGrants(ledger, kT0 - kSecond);
+  const std::string bytes = EncodeGrantLedger(ledger);
+  EXPECT_EQ(bytes.size(), 13u + 2 * 41);
+  Result<GrantLedger> back = ParseGrantLedger(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, ledger);
+
+  auto corrupt = [](std::string b) {
+    return ParseGrantLedger(b).status().code() == Status::Code::kCorruption;
+  };
+  EXPECT_TRUE(corrupt(""));
+  EXPECT_TRUE(corrupt(bytes.substr(0, bytes.size() - 1)));  // truncated
+  EXPECT_TRUE(corrupt(bytes + "x"));                        // trailing
+  std::string b = bytes;
+  b[0] = 2;  // format
+  EXPECT_TRUE(corrupt(b));
+  b = bytes;
+  b[13 + 41 + 0] = 3;  // the second id made 3 (little-endian low byte; high bytes of 1 << 40 cleared below)
+  for (int i = 1; i < 8; ++i) b[13 + 41 + i] = 0;
+  EXPECT_TRUE(corrupt(b));  // repeated id
+  b = bytes;
+  b[13 + 40] = 2;  // settled byte
+  EXPECT_TRUE(corrupt(b));
+  b = bytes;
+  b[9] = static_cast<char>(0xff);  // a count far above the cap
+  EXPECT_TRUE(corrupt(b));
+  GrantLedger low = ledger;
+  low.floor = kT0 + 2 * kSecond;  // every record below it
+  EXPECT_TRUE(corrupt(EncodeGrantLedger(low)));
 }
 
 // --- The merge-order simulation ------------------------------------------------------------------
