@@ -28,8 +28,9 @@
 // A holder never denies from a slice: a check that does not fit goes to the owner.
 //
 // Ordering contract for the driver: a Lend is answered only after the key's row holding the grant record
-// (AddGrant, charged as spent) was acknowledged under the mode's acknowledgement rule; a Settle is one write
-// of the row (SettleGrant and the charge of what it returns). A check decided locally is charged to the
+// (AddGrant, charged as spent) was acknowledged under the mode's acknowledgement rule, and its record is in
+// the row before the KeyBudget of the next owner event is read (E includes it); a Settle is one write of
+// the row (SettleGrant and the charge of what it returns). A check decided locally is charged to the
 // slice before the answer; Releases may be sent in any order and more than once.
 //
 // Thread safety: none; the driver serialises every call.
@@ -77,7 +78,9 @@ struct GrantOptions {
   // Holder: a slice no check used for this long is released early. REQUIRES: > 0. Default: 250 ms.
   std::chrono::nanoseconds idle_release = std::chrono::milliseconds(250);
   // Owner: this node incarnation's number, the upper 32 bits of the ids it lends (never reused by a
-  // restarted node or the next owner). REQUIRES: != 0. Default: 1.
+  // restarted node or the next owner). The lower 32 bits count its grants: after 2^32 grants of one
+  // incarnation an id comes back, and AddGrant refuses it while its old record is in the ledger (the
+  // driver then refuses the request). REQUIRES: != 0. Default: 1.
   uint32_t incarnation = 1;
 };
 
