@@ -754,6 +754,40 @@ TEST_F(HandoffPlannerTest, ReplicationScansOnlyRangesWhoseHoldersChanged) {
   }
 }
 
+// ReplicationRanges is exactly where ReplicationTargets can name a member, for any ring change: members
+// joining, leaving, or both in one change, several at once, R = 1 to 3 -- so a scan limited to it pushes
+// what the full scan pushes. Tokens at both ends of every range and just outside are checked (a range's
+// ends are vnode positions of either ring), with 20,000 random ones.
+TEST(ReplicationRangesTest, AreWhereReplicationTargetsNameAnyoneOnAnyRingChange) {
+  std::mt19937_64 random(99);
+  const std::vector<std::string> pool{"a", "b", "c", "d", "e", "f", "g"};
+  int changes = 0;
+  while (changes < 120) {
+    std::vector<std::string> before_ids;
+    std::vector<std::string> after_ids;
+    for (const std::string& id : pool) {
+      if (random() % 2 == 0) before_ids.push_back(id);
+      if (random() % 2 == 0) after_ids.push_back(id);
+    }
+    if (before_ids.empty() || after_ids.empty() || before_ids == after_ids) continue;
+    ++changes;
+    const RingPtr before = Ring(before_ids, 1);
+    const RingPtr after = Ring(after_ids, 2);
+    const uint32_t replicas = 1 + static_cast<uint32_t>(random() % 3);
+    const std::string self = after_ids[random() % after_ids.size()];
+    ReplicateSlice all;  // the whole token space, no limit: the full scan
+    all.slice = {0, UINT64_MAX};
+    all.before = before;
+    all.after = after;
+    SCOPED_TRACE(::testing::Message() << "change " << changes << ": " << before_ids.size() << " -> "
+                                      << after_ids.size() << " members, self " << self << ", R " << replicas);
+    ExpectExactly(ReplicationRanges(*before, *after, self, replicas), [&](Token t) {
+      return !ReplicationTargets(all, self, replicas, t, [](std::string_view) { return true; }).empty();
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The drop after a change reads only the ranges held on the rings left behind since the last drop and no
 // longer held (two changes before a drop: both rings' ranges), never a range held on the newest ring.
 TEST_F(HandoffPlannerTest, DropReadsOnlyRangesNoLongerHeld) {
