@@ -139,6 +139,7 @@ TEST_F(ClusterBadInputTest, ANodeWithATakenIdIsRefusedOnBothSides) {
   options.args = {
       "--threads",     "1",           "--node-id", "n1",
       "--peer-listen", "127.0.0.1:0", "--join",    "127.0.0.1:" + std::to_string(cluster_->peer_port(1))};
+  options.env = {cluster_->SecretEnv()};
   options.ready_path = "/healthz";
   auto twin = NodeProcess::Start(std::move(options));
   ASSERT_TRUE(twin) << twin.error();

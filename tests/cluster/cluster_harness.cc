@@ -194,6 +194,11 @@ Cluster::~Cluster() {
   fs::remove_all(root_, ignored);
 }
 
+std::string Cluster::SecretEnv() const {
+  // The root directory's name ends in mkdtemp's random suffix, unique among the clusters that exist.
+  return "RINGLIMIT_CLUSTER_SECRET=" + root_.filename().string();
+}
+
 std::optional<size_t> Cluster::IndexOf(std::string_view id) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].id == id) return i;
@@ -237,8 +242,10 @@ Result<std::unique_ptr<NodeProcess>> Cluster::Launch(const Member& m, std::optio
   options.args = ArgsFor(m, seed);
   options.listen = m.address + ":0";
   options.wrapper = std::move(placement.wrapper);
-  // Both environments: the placement's (e.g. a skewed clock) and the member's own (AddNode, SetEnv).
-  options.env = std::move(placement.env);
+  // The cluster's secret, then both environments: the placement's (e.g. a skewed clock) and the member's
+  // own (AddNode, SetEnv).
+  options.env = {SecretEnv()};
+  options.env.insert(options.env.end(), placement.env.begin(), placement.env.end());
   options.env.insert(options.env.end(), m.env.begin(), m.env.end());
   options.dir = root_ / m.id;
   options.start_timeout = options_.start_timeout;

@@ -189,6 +189,12 @@ class Cluster {
   // The log tails of every node, for failure messages.
   [[nodiscard]] std::string Logs() const;
 
+  // "RINGLIMIT_CLUSTER_SECRET=<secret>": every node of this cluster is started with a secret of its own
+  // (unless its flags give --cluster-secret), so that a node of another test running at the same time --
+  // one that remembers a peer port this cluster's node now holds -- cannot join it. A test that starts a
+  // node of its own to join this cluster passes this in its environment.
+  [[nodiscard]] std::string SecretEnv() const;
+
  private:
   struct Member {
     std::string id;
