@@ -69,14 +69,34 @@ const std::vector<FaultClass> kClasses = {
      "are refused until it is declared dead)"},
     {"skew_closed", Promise::kExact,
      "skew, with sync + closed: exact; the skewed node passes its checks on (issue 35 item 4)"},
+    // Majority acknowledgement with take-over by majority read (issue 35 items 1-2): sync + closed with
+    // ReplicatorOptions::ack_majority and HandoffOptions::majority_read instead of ack_all.
+    {"crash_majority", Promise::kExact,
+     "crash, majority acknowledgement: exact, and the crashed holder's keys keep being answered"},
+    {"pause_majority", Promise::kExact, "pause, majority acknowledgement: exact"},
+    {"partition_majority", Promise::kExact, "partition, majority acknowledgement: exact"},
+    {"half_cut_majority", Promise::kExact, "half_cut, majority acknowledgement: exact"},
+    {"missed_reset_majority", Promise::kExact, "missed_reset, majority acknowledgement: exact"},
+    {"leave_majority", Promise::kExact, "leave, majority acknowledgement: exact"},
+    {"join_majority", Promise::kExact, "join, majority acknowledgement: exact"},
+    {"skew_majority", Promise::kExact, "skew, majority acknowledgement: exact"},
+    {"starve_majority", Promise::kBounded,
+     "starve, majority acknowledgement: admitted <= limit (bound 0); rollbacks reported"},
 };
 
 // The fault of a class: "pause_closed" injects what "pause" does, in another mode.
 std::string_view FaultOf(std::string_view name) {
-  constexpr std::string_view kClosed = "_closed";
-  if (name.size() > kClosed.size() && name.substr(name.size() - kClosed.size()) == kClosed)
-    return name.substr(0, name.size() - kClosed.size());
+  for (const std::string_view mode : {std::string_view("_closed"), std::string_view("_majority")}) {
+    if (name.size() > mode.size() && name.substr(name.size() - mode.size()) == mode)
+      return name.substr(0, name.size() - mode.size());
+  }
   return name;
+}
+
+// Whether a class runs majority acknowledgement ("crash_majority").
+bool Majority(std::string_view name) {
+  constexpr std::string_view kMajority = "_majority";
+  return name.size() > kMajority.size() && name.substr(name.size() - kMajority.size()) == kMajority;
 }
 
 std::string At(MonoTime t) {
@@ -147,7 +167,9 @@ class Run {
     if (FaultOf(c.name) != c.name) {  // node.cc under --replication sync --failure-mode closed
       o.closed = true;
       o.replication.mode = replication::ReplicationMode::kSync;
-      o.replication.ack_all = true;
+      o.replication.ack_all = !Majority(c.name);
+      o.replication.ack_majority = Majority(c.name);
+      o.handoff.majority_read = Majority(c.name);
     }
     return o;
   }
@@ -630,6 +652,19 @@ ShareFloor AnsweredFloor(std::string_view fault_class) {
       {"leave_closed", 9900, 0},  // 100.00 %
       {"join_closed", 9900, 0},   // 100.00 %
       {"crash_closed", 7800, 0},  // 84.58 %
+      // Majority acknowledgement with take-over by majority read (issue 35 items 1-2), seeds 1-1000
+      // (2026-11-28): a crashed, paused or cut-off holder no longer blocks admissions of its keys; an
+      // isolated minority holding two of a key's three holders still costs that key on the majority side
+      // (its earlier holders cannot be read) until the heal.
+      {"crash_majority", 9900, 0},            // 100.00 %
+      {"pause_majority", 9900, 9900},         // 100.00 %, 99.98 %
+      {"partition_majority", 8800, 5500},     // 91.49 %, 59.97 %
+      {"half_cut_majority", 9900, 9900},      // 100.00 %, 100.00 %
+      {"missed_reset_majority", 9900, 9900},  // 100.00 %, 99.96 %
+      {"leave_majority", 9900, 0},            // 100.00 %
+      {"join_majority", 9900, 0},             // 100.00 %
+      {"skew_majority", 9900, 0},             // 99.96 %
+      {"starve_majority", 9700, 9900},        // 98.78 %, 99.97 %
   };
   ShareFloor f;
   f.cell = {0, 0, 0};

@@ -262,6 +262,11 @@ TEST_F(SimTest, LeaveClosed) { RunClass("leave_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, JoinClosed) { RunClass("join_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, CrashClosed) { RunClass("crash_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, SkewClosed) { RunClass("skew_closed", Seeds(kDefaultSeeds)); }
+// Majority acknowledgement with take-over by majority read (issue 35 items 1-2): exact, and a crashed or
+// paused holder's keys keep being answered (AnsweredFloor: 99 % during the fault).
+TEST_F(SimTest, CrashMajority) { RunClass("crash_majority", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, PauseMajority) { RunClass("pause_majority", Seeds(kDefaultSeeds)); }
+TEST_F(SimTest, PartitionMajority) { RunClass("partition_majority", Seeds(kDefaultSeeds)); }
 
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
