@@ -212,7 +212,7 @@ void HandoffPlanner::Publish(HandoffActions& out) const {
   // not back to this node (still an owner on the ring until it has left) while other ranges of the leave
   // are still being handed over.
   next->unsynced = UnsyncedRanges();
-  for (const ReadingRange& r : reading_) next->reading.push_back({r.range, r.before});
+  for (const ReadingRange& r : reading_) next->reading.push_back({r.range, r.before, r.read});
   next->left_ring = left_ring_ != nullptr ? left_ring_ : leaving_ && !left_ ? left_ring_pending_ : nullptr;
   out.overrides = std::move(next);
 }
@@ -799,6 +799,7 @@ HandoffActions HandoffPlanner::SyncPulled(MonoTime now, uint64_t round, std::str
   }
   if (ReadPulled(now, round, from, synced.has_value())) {
     EndReads(now, out);
+    Publish(out);  // pieces read now are published as such
     return Done(out);
   }
   if (!round_.has_value() || round_->id != round) return Done(out);

@@ -439,13 +439,13 @@ void ReplicationPlanner::MajorityReply(const Slot& slot, uint32_t mask, bool ok,
 std::vector<ReplicationPlanner::Quorum> ReplicationPlanner::MajorityTargets(
     const ClusterView& view, std::string_view key, const std::function<bool(const std::string&)>& reachable,
     std::vector<std::pair<std::string, uint32_t>>& validators) const {
-  std::vector<const ring::RingView*> rings;
-  if (view.ring != nullptr) rings.push_back(view.ring);
+  std::vector<ReadRing> rings;
+  if (view.ring != nullptr) rings.push_back(ReadRing{view.ring, false});
   const ring::Token token = ring::RingToken(key);
   if (view.reading) view.reading(token, rings);
   std::vector<Quorum> quorums;
   std::vector<uint64_t> seen;  // fingerprints: a ring named twice counts once
-  for (const ring::RingView* ring : rings) {
+  for (const auto& [ring, held] : rings) {
     if (ring == nullptr || quorums.size() >= kMaxRings) continue;
     if (std::find(seen.begin(), seen.end(), ring->fingerprint()) != seen.end()) continue;
     seen.push_back(ring->fingerprint());
@@ -457,8 +457,11 @@ std::vector<ReplicationPlanner::Quorum> ReplicationPlanner::MajorityTargets(
                                         [&](const ring::RingMember* m) { return m->id == view.self; });
     q.need = static_cast<uint32_t>(majority - (self_holds ? 1 : 0));
     for (const ring::RingMember* m : holders) {
+      if (m->id != view.self && reachable(m->id)) ++q.possible;
+    }
+    if (held && q.need > q.possible) continue;  // read already, and no majority of it is reachable
+    for (const ring::RingMember* m : holders) {
       if (m->id == view.self || !reachable(m->id)) continue;
-      ++q.possible;
       auto v =
           std::find_if(validators.begin(), validators.end(), [&](const auto& e) { return e.first == m->id; });
       if (v == validators.end()) {

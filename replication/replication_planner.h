@@ -52,6 +52,14 @@ struct DirtyKey {
   bool erased = false;
 };
 
+// A ring a key is read from (ClusterView::reading).
+struct ReadRing {
+  const ring::RingView* ring = nullptr;
+  // A majority of its holders' copies are here already (the read is held for read_hold, for members still
+  // deciding on it): its majority is asked only while one is reachable. Otherwise a decision needs it.
+  bool held = false;
+};
+
 // What the planner is told of the cluster with an event.
 struct ClusterView {
   std::string_view self;
@@ -59,9 +67,9 @@ struct ClusterView {
   // Whether member `id` may be sent to. Called during the event only.
   std::function<bool(std::string_view id)> reachable;
   // ack_majority: appends the rings this node still reads the key of `token` from besides `ring` (its
-  // take-over read: the rings before a change of the key's holders, until a majority of their holders
-  // pushed their copies here; RouteOverrides::reading). Null: none. The rings stay valid during the event.
-  std::function<void(ring::Token token, std::vector<const ring::RingView*>& out)> reading;
+  // take-over read: the rings before a change of the key's holders, RouteOverrides::reading). Null: none.
+  // The rings stay valid during the event.
+  std::function<void(ring::Token token, std::vector<ReadRing>& out)> reading;
 };
 
 // Send `keys` (their current states) to `target` as one StateUpdateBatch; report with BatchReply(id).
@@ -97,8 +105,8 @@ struct PlannerOptions {
   // (every holder that could take it over), not only the first; a failed batch answers its waiters
   // unacked at once. The holders before this node (it decides because they did not answer, or declined)
   // are sent the keys too and waited for up to sync_timeout / 5: a missing answer is fine, but one saying
-  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. For
-  // --failure-mode closed.
+  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. No longer set by
+  // the node: ack_majority replaced it under --failure-mode closed.
   bool ack_all = false;
   // Sync mode, instead of ack_all: a Decided key waits until a majority of its holders -- this node
   // counted when it is one -- acknowledged it without holding admissions it lacks (want_newer), on the

@@ -61,8 +61,8 @@ class MajorityTest : public ::testing::Test {
     ClusterView view{self_, ring_.get(),
                      [this](std::string_view id) { return !gone_.contains(std::string(id)); }, nullptr};
     if (reading_ != nullptr) {
-      view.reading = [this](ring::Token, std::vector<const ring::RingView*>& out) {
-        out.push_back(reading_.get());
+      view.reading = [this](ring::Token, std::vector<ReadRing>& out) {
+        out.push_back(ReadRing{reading_.get(), held_});
       };
     }
     return view;
@@ -92,6 +92,7 @@ class MajorityTest : public ::testing::Test {
   ReplicationPlanner planner_;
   std::shared_ptr<const ring::RingView> ring_ = Ring({"a", "b", "c"});
   std::shared_ptr<const ring::RingView> reading_;
+  bool held_ = false;
   std::set<std::string> gone_;
   std::string self_;
   MonoTime now_{1s};
@@ -174,6 +175,22 @@ TEST_F(MajorityTest, AnEarlierRingWithoutAReachableMajorityRefusesAtOnce) {
   const std::string key = KeyWhere(*reading_, [](const auto& h) { return Has(h, "d") && Has(h, "e"); });
   static_cast<void>(Decide("a", key));
   EXPECT_TRUE(Unacked(actions_));
+}
+
+// A read that is complete and only held (for members still deciding on the earlier ring) asks that ring's
+// majority while one is reachable, and no longer refuses when none is (its holders died since).
+TEST_F(MajorityTest, AHeldReadCountsOnlyWhileItsMajorityIsReachable) {
+  reading_ = Ring({"a", "b", "c", "d", "e"}, 2);
+  held_ = true;
+  // Held by b and two of c, d, e before, not by a: b alone is no majority there.
+  const std::string key = KeyWhere(*reading_, [](const auto& h) { return !Has(h, "a") && Has(h, "b"); });
+  auto batches = Decide("a", key);
+  EXPECT_TRUE(Nothing(Reply(batches.at("b"), true)));
+  gone_ = {"d", "e"};
+  const std::string lost = KeyWhere(*reading_, [](const auto& h) { return Has(h, "d") && Has(h, "e"); });
+  batches = Decide("a", lost);
+  EXPECT_TRUE(Nothing(actions_));  // not refused: the current ring alone counts
+  EXPECT_TRUE(Done(Reply(batches.at("b"), true)));
 }
 
 TEST_F(MajorityTest, AHolderOfTheEarlierRingOnlyIsSentTheKey) {

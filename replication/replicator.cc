@@ -244,9 +244,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       // The overrides (and the rings they keep) live as long as the view's function.
       std::shared_ptr<const RouteOverrides> overrides = link.overrides();
       if (overrides != nullptr && !overrides->reading.empty()) {
-        view.reading = [overrides](ring::Token token, std::vector<const ring::RingView*>& out) {
+        view.reading = [overrides](ring::Token token, std::vector<ReadRing>& out) {
           for (const RouteOverrides::Reading& r : overrides->reading) {
-            if (r.range.Contains(token)) out.push_back(r.before.get());
+            if (r.range.Contains(token)) out.push_back(ReadRing{r.before.get(), r.read});
           }
         };
       }

@@ -77,14 +77,15 @@ struct ReplicatorOptions {
   // Sync mode: Decided waits for every reachable holder after this node in a key's preference list
   // (every node that could decide the key after it), not only the successor, and reports whether they
   // all acknowledged; a holder that does not answer directly within 2/5 of sync_timeout is sent the
-  // batch through another member. Set by --failure-mode closed, which answers 503 rather than an
-  // admission not every such holder has. Default: false.
+  // batch through another member. --failure-mode closed set it until ack_majority replaced it there
+  // (2026-11-28); no longer set by the node. Default: false.
   bool ack_all = false;
   // Sync mode, instead of ack_all: Decided waits until a majority of a key's holders (this node counted
   // when it is one) acknowledged without holding admissions this node lacks, on the ring and on every ring
   // the link's RouteOverrides::reading names for the key (the take-over read: PlannerOptions::ack_majority).
   // A decision whose key took in another node's admissions between the charge and the shipping is
-  // answered unacked (it may have been decided without them). For --failure-mode closed. Default: false.
+  // answered unacked (it may have been decided without them). Set by --failure-mode closed (with
+  // HandoffOptions::majority_read). Default: false.
   bool ack_majority = false;
   // This node's contributor id in merged states (the check service's; 0 = not given). Sent with the batches
   // a sync decision waits for, so that their holders tell a later decision of this node, reordered ahead of

@@ -46,6 +46,7 @@ struct RouteOverrides {
   struct Reading {
     ring::TokenRange range;
     std::shared_ptr<const ring::RingView> before;
+    bool read = false;  // a majority's copies are here; held for read_hold (ReadRing::held)
   };
   std::vector<Reading> reading;
 
