@@ -85,6 +85,25 @@ MERGE_SEEDS = {
     "trailing": merge_state(0) + b"\x00",
 }
 
+# ------------------------------------------------------------------------------------------ grant ledgers
+def grant_ledger(floor, records):
+    out = struct.pack("<BqI", 1, floor, len(records))
+    for r in records:  # id, granted, used, returned, at, settled
+        out += struct.pack("<QQQQqB", *r)
+    return out
+
+
+LEDGER_SEEDS = {
+    "empty": grant_ledger(-(1 << 63), []),
+    "outstanding": grant_ledger(-(1 << 63), [(1 << 32 | 1, 100, 0, 0, T0, 0), (1 << 32 | 2, 40, 0, 0, T0, 0)]),
+    "settled": grant_ledger(T0 - SEC, [(1 << 32 | 1, 100, 37, 63, T0, 1), (2 << 32 | 9, 8, 8, 0, T0 + SEC, 1)]),
+    "extremes": grant_ledger(-(1 << 63), [((1 << 64) - 1, (1 << 64) - 1, (1 << 64) - 1, (1 << 64) - 1,
+                                            (1 << 63) - 1, 0)]),
+    "unsorted": grant_ledger(0, [(5, 1, 0, 0, T0, 0), (3, 1, 0, 0, T0, 0)]),
+    "below_floor": grant_ledger(T0, [(5, 1, 0, 0, T0 - 1, 0)]),
+    "truncated": grant_ledger(0, [(5, 1, 0, 0, T0, 0)])[:-2],
+}
+
 # ------------------------------------------------------------------------------------------ stored states
 SPECS = {
     "token_bucket": "algorithm: ALGORITHM_TOKEN_BUCKET limit: 10 window_ns: 60000000000 burst: 10",
@@ -117,12 +136,14 @@ def stored_state_text(spec_name, merged=True, version=3, expiry=T0 + 60 * SEC):
 
 
 def main():
-    for target in ("merge_state", "stored_state", "peer_frame", "peer_message", "http_check", "check_json",
+    for target in ("merge_state", "grant_ledger", "stored_state", "peer_frame", "peer_message", "http_check", "check_json",
                    "check_batch_json", "gubernator_json", "policies_json"):
         clear(target)
 
     for name, data in MERGE_SEEDS.items():
         write("merge_state", name, data)
+    for name, data in LEDGER_SEEDS.items():
+        write("grant_ledger", name, data)
 
     for spec in SPECS:
         write("stored_state", spec, encode("ringlimit.state.StoredState", stored_state_text(spec)))

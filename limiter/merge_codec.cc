@@ -6,11 +6,14 @@
 //     window counters: i64 width, u32 k, k x (i64 index, u64 count)
 //     sliding_log:     u32 k, k x i64 stamp
 //     buckets:         u64 epoch, u64 consumed, i64 last
+// GrantLedger <-> bytes (grant_ledger.h), the same integers:
+//   u8 format (1), i64 floor, u32 n, n x (u64 id, u64 granted, u64 used, u64 returned, i64 at, u8 settled)
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
 
+#include "limiter/grant_ledger.h"
 #include "limiter/judge.h"
 #include "limiter/merge.h"
 
@@ -304,6 +307,51 @@ size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors) {
       break;
   }
   return kHeaderBytes + kBaseBytes + contributors * kIncludedBytes + 4 + contributors * record;
+}
+
+namespace {
+constexpr size_t kGrantRecordBytes = 8 + 8 + 8 + 8 + 8 + 1;
+Status CorruptLedger(std::string_view what) { return Status::Corruption("grant ledger", what); }
+}  // namespace
+
+std::string EncodeGrantLedger(const GrantLedger& ledger) {
+  Writer w(1 + 8 + 4 + ledger.records.size() * kGrantRecordBytes);
+  w.U8(kFormat);
+  w.I64(ledger.floor);
+  w.U32(static_cast<uint32_t>(ledger.records.size()));
+  for (const GrantRecord& r : ledger.records) {
+    w.U64(r.id);
+    w.U64(r.granted);
+    w.U64(r.used);
+    w.U64(r.returned);
+    w.I64(r.at);
+    w.U8(r.settled ? 1 : 0);
+  }
+  return w.Take();
+}
+
+Result<GrantLedger> ParseGrantLedger(std::string_view bytes) {
+  Reader r(bytes);
+  uint8_t format = 0;
+  if (!r.U8(format) || format != kFormat) return CorruptLedger("unknown format");
+  GrantLedger out;
+  uint32_t n = 0;
+  if (!r.I64(out.floor) || !r.U32(n)) return CorruptLedger("truncated header");
+  if (n > kMaxGrantRecords) return CorruptLedger("too many records");
+  if (!r.Fits(n, kGrantRecordBytes)) return CorruptLedger("truncated records");
+  out.records.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    GrantRecord& g = out.records[i];
+    uint8_t settled = 0;
+    (void)(r.U64(g.id) && r.U64(g.granted) && r.U64(g.used) && r.U64(g.returned) && r.I64(g.at) &&
+           r.U8(settled));  // Fits checked the length
+    if (g.id == 0 || (i > 0 && g.id <= out.records[i - 1].id)) return CorruptLedger("ids not ascending");
+    if (settled > 1) return CorruptLedger("bad settled flag");
+    if (g.at < out.floor) return CorruptLedger("record below the floor");
+    g.settled = settled == 1;
+  }
+  if (!r.AtEnd()) return CorruptLedger("trailing bytes");
+  return out;
 }
 
 }  // namespace ringlimit::limiter

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -176,7 +177,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       for (SendDone& done : a.send_done) Send(std::move(done));
       for (PullSync& pull : a.pull) Pull(std::move(pull));
       if (a.replicate.has_value()) queue.push_back(Replicate(*a.replicate));
-      if (a.drop != nullptr) queue.push_back(planner.Dropped(Now(), Drop(*a.drop)));
+      if (a.drop.has_value()) queue.push_back(Drop(*a.drop));
       if (a.pump) {
         Post(weak_from_this(), [](Core& core) { core.Apply(core.planner.ReplicationPump(core.Now())); });
       }
@@ -219,20 +220,17 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     }
   }
 
-  // The states of each window of `count` whose token is in its ranges, one entity counted once.
+  // The keys of each window of `count` whose token is in its ranges (Store::CountTokenRange: no state
+  // copied).
   std::vector<uint64_t> Count(const CountKeys& count) {
     const MonoTime t0 = Now();
     std::vector<uint64_t> per_window;
     per_window.reserve(count.windows.size());
     uint64_t total = 0;
     for (const TokenRange& window : count.windows) {
-      std::vector<storage::EntityState> states = store.ScanTokenRange(window.first, window.last);
-      std::unordered_set<std::string_view> seen;
-      seen.reserve(states.size());
-      uint64_t keys = 0;
-      for (const storage::EntityState& s : states) {
-        if (InSortedRanges(count.ranges, s.token) && seen.insert(s.entity).second) ++keys;
-      }
+      uint64_t keys = 0;  // a key's states share its token: the parts count disjoint keys
+      for (const TokenRange& part : ScanParts(window, count.ranges))
+        keys += store.CountTokenRange(part.first, part.last);
       per_window.push_back(keys);
       total += keys;
     }
@@ -244,21 +242,24 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   // Scans one push window and sends its states; returns the report when there was nothing to send.
   std::optional<HandoffActions> Push(PushWindow push) {
     std::vector<peer::StateUpdate> updates;
-    std::vector<storage::EntityState> states = store.ScanTokenRange(push.window.first, push.window.last);
+    std::vector<storage::EntityState> states = Scan(ScanParts(push.window, push.ranges));
     std::unordered_set<std::string_view> seen;
     seen.reserve(states.size());
+    uint64_t bytes = 0;  // the updates' serialized size (cached by protobuf for the send)
     for (const storage::EntityState& s : states) {
       if (!InSortedRanges(push.ranges, s.token) || !seen.insert(s.entity).second) continue;
       peer::StateUpdate update = MakeStateUpdate(store, s.entity);
-      if (update.states_size() > 0) updates.push_back(std::move(update));
+      if (update.states_size() == 0) continue;
+      bytes += update.ByteSizeLong();
+      updates.push_back(std::move(update));
     }
-    if (updates.empty()) return planner.PushWindowDone(Now(), push.handoff, push.attempt, true, 0);
+    if (updates.empty()) return planner.PushWindowDone(Now(), push.handoff, push.attempt, true, 0, 0);
     const uint64_t keys = updates.size();
     replicator.SendUpdates(
         push.to, std::move(updates),
-        [weak = weak_from_this(), id = push.handoff, attempt = push.attempt, keys](bool ok) {
-          Post(weak, [id, attempt, keys, ok](Core& core) {
-            core.Apply(core.planner.PushWindowDone(core.Now(), id, attempt, ok, keys));
+        [weak = weak_from_this(), id = push.handoff, attempt = push.attempt, keys, bytes](bool ok) {
+          Post(weak, [id, attempt, keys, bytes, ok](Core& core) {
+            core.Apply(core.planner.PushWindowDone(core.Now(), id, attempt, ok, keys, bytes));
           });
         });
     return std::nullopt;
@@ -308,12 +309,9 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
                   std::function<void(std::optional<uint64_t>)> done) {
     std::vector<peer::StateUpdate> updates;
     for (uint32_t i = 0; i < options.scan_slices; ++i) {
-      const TokenRange slice = ScanSlice(i, options.scan_slices);
-      if (std::none_of(ranges.begin(), ranges.end(),
-                       [&](const TokenRange& r) { return r.first <= slice.last && slice.first <= r.last; })) {
-        continue;
-      }
-      std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
+      const std::vector<TokenRange> parts = ScanParts(ScanSlice(i, options.scan_slices), ranges);
+      if (parts.empty()) continue;
+      std::vector<storage::EntityState> states = Scan(parts);
       std::unordered_set<std::string_view> seen;
       seen.reserve(states.size());
       for (const storage::EntityState& s : states) {
@@ -342,7 +340,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       if (inserted) it->second = link.Reachable(id);
       return it->second;
     };
-    std::vector<storage::EntityState> states = store.ScanTokenRange(slice.slice.first, slice.slice.last);
+    std::vector<storage::EntityState> states = Scan(ScanParts(slice.slice, slice.limit));
     std::unordered_set<std::string_view> seen;
     seen.reserve(states.size());
     for (const storage::EntityState& s : states) {
@@ -370,16 +368,37 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
                                });
                              });
     }
-    return planner.ReplicationSliceScanned(Now(), slice.job, static_cast<uint32_t>(per_target.size()));
+    return planner.ReplicationSliceScanned(Now(), slice.job, static_cast<uint32_t>(per_target.size()),
+                                           states.size());
   }
 
-  // Discards every state whose key's preference list on `ring` lacks this node; returns how many.
-  uint64_t Drop(const ring::RingView& ring) {
+  // The states of `parts` (sorted, non-overlapping), one scan each.
+  std::vector<storage::EntityState> Scan(const std::vector<TokenRange>& parts) {
+    if (parts.size() == 1) return store.ScanTokenRange(parts[0].first, parts[0].last);
+    std::vector<storage::EntityState> states;
+    for (const TokenRange& part : parts) {
+      std::vector<storage::EntityState> more = store.ScanTokenRange(part.first, part.last);
+      if (states.empty()) {
+        states = std::move(more);
+      } else {
+        std::move(more.begin(), more.end(), std::back_inserter(states));
+      }
+    }
+    return states;
+  }
+
+  // Discards every state of `drop`'s ranges whose key's preference list on its ring lacks this node;
+  // returns the report.
+  HandoffActions Drop(const DropStates& drop) {
     const MonoTime t0 = Now();
+    const ring::RingView& ring = *drop.ring;
     uint64_t dropped = 0;
+    uint64_t scanned = 0;
     for (uint32_t i = 0; i < options.scan_slices; ++i) {
-      const TokenRange slice = ScanSlice(i, options.scan_slices);
-      std::vector<storage::EntityState> states = store.ScanTokenRange(slice.first, slice.last);
+      const std::vector<TokenRange> parts = ScanParts(ScanSlice(i, options.scan_slices), drop.ranges);
+      if (parts.empty()) continue;
+      std::vector<storage::EntityState> states = Scan(parts);
+      scanned += states.size();
       std::unordered_set<std::string_view> seen;
       seen.reserve(states.size());
       for (const storage::EntityState& s : states) {
@@ -392,10 +411,11 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
       }
     }
     if (dropped > 0) {
-      spdlog::info("handoff drop: discarded {} states no longer owned or replicated here in {:.3f} s",
-                   dropped, Seconds(Now() - t0));
+      spdlog::info(
+          "handoff drop: discarded {} states no longer owned or replicated here in {:.3f} s ({} read)",
+          dropped, Seconds(Now() - t0), scanned);
     }
-    return dropped;
+    return planner.Dropped(Now(), dropped, scanned);
   }
 };
 

@@ -19,9 +19,13 @@
 // Graceful leave (Leave): the leaving node hands every range it owns to the owners of the ring without
 // it, then routes every check to them (RouteOverride) until it exits.
 // Re-replication: after a ring change, the owner of each key pushes it to the members that joined its
-// preference list (PreferenceList(token, R) before vs after), so each key gets back to R copies.
+// preference list (PreferenceList(token, R) before vs after), so each key gets back to R copies. Only the
+// tokens where that can happen are read (ReplicationRanges), so a join costs in proportion to what moved.
 // Drop: drop_delay after the last ring change, with no handoff in progress, states whose key's
 // preference list no longer contains this node are discarded (Store::Discard: not replicated as erases).
+// It reads only the ranges this node held on a ring since its last drop and no longer holds; the first
+// drop after a start reads every token. (A state absorbed for a range held on no ring this node was told
+// of -- sent by a peer on a ring it skipped -- waits for that first drop of the next start.)
 //
 // Planner and driver: every decision is HandoffPlanner's (handoff_planner.h: a pure state machine, one
 // object per outgoing handoff with a std::variant of its phases). HandoffManager is its driver: every

@@ -166,6 +166,26 @@ std::vector<std::string> ReplicationTargets(const ReplicateSlice& slice, std::st
   return targets;
 }
 
+std::vector<TokenRange> ReplicationRanges(const RingView& before, const RingView& after,
+                                          std::string_view self, uint32_t replicas) {
+  const std::vector<TokenRange> owned = after.Arcs(self);
+  if (owned.empty()) return {};
+  std::vector<TokenRange> gained;  // where some other member joined the preference list
+  for (const ring::RingMember& m : after.members()) {
+    if (m.id == self) continue;
+    for (const TokenRange& r :
+         Subtract(after.HeldRanges(m.id, replicas), before.HeldRanges(m.id, replicas))) {
+      gained.push_back(r);
+    }
+  }
+  return Intersect(owned, Union(std::move(gained)));
+}
+
+std::vector<TokenRange> ScanParts(TokenRange slice, const std::optional<std::vector<TokenRange>>& ranges) {
+  if (!ranges.has_value()) return {slice};
+  return Intersect(*ranges, {slice});
+}
+
 HandoffPlanner::HandoffPlanner(std::string self, HandoffOptions options)
     : self_(std::move(self)), options_(options) {}
 
@@ -264,6 +284,14 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
   HandoffActions out;
   if (after == nullptr) return Done(out);
   out.ring = after;
+  if (drop_scope_.has_value()) {  // every range held on the rings left behind may hold states to drop
+    for (const RingPtr& left : {before, latest_}) {
+      if (left == nullptr) continue;
+      const std::vector<TokenRange> held = left->HeldRanges(self_, options_.replicas);
+      drop_scope_->insert(drop_scope_->end(), held.begin(), held.end());
+    }
+    drop_scope_ = Union(std::move(*drop_scope_));
+  }
   latest_ = after;
   last_change_ = now;
   drop_pending_ = true;
@@ -362,7 +390,10 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
   std::sort(incoming_.begin(), incoming_.end(),
             [](const Incoming& x, const Incoming& y) { return x.range.first < y.range.first; });
   if (before->fingerprint() != after->fingerprint()) {
-    jobs_.push_back({next_id_++, before, after, std::nullopt, 0, false, 0});
+    std::optional<std::vector<TokenRange>> limit;
+    if (options_.scan_moved_only) limit = MovedForReplication(before, after);
+    if (!limit.has_value() || !limit->empty())
+      jobs_.push_back({next_id_++, before, after, limit, 0, false, 0});
   }
   // The overrides of the change are published with `after`; then the pushes start and unreachable previous
   // owners are released (Tick): a handoff to an unreachable target fails, which publishes again (the last
@@ -399,7 +430,8 @@ uint64_t HandoffPlanner::AddOutgoing(MonoTime now, const std::string& to, std::v
   const uint64_t id = next_id_++;
   spdlog::info("handoff out to {}{}: {} ranges ({:.2f}% of the ring) start", to, leave ? " (leave)" : "",
                ranges.size(), 100 * Share(ranges));
-  outgoing_.emplace(id, Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, PushDue{now}, false, {}});
+  outgoing_.emplace(id,
+                    Outgoing{to, std::move(ranges), fingerprint, leave, now, 0, 0, PushDue{now}, false, {}});
   return id;
 }
 
@@ -414,6 +446,7 @@ void HandoffPlanner::StartPush(MonoTime now, const ClusterView& view, uint64_t i
     return;
   }
   o.keys = 0;
+  o.bytes = 0;
   Pushing push{next_id_++, ScanWindows(o.ranges), 0};
   o.progress.window_keys.assign(push.windows.size(), 0);
   o.progress.counted = false;
@@ -441,13 +474,14 @@ void HandoffPlanner::NextWindow(MonoTime /*now*/, uint64_t id, HandoffActions& o
 }
 
 HandoffActions HandoffPlanner::PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
-                                              uint64_t keys) {
+                                              uint64_t keys, uint64_t bytes) {
   HandoffActions out;
   auto it = outgoing_.find(handoff);
   if (it == outgoing_.end()) return Done(out);
   auto* push = std::get_if<Pushing>(&it->second.phase);
   if (push == nullptr || push->attempt != attempt) return Done(out);
   it->second.keys += keys;
+  it->second.bytes += bytes;
   if (ok) {
     // The window acknowledged is the last one asked for: it counts what it sent from now on.
     Outgoing& o = it->second;
@@ -603,8 +637,15 @@ void HandoffPlanner::Tick(MonoTime now, const ClusterView& view, HandoffActions&
       jobs_.empty() && now - last_change_ >= options_.drop_delay) {
     drop_pending_ = false;
     if (latest_ != nullptr && latest_->Find(self_) != nullptr) {
-      dropping_ = true;
-      out.drop = latest_;
+      std::optional<std::vector<TokenRange>> ranges;  // none: every token
+      if (options_.scan_moved_only && drop_scope_.has_value()) {
+        ranges = Subtract(*drop_scope_, latest_->HeldRanges(self_, options_.replicas));
+      }
+      drop_scope_ = std::vector<TokenRange>{};
+      if (!ranges.has_value() || !ranges->empty()) {
+        dropping_ = true;
+        out.drop = DropStates{latest_, std::move(ranges)};
+      }
     }
   }
 }
@@ -657,14 +698,27 @@ std::vector<TokenRange> HandoffPlanner::ReleaseIncoming(MonoTime now, std::strin
 
 // Once `in`'s range `r` is released, its keys are this node's: re-replicate them.
 void HandoffPlanner::QueueReplication(const Incoming& in, TokenRange r) {
+  std::vector<TokenRange> part{r};
+  if (options_.scan_moved_only) part = Intersect(part, MovedForReplication(in.before, in.after));
+  if (part.empty()) return;  // no key of it has anyone new to go to
   if (!jobs_.empty() && jobs_.back().limit.has_value() && jobs_.back().next_slice == 0 &&
       !jobs_.back().scanning && jobs_.back().before == in.before && jobs_.back().after == in.after) {
     auto& limit = *jobs_.back().limit;
-    limit.push_back(r);
-    SortRanges(limit);
+    limit.insert(limit.end(), part.begin(), part.end());
+    limit = Union(std::move(limit));
     return;
   }
-  jobs_.push_back({next_id_++, in.before, in.after, std::vector<TokenRange>{r}, 0, false, 0});
+  jobs_.push_back({next_id_++, in.before, in.after, std::move(part), 0, false, 0});
+}
+
+const std::vector<TokenRange>& HandoffPlanner::MovedForReplication(const RingPtr& before,
+                                                                   const RingPtr& after) {
+  if (moved_cache_.before != before || moved_cache_.after != after) {
+    moved_cache_.ranges = ReplicationRanges(*before, *after, self_, options_.replicas);
+    moved_cache_.before = before;
+    moved_cache_.after = after;
+  }
+  return moved_cache_.ranges;
 }
 
 // ------------------------------------------------------------------------------------ unsynced ranges
@@ -991,7 +1045,7 @@ HandoffActions HandoffPlanner::ReplicationPump(MonoTime /*now*/) {
     ReplicateSlice r;
     r.job = job.id;
     r.slice = slice;
-    r.limit = job.limit;
+    if (job.limit.has_value()) r.limit = ScanParts(slice, job.limit);
     for (const Incoming& in : incoming_) r.pending_in.push_back(in.range);
     r.before = job.before;
     r.after = job.after;
@@ -1003,8 +1057,10 @@ HandoffActions HandoffPlanner::ReplicationPump(MonoTime /*now*/) {
   return Done(out);
 }
 
-HandoffActions HandoffPlanner::ReplicationSliceScanned(MonoTime /*now*/, uint64_t job, uint32_t pushes) {
+HandoffActions HandoffPlanner::ReplicationSliceScanned(MonoTime /*now*/, uint64_t job, uint32_t pushes,
+                                                       uint64_t scanned) {
   HandoffActions out;
+  stats_.scanned_states += scanned;
   for (ReplicationJob& j : jobs_) {
     if (j.id != job) continue;
     j.scanning = false;
@@ -1026,8 +1082,9 @@ HandoffActions HandoffPlanner::ReplicationPushDone(MonoTime /*now*/, uint64_t jo
   return Done(out);
 }
 
-HandoffActions HandoffPlanner::Dropped(MonoTime /*now*/, uint64_t dropped) {
+HandoffActions HandoffPlanner::Dropped(MonoTime /*now*/, uint64_t dropped, uint64_t scanned) {
   HandoffActions out;
+  stats_.scanned_states += scanned;
   dropping_ = false;
   stats_.dropped_states += dropped;
   return Done(out);
@@ -1086,6 +1143,7 @@ std::vector<HandoffView> HandoffPlanner::Views(MonoTime now) const {
     v.ranges = o.ranges.size();
     v.share = Share(o.ranges);
     v.keys = o.keys;
+    v.bytes = o.bytes;
     v.phase = PhaseName(o.phase);
     v.seconds = Seconds(now - o.started);
     FillProgress(o, v);

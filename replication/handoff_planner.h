@@ -110,6 +110,13 @@ struct HandoffOptions {
   // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
   // REQUIRES: >= 1. Default: 64.
   uint32_t scan_slices = 64;
+  // Re-replication and drop scan only the token ranges whose holders changed (a join costs work in
+  // proportion to the share that moved): re-replication the ranges this node owns whose preference list
+  // gained a member (ReplicationRanges), the drop the ranges this node held on a ring since its last drop
+  // and holds no more (the first drop after a start scans everything). false: every slice of the token
+  // space is scanned (the full scan: the benchmark's baseline, bench/replication/ring_change_bench).
+  // Either way each state is checked by key as before. Default: true.
+  bool scan_moved_only = true;
 };
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
@@ -130,6 +137,7 @@ struct HandoffView {
   // not acknowledged yet (keys + keys_left == keys_total while pushing).
   uint64_t keys_total = 0;
   uint64_t keys_left = 0;
+  uint64_t bytes = 0;        // out: the serialized size of the states pushed so far (as `keys`)
   size_t windows_done = 0;   // scan windows acknowledged
   size_t windows_total = 0;  // scan windows of the push
   double done = 0;  // share done: keys / keys_total (windows when nothing counted); 1 from the switch
@@ -144,6 +152,7 @@ struct HandoffStats {
                                     // done_timeout passed
   uint64_t rereplicated_keys = 0;   // keys pushed to new members of their preference list
   uint64_t dropped_states = 0;      // states discarded because this node neither owns nor replicates them
+  uint64_t scanned_states = 0;      // states read by re-replication and drop scans (as the driver reports)
   uint64_t in_progress = 0;         // gauge: handoffs in progress (both directions)
   uint64_t keys_left = 0;           // gauge: keys_left summed over the outgoing handoffs in progress
   uint64_t unsynced_ranges = 0;     // gauge: ranges held without their copy yet
@@ -164,8 +173,8 @@ using RingPtr = std::shared_ptr<const ring::RingView>;
 [[nodiscard]] ring::TokenRange ScanSlice(uint32_t i, uint32_t n);
 
 // Scan the states of `window` whose token is in `ranges` (sorted), send them to `to` (one
-// Replicator::SendUpdates), and report PushWindowDone(handoff, attempt, ok, keys sent). An empty window
-// is reported at once (ok, 0 keys).
+// Replicator::SendUpdates), and report PushWindowDone(handoff, attempt, ok, keys sent, their serialized
+// bytes). An empty window is reported at once (ok, 0 keys).
 struct PushWindow {
   uint64_t handoff = 0;
   uint64_t attempt = 0;
@@ -180,9 +189,9 @@ struct FlushLastChanges {
   std::chrono::milliseconds wait{0};
 };
 
-// Count, for each of `windows`, the states whose token is in `ranges` (sorted) -- what PushWindow would
-// send of it -- and report KeysCounted(handoff, attempt, one count per window). A cost of one scan of the
-// handoff's states: the progress figures (HandoffView::keys_total, keys_left) come from it.
+// Count, for each of `windows`, the keys whose token is in `ranges` (sorted) -- what PushWindow would
+// send of it -- and report KeysCounted(handoff, attempt, one count per window): the progress figures
+// (HandoffView::keys_total, keys_left) come from it. Store::CountTokenRange: no state is copied.
 struct CountKeys {
   uint64_t handoff = 0;
   uint64_t attempt = 0;
@@ -211,9 +220,10 @@ struct PullSync {
   uint64_t fingerprint = 0;  // this node's newest ring (0: none)
 };
 
-// Scan `slice` and push each state whose key ReplicationTargets names targets for to those targets (one
-// Replicator::SendUpdates per target); report ReplicationSliceScanned(job, pushes started), then
-// ReplicationPushDone(job, keys, ok) for each push.
+// Scan the tokens of `slice` that are in `limit` (all of it when none) and push each state whose key
+// ReplicationTargets names targets for to those targets (one Replicator::SendUpdates per target); report
+// ReplicationSliceScanned(job, pushes started, states scanned), then ReplicationPushDone(job, keys, ok) for
+// each push.
 struct ReplicateSlice {
   uint64_t job = 0;
   ring::TokenRange slice;
@@ -230,6 +240,26 @@ struct ReplicateSlice {
 [[nodiscard]] std::vector<std::string> ReplicationTargets(
     const ReplicateSlice& slice, std::string_view self, uint32_t replicas, ring::Token token,
     const std::function<bool(std::string_view)>& reachable);
+
+// The tokens where ReplicationTargets of the change `before` -> `after` can name anyone: those `self` owns
+// on `after` whose preference list (`replicas`) on `after` has a member other than `self` that it lacks
+// on `before`. Sorted, adjacent ranges merged. Pure; O(members V R).
+[[nodiscard]] std::vector<ring::TokenRange> ReplicationRanges(const ring::RingView& before,
+                                                              const ring::RingView& after,
+                                                              std::string_view self, uint32_t replicas);
+
+// `ranges` (sorted, non-overlapping) cut to `slice`: the parts of them a scan of `slice` reads; the whole
+// slice when `ranges` is none.
+[[nodiscard]] std::vector<ring::TokenRange> ScanParts(
+    ring::TokenRange slice, const std::optional<std::vector<ring::TokenRange>>& ranges);
+
+// Discard every state whose key's preference list (R) on `ring` lacks this node, reading only the tokens
+// in `ranges` (sorted; none: every token), one slice of HandoffOptions::scan_slices at a time (ScanParts);
+// report Dropped(states discarded, states scanned).
+struct DropStates {
+  RingPtr ring;
+  std::optional<std::vector<ring::TokenRange>> ranges;
+};
 
 struct HandoffActions {
   // Publish into the routing table as one update: `ring` (when set) together with `overrides` (when set).
@@ -248,8 +278,8 @@ struct HandoffActions {
   // served between slices).
   bool pump = false;
   std::optional<ReplicateSlice> replicate;
-  // Discard every state whose key's preference list (R) on this ring lacks this node; report Dropped.
-  RingPtr drop;
+  // Discard the states this node holds no more; report Dropped.
+  std::optional<DropStates> drop;
   // The leave is over: every handoff of it acknowledged (true), or some failed (false).
   std::optional<bool> leave_done;
   // When to call Timer next (replaces any earlier instant); nullopt: nothing is due.
@@ -297,7 +327,7 @@ class HandoffPlanner {
   }
 
   [[nodiscard]] HandoffActions PushWindowDone(MonoTime now, uint64_t handoff, uint64_t attempt, bool ok,
-                                              uint64_t keys);
+                                              uint64_t keys, uint64_t bytes);
   // The counts of CountKeys (one per window; any other length is ignored). Windows already acknowledged
   // keep the keys they sent.
   [[nodiscard]] HandoffActions KeysCounted(MonoTime now, uint64_t handoff, uint64_t attempt,
@@ -338,10 +368,12 @@ class HandoffPlanner {
 
   // Re-replication: the next slice of the first job, or nothing to scan now.
   [[nodiscard]] HandoffActions ReplicationPump(MonoTime now);
-  [[nodiscard]] HandoffActions ReplicationSliceScanned(MonoTime now, uint64_t job, uint32_t pushes);
+  // A ReplicateSlice was scanned: `scanned` states read, `pushes` pushes started.
+  [[nodiscard]] HandoffActions ReplicationSliceScanned(MonoTime now, uint64_t job, uint32_t pushes,
+                                                       uint64_t scanned);
   [[nodiscard]] HandoffActions ReplicationPushDone(MonoTime now, uint64_t job, uint64_t keys, bool ok);
-  // The drop asked for is over: `dropped` states discarded.
-  [[nodiscard]] HandoffActions Dropped(MonoTime now, uint64_t dropped);
+  // The drop asked for is over: `dropped` states discarded of `scanned` read.
+  [[nodiscard]] HandoffActions Dropped(MonoTime now, uint64_t dropped, uint64_t scanned);
 
   // The switching handoff whose ranges contain `token` (its held checks wait for it), or nullopt.
   [[nodiscard]] std::optional<uint64_t> Holding(ring::Token token) const;
@@ -381,7 +413,8 @@ class HandoffPlanner {
     uint64_t fingerprint = 0;              // of the ring the ranges move to
     bool leave = false;
     MonoTime started{};
-    uint64_t keys = 0;  // pushed by the current attempt
+    uint64_t keys = 0;   // pushed by the current attempt
+    uint64_t bytes = 0;  // their serialized size
     Phase phase;
     bool synced = false;    // this node held every one of `ranges` synced when the handoff started
     PushProgress progress;  // of the current attempt (reset when it starts)
@@ -433,7 +466,8 @@ class HandoffPlanner {
     uint64_t id = 0;
     RingPtr before;
     RingPtr after;
-    std::optional<std::vector<ring::TokenRange>> limit;  // only these tokens (sorted); none: all
+    // Only these tokens (sorted; ReplicationRanges of the change unless !scan_moved_only); none: all.
+    std::optional<std::vector<ring::TokenRange>> limit;
     uint32_t next_slice = 0;
     bool scanning = false;     // a ReplicateSlice is out, not reported yet
     uint32_t outstanding = 0;  // pushes not answered yet
@@ -450,6 +484,9 @@ class HandoffPlanner {
   void Finish(MonoTime now, uint64_t id, bool ok, std::string_view why, HandoffActions& out);
   void Tick(MonoTime now, const ClusterView& view, HandoffActions& out);
   void QueueReplication(const Incoming& in, ring::TokenRange r);
+  // ReplicationRanges of `before` -> `after` (the last pair asked is kept: released incoming ranges of one
+  // change ask for the same pair again and again).
+  const std::vector<ring::TokenRange>& MovedForReplication(const RingPtr& before, const RingPtr& after);
   void SendNothingToHandOff(const ClusterView& view, const RingPtr& after, HandoffActions& out) const;
   void Publish(HandoffActions& out) const;
   // Unsynced ranges after the ring change `before` -> `after`; `deciding` (sorted): ranges this node
@@ -508,6 +545,14 @@ class HandoffPlanner {
   MonoTime last_change_{};
   bool drop_pending_ = false;
   bool dropping_ = false;  // a `drop` action is out, Dropped not called yet
+  // What the next drop reads (scan_moved_only): the ranges held on some ring since the last drop (the
+  // ranges not held on the newest are read); none: every token (no drop since the start: the store may
+  // hold anything). Widened by every ring change, emptied by the drop that reads it.
+  std::optional<std::vector<ring::TokenRange>> drop_scope_;
+  struct {
+    RingPtr before, after;
+    std::vector<ring::TokenRange> ranges;
+  } moved_cache_;  // MovedForReplication
   // Leave: leaving_ from Leave on; left_ once every handoff of it ended.
   bool leaving_ = false;
   bool left_ = false;

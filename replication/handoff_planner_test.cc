@@ -4,9 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ringlimit::replication {
@@ -25,6 +30,31 @@ RingPtr Ring(const std::vector<std::string>& ids, uint64_t version = 1) {
 // A token in the middle of `range`.
 Token Inside(const TokenRange& range) { return range.first + (range.last - range.first) / 2; }
 
+// Whether `id` is in the preference list of length `r` of `t` on `ring`.
+bool Holds(const ring::RingView& ring, std::string_view id, size_t r, Token t) {
+  const auto list = ring.PreferenceList(t, r);
+  return std::any_of(list.begin(), list.end(), [&](const ring::RingMember* m) { return m->id == id; });
+}
+
+// `ranges` (sorted) are the tokens where `in` holds, as far as 20,000 random tokens and both ends and the
+// middle of every range (and the tokens just outside them) tell.
+void ExpectExactly(const std::vector<TokenRange>& ranges, const std::function<bool(Token)>& in) {
+  std::mt19937_64 random(7);
+  for (int i = 0; i < 20'000; ++i) {
+    const Token t = random();
+    ASSERT_EQ(InSortedRanges(ranges, t), in(t)) << "token " << t;
+  }
+  for (const TokenRange& r : ranges) {
+    for (Token t : {r.first, Inside(r), r.last}) ASSERT_TRUE(in(t)) << "token " << t;
+    if (r.first > 0 && !InSortedRanges(ranges, r.first - 1)) {
+      ASSERT_FALSE(in(r.first - 1));
+    }
+    if (r.last < UINT64_MAX && !InSortedRanges(ranges, r.last + 1)) {
+      ASSERT_FALSE(in(r.last + 1));
+    }
+  }
+}
+
 class HandoffPlannerTest : public ::testing::Test {
  protected:
   ClusterView View(std::string_view self) {
@@ -36,7 +66,7 @@ class HandoffPlannerTest : public ::testing::Test {
   static HandoffActions AckWindows(HandoffPlanner& p, MonoTime now, HandoffActions a, uint64_t keys = 10) {
     while (!a.push.empty()) {
       const PushWindow w = a.push.front();
-      a = p.PushWindowDone(now, w.handoff, w.attempt, true, keys);
+      a = p.PushWindowDone(now, w.handoff, w.attempt, true, keys, 0);
     }
     return a;
   }
@@ -46,7 +76,7 @@ class HandoffPlannerTest : public ::testing::Test {
     for (int i = 0; i < 10'000; ++i) {
       HandoffActions a = p.ReplicationPump(now);
       if (!a.replicate.has_value()) return;
-      static_cast<void>(p.ReplicationSliceScanned(now, a.replicate->job, 0));
+      static_cast<void>(p.ReplicationSliceScanned(now, a.replicate->job, 0, 0));
     }
     FAIL() << "re-replication does not end";
   }
@@ -187,11 +217,12 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   EXPECT_EQ(a.stats().keys_left, total);  // c's handoff is not counted: it adds nothing
 
   // The first window sends 12 keys where 10 were counted (a key was added meanwhile).
-  HandoffActions next = a.PushWindowDone(now_, first.handoff, first.attempt, true, 12);
+  HandoffActions next = a.PushWindowDone(now_, first.handoff, first.attempt, true, 12, 1200);
   ASSERT_EQ(next.push.size(), 1u);
   v = view_of(first.handoff);
   EXPECT_EQ(v.windows_done, 1u);
   EXPECT_EQ(v.keys, 12u);
+  EXPECT_EQ(v.bytes, 1200u);
   EXPECT_EQ(v.keys_total, total + 2);
   EXPECT_EQ(v.keys_left, total - 10);
   EXPECT_EQ(v.keys + v.keys_left, v.keys_total);
@@ -204,13 +235,14 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   // Every other window sends what was counted: the switch shows everything sent.
   for (size_t i = 1; i < n; ++i) {
     ASSERT_EQ(next.push.size(), 1u);
-    next = a.PushWindowDone(now_, first.handoff, first.attempt, true, counts[i]);
+    next = a.PushWindowDone(now_, first.handoff, first.attempt, true, counts[i], 100 * counts[i]);
   }
   EXPECT_EQ(next.fence, std::vector<uint64_t>{first.handoff});
   v = view_of(first.handoff);
   EXPECT_EQ(v.phase, "flushing");
   EXPECT_EQ(v.windows_done, n);
   EXPECT_EQ(v.keys, total + 2);
+  EXPECT_EQ(v.bytes, 100 * (total + 2));
   EXPECT_EQ(v.keys_total, v.keys);
   EXPECT_EQ(v.keys_left, 0u);
   EXPECT_DOUBLE_EQ(v.done, 1.0);
@@ -221,7 +253,7 @@ TEST_F(HandoffPlannerTest, PushProgressCountsKeysSentAndLeft) {
   static_cast<void>(a.KeysCounted(now_, other.handoff, other.attempt,
                                   std::vector<uint64_t>(change.count[1].windows.size(), 7)));
   EXPECT_GT(a.stats().keys_left, 0u);
-  static_cast<void>(a.PushWindowDone(now_, other.handoff, other.attempt, false, 0));
+  static_cast<void>(a.PushWindowDone(now_, other.handoff, other.attempt, false, 0, 0));
   EXPECT_EQ(a.stats().keys_left, 0u);
   for (const HandoffView& w : a.Views(now_)) {
     if (w.peer != other.to) continue;
@@ -253,15 +285,9 @@ TEST_F(HandoffPlannerTest, IncomingIsReleasedByHandoffDone) {
   HandoffActions released = b.HandoffDoneReceived(now_ + 5ms, "a", mine, two->fingerprint(), 7, true);
   ASSERT_NE(released.overrides, nullptr);
   EXPECT_TRUE(released.overrides->empty());  // synced too: a held them synced
-  // The released keys are re-replicated: a job limited to them, after the ring change's own.
-  bool limited = false;
-  for (int i = 0; i < 100; ++i) {
-    HandoffActions pump = b.ReplicationPump(now_);
-    if (!pump.replicate.has_value()) break;
-    limited = limited || (pump.replicate->limit.has_value() && !pump.replicate->limit->empty());
-    static_cast<void>(b.ReplicationSliceScanned(now_, pump.replicate->job, 0));
-  }
-  EXPECT_TRUE(limited);
+  // The released keys would be re-replicated by a job limited to them, but with R = 1 no key of b has a
+  // member new to its preference list: nothing is scanned (ReplicationScansOnlyRangesWhoseHoldersChanged).
+  EXPECT_FALSE(b.ReplicationPump(now_).replicate.has_value());
   EXPECT_EQ(b.stats().incoming_completed, mine.size());
   EXPECT_EQ(b.stats().incoming_abandoned, 0u);
   EXPECT_TRUE(b.Views(now_).empty());
@@ -379,7 +405,7 @@ TEST_F(HandoffPlannerTest, PushRetriesThenTimesOut) {
   HandoffActions change = a.RingChanged(now_, View("a"), one, two);
   ASSERT_EQ(change.push.size(), 1u);
   const PushWindow w = change.push[0];
-  HandoffActions failed = a.PushWindowDone(now_ + 1ms, w.handoff, w.attempt, false, 5);
+  HandoffActions failed = a.PushWindowDone(now_ + 1ms, w.handoff, w.attempt, false, 5, 0);
   EXPECT_TRUE(failed.push.empty());
   EXPECT_EQ(failed.wake_at, now_ + 1ms + HandoffPlanner::kRetryDelay);
   EXPECT_EQ(a.Views(now_)[0].phase, "pushing");
@@ -391,7 +417,7 @@ TEST_F(HandoffPlannerTest, PushRetriesThenTimesOut) {
   EXPECT_NE(retry.push[0].attempt, w.attempt);
   EXPECT_EQ(retry.push[0].window, w.window);  // from the first window again
   // The first attempt's late answer changes nothing.
-  HandoffActions stale = a.PushWindowDone(now_ + 300ms, w.handoff, w.attempt, true, 5);
+  HandoffActions stale = a.PushWindowDone(now_ + 300ms, w.handoff, w.attempt, true, 5, 0);
   EXPECT_TRUE(stale.push.empty());
   EXPECT_TRUE(stale.fence.empty());
 
@@ -460,7 +486,7 @@ TEST_F(HandoffPlannerTest, LaterRingChangeSupersedesAHandoff) {
     EXPECT_TRUE(superseded.push.empty());
     EXPECT_EQ(a.stats().handoffs_failed, 1u);
     EXPECT_TRUE(a.Views(now_).empty());
-    HandoffActions late = a.PushWindowDone(now_ + 2ms, w.handoff, w.attempt, true, 1);
+    HandoffActions late = a.PushWindowDone(now_ + 2ms, w.handoff, w.attempt, true, 1, 0);
     EXPECT_TRUE(late.push.empty());
     EXPECT_TRUE(late.fence.empty());
   }
@@ -504,7 +530,7 @@ TEST_F(HandoffPlannerTest, LeaveHandsEverythingOver) {
 
   std::vector<uint64_t> ids;
   for (const PushWindow& w : leave->push) {
-    HandoffActions a = AckWindows(c, now_, c.PushWindowDone(now_, w.handoff, w.attempt, true, 1));
+    HandoffActions a = AckWindows(c, now_, c.PushWindowDone(now_, w.handoff, w.attempt, true, 1, 0));
     ids.push_back(a.fence.at(0));
   }
   for (uint64_t id : ids) {
@@ -563,15 +589,20 @@ TEST_F(HandoffPlannerTest, ReplicatesToNewPreferenceListMembers) {
   HandoffActions pump = a.ReplicationPump(now_);
   ASSERT_TRUE(pump.replicate.has_value());
   const ReplicateSlice& slice = *pump.replicate;
-  EXPECT_EQ(slice.slice, ScanSlice(0, options.scan_slices));
+  // The first slice with a key whose preference list gained c; only those tokens of it are read.
+  ASSERT_TRUE(slice.limit.has_value());
+  const std::vector<TokenRange> moved = ReplicationRanges(*two, *three, "a", 2);
+  EXPECT_EQ(*slice.limit, ScanParts(slice.slice, moved));
+  EXPECT_FALSE(slice.limit->empty());
   EXPECT_EQ(slice.before, two);
   EXPECT_EQ(slice.after, three);
   EXPECT_FALSE(pump.pump);  // one slice at a time
-  HandoffActions scanned = a.ReplicationSliceScanned(now_, slice.job, 2);
+  HandoffActions scanned = a.ReplicationSliceScanned(now_, slice.job, 2, 11);
   EXPECT_FALSE(scanned.pump);  // waits for the two pushes
   EXPECT_FALSE(a.ReplicationPushDone(now_, slice.job, 5, true).pump);
   EXPECT_TRUE(a.ReplicationPushDone(now_, slice.job, 6, false).pump);
   EXPECT_EQ(a.stats().rereplicated_keys, 5u);
+  EXPECT_EQ(a.stats().scanned_states, 11u);
 
   // Which keys go where: a key a owns on both rings goes to c if c joined its preference list.
   auto yes = [](std::string_view) { return true; };
@@ -580,6 +611,10 @@ TEST_F(HandoffPlannerTest, ReplicatesToNewPreferenceListMembers) {
     const auto before = two->PreferenceList(t, 2);
     const auto after = three->PreferenceList(t, 2);
     if (!InSortedRanges({slice.slice}, t)) continue;  // the driver scans only the slice
+    if (!InSortedRanges(*slice.limit, t)) {  // not read: nobody joined its preference list, or a not owner
+      EXPECT_TRUE(ReplicationTargets(slice, "a", 2, t, yes).empty());
+      continue;
+    }
     const std::vector<std::string> targets = ReplicationTargets(slice, "a", 2, t, yes);
     if (after[0]->id != "a") {
       EXPECT_TRUE(targets.empty());
@@ -602,28 +637,205 @@ TEST_F(HandoffPlannerTest, ReplicatesToNewPreferenceListMembers) {
 // The drop: drop_delay after the last ring change, only with no handoff or re-replication in progress.
 TEST_F(HandoffPlannerTest, DropsOnlyAfterDropDelayWithNothingInProgress) {
   HandoffOptions options = Options();
+  // The full scan: every ring change re-replicates (b's keys have nobody new to go to with R = 1, so only
+  // the full scan has anything to run here), and every drop reads every token.
+  options.scan_moved_only = false;
   HandoffPlanner b("b", options);
   const RingPtr two = Ring({"a", "b"}, 2);
   HandoffActions joined = b.RingChanged(now_, View("b"), nullptr, two);
   EXPECT_EQ(joined.wake_at, now_ + HandoffPlanner::kHandoffQueryAfter);  // not the drop: b waits for a
-  EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);
+  EXPECT_FALSE(b.Timer(now_ + options.drop_delay, View("b")).drop.has_value());
   static_cast<void>(
       b.HandoffDoneReceived(now_ + options.drop_delay, "a", two->Arcs("b"), two->fingerprint(), 0, true));
-  EXPECT_EQ(b.Timer(now_ + options.drop_delay, View("b")).drop, nullptr);  // re-replication still runs
+  EXPECT_FALSE(b.Timer(now_ + options.drop_delay, View("b")).drop.has_value());  // re-replication still runs
   DrainReplication(b, now_ + options.drop_delay);
   HandoffActions idle = b.Timer(now_ + options.drop_delay + 1ms, View("b"));
-  ASSERT_NE(idle.drop, nullptr);
-  EXPECT_EQ(idle.drop, two);
+  ASSERT_TRUE(idle.drop.has_value());
+  EXPECT_EQ(idle.drop->ring, two);
+  EXPECT_FALSE(idle.drop->ranges.has_value());  // the first drop since the start reads every token
   EXPECT_FALSE(idle.wake_at.has_value());
-  static_cast<void>(b.Dropped(now_ + options.drop_delay + 2ms, 42));
+  static_cast<void>(b.Dropped(now_ + options.drop_delay + 2ms, 42, 100));
   EXPECT_EQ(b.stats().dropped_states, 42u);
-  EXPECT_EQ(b.Timer(now_ + 1h, View("b")).drop, nullptr);  // once per ring change
+  EXPECT_EQ(b.stats().scanned_states, 100u);
+  EXPECT_FALSE(b.Timer(now_ + 1h, View("b")).drop.has_value());  // once per ring change
 
   // A ring change restarts the delay.
   HandoffActions change = b.RingChanged(now_ + 2h, View("b"), two, two);
   EXPECT_EQ(change.wake_at, now_ + 2h + options.drop_delay);
-  EXPECT_EQ(b.Timer(now_ + 2h + options.drop_delay - 1ns, View("b")).drop, nullptr);
-  EXPECT_NE(b.Timer(now_ + 2h + options.drop_delay, View("b")).drop, nullptr);
+  EXPECT_FALSE(b.Timer(now_ + 2h + options.drop_delay - 1ns, View("b")).drop.has_value());
+  EXPECT_TRUE(b.Timer(now_ + 2h + options.drop_delay, View("b")).drop.has_value());
+}
+
+// Issue 33 item 5: after a join, each owner's re-replication reads only the tokens it owns whose preference
+// list gained a member, yet every key still reaches each member new to its preference list: the owners on
+// the new ring (the old members, and the joining one once its ranges are released) send each key to
+// exactly those members, and no key whose holders did not change is read. The full scan
+// (scan_moved_only = false) reads every slice. 3 -> 4 and 4 -> 5 members, R = 3.
+TEST_F(HandoffPlannerTest, ReplicationScansOnlyRangesWhoseHoldersChanged) {
+  for (size_t n : {3u, 4u}) {
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < n; ++i) ids.push_back(std::string(1, static_cast<char>('a' + i)));
+    std::vector<std::string> grown = ids;
+    grown.push_back(std::string(1, static_cast<char>('a' + n)));
+    const RingPtr before = Ring(ids, 1);
+    const RingPtr after = Ring(grown, 2);
+    // The slices each member's planner asks to scan after the join.
+    auto slices_of = [&](const std::string& id, const HandoffOptions& options) {
+      HandoffPlanner p(id, options);
+      const MonoTime later = now_ + 1s;
+      if (id != grown.back()) {  // an old member: on `before` first, its ranges received
+        static_cast<void>(p.RingChanged(now_, View(id), nullptr, before));
+        for (const std::string& other : ids) {
+          static_cast<void>(
+              p.HandoffDoneReceived(now_, other, before->Arcs(id), before->fingerprint(), 0, true));
+        }
+        DrainReplication(p, now_);
+        static_cast<void>(p.RingChanged(later, View(id), before, after));
+      } else {  // the joining member: its ranges released (re-replicated from then on)
+        static_cast<void>(p.RingChanged(later, View(id), nullptr, after));
+        for (const std::string& other : ids) {
+          static_cast<void>(
+              p.HandoffDoneReceived(later, other, after->Arcs(id), after->fingerprint(), 0, true));
+        }
+      }
+      std::vector<ReplicateSlice> slices;
+      for (int i = 0; i < 10'000; ++i) {
+        HandoffActions a = p.ReplicationPump(later);
+        if (!a.replicate.has_value()) break;
+        slices.push_back(*a.replicate);
+        static_cast<void>(p.ReplicationSliceScanned(later, a.replicate->job, 0, 0));
+      }
+      return slices;
+    };
+    HandoffOptions options;
+    options.replicas = 3;
+    std::map<std::string, std::vector<ReplicateSlice>> slices;
+    for (const std::string& id : grown) slices[id] = slices_of(id, options);
+    // The slice of `id` that reads `t`, or null.
+    auto reader = [&](const std::string& id, Token t) -> const ReplicateSlice* {
+      for (const ReplicateSlice& s : slices[id]) {
+        if (s.limit.has_value() && InSortedRanges(*s.limit, t)) return &s;
+      }
+      return nullptr;
+    };
+    auto yes = [](std::string_view) { return true; };
+    std::mt19937_64 random(n);
+    int moved = 0;
+    for (int i = 0; i < 20'000; ++i) {
+      const Token t = random();
+      const std::string owner = after->Owner(t)->id;
+      std::vector<std::string> joined;  // members new to t's preference list, but its owner
+      for (const ring::RingMember* m : after->PreferenceList(t, 3)) {
+        if (m->id != owner && !Holds(*before, m->id, 3, t)) joined.push_back(m->id);
+      }
+      for (const std::string& id : grown) {
+        ASSERT_EQ(reader(id, t) != nullptr, id == owner && !joined.empty())
+            << id << " reads token " << t << " (owner " << owner << ", " << joined.size() << " joined)";
+      }
+      if (joined.empty()) continue;
+      ++moved;
+      EXPECT_EQ(ReplicationTargets(*reader(owner, t), owner, 3, t, yes), joined) << "token " << t;
+    }
+    EXPECT_GT(moved, 1'000);
+    // What "a" reads: well under the whole ring; the full scan reads every slice of it.
+    double read = 0;
+    for (const ReplicateSlice& s : slices["a"]) {
+      for (const TokenRange& r : *s.limit) read += r.Fraction();
+    }
+    HandoffOptions full = options;
+    full.scan_moved_only = false;
+    const std::vector<ReplicateSlice> all = slices_of("a", full);
+    ASSERT_EQ(all.size(), full.scan_slices);
+    for (const ReplicateSlice& s : all) EXPECT_FALSE(s.limit.has_value());
+    std::printf("%zu -> %zu members: a's re-replication reads %.3f of the ring (the full scan: 1)\n", n,
+                n + 1, read);
+    EXPECT_GT(read, 0.02);
+    EXPECT_LT(read, 0.3);
+  }
+}
+
+// ReplicationRanges is exactly where ReplicationTargets can name a member, for any ring change: members
+// joining, leaving, or both in one change, several at once, R = 1 to 3 -- so a scan limited to it pushes
+// what the full scan pushes. Tokens at both ends of every range and just outside are checked (a range's
+// ends are vnode positions of either ring), with 20,000 random ones.
+TEST(ReplicationRangesTest, AreWhereReplicationTargetsNameAnyoneOnAnyRingChange) {
+  std::mt19937_64 random(99);
+  const std::vector<std::string> pool{"a", "b", "c", "d", "e", "f", "g"};
+  int changes = 0;
+  while (changes < 120) {
+    std::vector<std::string> before_ids;
+    std::vector<std::string> after_ids;
+    for (const std::string& id : pool) {
+      if (random() % 2 == 0) before_ids.push_back(id);
+      if (random() % 2 == 0) after_ids.push_back(id);
+    }
+    if (before_ids.empty() || after_ids.empty() || before_ids == after_ids) continue;
+    ++changes;
+    const RingPtr before = Ring(before_ids, 1);
+    const RingPtr after = Ring(after_ids, 2);
+    const uint32_t replicas = 1 + static_cast<uint32_t>(random() % 3);
+    const std::string self = after_ids[random() % after_ids.size()];
+    ReplicateSlice all;  // the whole token space, no limit: the full scan
+    all.slice = {0, UINT64_MAX};
+    all.before = before;
+    all.after = after;
+    SCOPED_TRACE(::testing::Message() << "change " << changes << ": " << before_ids.size() << " -> "
+                                      << after_ids.size() << " members, self " << self << ", R " << replicas);
+    ExpectExactly(ReplicationRanges(*before, *after, self, replicas), [&](Token t) {
+      return !ReplicationTargets(all, self, replicas, t, [](std::string_view) { return true; }).empty();
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The drop after a change reads only the ranges held on the rings left behind since the last drop and no
+// longer held (two changes before a drop: both rings' ranges), never a range held on the newest ring.
+TEST_F(HandoffPlannerTest, DropReadsOnlyRangesNoLongerHeld) {
+  HandoffOptions options;
+  options.replicas = 3;
+  HandoffPlanner a("a", options);
+  const RingPtr three = Ring({"a", "b", "c"}, 1);
+  const RingPtr four = Ring({"a", "b", "c", "d"}, 2);
+  const RingPtr five = Ring({"a", "b", "c", "d", "e"}, 3);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, three));
+  for (const char* other : {"b", "c"}) {
+    static_cast<void>(a.HandoffDoneReceived(now_, other, three->Arcs("a"), three->fingerprint(), 0, true));
+  }
+  DrainReplication(a, now_);
+  HandoffActions first = a.Timer(now_ + options.drop_delay, View("a"));
+  ASSERT_TRUE(first.drop.has_value());
+  EXPECT_FALSE(first.drop->ranges.has_value());  // since the start: every token
+  static_cast<void>(a.Dropped(now_ + options.drop_delay, 0, 0));
+  // The same ring again (a restart noticed): nothing left a, nothing to read.
+  static_cast<void>(a.RingChanged(now_ + 1min, View("a"), three, three));
+  EXPECT_FALSE(a.Timer(now_ + 1min + options.drop_delay, View("a")).drop.has_value());
+
+  gone_ = {"d", "e"};  // a's handoffs to them fail at once: the drop is not held up
+  MonoTime t = now_ + 1h;
+  static_cast<void>(a.RingChanged(t, View("a"), three, four));
+  DrainReplication(a, t);
+  HandoffActions one = a.Timer(t + options.drop_delay, View("a"));
+  ASSERT_TRUE(one.drop.has_value());
+  EXPECT_EQ(one.drop->ring, four);
+  ASSERT_TRUE(one.drop->ranges.has_value());
+  ExpectExactly(*one.drop->ranges,
+                [&](Token x) { return Holds(*three, "a", 3, x) && !Holds(*four, "a", 3, x); });
+  static_cast<void>(a.Dropped(t + options.drop_delay, 0, 0));
+
+  // Two changes (e joins, then b is gone), then one drop: what either ring left behind held, and the
+  // newest does not.
+  gone_.insert("b");  // a's incoming ranges from b are released at once
+  const RingPtr without_b = Ring({"a", "c", "d", "e"}, 4);
+  t += 1h;
+  static_cast<void>(a.RingChanged(t, View("a"), four, five));
+  static_cast<void>(a.RingChanged(t + 1s, View("a"), five, without_b));
+  DrainReplication(a, t + 1s);
+  HandoffActions two = a.Timer(t + 1s + options.drop_delay, View("a"));
+  ASSERT_TRUE(two.drop.has_value());
+  ASSERT_TRUE(two.drop->ranges.has_value());
+  ExpectExactly(*two.drop->ranges, [&](Token x) {
+    return (Holds(*four, "a", 3, x) || Holds(*five, "a", 3, x)) && !Holds(*without_b, "a", 3, x);
+  });
 }
 
 TEST(HandoffOptionsValidateTest, RejectsWhatViolatesRequires) {

@@ -31,6 +31,7 @@ size_t SlotBytes(std::string_view name) { return 64 + sizeof(limiter::LimitSpec)
 
 constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
 constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
+constexpr uint64_t kHead = 4;    // the first entry of its entity's chain (in heads_): counted once per key
 constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
 
 uint64_t Version(uint64_t meta) { return meta >> 16; }
@@ -269,6 +270,7 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   uint32_t head = FindHead(key);
   if (head == kNil) {
     heads_->insert(index);
+    e.meta |= kHead;
   } else {  // second in the chain: the head (and so the set) stays as it is
     e.entity_next = At(head).entity_next;
     At(head).entity_next = index;
@@ -293,7 +295,10 @@ void MemoryShard::Drop(uint32_t index, DropReason reason) {
   uint32_t head = FindHead(key);
   if (head == index) {
     heads_->erase(index);
-    if (e.entity_next != kNil) heads_->insert(e.entity_next);
+    if (e.entity_next != kNil) {
+      heads_->insert(e.entity_next);
+      At(e.entity_next).meta |= kHead;
+    }
   } else {
     uint32_t prev = head;
     while (At(prev).entity_next != index) prev = At(prev).entity_next;
@@ -590,6 +595,21 @@ void MemoryShard::ScanChunk(ring::Token first, ring::Token last, ScanCursor& cur
     cursor.done = true;
     cursor.may_repeat = inserts_ != cursor.inserts;
   }
+}
+
+uint64_t MemoryShard::CountChunk(ring::Token first, ring::Token last, ScanCursor& cursor) {
+  std::lock_guard lock(mutex_);
+  cursor.started = true;
+  uint64_t keys = 0;
+  uint32_t index = cursor.next;
+  const uint32_t stop = index + std::min(kCountChunkVisits, fresh_ - std::min(index, fresh_));
+  for (; index < stop; ++index) {
+    const Entry& e = At(index);
+    if (e.slot != kNil && (Flags(e.meta) & kHead) != 0 && e.token >= first && e.token <= last) ++keys;
+  }
+  cursor.next = index;
+  if (index >= fresh_) cursor.done = true;
+  return keys;
 }
 
 void MemoryShard::PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out) {

@@ -134,6 +134,13 @@ class MemoryShard {
   // room for kScanChunkStates more: growing a large vector under the lock would hold it for long.
   void ScanChunk(ring::Token first, ring::Token last, ScanCursor& cursor, std::vector<EntityState>& out);
 
+  // Counting copies nothing: a chunk looks at this many slab entries (a token and a flag each).
+  static constexpr uint32_t kCountChunkVisits = 16384;
+  // How many entities have their first state (the head of their chain) at one of the slab indices from
+  // cursor.next on with a token in [first, last], under one hold of the lock, looking at most
+  // kCountChunkVisits entries; advances `cursor` as ScanChunk does.
+  [[nodiscard]] uint64_t CountChunk(ring::Token first, ring::Token last, ScanCursor& cursor);
+
   // Appends the RocksDB row keys of the pending deletes whose token is in [first, last].
   void PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out);
   void CollectDirty(std::vector<DirtyRecord>& out);

@@ -203,6 +203,17 @@ std::vector<EntityState> MemoryStore::ScanTokenRange(ring::Token first, ring::To
   return out;
 }
 
+uint64_t MemoryStore::CountTokenRange(ring::Token first, ring::Token last) {
+  if (first > last) return 0;
+  uint64_t keys = 0;
+  const size_t end = ShardIndex(last, shard_count_);
+  for (size_t i = ShardIndex(first, shard_count_); i <= end; ++i) {
+    MemoryShard::ScanCursor cursor;
+    while (!cursor.done) keys += shards_[i]->CountChunk(first, last, cursor);
+  }
+  return keys;
+}
+
 MemoryStore::RangeScan MemoryStore::ScanTokenRangeWithDeletes(ring::Token first, ring::Token last) {
   RangeScan scan;
   Scan(first, last, scan.states, &scan.pending_deletes);

@@ -128,6 +128,8 @@ class MemoryStore final : public Store {
   // Write-back mode: the rows on disk get pending deletes, applied by the next flush.
   size_t Discard(std::string_view entity) override;
   [[nodiscard]] std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) override;
+  // Reads the overlapping shards' tokens in chunks, as a scan does, copying nothing.
+  [[nodiscard]] uint64_t CountTokenRange(ring::Token first, ring::Token last) override;
   void SetObserver(StateObserver* observer) override { observer_ = observer; }
   void Flush() override {}
   void Close() override {}

@@ -604,6 +604,41 @@ TEST(MemoryStoreScanTest, ReturnsExactlyTheStatesInTheRange) {
   }
 }
 
+// CountTokenRange counts each key with a state in the range once (a key's first state may go: the next
+// one counts it then), as the default Store::CountTokenRange (a scan, counted by key) does.
+TEST(MemoryStoreScanTest, CountTokenRangeCountsEachKeyOnce) {
+  std::mt19937_64 rng(17);
+  LimitSpec spec = Spec(Algorithm::kTokenBucket, 5, kSecond);
+  for (size_t n : {size_t{1}, size_t{0}}) {
+    MemoryStoreOptions options;
+    options.shards = n;
+    MemoryStore store(options);
+    std::map<std::string, ring::Token> keys;  // the keys left with a state
+    for (int i = 0; i < 6000; ++i) {
+      const std::string entity = "user:" + std::to_string(i);
+      Charge(store, entity, "rps", spec, kT0);
+      if (i % 3 == 0) Charge(store, entity, "rpm", spec, kT0);
+      if (i % 6 == 0) {
+        ASSERT_EQ(store.Erase(entity, std::string_view("rps")), 1u);  // its first state: "rpm" counts it
+      } else if (i % 5 == 0) {
+        ASSERT_GT(store.Erase(entity, std::nullopt), 0u);  // gone
+        continue;
+      }
+      keys[entity] = ring::RingToken(entity);
+    }
+    auto ranges = Ranges(rng, store.TEST_ShardCount(), 100);
+    ranges.emplace_back(0, UINT64_MAX);
+    for (auto [first, last] : ranges) {
+      uint64_t expected = 0;
+      for (const auto& [key, token] : keys) expected += token >= first && token <= last ? 1 : 0;
+      ASSERT_EQ(store.CountTokenRange(first, last), expected)
+          << n << " shards, [" << first << ", " << last << "]";
+      ASSERT_EQ(store.Store::CountTokenRange(first, last), expected);
+    }
+    EXPECT_EQ(store.CountTokenRange(0, UINT64_MAX), keys.size());
+  }
+}
+
 // A state removed after its chunk was copied and inserted again at a slab index the scan has not reached
 // yet is met twice in the slab; it is returned once, with its newest version.
 TEST(MemoryStoreScanTest, ReturnsAStateReinsertedDuringTheScanOnce) {

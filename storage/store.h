@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "ring/token.h"
@@ -127,6 +128,12 @@ class Store : public StateStore {
   // them otherwise (StateObserver).
   [[nodiscard]] virtual std::vector<EntityState> ScanTokenRange(ring::Token first, ring::Token last) = 0;
 
+  // How many keys (entities) ScanTokenRange(first, last) would return states of, each counted once, without
+  // copying a state: what a handoff's progress counts before its push. Under concurrent changes it is as
+  // exact as a scan (a key created or removed meanwhile may or may not count). Default: counts a
+  // ScanTokenRange (the durable tier); the memory tier reads only tokens and a flag.
+  [[nodiscard]] virtual uint64_t CountTokenRange(ring::Token first, ring::Token last);
+
   // Sets the observer (nullptr: none). Call before serving; not safe concurrently with Update.
   virtual void SetObserver(StateObserver* observer) = 0;
 
@@ -139,6 +146,14 @@ class Store : public StateStore {
 
   [[nodiscard]] virtual DurabilityStats Durability() const = 0;
 };
+
+inline uint64_t Store::CountTokenRange(ring::Token first, ring::Token last) {
+  const std::vector<EntityState> states = ScanTokenRange(first, last);
+  std::unordered_set<std::string_view> keys;
+  keys.reserve(states.size());
+  for (const EntityState& s : states) keys.insert(s.entity);
+  return keys.size();
+}
 
 }  // namespace ringlimit::storage
 

@@ -102,6 +102,7 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
     w.FieldUint("keys", h.keys);
     w.FieldUint("keys_total", h.keys_total);
     w.FieldUint("keys_left", h.keys_left);
+    w.FieldUint("bytes", h.bytes);
     w.FieldUint("windows_done", h.windows_done);
     w.FieldUint("windows_total", h.windows_total);
     w.FieldDouble("done", h.done);

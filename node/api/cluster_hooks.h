@@ -112,6 +112,7 @@ struct ClusterHandoffView {
   // then) and of those not sent yet, scan windows acknowledged of all, and the share done.
   uint64_t keys_total = 0;
   uint64_t keys_left = 0;
+  uint64_t bytes = 0;  // out: the serialized size of the states pushed so far
   size_t windows_done = 0;
   size_t windows_total = 0;
   double done = 0;

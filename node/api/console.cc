@@ -307,8 +307,9 @@ async function renderHandoffs(view) {
       const verb = h.direction === "out" ? " \u2192 " : " \u2190 ";
       // Outgoing: keys sent of keys to send (counted when the push started); incoming: keys received so far.
       const out = h.direction === "out";
-      const keysText = out && h.keys_total > 0 ? h.keys + " of " + h.keys_total + " keys (" + h.keys_left + " left)"
-                                               : h.keys + " keys";
+      const keysText = (out && h.keys_total > 0 ? h.keys + " of " + h.keys_total + " keys (" + h.keys_left + " left)"
+                                                : h.keys + " keys") +
+                       (out && h.bytes > 0 ? ", " + (h.bytes / 1e6).toFixed(1) + " MB" : "");
       const share = out ? h.done : (phases[h.phase] || 0.5);
       item.appendChild(el("div", {}, id + verb + h.peer + ": " + h.ranges + " ranges (" + (100 * h.share).toFixed(1) +
                                         "%), " + keysText + ", " + h.phase + ", " + h.seconds.toFixed(1) + " s" +

@@ -212,9 +212,10 @@ TEST(ClusterTest, ForwardsToTheOwnerAndFallsBack) {
 // Sends one ForwardedCheck for `key` with `hops` to `to`'s peer port as if from member `from`, and
 // returns the id of the node that decided it.
 std::string ServeForwarded(Member& sender, const Member& to, const std::string& from, const std::string& key,
-                           uint32_t hops) {
+                           uint32_t hops, const std::vector<std::string>& tried = {}) {
   peer::ForwardCheckRequest request;
   request.set_from(from);
+  for (const std::string& id : tried) request.add_tried(id);
   peer::ForwardedCheck* check = request.add_checks();
   check->set_key(key);
   check->set_cost(1);
@@ -264,6 +265,12 @@ TEST(ClusterTest, ForwardedChecksMakeAtMostTwoHops) {
   EXPECT_EQ(ServeForwarded(*c, *b, "c", key, 1), "b");
   EXPECT_EQ(b->served.load(), 2);
   EXPECT_EQ(c->served.load(), 1);
+
+  // Nor to a holder the sender tried already: a tried c (it did not answer a) and b decides.
+  EXPECT_EQ(ServeForwarded(*a, *b, "a", key, 1, {"c"}), "b");
+  EXPECT_EQ(b->served.load(), 3);
+  EXPECT_EQ(c->served.load(), 1);
+  EXPECT_EQ(b->forwarder->stats().passed_on, 1u);
 }
 
 // A node still joining holds no ring: it neither routes HTTP checks (Routing) nor decides forwarded ones

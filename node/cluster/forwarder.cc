@@ -273,10 +273,14 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
     }
   }
   // Pass on what this node would not decide itself (Forward sends one check per request). Never back to
-  // the sender: a sender whose ring disagrees with ours gets the answer from here instead.
+  // the sender: a sender whose ring disagrees with ours gets the answer from here instead; nor to a holder
+  // the sender tried already and gave up on.
   if (request->checks_size() == 1) {
     const ring::Token token = ring::RingToken(request->checks(0).key());
-    if (PassesOn(request->checks(0).hops(), DeciderOf(token), self_id(), request->from())) {
+    const std::string decider = DeciderOf(token);
+    const bool decider_tried =
+        std::find(request->tried().begin(), request->tried().end(), decider) != request->tried().end();
+    if (!decider_tried && PassesOn(request->checks(0).hops(), decider, self_id(), request->from())) {
       PassOn(request, reply);
       return;
     }
@@ -547,8 +551,14 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
     return;
   }
   const std::chrono::milliseconds wait = *waits;
-  // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline.
+  // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline
+  // and, from the second target on, the targets tried before (the receiver does not pass it back to them).
   std::string payload = attempt->payload + DeadlineStamp(host_.WallNowNs(), wait);
+  if (index > 0) {
+    peer::ForwardCheckRequest tried;
+    for (size_t i = 0; i < index; ++i) tried.add_tried(attempt->targets[i]);
+    payload += tried.SerializeAsString();
+  }
   const std::chrono::nanoseconds sent = host_.SteadyNow();
   host_.Call(attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload), wait,
              [this, attempt, index, sent](peer::PeerResult result) mutable {

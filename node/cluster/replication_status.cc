@@ -105,6 +105,11 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
           "Keys pushed to members that joined their preference list.", h.rereplicated_keys);
   Counter(out, "ringlimit_dropped_states_total",
           "States dropped because this node neither owns nor replicates them.", h.dropped_states);
+  Counter(
+      out, "ringlimit_handoff_scanned_states_total",
+      "States read by the re-replication and drop scans after ring changes (only the ranges whose holders "
+      "changed are read).",
+      h.scanned_states);
   Gauge(out, "ringlimit_unsynced_ranges",
         "Token ranges this node holds without their copy yet (joined, restarted, or became a holder after "
         "others were declared dead): it decides none of their keys while another holder answers.",
@@ -130,6 +135,7 @@ std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::Handof
                                            .seconds = h.seconds,
                                            .keys_total = h.keys_total,
                                            .keys_left = h.keys_left,
+                                           .bytes = h.bytes,
                                            .windows_done = h.windows_done,
                                            .windows_total = h.windows_total,
                                            .done = h.done});

@@ -845,8 +845,11 @@ void CheckProgressView(const std::string& node, const json::object& h, ProgressS
   const uint64_t windows_done = h.at("windows_done").to_number<uint64_t>();
   const uint64_t windows_total = h.at("windows_total").to_number<uint64_t>();
   const double done = h.at("done").to_number<double>();
+  const uint64_t bytes = h.at("bytes").to_number<uint64_t>();
   const std::string phase(h.at("phase").as_string());
-  bool ok = windows_done <= windows_total && done >= 0 && done <= 1;
+  // A pushed state is more than a byte: bytes grow with keys (and are 0 with them).
+  bool ok =
+      windows_done <= windows_total && done >= 0 && done <= 1 && (keys == 0) == (bytes == 0) && bytes >= keys;
   if (phase == "pushing") {
     if (total > 0) {
       ++seen.pushing;

@@ -7,7 +7,8 @@
 # (python3-grpcio), a replicated write, a SIGHUP with a broken policies file. Asserts the new families'
 # values (issue 37: write-back, config reloads, per-name decisions capped at 5 names + "other"), that
 # every metric examples/grafana/ringlimit.json and examples/prometheus/alerts.yaml name exists on a live
-# node, and that HEAD /metrics answers 200 with no body.
+# node, that docs/operations.md lists every family once and every family served here, and that HEAD
+# /metrics answers 200 with no body.
 #
 #   RINGLIMITD=build/release/node/server/ringlimitd tests/scripts/metrics_test.sh
 set -euo pipefail
@@ -125,6 +126,17 @@ for metric in $used; do
   grep -q "^# TYPE $metric " "$work"/metrics.* || fail "$metric (dashboard or alerts) is on no node's /metrics"
 done
 echo "dashboard and alerts: $(echo "$used" | wc -w) metrics, all served"
+
+# docs/operations.md lists every family once (the first cell of its metrics tables' rows), and every family
+# a node of this cluster serves is there.
+documented=$(grep -E '^\| `(ringlimit|process)_' "$root/docs/operations.md" | cut -d'|' -f2 |
+  grep -oE '(ringlimit|process)_[a-z_]+' | sort)
+twice=$(echo "$documented" | uniq -d)
+[[ -z "$twice" ]] || fail "docs/operations.md lists these families more than once: $twice"
+served=$(cat "$work"/metrics.* | sed -nE 's/^# TYPE ((ringlimit|process)_[a-z_]+) .*/\1/p' | sort -u)
+undocumented=$(comm -23 <(echo "$served") <(echo "$documented" | sort -u))
+[[ -z "$undocumented" ]] || fail "served but not in docs/operations.md's metrics tables: $undocumented"
+echo "docs/operations.md: $(echo "$documented" | wc -l) families, each once; all $(echo "$served" | wc -l) served ones listed"
 
 # Forwarded checks were counted somewhere (20 keys over 3 owners: most asked nodes do not own the key).
 forwarded=$(cat "$work"/metrics.* | awk '/^ringlimit_forward_checks_total/ { s += $2 } END { print s + 0 }')

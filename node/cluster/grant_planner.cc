@@ -1,0 +1,328 @@
+// GrantPlanner (grant_planner.h): quota grants' holder and owner decisions.
+#include "node/cluster/grant_planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ringlimit::cluster {
+namespace {
+
+using std::chrono::nanoseconds;
+
+constexpr double kNanosPerSecond = 1e9;
+
+}  // namespace
+
+std::optional<std::string> ValidateGrantOptions(const GrantOptions& o) {
+  if (!(o.threshold > 0)) return "threshold must be > 0";
+  if (o.term <= nanoseconds::zero()) return "term must be > 0";
+  if (o.margin <= nanoseconds::zero() || o.margin > o.term) return "margin must be in (0, term]";
+  if (!(o.reserve_pct >= 0 && o.reserve_pct <= 100)) return "reserve_pct must be in [0, 100]";
+  if (!(o.max_share > 0 && o.max_share <= 1)) return "max_share must be in (0, 1]";
+  if (o.min_slice < 1) return "min_slice must be >= 1";
+  if (o.refused_backoff < nanoseconds::zero()) return "refused_backoff must be >= 0";
+  if (o.idle_release <= nanoseconds::zero()) return "idle_release must be > 0";
+  if (o.incarnation == 0) return "incarnation must be != 0";
+  return std::nullopt;
+}
+
+GrantPlanner::GrantPlanner(GrantOptions options) : options_(std::move(options)) {}
+
+uint64_t GrantPlanner::SliceSize(uint64_t want, const KeyBudget& budget) const {
+  if (!budget.lends || budget.term_cap <= nanoseconds::zero() || budget.capacity == 0) {
+    return 0;
+  }
+  const auto c = static_cast<long double>(budget.capacity);
+  const uint64_t reserve =
+      std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c * options_.reserve_pct / 100.0L)));
+  if (budget.effective >= budget.capacity || budget.capacity - budget.effective <= reserve) {
+    return 0;
+  }
+  const uint64_t avail = budget.capacity - budget.effective - reserve;
+  const auto share = static_cast<uint64_t>(static_cast<long double>(avail) * options_.max_share);
+  const uint64_t g = std::min(want, share);
+  return g < options_.min_slice ? 0 : g;
+}
+
+uint64_t GrantPlanner::LocalUnits(MonoTime now, std::string_view key) const {
+  auto it = held_.find(key);
+  if (it == held_.end() || now < fenced_until_) {
+    return 0;
+  }
+  uint64_t units = 0;
+  for (const Slice& s : it->second.slices) {
+    if (now < s.expires) units += s.units - s.used;
+  }
+  return units;
+}
+
+// --- Holder ------------------------------------------------------------------------------------
+
+void GrantPlanner::ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy why, GrantActions& out) {
+  out.releases.push_back({std::string(key), s.grant, s.used, why});
+  stats_.released_units += s.units - s.used;
+  --stats_.slices_held;
+}
+
+void GrantPlanner::Expire(MonoTime now, std::string_view key, Held& h, GrantActions& out) {
+  std::erase_if(h.slices, [&](const Slice& s) {
+    if (now >= s.expires) {
+      ReleaseSlice(key, s, ReleaseWhy::kExpired, out);
+      return true;
+    }
+    if (now - s.last_use >= options_.idle_release) {
+      ReleaseSlice(key, s, ReleaseWhy::kIdle, out);
+      return true;
+    }
+    return false;
+  });
+}
+
+void GrantPlanner::MaybeRequest(MonoTime now, std::string_view key, Held& h, double rate, GrantActions& out) {
+  if (h.pending || now < h.no_request_before || h.slices.size() >= kMaxSlices) {
+    return;
+  }
+  if (!h.slices.empty()) {  // ask for the next slice when three quarters of the newest are gone
+    const Slice& s = h.slices.back();
+    const bool units_low = s.used >= s.units - s.units / 4;
+    const bool term_low = now >= s.expires - options_.term / 4;
+    if (!units_low && !term_low) return;
+  }
+  const double seconds = static_cast<double>(options_.term.count()) / kNanosPerSecond;
+  const auto want = std::max<uint64_t>(options_.min_slice, static_cast<uint64_t>(std::ceil(rate * seconds)));
+  h.pending = Pending{next_request_++, now};
+  out.requests.push_back({std::string(key), h.pending->request, want, options_.term});
+  ++stats_.requests;
+}
+
+void GrantPlanner::ForgetIfEmpty(MonoTime now, std::map<std::string, Held, std::less<>>::iterator it) {
+  if (it->second.slices.empty() && !it->second.pending && it->second.no_request_before <= now) {
+    held_.erase(it);
+  }
+}
+
+GrantActions GrantPlanner::Check(MonoTime now, std::string_view key, uint64_t cost, double rate, bool lends) {
+  GrantActions out;
+  auto it = held_.find(key);
+  if (now < fenced_until_) {
+    out.forward = true;
+    return out;
+  }
+  if (it == held_.end() && (!lends || rate < options_.threshold)) {
+    out.forward = true;  // not a hot key here: the common path, nothing kept
+    return out;
+  }
+  if (it == held_.end()) {
+    it = held_.emplace(std::string(key), Held{}).first;
+  }
+  Held& h = it->second;
+  Expire(now, key, h, out);
+  if (cost > 0) {  // a peek (cost 0) needs the owner's figures
+    for (Slice& s : h.slices) {
+      if (cost <= s.units - s.used) {
+        s.used += cost;
+        s.last_use = now;
+        out.local = s.grant;
+        ++stats_.local_checks;
+        break;
+      }
+    }
+  }
+  if (!out.local) {
+    out.forward = true;
+    ++stats_.forwarded_checks;
+  }
+  if (lends && rate >= options_.threshold) {
+    MaybeRequest(now, key, h, rate, out);
+  }
+  ForgetIfEmpty(now, it);
+  return out.requests.empty() && out.releases.empty() ? out : Done(out);
+}
+
+GrantActions GrantPlanner::GrantReplied(MonoTime now, std::string_view key, uint64_t request, GrantId grant,
+                                        uint64_t units, nanoseconds term) {
+  GrantActions out;
+  auto it = held_.find(key);
+  const bool ours = it != held_.end() && it->second.pending && it->second.pending->request == request;
+  if (!ours) {
+    // A reply nobody waits for (late, or a request forgotten at a fence): give it back unused.
+    if (units > 0) out.releases.push_back({std::string(key), grant, 0, ReleaseWhy::kLate});
+    stats_.released_units += units;
+    return Done(out);
+  }
+  Held& h = it->second;
+  const MonoTime expires = h.pending->sent + std::min(term, options_.term);
+  h.pending.reset();
+  if (units == 0) {
+    h.no_request_before = now + options_.refused_backoff;
+  } else if (expires <= now || now < fenced_until_ || h.slices.size() >= kMaxSlices) {
+    out.releases.push_back({std::string(key), grant, 0, ReleaseWhy::kLate});
+    stats_.released_units += units;
+  } else {
+    h.slices.push_back({grant, units, 0, expires, now});
+    ++stats_.slices_held;
+  }
+  ForgetIfEmpty(now, it);
+  return Done(out);
+}
+
+GrantActions GrantPlanner::GrantRefused(MonoTime now, std::string_view key, uint64_t request) {
+  GrantActions out;
+  auto it = held_.find(key);
+  if (it != held_.end() && it->second.pending && it->second.pending->request == request) {
+    it->second.pending.reset();
+    it->second.no_request_before = now + options_.refused_backoff;
+  }
+  return Done(out);
+}
+
+GrantActions GrantPlanner::RecallReceived(MonoTime now, std::string_view key, GrantId grant) {
+  GrantActions out;
+  auto it = held_.find(key);
+  if (it == held_.end()) {
+    return Done(out);  // released already: the owner has (or will have) that Release
+  }
+  std::erase_if(it->second.slices, [&](const Slice& s) {
+    if (s.grant != grant) return false;
+    ReleaseSlice(key, s, ReleaseWhy::kRecalled, out);
+    return true;
+  });
+  it->second.no_request_before = now + options_.refused_backoff;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
+  GrantActions out;
+  fenced_until_ = std::max(fenced_until_, until);
+  for (auto it = held_.begin(); it != held_.end();) {
+    for (const Slice& s : it->second.slices) {
+      ReleaseSlice(it->first, s, ReleaseWhy::kFenced, out);
+    }
+    it = held_.erase(it);  // requests in flight are forgotten: their replies are released as late
+  }
+  (void)now;
+  return Done(out);
+}
+
+// --- Owner -------------------------------------------------------------------------------------
+
+void GrantPlanner::RecallKey(std::string_view key, GrantActions& out) {
+  for (auto& [grant, l] : lent_) {
+    if (l.key == key && !l.holder.empty()) {
+      out.recalls.push_back({l.holder, l.key, grant});
+      l.recalled = true;
+      ++stats_.recalls;
+    }
+  }
+}
+
+GrantActions GrantPlanner::GrantRequested(MonoTime now, std::string_view from, std::string_view key,
+                                          uint64_t request, uint64_t want, nanoseconds term,
+                                          const KeyBudget& budget) {
+  GrantActions out;
+  const uint64_t units = SliceSize(want, budget);
+  if (units == 0) {
+    out.refusals.push_back({std::string(from), std::string(key), request});
+    ++stats_.grants_refused;
+    return Done(out);
+  }
+  nanoseconds t = std::min(options_.term, budget.term_cap);
+  if (term > nanoseconds::zero()) t = std::min(t, term);
+  const GrantId grant = static_cast<GrantId>(options_.incarnation) << 32 | next_sequence_++;
+  lent_[grant] = Lent{std::string(key), std::string(from), units, now + t + options_.margin, false};
+  out.lends.push_back({std::string(from), std::string(key), request, grant, units, t});
+  ++stats_.grants_made;
+  stats_.units_out += units;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::ReleaseReceived(MonoTime now, std::string_view key, GrantId grant, uint64_t used) {
+  GrantActions out;
+  out.settles.push_back({std::string(key), grant, used});  // the ledger settles once, whatever comes twice
+  if (auto it = lent_.find(grant); it != lent_.end()) {
+    stats_.units_out -= it->second.units;
+    ++stats_.grants_released;
+    lent_.erase(it);
+  }
+  (void)now;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget) {
+  GrantActions out;
+  // Nothing above the reserve is left: the slices out hold the key's last lendable units; call them back
+  // so that what their holders do not use is decided here.
+  if (SliceSize(options_.min_slice, budget) == 0) {
+    for (auto& [grant, l] : lent_) {
+      if (l.key == key && !l.holder.empty() && !l.recalled) {
+        out.recalls.push_back({l.holder, l.key, grant});
+        l.recalled = true;
+        ++stats_.recalls;
+      }
+    }
+  }
+  (void)now;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::Recall(MonoTime now, std::string_view key) {
+  GrantActions out;
+  RecallKey(key, out);
+  (void)now;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants) {
+  GrantActions out;
+  for (GrantId g : grants) {
+    lent_.try_emplace(g,
+                      Lent{std::string(key), std::string(), 0, now + options_.term + options_.margin, false});
+  }
+  return Done(out);
+}
+
+// --- Both --------------------------------------------------------------------------------------
+
+GrantActions GrantPlanner::Timer(MonoTime now) {
+  GrantActions out;
+  for (auto it = held_.begin(); it != held_.end();) {
+    Held& h = it->second;
+    Expire(now, it->first, h, out);
+    if (h.pending && now >= h.pending->sent + options_.term) {  // never answered: forget it
+      h.pending.reset();
+      h.no_request_before = now + options_.refused_backoff;
+    }
+    auto next = std::next(it);
+    ForgetIfEmpty(now, it);
+    it = next;
+  }
+  for (auto it = lent_.begin(); it != lent_.end();) {
+    if (now >= it->second.reclaim_at) {
+      out.settles.push_back({it->second.key, it->first, std::nullopt});
+      stats_.units_out -= it->second.units;
+      ++stats_.grants_expired;
+      it = lent_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Done(out);
+}
+
+GrantActions& GrantPlanner::Done(GrantActions& out) {
+  std::optional<MonoTime> wake;
+  auto at = [&](MonoTime t) { wake = wake ? std::min(*wake, t) : t; };
+  for (const auto& [key, h] : held_) {
+    for (const Slice& s : h.slices) {
+      at(std::min(s.expires, s.last_use + options_.idle_release));
+    }
+    if (h.pending) at(h.pending->sent + options_.term);
+  }
+  for (const auto& [grant, l] : lent_) {
+    at(l.reclaim_at);
+  }
+  out.wake_at = wake;
+  return out;
+}
+
+}  // namespace ringlimit::cluster

@@ -1,0 +1,276 @@
+// GrantPlanner: the decisions of quota grants (docs/limiter.md "Quota grants") on one node, as a pure state
+// machine -- as a *holder* (an entry node deciding a hot key against slices of its budget that the key's
+// owner lent it) and as an *owner* (sizing, recording, reclaiming and recalling the slices it lends).
+//
+// No I/O, no clock, no threads, no locks: every entry point takes the current time on the node's steady
+// clock (and, on the owner side, the key's budget as the driver read it from the merged state and its grant
+// ledger, limiter/grant_ledger.h) and returns the actions to carry out. The driver sends, writes and
+// replicates, and arms one timer at `wake_at`:
+//
+//   holder                                               owner
+//   Check(key, cost, rate) --> decide locally | forward   GrantRequested(from, key, want, budget)
+//                          \-> SendRequest ..........>      --> Lend (record, charge, ack, reply) | Refuse
+//   GrantReplied / GrantRefused / RequestFailed <........
+//   RecallReceived <...................................   Recall(key) / OwnerChecked(key, budget) -->
+//   SendRecall Timer / Fence -----------> SendRelease ...........>   ReleaseReceived(grant, used) --> Settle
+//                                                         Timer --> Settle (reclaim: the whole slice used)
+//                                                         Adopt(key, grants) after a failover
+//
+// A holder's slice, per key (at most two, the older used first):
+//
+//   (none) --rate >= threshold--> Requested(sent_at) --GrantReplied--> Held(expires = sent_at + term)
+//      ^            |  refused / failed: no request before now + refused_backoff        |
+//      +------------+<-------- expired / idle / recalled / fenced: SendRelease(used) ----+
+//
+// Pause safety: a slice's term runs from when its request was *sent*, on this node's steady clock, so a
+// holder that was stopped past it finds it expired and decides nothing from it; the owner reclaims only
+// term + margin after it lent, on its own clock (later). Fence() (the pause fence) releases every slice.
+// A holder never denies from a slice: a check that does not fit goes to the owner.
+//
+// Ordering contract for the driver: a Lend is answered only after the key's row holding the grant record
+// (AddGrant, charged as spent) was acknowledged under the mode's acknowledgement rule, and its record is in
+// the row before the KeyBudget of the next owner event is read (E includes it); a Settle is one write of
+// the row (SettleGrant and the charge of what it returns). A check decided locally is charged to the
+// slice before the answer; Releases may be sent in any order and more than once.
+//
+// Thread safety: none; the driver serialises every call.
+#ifndef RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
+#define RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiter/grant_ledger.h"
+
+namespace ringlimit::cluster {
+
+using limiter::GrantId;
+
+struct GrantOptions {
+  // --- Affects behaviour ---
+  // Holder: a key whose checks enter this node at this rate or more (units per second) is asked a slice
+  // of. REQUIRES: > 0. Default: 200 (not yet tuned by measurement).
+  double threshold = 200;
+  // The term asked for and lent at most: how long a slice may be used. REQUIRES: > 0. Default: 1 s.
+  std::chrono::nanoseconds term = std::chrono::seconds(1);
+  // Owner: a slice nobody released is reclaimed (counted wholly used) this long after its term.
+  // REQUIRES: 0 < margin <= term (so idle budget is back within 2 x term). Default: 250 ms.
+  std::chrono::nanoseconds margin = std::chrono::milliseconds(250);
+  // Owner: the last max(1, ceil(C x reserve_pct / 100)) units of a key are always decided by the owner.
+  // REQUIRES: 0 <= reserve_pct <= 100. Default: 1.
+  double reserve_pct = 1;
+  // Owner: one slice takes at most this share of what is left above the reserve, so slices shrink as the
+  // key nears its limit. REQUIRES: 0 < max_share <= 1. Default: 0.25.
+  double max_share = 0.25;
+  // Owner: a slice smaller than this is refused (the key is decided at the owner). REQUIRES: >= 1.
+  // Default: 2.
+  uint64_t min_slice = 2;
+  // Holder: after a refusal, a failed request or a recall, no request for the key for this long.
+  // REQUIRES: >= 0. Default: 1 s.
+  std::chrono::nanoseconds refused_backoff = std::chrono::seconds(1);
+  // Holder: a slice no check used for this long is released early. REQUIRES: > 0. Default: 250 ms.
+  std::chrono::nanoseconds idle_release = std::chrono::milliseconds(250);
+  // Owner: this node incarnation's number, the upper 32 bits of the ids it lends (never reused by a
+  // restarted node or the next owner). The lower 32 bits count its grants: after 2^32 grants of one
+  // incarnation an id comes back, and AddGrant refuses it while its old record is in the ledger (the
+  // driver then refuses the request). REQUIRES: != 0. Default: 1.
+  uint32_t incarnation = 1;
+};
+
+// Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
+[[nodiscard]] std::optional<std::string> ValidateGrantOptions(const GrantOptions& options);
+
+// What the owner's driver read of a key when a request or its own check came: the key's hard capacity C
+// (limit; bucket size; burst + 1 for GCRA), its effective consumption E (merged state + Outstanding of its
+// ledger), and how long a slice may live (limiter::GrantTermCap; 0: not lendable now). `lends`:
+// limiter::Lends(spec).
+struct KeyBudget {
+  uint64_t capacity = 0;
+  uint64_t effective = 0;
+  std::chrono::nanoseconds term_cap{0};
+  bool lends = false;
+};
+
+// --- Actions ---
+enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate };
+
+struct SendRequest {  // holder -> owner: lend `want` units of `key`
+  std::string key;
+  uint64_t request = 0;
+  uint64_t want = 0;
+  std::chrono::nanoseconds term{0};
+};
+struct SendRelease {  // holder -> owner: the slice is over; `used` units of it were admitted here
+  std::string key;
+  GrantId grant = 0;
+  uint64_t used = 0;
+  ReleaseWhy why = ReleaseWhy::kExpired;
+};
+struct Lend {  // owner: AddGrant(grant, units) to the key's row, charge as spent, acknowledge, then reply
+  std::string to;
+  std::string key;
+  uint64_t request = 0;
+  GrantId grant = 0;
+  uint64_t units = 0;
+  std::chrono::nanoseconds term{0};
+};
+struct Refuse {  // owner -> holder: no slice (the key is decided here)
+  std::string to;
+  std::string key;
+  uint64_t request = 0;
+};
+struct Settle {  // owner: SettleGrant(grant, used) and charge what it returns, in one write of the row
+  std::string key;
+  GrantId grant = 0;
+  std::optional<uint64_t> used;  // nullopt: reclaimed, the whole slice counted used
+};
+struct SendRecall {  // owner -> holder: release this slice now
+  std::string to;
+  std::string key;
+  GrantId grant = 0;
+};
+
+struct GrantActions {
+  // Check only: the check is admitted from this slice (already charged to it), or goes to the owner.
+  std::optional<GrantId> local;
+  bool forward = false;
+  std::vector<SendRequest> requests;
+  std::vector<SendRelease> releases;
+  std::vector<Lend> lends;
+  std::vector<Refuse> refusals;
+  std::vector<Settle> settles;
+  std::vector<SendRecall> recalls;
+  // When set, call Timer then (replaces an earlier instant); unset: leave the timer as it is (the fast path
+  // of Check does not compute it; a Timer call with nothing due does nothing).
+  std::optional<std::chrono::nanoseconds> wake_at;
+};
+
+struct GrantStats {
+  // Holder.
+  uint64_t local_checks = 0;      // checks decided from a slice
+  uint64_t forwarded_checks = 0;  // checks of keys with a slice or a request that went to the owner
+  uint64_t requests = 0;
+  uint64_t slices_held = 0;     // gauge
+  uint64_t released_units = 0;  // units given back unused
+  // Owner.
+  uint64_t grants_made = 0;
+  uint64_t grants_refused = 0;
+  uint64_t grants_released = 0;  // settled from a Release
+  uint64_t grants_expired = 0;   // reclaimed after term + margin
+  uint64_t recalls = 0;
+  uint64_t units_out = 0;  // gauge: units lent and not settled
+};
+
+class GrantPlanner {
+ public:
+  using MonoTime = std::chrono::nanoseconds;  // on the node's steady clock
+
+  // REQUIRES: ValidateGrantOptions(options) returned nullopt.
+  explicit GrantPlanner(GrantOptions options);
+
+  GrantPlanner(const GrantPlanner&) = delete;
+  GrantPlanner& operator=(const GrantPlanner&) = delete;
+
+  // --- Holder ---
+  // A check of `key` costing `cost` entered this node, which does not own the key; `rate` is the key's
+  // recent rate of checks here (units per second, the driver's estimate). Decides it from a live slice when
+  // one fits (local), else forward; may ask the owner for a slice (requests). `lends`: the key's limits can
+  // be lent at all (limiter::Lends); when not, nothing is asked.
+  [[nodiscard]] GrantActions Check(MonoTime now, std::string_view key, uint64_t cost, double rate,
+                                   bool lends = true);
+  // The owner lent `units` for `term` in answer to `request`. A reply to no request in flight (late, or of
+  // an older request) is released at once, unused.
+  [[nodiscard]] GrantActions GrantReplied(MonoTime now, std::string_view key, uint64_t request, GrantId grant,
+                                          uint64_t units, std::chrono::nanoseconds term);
+  // The owner refused `request`, or it was not answered.
+  [[nodiscard]] GrantActions GrantRefused(MonoTime now, std::string_view key, uint64_t request);
+  [[nodiscard]] GrantActions RecallReceived(MonoTime now, std::string_view key, GrantId grant);
+  // The pause fence went up (the process was stopped): every slice is released and none is used or asked
+  // for before `until`.
+  [[nodiscard]] GrantActions Fence(MonoTime now, MonoTime until);
+
+  // --- Owner ---
+  // Holder `from` asks `want` units of `key` (this node owns it) for `term`, and `budget` is the key now.
+  [[nodiscard]] GrantActions GrantRequested(MonoTime now, std::string_view from, std::string_view key,
+                                            uint64_t request, uint64_t want, std::chrono::nanoseconds term,
+                                            const KeyBudget& budget);
+  // A Release of `grant` came (possibly twice, possibly after the reclaim: the ledger settles once).
+  [[nodiscard]] GrantActions ReleaseReceived(MonoTime now, std::string_view key, GrantId grant,
+                                             uint64_t used);
+  // The owner decided a check of `key` itself; `budget` as after it. Recalls the key's slices when what is
+  // left above the reserve is gone (the key nears its limit).
+  [[nodiscard]] GrantActions OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget);
+  // Recall every slice of `key` (a policy change, a reset).
+  [[nodiscard]] GrantActions Recall(MonoTime now, std::string_view key);
+  // This node became the owner of `key` whose ledger holds unsettled `grants` it did not lend (a failover):
+  // they are reclaimed term + margin from now unless released first.
+  [[nodiscard]] GrantActions Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants);
+
+  // Both: releases expired and idle slices, forgets unanswered requests, reclaims overdue grants.
+  [[nodiscard]] GrantActions Timer(MonoTime now);
+
+  // The size of the slice GrantRequested would lend for `want` against `budget` (0: refused).
+  [[nodiscard]] uint64_t SliceSize(uint64_t want, const KeyBudget& budget) const;
+  // Units `key`'s slices here can still admit before they expire (holder).
+  [[nodiscard]] uint64_t LocalUnits(MonoTime now, std::string_view key) const;
+  [[nodiscard]] const GrantStats& stats() const { return stats_; }
+
+ private:
+  struct Slice {
+    GrantId grant = 0;
+    uint64_t units = 0;
+    uint64_t used = 0;
+    MonoTime expires{};   // request sent + term
+    MonoTime last_use{};  // the reply, then the last check decided from it
+  };
+  struct Pending {
+    uint64_t request = 0;
+    MonoTime sent{};
+  };
+  struct Held {                // a key this node holds slices of, or asks for
+    std::deque<Slice> slices;  // oldest first, at most two
+    std::optional<Pending> pending;
+    MonoTime no_request_before = MonoTime::min();  // after a refusal, a failure or a recall
+  };
+  struct Lent {  // a grant this node lent (or adopted) and has not settled
+    std::string key;
+    std::string holder;  // empty when adopted
+    uint64_t units = 0;
+    MonoTime reclaim_at{};
+    bool recalled = false;  // a recall was sent (OwnerChecked sends one once)
+  };
+
+  static constexpr size_t kMaxSlices = 2;
+
+  void ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy why, GrantActions& out);
+  // Releases the slices of `h` that expired or went idle by `now`.
+  void Expire(MonoTime now, std::string_view key, Held& h, GrantActions& out);
+  void MaybeRequest(MonoTime now, std::string_view key, Held& h, double rate, GrantActions& out);
+  void RecallKey(std::string_view key, GrantActions& out);
+  // Drops the entry of a key with no slice, no request and no back-off left.
+  void ForgetIfEmpty(MonoTime now, std::map<std::string, Held, std::less<>>::iterator it);
+  // Every event ends here: gauges and the next wake-up.
+  GrantActions& Done(GrantActions& out);
+
+  // --- Constant after construction ---
+  const GrantOptions options_;
+
+  // --- State ---
+  std::map<std::string, Held, std::less<>> held_;
+  std::map<GrantId, Lent> lent_;
+  uint64_t next_request_ = 1;
+  uint32_t next_sequence_ = 1;
+  MonoTime fenced_until_{std::chrono::nanoseconds::min()};
+  GrantStats stats_;
+};
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
