@@ -222,7 +222,11 @@ void Forwarder::Serve(std::string payload, Respond respond_in) {
     return;
   }
   // Forward sends one check per request; a check with an id is served once, its retries answered alike.
-  const RequestId id = request->checks_size() == 1 ? IdOf(request->checks(0)) : RequestId{};
+  // Not a relay request: a relay never charges (the decider it passes the check to has its own cache), and
+  // were it registered, the sender's direct attempt at this node after the relay failed -- same id -- would
+  // wait for the relay and fail with it.
+  const RequestId id =
+      request->checks_size() == 1 && request->relay_to().empty() ? IdOf(request->checks(0)) : RequestId{};
   if (id.empty()) {
     ServeFirst(request, Reply(respond, nullptr, id));
     return;
