@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "peer.pb.h"
+#include "replication/routing_table.h"
 #include "ring/ring_view.h"
 
 namespace ringlimit::replication {
@@ -30,6 +31,10 @@ class ClusterLink {
 
   // The current ring; null before this node holds one.
   [[nodiscard]] virtual std::shared_ptr<const ring::RingView> ring() const = 0;
+
+  // The handoff's current route overrides (their `reading` ranges: the take-over reads under way), or
+  // null. Default: null.
+  [[nodiscard]] virtual std::shared_ptr<const RouteOverrides> overrides() const { return nullptr; }
 
   // Whether member `id` may be sent to: alive, suspect or leaving (not joining, dead or left), with a
   // known peer address. This node itself is never reachable (nothing is sent to self).

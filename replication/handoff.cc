@@ -134,7 +134,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
 
   // The planner's view of the cluster now (reachability only: the rings come with the events).
   ClusterView View() {
-    return ClusterView{self, nullptr, [this](std::string_view id) { return link.Reachable(id); }};
+    return ClusterView{self, nullptr, [this](std::string_view id) { return link.Reachable(id); }, nullptr};
   }
 
   // Carries out what the planner decided, and what it decides about the reports that come at once.

@@ -142,6 +142,7 @@ std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options)
   if (options.push_timeout.count() <= 0) return "push_timeout must be > 0";
   if (options.drop_delay.count() < 0) return "drop_delay must be >= 0";
   if (options.resync_timeout.count() <= 0) return "resync_timeout must be > 0";
+  if (options.read_hold.count() < 0) return "read_hold must be >= 0";
   return std::nullopt;
 }
 
@@ -231,6 +232,7 @@ void HandoffPlanner::Publish(HandoffActions& out) const {
   // not back to this node (still an owner on the ring until it has left) while other ranges of the leave
   // are still being handed over.
   next->unsynced = UnsyncedRanges();
+  for (const ReadingRange& r : reading_) next->reading.push_back({r.range, r.before, r.read});
   next->left_ring = left_ring_ != nullptr ? left_ring_ : leaving_ && !left_ ? left_ring_pending_ : nullptr;
   out.overrides = std::move(next);
 }
@@ -259,6 +261,10 @@ HandoffActions& HandoffPlanner::Done(HandoffActions& out) {
   }
   for (const EarlyDone& d : early_dones_) earliest(d.at + options_.done_timeout);
   for (const UnsyncedRange& u : unsynced_) earliest(u.since + options_.resync_timeout);
+  for (const ReadingRange& r : reading_) {
+    earliest(r.read ? r.since + options_.read_hold : r.since + options_.resync_timeout);
+    if (!r.read) earliest(read_next_);
+  }
   if (!unsynced_.empty() && !round_.has_value()) earliest(next_round_);
   // The drop waits for every handoff and re-replication to end, and the end of each computes this again.
   // Armed before that, a passed drop deadline would fire again at once after every Timer: a busy loop
@@ -306,6 +312,7 @@ HandoffActions HandoffPlanner::RingChanged(MonoTime now, const ClusterView& view
     if (o.synced) deciding.insert(deciding.end(), o.ranges.begin(), o.ranges.end());
   }
   UpdateUnsynced(now, before, after, Union(std::move(deciding)));
+  if (options_.majority_read) UpdateReading(now, before, after);
   // Superseded entries: outgoing ranges their target no longer owns, incoming ranges this node no longer
   // owns. A range that moves back before its handoff finished never changed hands: its previous owner
   // still has the newest states, so neither end waits for or pushes it (below).
@@ -621,6 +628,8 @@ void HandoffPlanner::Tick(MonoTime now, const ClusterView& view, HandoffActions&
   std::erase_if(early_dones_, [&](const EarlyDone& d) { return now - d.at >= options_.done_timeout; });
   ExpireUnsynced(now, out);
   if (!unsynced_.empty() && !round_.has_value() && now >= next_round_) StartSyncRound(now, view, out);
+  EndReads(now, out);
+  if (!reading_.empty() && now >= read_next_) StartReads(now, view, out);
   for (uint64_t id : to_fail) Finish(now, id, false, "target unreachable or push_timeout", out);
   for (uint64_t id : to_push) StartPush(now, view, id, out);
   for (uint64_t id : to_done) SendDoneOf(id, out);
@@ -842,6 +851,11 @@ HandoffActions HandoffPlanner::SyncPulled(MonoTime now, uint64_t round, std::str
       Publish(out);
     }
   }
+  if (ReadPulled(now, round, from, synced.has_value())) {
+    EndReads(now, out);
+    Publish(out);  // pieces read now are published as such
+    return Done(out);
+  }
   if (!round_.has_value() || round_->id != round) return Done(out);
   auto it = round_->asked.find(std::string(from));
   if (it == round_->asked.end() || round_->pending == 0) return Done(out);
@@ -876,6 +890,116 @@ void HandoffPlanner::EndSyncRound(MonoTime now, HandoffActions& out) {
     round_delay_ = std::min(kSyncRetryMax, round_delay_ * 2);
   }
   next_round_ = now + round_delay_;
+}
+
+// ------------------------------------------------------------------------------------ take-over reads
+
+void HandoffPlanner::UpdateReading(MonoTime now, const RingPtr& before, const RingPtr& after) {
+  if (before->empty() || after->Find(self_) == nullptr) return;
+  // Pieces whose preference lists are constant on both rings: split at the first token of every arc.
+  std::vector<Token> bounds{0};
+  for (const RingPtr& ring : {before, after}) {
+    for (const ring::RingMember& m : ring->members()) {
+      for (const TokenRange& a : ring->Arcs(m.id)) bounds.push_back(a.first);
+    }
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  auto ids = [&](const RingPtr& ring, Token t) {
+    std::vector<std::string> out;
+    for (const ring::RingMember* m : ring->PreferenceList(t, options_.replicas)) out.push_back(m->id);
+    return out;
+  };
+  std::vector<ReadingRange> added;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    const TokenRange piece{bounds[i],
+                           i + 1 < bounds.size() ? bounds[i + 1] - 1 : std::numeric_limits<Token>::max()};
+    std::vector<std::string> now_holders = ids(after, piece.first);
+    if (std::find(now_holders.begin(), now_holders.end(), self_) == now_holders.end()) continue;
+    std::vector<std::string> was_holders = ids(before, piece.first);
+    std::vector<std::string> a = was_holders;
+    std::vector<std::string> b = now_holders;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a == b || was_holders.empty()) continue;  // the same holders: their majorities meet as before
+    if (!added.empty() && added.back().holders == was_holders && added.back().range.last + 1 == piece.first) {
+      added.back().range.last = piece.last;
+      continue;
+    }
+    added.push_back({piece, before, std::move(was_holders), {}, now, false});
+  }
+  if (added.empty()) return;
+  double share = 0;
+  for (const ReadingRange& r : added) share += r.range.Fraction();
+  spdlog::info("take-over: reading {} ranges ({:.2f}% of the ring) from a majority of their earlier holders",
+               added.size(), 100 * share);
+  reading_.insert(reading_.end(), std::make_move_iterator(added.begin()),
+                  std::make_move_iterator(added.end()));
+  std::stable_sort(reading_.begin(), reading_.end(), [](const ReadingRange& x, const ReadingRange& y) {
+    return x.range.first < y.range.first;
+  });
+  read_next_ = now;  // pull at once
+}
+
+void HandoffPlanner::StartReads(MonoTime now, const ClusterView& view, HandoffActions& out) {
+  read_next_ = now + kSyncRetryFirst;
+  std::map<std::string, std::vector<TokenRange>> asked;
+  for (const ReadingRange& r : reading_) {
+    if (r.read) continue;
+    for (const std::string& h : r.holders) {
+      if (h == self_ || std::find(r.answered.begin(), r.answered.end(), h) != r.answered.end()) continue;
+      asked[h].push_back(r.range);
+    }
+  }
+  for (auto& [to, ranges] : asked) {
+    const bool in_flight = std::any_of(read_rounds_.begin(), read_rounds_.end(),
+                                       [&](const auto& e) { return e.second.first == to; });
+    if (in_flight || !view.reachable(to)) continue;
+    const uint64_t round = next_id_++;
+    std::vector<TokenRange> merged = Union(std::move(ranges));
+    out.pull.push_back({round, to, merged, latest_ == nullptr ? 0 : latest_->fingerprint()});
+    read_rounds_.emplace(round, std::make_pair(to, std::move(merged)));
+  }
+}
+
+bool HandoffPlanner::ReadPulled(MonoTime /*now*/, uint64_t round, std::string_view from, bool answered) {
+  auto it = read_rounds_.find(round);
+  if (it == read_rounds_.end()) return false;
+  const std::vector<TokenRange> asked = std::move(it->second.second);
+  read_rounds_.erase(it);
+  if (!answered) return true;  // asked again at the next StartReads
+  for (ReadingRange& r : reading_) {
+    if (r.read || std::find(r.holders.begin(), r.holders.end(), from) == r.holders.end() ||
+        Intersect({r.range}, asked).empty()) {
+      continue;
+    }
+    if (std::find(r.answered.begin(), r.answered.end(), from) == r.answered.end()) {
+      r.answered.emplace_back(from);
+    }
+    const bool self_held = std::find(r.holders.begin(), r.holders.end(), self_) != r.holders.end();
+    if (r.answered.size() + (self_held ? 1 : 0) >= r.holders.size() / 2 + 1) {
+      r.read = true;
+      ++stats_.reads_completed;
+    }
+  }
+  return true;
+}
+
+void HandoffPlanner::EndReads(MonoTime now, HandoffActions& out) {
+  size_t expired = 0;
+  const size_t before = reading_.size();
+  std::erase_if(reading_, [&](const ReadingRange& r) {
+    if (r.read) return now - r.since >= options_.read_hold;
+    if (now - r.since < options_.resync_timeout) return false;
+    ++expired;
+    return true;
+  });
+  if (expired > 0) {
+    stats_.reads_expired += expired;
+    spdlog::warn("take-over: {} reads without a majority of their earlier holders for {:.0f} s: dropped",
+                 expired, Seconds(options_.resync_timeout));
+  }
+  if (reading_.size() != before) Publish(out);
 }
 
 std::vector<TokenRange> HandoffPlanner::SyncedOf(const std::vector<TokenRange>& ranges) const {
@@ -1073,6 +1197,7 @@ HandoffStats HandoffPlanner::stats() const {
   s.in_progress = outgoing_.size() + peers.size();
   s.unsynced_ranges = unsynced_.size();
   for (const UnsyncedRange& u : unsynced_) s.unsynced_share += u.range.Fraction();
+  s.reading_ranges = reading_.size();
   return s;
 }
 

@@ -15,7 +15,7 @@
 //   FlushDone(id, ok)               the Flush of a switch is over
 //   DoneAcked(id, ok)               the HandoffDone of a switch was acknowledged, or not
 //   HandoffDoneReceived(…)          a previous owner says it pushed everything of some ranges
-//   SyncPulled(round, from, synced)  a holder pushed its copy of ranges this node holds unsynced
+//   SyncPulled(round, from, synced)  a holder pushed its copy of ranges this node holds unsynced (or reads)
 //   Leave                           graceful leave
 //   ReplicationPump / …SliceScanned / …PushDone / Dropped   re-replication and drop progress
 //
@@ -34,6 +34,17 @@
 // hold admissions the others lack. Past resync_timeout the range is decided from what this node has
 // (logged, counted). Unsynced ranges are published with the overrides: the node decides their keys only
 // when no other holder answers (closed: not at all).
+//
+// Take-over reads (majority_read, with majority acknowledgement): a range this node holds on a new ring
+// whose holders changed -- a holder declared dead, a join, a leave, a restart -- may have had admissions
+// acknowledged by a majority of its *earlier* holders only. Until a majority of those (this node counted
+// when it was one) pushed their copies here (a PullSync each, asked again every kSyncRetryFirst while
+// unanswered, never of a member out of reach), and for read_hold at least, the range is published as
+// `reading` with the earlier ring: the replication planner then needs a majority of that ring's holders
+// as well for every decision of its keys (ReplicatorOptions::ack_majority), so the first decisions after a
+// take-over read the earlier holders' copies (merged from their `newer` answers) before one is answered.
+// Unlike an unsynced range, a reading range is decided here as usual; no majority reachable there costs
+// its admissions (503), not its routing. Past resync_timeout the read is dropped (logged, counted).
 //
 // Any phase ends (abandoned) at push_timeout, or when the target is unreachable while nothing is under way;
 // a ring change that takes all its ranges from the target supersedes it. From Fencing on, the handoff is
@@ -85,6 +96,15 @@ struct HandoffOptions {
   // How long a range this node holds stays unsynced (see above) at most, while no holder with its copy
   // answers; then it is decided from what this node has (logged, counted). REQUIRES: > 0. Default: 60 s.
   std::chrono::milliseconds resync_timeout{60'000};
+  // Take-over reads (with ReplicatorOptions::ack_majority, --failure-mode closed): on a ring change, every
+  // range this node holds on the new ring whose holders changed is *read* -- pulled from the holders it
+  // had on the ring before (a PullSync each) until a majority of them (this node counted when it was one)
+  // pushed their copies here -- and published as RouteOverrides::reading with that ring meanwhile, so that
+  // its decisions need a majority of that ring's holders too. An entry stays at least `read_hold` (members
+  // still on the earlier ring may decide meanwhile), at most resync_timeout. Default: false.
+  bool majority_read = false;
+  // REQUIRES: >= 0. Default: 2 s.
+  std::chrono::milliseconds read_hold{2'000};
 
   // --- Affects performance ---
   // Token sub-ranges scanned at a time by re-replication and drop passes (bounds the memory of a scan).
@@ -139,6 +159,9 @@ struct HandoffStats {
   double unsynced_share = 0;        // gauge: the fraction of the token space they cover
   uint64_t synced_ranges = 0;       // unsynced ranges that received all or part of their copy
   uint64_t resync_expired = 0;      // unsynced ranges decided from what this node had (resync_timeout)
+  uint64_t reading_ranges = 0;      // gauge: take-over reads under way or held (majority_read)
+  uint64_t reads_completed = 0;     // take-over reads that got a majority's copies
+  uint64_t reads_expired = 0;       // ... that did not within resync_timeout (dropped: the ring alone counts)
 };
 
 using RingPtr = std::shared_ptr<const ring::RingView>;
@@ -430,6 +453,15 @@ class HandoffPlanner {
     size_t pending = 0;
   };
 
+  struct ReadingRange {  // a take-over read (majority_read): one piece with the same holders on `before`
+    ring::TokenRange range;
+    RingPtr before;
+    std::vector<std::string> holders;   // of the range on `before`
+    std::vector<std::string> answered;  // of them, those that pushed their copy here
+    MonoTime since{};
+    bool read = false;  // a majority's copies are here (it stays published until since + read_hold)
+  };
+
   struct ReplicationJob {
     uint64_t id = 0;
     RingPtr before;
@@ -466,6 +498,14 @@ class HandoffPlanner {
   // `ranges` (sorted) are synced from now on; true when that changed anything.
   bool MarkSynced(const std::vector<ring::TokenRange>& ranges);
   void ExpireUnsynced(MonoTime now, HandoffActions& out);
+  // Take-over reads of the ring change `before` -> `after` (majority_read).
+  void UpdateReading(MonoTime now, const RingPtr& before, const RingPtr& after);
+  // Asks each reachable holder of an unread piece that has not pushed it yet (one PullSync per member).
+  void StartReads(MonoTime now, const ClusterView& view, HandoffActions& out);
+  // The answer to a read's PullSync; false when `round` is not one.
+  bool ReadPulled(MonoTime now, uint64_t round, std::string_view from, bool answered);
+  // Ends the reads past read_hold and expires those past resync_timeout; publishes when that changed them.
+  void EndReads(MonoTime now, HandoffActions& out);
   void StartSyncRound(MonoTime now, const ClusterView& view, HandoffActions& out);
   // Asks each reachable previous owner whose incoming ranges waited kHandoffQueryAfter whether it hands
   // them off at all (a PullSync), unless a query to it is under way or was answered less than that ago.
@@ -491,9 +531,12 @@ class HandoffPlanner {
   bool pump_requested_ = false;          // a `pump` action is out, ReplicationPump not called yet
   std::vector<UnsyncedRange> unsynced_;  // sorted by range.first, non-overlapping
   std::optional<SyncRound> round_;       // the pulls under way
-  struct HandoffQuery {                  // QueryWaitingHandoffs, by previous owner
-    uint64_t round = 0;                  // the PullSync under way (0: none)
-    MonoTime next{};                     // not asked again before
+  std::vector<ReadingRange> reading_;    // sorted by range.first; pieces of several changes may overlap
+  std::map<uint64_t, std::pair<std::string, std::vector<ring::TokenRange>>> read_rounds_;  // id -> to, ranges
+  MonoTime read_next_{};                                                                   // next StartReads
+  struct HandoffQuery {  // QueryWaitingHandoffs, by previous owner
+    uint64_t round = 0;  // the PullSync under way (0: none)
+    MonoTime next{};     // not asked again before
   };
   std::map<std::string, HandoffQuery, std::less<>> queries_;
   MonoTime next_round_{};

@@ -59,7 +59,7 @@ class HandoffPlannerTest : public ::testing::Test {
  protected:
   ClusterView View(std::string_view self) {
     return ClusterView{self, nullptr,
-                       [this](std::string_view id) { return !gone_.contains(std::string(id)); }};
+                       [this](std::string_view id) { return !gone_.contains(std::string(id)); }, nullptr};
   }
 
   // Answers every push window of `a` (and those that follow at once) with `keys` keys, until none is left.
@@ -961,6 +961,116 @@ TEST_F(HandoffPlannerTest, OutgoingHandoffDoneCarriesWhetherTheRangesWereSynced)
   HandoffActions sent = a.FlushDone(now_, id, true);
   ASSERT_EQ(sent.send_done.size(), 1u);
   EXPECT_TRUE(sent.send_done[0].synced);
+}
+
+// ------------------------------------------------------------------------------------- take-over reads
+
+// Answers every pull of `a` to a member in `answering` (pushed and answered); returns the members asked.
+std::set<std::string> AnswerPulls(HandoffPlanner& p, MonoTime now, const HandoffActions& a,
+                                  const std::set<std::string>& answering) {
+  std::set<std::string> asked;
+  for (const PullSync& pull : a.pull) {
+    asked.insert(pull.to);
+    if (answering.contains(pull.to)) {
+      static_cast<void>(p.SyncPulled(now, pull.round, pull.to, std::vector<TokenRange>{}, {}));
+    }
+  }
+  return asked;
+}
+
+// With majority_read, a holder whose range's holders changed (d declared dead) reads it from a majority of
+// the holders it had before -- itself counted when it was one -- and publishes it as `reading`, with the
+// ring before, until then and for read_hold after; never asking a member out of reach.
+TEST_F(HandoffPlannerTest, MajorityReadPullsTheEarlierHoldersUntilAMajorityPushed) {
+  HandoffOptions options = Options();
+  options.replicas = 3;
+  options.majority_read = true;
+  HandoffPlanner a("a", options);
+  const RingPtr four = Ring({"a", "b", "c", "d"}, 1);
+  const RingPtr three = Ring({"a", "b", "c"}, 2);
+  // A cluster that starts: a holds its ranges on `four` with the same holders as on the ring without it
+  // minus nothing -- it reads them from the others like a joining node, at once.
+  HandoffActions start = a.RingChanged(now_, View("a"), nullptr, four);
+  static_cast<void>(AnswerPulls(a, now_, start, {"b", "c", "d"}));
+  HandoffActions settled = a.Timer(now_ + options.read_hold, View("a"));
+  ASSERT_NE(settled.overrides, nullptr);
+  EXPECT_TRUE(settled.overrides->reading.empty());
+
+  gone_.insert("d");
+  const MonoTime dead = now_ + 5s;
+  HandoffActions lost = a.RingChanged(dead, View("a"), four, three);
+  ASSERT_NE(lost.overrides, nullptr);
+  ASSERT_FALSE(lost.overrides->reading.empty());
+  for (const RouteOverrides::Reading& r : lost.overrides->reading) {
+    EXPECT_EQ(r.before, four);
+    // Only ranges d held before: the others kept their holders.
+    std::vector<std::string> before;
+    for (const ring::RingMember* m : four->PreferenceList(Inside(r.range), 3)) before.push_back(m->id);
+    EXPECT_NE(std::find(before.begin(), before.end(), "d"), before.end());
+  }
+  // (Pulls of the unsynced ranges a gained go to the same members: answered alike.)
+  EXPECT_EQ(AnswerPulls(a, dead, lost, {"b"}), (std::set<std::string>{"b", "c"}));  // not d: out of reach
+  // After b's answer the ranges a and b both held before are read (two of three); the others are not.
+  HandoffActions held = a.Timer(dead + options.read_hold, View("a"));
+  ASSERT_NE(held.overrides, nullptr);
+  ASSERT_FALSE(held.overrides->reading.empty());
+  for (const RouteOverrides::Reading& r : held.overrides->reading) {
+    std::vector<std::string> before;
+    for (const ring::RingMember* m : four->PreferenceList(Inside(r.range), 3)) before.push_back(m->id);
+    const bool a_held = std::find(before.begin(), before.end(), "a") != before.end();
+    const bool b_held = std::find(before.begin(), before.end(), "b") != before.end();
+    EXPECT_FALSE(a_held && b_held);
+  }
+  // c was asked already (its pull is not answered: a lost answer): asked again once that fails.
+  HandoffActions retry = a.Timer(dead + options.read_hold + 1s, View("a"));
+  EXPECT_TRUE(retry.pull.empty());  // still under way
+  EXPECT_GT(a.stats().reading_ranges, 0u);
+  for (const PullSync& pull : lost.pull) {
+    if (pull.to == "c") static_cast<void>(a.SyncPulled(dead + 3500ms, pull.round, "c", std::nullopt, {}));
+  }
+  HandoffActions again = a.Timer(dead + 4s, View("a"));
+  EXPECT_TRUE(AnswerPulls(a, dead + 4s, again, {"c"}).contains("c"));
+  // Read, and past read_hold already: no longer published.
+  EXPECT_EQ(a.stats().reading_ranges, 0u);
+  EXPECT_EQ(a.stats().reads_expired, 0u);
+}
+
+// A read no majority of the earlier holders can answer (two of three gone) stays until resync_timeout.
+TEST_F(HandoffPlannerTest, AMajorityReadWithoutAMajorityExpiresAtResyncTimeout) {
+  HandoffOptions options = Options();
+  options.replicas = 3;
+  options.majority_read = true;
+  HandoffPlanner a("a", options);
+  const RingPtr five = Ring({"a", "b", "c", "d", "e"}, 1);
+  const RingPtr three = Ring({"a", "b", "c"}, 2);
+  static_cast<void>(
+      AnswerPulls(a, now_, a.RingChanged(now_, View("a"), nullptr, five), {"b", "c", "d", "e"}));
+  static_cast<void>(a.Timer(now_ + options.read_hold, View("a")));
+  gone_ = {"d", "e"};
+  const MonoTime dead = now_ + 5s;
+  HandoffActions lost = a.RingChanged(dead, View("a"), five, three);
+  static_cast<void>(AnswerPulls(a, dead, lost, {"b", "c"}));
+  HandoffActions held = a.Timer(dead + options.read_hold, View("a"));
+  ASSERT_NE(held.overrides, nullptr);
+  ASSERT_FALSE(held.overrides->reading.empty());  // the ranges held by d, e and one other before
+  HandoffActions expired = a.Timer(dead + options.resync_timeout, View("a"));
+  ASSERT_NE(expired.overrides, nullptr);
+  EXPECT_TRUE(expired.overrides->reading.empty());
+  EXPECT_GT(a.stats().reads_expired, 0u);
+}
+
+// Without majority_read nothing is read.
+TEST_F(HandoffPlannerTest, NoMajorityReadWithoutTheOption) {
+  HandoffOptions options = Options();
+  options.replicas = 3;
+  HandoffPlanner a("a", options);
+  const RingPtr four = Ring({"a", "b", "c", "d"}, 1);
+  const RingPtr three = Ring({"a", "b", "c"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, four));
+  gone_.insert("d");
+  HandoffActions lost = a.RingChanged(now_ + 5s, View("a"), four, three);
+  ASSERT_NE(lost.overrides, nullptr);
+  EXPECT_TRUE(lost.overrides->reading.empty());
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <boost/unordered/unordered_flat_map.hpp>
 #include <set>
 
+#include "ring/token.h"
+
 namespace ringlimit::replication {
 namespace {
 
@@ -121,13 +123,18 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
       const std::string& key = batch.keys[w.key].key;
       if (std::find(stale.begin(), stale.end(), key) != stale.end()) {
         FailSlot(w.slot, out);
+      } else if (options_.ack_majority) {
+        MajorityReply(w.slot, w.rings, true, out);
       } else {
         AckSlot(w.slot, w.optional, out);
       }
     }
   } else {
     ++stats_.send_failures;
-    if (options_.ack_all) {
+    if (options_.ack_majority) {
+      // This holder cannot count any more: unacked once a majority is out of reach.
+      for (const Waiting& w : batch.waiting) MajorityReply(w.slot, w.rings, false, out);
+    } else if (options_.ack_all) {
       // A holder after the decider did not take the decision: unacked. One before it: no answer is fine.
       for (const Waiting& w : batch.waiting) {
         if (w.optional) {
@@ -215,6 +222,8 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     std::vector<Slot> slots;
     std::vector<std::string> successors;    // sync: the replicas whose acknowledgements answer the slots
     std::vector<std::string> predecessors;  // ack_all: the holders before this node, asked for news
+    // ack_majority: the holders asked, each with the rings it holds the key on (a bit per ring)
+    std::vector<std::pair<std::string, uint32_t>> validators;
   };
   // Jobs never move once added (reserved for every key this pass can see), so views of their keys stay valid.
   size_t most = dirty_.size() + sync_keys_.size();
@@ -227,7 +236,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     added = false;
     if (auto it = index.find(key); it != index.end()) return jobs[it->second];
     added = true;
-    jobs.push_back(Job{std::string(key), false, false, {}, {}, {}});
+    jobs.push_back(Job{std::string(key), false, false, {}, {}, {}, {}});
     index.emplace(jobs.back().key, static_cast<uint32_t>(jobs.size() - 1));
     return jobs.back();
   };
@@ -254,7 +263,22 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     for (const ring::RingMember* m : pref) {
       if (reachable(m->id)) per_target[m->id].push_back(j);
     }
-    if (!job.slots.empty()) {
+    if (!job.slots.empty() && options_.ack_majority) {
+      const std::vector<Quorum> quorums = MajorityTargets(
+          view, job.key, [&](const std::string& id) { return reachable(id); }, job.validators);
+      for (const auto& [id, mask] : job.validators) {
+        if (std::none_of(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == id; })) {
+          per_target[id].push_back(j);  // a holder on a ring the key is read from only
+        }
+      }
+      for (const Slot& s : job.slots) {
+        if (!AwaitMajority(s, quorums)) {
+          FailSlot(s, out);  // a majority of some ring is out of reach: unacked at once
+          continue;
+        }
+        awaited.insert(s.waiter);
+      }
+    } else if (!job.slots.empty()) {
       // The successor: the first reachable member after this node in the preference list, i.e. the node
       // that takes the key over if this one dies (an acknowledgement from another replica would leave the
       // successor with an older count). With ack_all: every reachable member after this node (all of
@@ -322,7 +346,11 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
         const bool before =
             std::find(job.predecessors.begin(), job.predecessors.end(), id) != job.predecessors.end();
         if (after || before) {
-          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, before});
+          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, before, 0});
+        }
+        for (const auto& [holder, mask] : job.validators) {
+          if (holder != id) continue;
+          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, false, mask});
         }
       }
       // Batches that carry Decided keys are never held back: their callers wait.
@@ -361,6 +389,90 @@ void ReplicationPlanner::AckSlot(const Slot& slot, bool optional, ReplicationAct
     if (--w.needed[slot.index] == 0) --w.remaining;
   }
   FinishIfAnswered(slot.waiter, out);
+}
+
+bool ReplicationPlanner::AwaitMajority(const Slot& slot, const std::vector<Quorum>& quorums) {
+  auto it = waiters_.find(slot.waiter);
+  if (it == waiters_.end() || slot.index >= it->second.needed.size()) return true;
+  Waiter& w = it->second;
+  if (w.quorums.size() < w.needed.size()) w.quorums.resize(w.needed.size());
+  w.quorums[slot.index] = quorums;
+  bool pending = false;
+  for (const Quorum& q : quorums) {
+    if (q.need > q.possible) return false;
+    pending |= q.need > 0;
+  }
+  if (pending && w.needed[slot.index] == 0) {
+    w.needed[slot.index] = 1;
+    ++w.remaining;
+  }
+  return true;
+}
+
+void ReplicationPlanner::MajorityReply(const Slot& slot, uint32_t mask, bool ok, ReplicationActions& out) {
+  auto it = waiters_.find(slot.waiter);
+  if (it == waiters_.end() || slot.index >= it->second.quorums.size()) return;
+  Waiter& w = it->second;
+  std::vector<Quorum>& quorums = w.quorums[slot.index];
+  bool pending = false;
+  bool lost = false;
+  for (size_t r = 0; r < quorums.size(); ++r) {
+    Quorum& q = quorums[r];
+    if ((mask >> r & 1U) != 0 && q.possible > 0) {
+      --q.possible;
+      if (ok && q.need > 0) --q.need;
+    }
+    pending |= q.need > 0;
+    lost |= q.need > q.possible;
+  }
+  if (lost) {
+    FailSlot(slot, out);
+    return;
+  }
+  if (!pending && w.needed[slot.index] > 0) {
+    w.needed[slot.index] = 0;
+    --w.remaining;
+  }
+  FinishIfAnswered(slot.waiter, out);
+}
+
+std::vector<ReplicationPlanner::Quorum> ReplicationPlanner::MajorityTargets(
+    const ClusterView& view, std::string_view key, const std::function<bool(const std::string&)>& reachable,
+    std::vector<std::pair<std::string, uint32_t>>& validators) const {
+  std::vector<ReadRing> rings;
+  if (view.ring != nullptr) rings.push_back(ReadRing{view.ring, false});
+  const ring::Token token = ring::RingToken(key);
+  if (view.reading) view.reading(token, rings);
+  std::vector<Quorum> quorums;
+  std::vector<uint64_t> seen;  // fingerprints: a ring named twice counts once
+  for (const auto& [ring, held] : rings) {
+    if (ring == nullptr || quorums.size() >= kMaxRings) continue;
+    if (std::find(seen.begin(), seen.end(), ring->fingerprint()) != seen.end()) continue;
+    seen.push_back(ring->fingerprint());
+    const uint32_t bit = 1U << quorums.size();
+    const std::vector<const ring::RingMember*> holders = ring->PreferenceList(token, options_.replicas);
+    Quorum q;
+    const size_t majority = holders.size() / 2 + 1;
+    const bool self_holds = std::any_of(holders.begin(), holders.end(),
+                                        [&](const ring::RingMember* m) { return m->id == view.self; });
+    q.need = static_cast<uint32_t>(majority - (self_holds ? 1 : 0));
+    for (const ring::RingMember* m : holders) {
+      if (m->id != view.self && reachable(m->id)) ++q.possible;
+    }
+    if (held && q.need > q.possible) continue;  // read already, and no majority of it is reachable
+    for (const ring::RingMember* m : holders) {
+      if (m->id == view.self || !reachable(m->id)) continue;
+      auto v =
+          std::find_if(validators.begin(), validators.end(), [&](const auto& e) { return e.first == m->id; });
+      if (v == validators.end()) {
+        validators.emplace_back(m->id, bit);
+      } else {
+        v->second |= bit;
+      }
+    }
+    quorums.push_back(q);
+  }
+  return quorums;
 }
 
 void ReplicationPlanner::FailSlot(const Slot& slot, ReplicationActions& out) {

@@ -10,7 +10,8 @@
 //   Mark(keys)        keys this node changed (the driver drains the request path's dirty set into it)
 //   Changed(now)      something is dirty: a pass is due within `interval` (async mode batching)
 //   Decided(...)      sync mode: callers wait for their keys' successors (with ack_all: every holder after
-//                     this node, and a short while for those before it); shipped at once, in one pass
+//                     this node, and a short while for those before it; with ack_majority: a majority
+//                     of the holders on each ring the key is read from); shipped at once, in one pass
 //   Flush(...)        ship everything pending now; answered once it is all acknowledged (or deadline)
 //   BatchReply(...)   a batch was acknowledged or failed (failed keys are retried while the member is
 //                     reachable and still a replica of the key, with exponential backoff)
@@ -51,12 +52,24 @@ struct DirtyKey {
   bool erased = false;
 };
 
+// A ring a key is read from (ClusterView::reading).
+struct ReadRing {
+  const ring::RingView* ring = nullptr;
+  // A majority of its holders' copies are here already (the read is held for read_hold, for members still
+  // deciding on it): its majority is asked only while one is reachable. Otherwise a decision needs it.
+  bool held = false;
+};
+
 // What the planner is told of the cluster with an event.
 struct ClusterView {
   std::string_view self;
   const ring::RingView* ring = nullptr;  // null: no ring yet (nothing is shipped)
   // Whether member `id` may be sent to. Called during the event only.
   std::function<bool(std::string_view id)> reachable;
+  // ack_majority: appends the rings this node still reads the key of `token` from besides `ring` (its
+  // take-over read: the rings before a change of the key's holders, RouteOverrides::reading). Null: none.
+  // The rings stay valid during the event.
+  std::function<void(ring::Token token, std::vector<ReadRing>& out)> reading;
 };
 
 // Send `keys` (their current states) to `target` as one StateUpdateBatch; report with BatchReply(id).
@@ -92,9 +105,18 @@ struct PlannerOptions {
   // (every holder that could take it over), not only the first; a failed batch answers its waiters
   // unacked at once. The holders before this node (it decides because they did not answer, or declined)
   // are sent the keys too and waited for up to sync_timeout / 5: a missing answer is fine, but one saying
-  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. For
-  // --failure-mode closed.
+  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. No longer set by
+  // the node: ack_majority replaced it under --failure-mode closed.
   bool ack_all = false;
+  // Sync mode, instead of ack_all: a Decided key waits until a majority of its holders -- this node
+  // counted when it is one -- acknowledged it without holding admissions it lacks (want_newer), on the
+  // ring and on every ring the view's `reading` names for the key (the majority read of a take-over: the
+  // holders the earlier admissions were acknowledged by). Every reachable holder of those rings is sent
+  // the key; one answering `stale` (a copy with admissions this node lacked, merged by the driver)
+  // answers the waiter unacked at once, and so does a majority no longer reachable (a failed batch, too
+  // few holders reachable). With N = 3 holders: W = 2, and every later decider's majority meets this one
+  // at a holder that refuses the older copy. For --failure-mode closed.
+  bool ack_majority = false;
 };
 
 // Upper bounds of the replication lag histogram's buckets, in nanoseconds (+Inf implicit).
@@ -150,6 +172,13 @@ class ReplicationPlanner {
   [[nodiscard]] PlannerStats stats() const;
 
  private:
+  struct Quorum {  // ack_majority: one ring's majority of one key
+    uint32_t need = 0;
+    uint32_t possible = 0;
+  };
+  // ack_majority: rings a key is validated on at most (more are ignored: never seen, a ring change every
+  // few seconds with reads of a second or less).
+  static constexpr size_t kMaxRings = 8;
   struct Slot {  // one key of one Decided call
     uint64_t waiter = 0;
     uint32_t index = 0;
@@ -160,11 +189,15 @@ class ReplicationPlanner {
     std::vector<uint32_t> needed;  // per key: acknowledgements still awaited
     size_t remaining = 0;          // keys with needed > 0
     size_t optional_left = 0;      // answers still awaited from holders before the decider
+    // ack_majority, per key: per ring (the view's ring first, then the reading ones) the clean
+    // acknowledgements still needed and the holders that may still give one.
+    std::vector<std::vector<Quorum>> quorums;
   };
   struct Waiting {  // a Decided key in a batch
     Slot slot;
     uint32_t key = 0;       // index in the batch's keys
     bool optional = false;  // ack_all: the target is a holder before the decider (see Pass)
+    uint32_t rings = 0;     // ack_majority: bit i set when the target holds the key on the key's ring i
   };
   struct Batch {
     std::string target;
@@ -189,6 +222,16 @@ class ReplicationPlanner {
   void Pass(MonoTime now, const ClusterView& view, bool force, ReplicationActions& out);
   void Await(const Slot& slot, size_t acks, size_t optional);
   void AckSlot(const Slot& slot, bool optional, ReplicationActions& out);
+  // ack_majority: registers the quorums of one key; false when one of them cannot be met.
+  bool AwaitMajority(const Slot& slot, const std::vector<Quorum>& quorums);
+  // ack_majority: a clean acknowledgement (ok) or a failed batch (!ok) of a target holding the key on
+  // the rings of `mask`.
+  void MajorityReply(const Slot& slot, uint32_t mask, bool ok, ReplicationActions& out);
+  // ack_majority: the quorums of `key` (the view's ring, then the rings it is read from) and the holders
+  // to ask, each with its rings as bits (appended to `validators`).
+  [[nodiscard]] std::vector<Quorum> MajorityTargets(
+      const ClusterView& view, std::string_view key, const std::function<bool(const std::string&)>& reachable,
+      std::vector<std::pair<std::string, uint32_t>>& validators) const;
   void FailSlot(const Slot& slot, ReplicationActions& out);
   void FinishIfAnswered(uint64_t waiter, ReplicationActions& out);
   void FinishFlushes(MonoTime now, const ClusterView& view, ReplicationActions& out);

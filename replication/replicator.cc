@@ -122,6 +122,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     std::vector<std::string> keys;
     std::function<void(bool)> done;
     SyncCall* next = nullptr;
+    // ack_majority: each key's states when the call came (right after the decision), to see whether
+    // another node's admissions were merged in before the key is shipped.
+    std::vector<std::vector<storage::StoredState>> decided;
   };
 
   // A SendUpdates call.
@@ -139,7 +142,8 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         link(l),
         executor(e),
         options(o),
-        planner(PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch, o.ack_all}),
+        planner(
+            PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch, o.ack_all, o.ack_majority}),
         timer(e.NewTimer()) {
     accepting.store(options.replicas > 1);
   }
@@ -163,7 +167,12 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   // Sync mode: queues a caller for the executor. Lock-free; the first caller queued since the executor
   // last took the queue posts one event for all of them (under load, one pass ships many callers' keys).
   void QueueSync(std::span<const std::string_view> keys, std::function<void(bool)> done) {
-    auto* call = new SyncCall{std::vector<std::string>(keys.begin(), keys.end()), std::move(done), nullptr};
+    auto* call =
+        new SyncCall{std::vector<std::string>(keys.begin(), keys.end()), std::move(done), nullptr, {}};
+    if (options.ack_majority) {
+      call->decided.reserve(keys.size());
+      for (std::string_view key : keys) call->decided.push_back(store.Get(key));
+    }
     SyncCall* head = sync_calls.load(std::memory_order_relaxed);
     do {
       call->next = head;
@@ -193,19 +202,56 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     Drain();
     std::vector<SyncWait> waits;
     waits.reserve(calls.size());
+    std::vector<uint64_t> merged;  // ack_majority: calls whose keys took in another node's admissions
     for (SyncCall& call : calls) {
       const uint64_t id = ++next_id;
+      if (MergedSince(call)) merged.push_back(id);
       waiters.emplace(id, std::move(call.done));
       waits.push_back(SyncWait{id, std::move(call.keys)});
     }
     const auto ring = link.ring();
+    // Shipped all the same (the decision is this node's to replicate), but answered unacked now: it may
+    // have been made without the admissions merged in since, which the holders then hold too.
+    for (uint64_t id : merged) {
+      auto it = waiters.find(id);
+      std::function<void(bool)> done = std::move(it->second);
+      waiters.erase(it);
+      done(false);
+    }
     Apply(planner.Decided(executor.Now(), View(ring), waits));
+  }
+
+  // ack_majority: whether a key of `call` holds another node's records newer than when it was decided.
+  bool MergedSince(const SyncCall& call) {
+    for (size_t k = 0; k < call.decided.size() && k < call.keys.size(); ++k) {
+      for (const storage::StoredState& now : store.Get(call.keys[k])) {
+        for (const storage::StoredState& then : call.decided[k]) {
+          if (now.name == then.name &&
+              limiter::HoldsOthersNewer(now.state, then.state, options.contributor)) {
+            return true;
+          }
+        }
+      }
+    }
+    return false;
   }
 
   // The planner's view of the cluster now. Valid while `ring` lives.
   ClusterView View(const std::shared_ptr<const ring::RingView>& ring) {
-    return ClusterView{link.self_id(), ring.get(),
-                       [this](std::string_view id) { return link.Reachable(id); }};
+    ClusterView view{link.self_id(), ring.get(), [this](std::string_view id) { return link.Reachable(id); },
+                     nullptr};
+    if (options.ack_majority) {
+      // The overrides (and the rings they keep) live as long as the view's function.
+      std::shared_ptr<const RouteOverrides> overrides = link.overrides();
+      if (overrides != nullptr && !overrides->reading.empty()) {
+        view.reading = [overrides](ring::Token token, std::vector<ReadRing>& out) {
+          for (const RouteOverrides::Reading& r : overrides->reading) {
+            if (r.range.Contains(token)) out.push_back(ReadRing{r.before.get(), r.read});
+          }
+        };
+      }
+    }
+    return view;
   }
 
   // Moves the request path's dirty keys into the planner.
@@ -263,7 +309,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         peer::StateUpdateBatch header;
         header.set_from(link.self_id());
         header.set_ring_fingerprint(fingerprint);
-        if (b.awaited && options.ack_all) {
+        if (b.awaited && (options.ack_all || options.ack_majority)) {
           header.set_want_newer(true);
           header.set_contributor(options.contributor);
         }
@@ -311,7 +357,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
               if (--answers->left == 0) core->OnReply(id, answers->ok, answers->stale);
             });
           };
-          if (b.awaited && options.ack_all) {
+          if (b.awaited && (options.ack_all || options.ack_majority)) {
             link.SendRelayed(b.target, std::move(payload), options.sync_timeout * 2 / 5, options.send_timeout,
                              std::move(reply));
           } else {
@@ -554,7 +600,7 @@ void Replicator::Decided(std::span<const std::string_view> keys, std::function<v
   if (options_.mode != ReplicationMode::kSync || !core_->accepting.load() || !core_->running.load() ||
       keys.empty()) {
     // Stopping with ack_all: the holders are not told, so the caller must not answer as if they were.
-    done(!(options_.ack_all && core_->stop_called.load()));
+    done(!((options_.ack_all || options_.ack_majority) && core_->stop_called.load()));
     return;
   }
   core_->QueueSync(keys, std::move(done));

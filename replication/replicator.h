@@ -77,9 +77,16 @@ struct ReplicatorOptions {
   // Sync mode: Decided waits for every reachable holder after this node in a key's preference list
   // (every node that could decide the key after it), not only the successor, and reports whether they
   // all acknowledged; a holder that does not answer directly within 2/5 of sync_timeout is sent the
-  // batch through another member. Set by --failure-mode closed, which answers 503 rather than an
-  // admission not every such holder has. Default: false.
+  // batch through another member. --failure-mode closed set it until ack_majority replaced it there
+  // (2026-11-28); no longer set by the node. Default: false.
   bool ack_all = false;
+  // Sync mode, instead of ack_all: Decided waits until a majority of a key's holders (this node counted
+  // when it is one) acknowledged without holding admissions this node lacks, on the ring and on every ring
+  // the link's RouteOverrides::reading names for the key (the take-over read: PlannerOptions::ack_majority).
+  // A decision whose key took in another node's admissions between the charge and the shipping is
+  // answered unacked (it may have been decided without them). Set by --failure-mode closed (with
+  // HandoffOptions::majority_read). Default: false.
+  bool ack_majority = false;
   // This node's contributor id in merged states (the check service's; 0 = not given). Sent with the batches
   // a sync decision waits for, so that their holders tell a later decision of this node, reordered ahead of
   // the batch, from another node's admission (StateUpdateBatch.contributor). Default: 0.
@@ -107,8 +114,8 @@ struct ReplicatorStats {
   uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet, and failed ones awaiting a retry
   uint64_t sync_waits = 0;     // Decided calls that waited for an acknowledgement (sync mode)
   uint64_t sync_timeouts = 0;  // of those, answered after sync_timeout without one
-  // ack_all: keys whose holder answered a copy with admissions this node's lacked (merged in; the
-  // decision that waited was not answered as an admission)
+  // ack_all / ack_majority: keys whose holder answered a copy with admissions this node's lacked (merged in;
+  // the decision that waited was not answered as an admission)
   uint64_t newer_received = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
   double max_lag_seconds = 0;  // since start

@@ -39,8 +39,20 @@ struct RouteOverrides {
   // Ranges this node holds on its ring without having received their copy yet (HandoffPlanner's
   // unsynced ranges): it decides none of their keys while another holder can (sorted, non-overlapping).
   std::vector<ring::TokenRange> unsynced;
+  // Take-over reads under way (HandoffPlanner, majority_read): ranges whose holders changed, with the ring
+  // before the change, until a majority of that ring's holders pushed their copies here. Decisions of their
+  // keys need a majority of `before`'s holders too (ReplicatorOptions::ack_majority). Sorted by
+  // range.first; entries may overlap (a range read from two earlier rings).
+  struct Reading {
+    ring::TokenRange range;
+    std::shared_ptr<const ring::RingView> before;
+    bool read = false;  // a majority's copies are here; held for read_hold (ReadRing::held)
+  };
+  std::vector<Reading> reading;
 
-  [[nodiscard]] bool empty() const { return entries.empty() && left_ring == nullptr && unsynced.empty(); }
+  [[nodiscard]] bool empty() const {
+    return entries.empty() && left_ring == nullptr && unsynced.empty() && reading.empty();
+  }
   // The entry of `token`, or null.
   [[nodiscard]] const Entry* Find(ring::Token token) const;
 };

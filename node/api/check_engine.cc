@@ -268,7 +268,8 @@ void CheckBatch::Unacked(size_t g) {
   const std::span<const size_t> group(order_.data() + begin, end - begin);
   // A denial stands (it admitted nothing); an admission the key's holders do not all have is not given.
   if (std::none_of(group.begin(), group.end(), [&](size_t i) { return decisions_[i].allowed; })) return;
-  MarkUnavailable(group, "its holders did not all acknowledge the decision (--failure-mode closed)");
+  MarkUnavailable(group,
+                  "a majority of its holders did not acknowledge the decision (--failure-mode closed)");
 }
 
 void CheckBatch::FinishOne() {
@@ -323,7 +324,8 @@ bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
   const std::span<const size_t> group(order_.data() + begin, end - begin);
   if (result && (result->status() == peer::CHECK_UNAVAILABLE || result->status() == peer::CHECK_UNACKED)) {
     // The router refused it (no holder answered, --failure-mode closed): nothing was charged anywhere. Or
-    // (unacked) the decider charged it but not every holder acknowledged: not answered as an admission.
+    // (unacked) the decider charged it but a majority of its holders did not acknowledge it: not answered as
+    // an admission.
     MarkUnavailable(group, result->error());
     return false;
   }

@@ -67,7 +67,7 @@ class CheckRouter {
   // This node has just decided (charged) the checks of `keys` itself. Calls done(acked) exactly once,
   // when the answer may be sent: at once, or -- synchronous replication -- once a replica has
   // acknowledged the new states (possibly on another thread). acked false: under --failure-mode closed,
-  // not every holder that could decide the keys next acknowledged them, so an admission must not be
+  // a majority of the keys' holders did not acknowledge them, so an admission must not be
   // answered (503). `keys` are valid only during the call.
   virtual void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
     (void)keys;

@@ -186,7 +186,8 @@ void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>&
         result.set_status(peer::CHECK_UNACKED);
         result.clear_decisions();
         result.set_allowed(false);
-        result.set_error("its holders did not all acknowledge the decision (--failure-mode closed)");
+        result.set_error(
+            "a majority of its holders did not acknowledge the decision (--failure-mode closed)");
       }
     }
     reply.Answer(response->SerializeAsString());

@@ -160,7 +160,8 @@ struct ForwarderStats {
   uint64_t clock_refusals = 0;     // checks (forwarded or a client's) refused because the clock is off
   uint64_t clock_passed = 0;       // checks whose key this node holds sent to another holder: clock off
   uint64_t minority_refusals = 0;  // ... because this node reaches only a minority (--failure-mode closed)
-  // Decisions of this node answered 503 because not every holder after it acknowledged them (closed).
+  // Decisions of this node answered 503 because a majority of their holders did not acknowledge them
+  // (closed).
   uint64_t unacked = 0;
   DedupStats dedup;  // the served checks' request ids
 };

@@ -12,6 +12,10 @@ const std::string& ReplicationLink::self_id() const { return cluster_.self_id();
 
 std::shared_ptr<const ring::RingView> ReplicationLink::ring() const { return cluster_.ring().Current(); }
 
+std::shared_ptr<const replication::RouteOverrides> ReplicationLink::overrides() const {
+  return cluster_.routing().Current().overrides;
+}
+
 bool ReplicationLink::Reachable(std::string_view id) const {
   if (id == cluster_.self_id()) return false;
   const std::shared_ptr<const ClusterSnapshot> snapshot = cluster_.Snapshot();

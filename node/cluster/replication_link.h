@@ -28,6 +28,7 @@ class ReplicationLink final : public replication::ClusterLink {
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] std::shared_ptr<const ring::RingView> ring() const override;
+  [[nodiscard]] std::shared_ptr<const replication::RouteOverrides> overrides() const override;
   [[nodiscard]] bool Reachable(std::string_view id) const override;
   void Send(std::string_view id, peer::Method method, std::string payload, std::chrono::milliseconds timeout,
             Reply reply) override;

@@ -264,13 +264,17 @@ std::optional<std::string> Node::StartCluster() {
   // successors; the handoff manager follows the ring.
   replication::ReplicatorOptions replication = options_.replication;
   replication.replicas = replicas;
-  // Closed: an admission is answered only once every holder that could decide the key next has it.
-  replication.ack_all = options_.forward.failure_mode == cluster::FailureMode::kClosed;
+  // Closed: an admission is answered only once a majority of the key's holders has it, and a node taking a
+  // key over reads a majority of its earlier holders (issue 35; docs/architecture.md "Majority
+  // acknowledgement").
+  const bool closed = options_.forward.failure_mode == cluster::FailureMode::kClosed;
+  replication.ack_majority = closed;
   replication.contributor = p.handler.contributor();
   if (Status status = replication::Validate(replication); !status.ok())
     return "replication: " + status.message();
   replication::HandoffOptions handoff = options_.handoff;
   handoff.replicas = replicas;
+  handoff.majority_read = closed;
   if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
   if (Status status = cluster::Validate(options_.forward); !status.ok()) return status.message();
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);

@@ -12,11 +12,11 @@
 //      admitted >= min(limit, answered) - wasted
 //    where `answered` counts the epoch's checks answered allowed or denied and `wasted` counts the epoch's
 //    admitting charges whose check did not reach its client as "allowed" (a retry charged again after
-//    its first answer was lost, an admission answered 503 because not every later holder acknowledged
-//    it, a check lost with its entry node). Why it is sound: every copy of a key only ever holds charges
-//    that were made, so a node denies only once at least `limit` admitting charges of the epoch exist,
-//    i.e. admitted + wasted >= limit; and with no denial, admitted = answered. It needs no knowledge of
-//    which nodes were reachable, and slack 0. A cluster denying everything fails it; one refusing
+//    its first answer was lost, an admission answered 503 because a majority of its holders did not
+//    acknowledge it, a check lost with its entry node). Why it is sound: every copy of a key only ever holds
+//    charges that were made, so a node denies only once at least `limit` admitting charges of the epoch
+//    exist, i.e. admitted + wasted >= limit; and with no denial, admitted = answered. It needs no knowledge
+//    of which nodes were reachable, and slack 0. A cluster denying everything fails it; one refusing
 //    everything fails the answered share. In particular, a key whose checks were all sent and answered
 //    while the cluster was healthy admits exactly min(limit, those checks): wasted is then 0 but for
 //    admissions answered 503 (the acknowledgement rule of the closed mode: the charge stays). So the

@@ -71,9 +71,10 @@ struct SimOptions {
   std::chrono::milliseconds flush_interval{100};
   // How long a node that has left waits for its own checks before it exits anyway. Default: 5 s.
   std::chrono::milliseconds drain_timeout{5'000};
-  // --failure-mode closed (with replication.mode sync and replication.ack_all, as node.cc sets them): a node
-  // reaching only a minority decides nothing, a node holding no copy of a key never decides it, and an
-  // admission not every later holder acknowledged is answered 503 (kRefused). Default: false (open).
+  // --failure-mode closed (with replication.mode sync, replication.ack_majority and handoff.majority_read, as
+  // node.cc sets them): a node reaching only a minority decides nothing, a node holding no copy of a key
+  // never decides it, and an admission a majority of its holders did not acknowledge is answered 503
+  // (kRefused). Default: false (open).
   bool closed = false;
   // Call HandoffManager::OnMembersChanged after membership events, as node/server/node.cc does (through
   // Cluster::SetMembersListener). Default: true.

@@ -24,6 +24,9 @@ class SimNode::Link final : public replication::ClusterLink {
   explicit Link(SimNode& node) : node_(node) {}
   const std::string& self_id() const override { return node_.id_; }
   std::shared_ptr<const ring::RingView> ring() const override { return node_.planner_->ring(); }
+  std::shared_ptr<const replication::RouteOverrides> overrides() const override {
+    return node_.handoff_ != nullptr ? node_.handoff_->routing().Current().overrides : nullptr;
+  }
   bool Reachable(std::string_view id) const override {
     if (id == node_.id_ || node_.planner_ == nullptr || !node_.planner_->started()) return false;
     const std::optional<ring::MemberInfo> info = node_.planner_->membership().Find(id);

@@ -252,7 +252,8 @@ TEST_F(SimTest, Skew) { RunClass("skew", Seeds(kDefaultSeeds)); }
 // Once report-only: admitted <= limit over 500 seeds (2026-11-27); its rare rollbacks are reported.
 TEST_F(SimTest, QuickJoins) { RunClass("quick_joins", Seeds(kDefaultSeeds)); }
 // The gray failures under --replication sync --failure-mode closed, the mode that promises exactness
-// (scripts/test runs 1000 seeds of each).
+// (scripts/test runs 1000 seeds of each): majority acknowledgement with take-over by majority read, held
+// to exactness and to the answered shares of AnsweredFloor (99 % during a crash or a pause).
 TEST_F(SimTest, PauseClosed) { RunClass("pause_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, PartitionClosed) { RunClass("partition_closed", Seeds(kDefaultSeeds)); }
 TEST_F(SimTest, HalfCutClosed) { RunClass("half_cut_closed", Seeds(kDefaultSeeds)); }
