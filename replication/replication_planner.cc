@@ -62,7 +62,6 @@ ReplicationActions ReplicationPlanner::Decided(MonoTime now, const ClusterView& 
     ++stats_.sync_waits;
     Waiter& w = waiters_[wait.waiter];
     w.deadline = now + options_.sync_timeout;
-    w.optional_until = now + options_.sync_timeout / 5;
     w.needed.assign(wait.keys.size(), 0);
     w.remaining = 0;
     for (size_t i = 0; i < wait.keys.size(); ++i) {
@@ -126,7 +125,7 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
       } else if (options_.ack_majority) {
         MajorityReply(w.slot, w.rings, true, out);
       } else {
-        AckSlot(w.slot, w.optional, out);
+        AckSlot(w.slot, out);
       }
     }
   } else {
@@ -134,15 +133,6 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
     if (options_.ack_majority) {
       // This holder cannot count any more: unacked once a majority is out of reach.
       for (const Waiting& w : batch.waiting) MajorityReply(w.slot, w.rings, false, out);
-    } else if (options_.ack_all) {
-      // A holder after the decider did not take the decision: unacked. One before it: no answer is fine.
-      for (const Waiting& w : batch.waiting) {
-        if (w.optional) {
-          AckSlot(w.slot, true, out);
-        } else {
-          FailSlot(w.slot, out);
-        }
-      }
     }
     for (auto& [fid, f] : flushes_) {
       if (id >= f.first_batch && id <= f.last_batch) ++f.failures;
@@ -220,8 +210,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     bool erased = false;
     bool retry_only = false;  // came from retries alone: not yet sent to every reachable holder
     std::vector<Slot> slots;
-    std::vector<std::string> successors;    // sync: the replicas whose acknowledgements answer the slots
-    std::vector<std::string> predecessors;  // ack_all: the holders before this node, asked for news
+    std::vector<std::string> successors;  // sync: the replicas whose acknowledgements answer the slots
     // ack_majority: the holders asked, each with the rings it holds the key on (a bit per ring)
     std::vector<std::pair<std::string, uint32_t>> validators;
   };
@@ -236,7 +225,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     added = false;
     if (auto it = index.find(key); it != index.end()) return jobs[it->second];
     added = true;
-    jobs.push_back(Job{std::string(key), false, false, {}, {}, {}, {}});
+    jobs.push_back(Job{std::string(key), false, false, {}, {}, {}});
     index.emplace(jobs.back().key, static_cast<uint32_t>(jobs.size() - 1));
     return jobs.back();
   };
@@ -281,24 +270,16 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     } else if (!job.slots.empty()) {
       // The successor: the first reachable member after this node in the preference list, i.e. the node
       // that takes the key over if this one dies (an acknowledgement from another replica would leave the
-      // successor with an older count). With ack_all: every reachable member after this node (all of
-      // them when this node holds no copy), i.e. every holder that could decide the key after it.
+      // successor with an older count).
       const auto me = std::find_if(pref.begin(), pref.end(),
                                    [&](const ring::RingMember* m) { return m->id == view.self; });
-      if (options_.ack_all) {
-        for (auto m = pref.begin(); m != pref.end(); ++m) {
-          if (m == me || !reachable((*m)->id)) continue;
-          (me == pref.end() || m > me ? job.successors : job.predecessors).push_back((*m)->id);
-        }
-      } else {
-        const size_t start = me == pref.end() ? 0 : static_cast<size_t>(me - pref.begin()) + 1;
-        for (size_t k = 0; k < pref.size() && job.successors.empty(); ++k) {
-          const ring::RingMember* m = pref[(start + k) % pref.size()];
-          if (reachable(m->id)) job.successors.push_back(m->id);
-        }
+      const size_t start = me == pref.end() ? 0 : static_cast<size_t>(me - pref.begin()) + 1;
+      for (size_t k = 0; k < pref.size() && job.successors.empty(); ++k) {
+        const ring::RingMember* m = pref[(start + k) % pref.size()];
+        if (reachable(m->id)) job.successors.push_back(m->id);
       }
       for (const Slot& s : job.slots) {
-        Await(s, job.successors.size(), job.predecessors.size());
+        Await(s, job.successors.size());
         awaited.insert(s.waiter);
       }
     }
@@ -341,16 +322,12 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
         const Job& job = jobs[js[k]];
         batch.keys.push_back(DirtyKey{job.key, job.erased});
         const auto key_index = static_cast<uint32_t>(batch.keys.size() - 1);
-        const bool after =
-            std::find(job.successors.begin(), job.successors.end(), id) != job.successors.end();
-        const bool before =
-            std::find(job.predecessors.begin(), job.predecessors.end(), id) != job.predecessors.end();
-        if (after || before) {
-          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, before, 0});
+        if (std::find(job.successors.begin(), job.successors.end(), id) != job.successors.end()) {
+          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, 0});
         }
         for (const auto& [holder, mask] : job.validators) {
           if (holder != id) continue;
-          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, false, mask});
+          for (const Slot& slot : job.slots) batch.waiting.push_back(Waiting{slot, key_index, mask});
         }
       }
       // Batches that carry Decided keys are never held back: their callers wait.
@@ -368,7 +345,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   }
 }
 
-void ReplicationPlanner::Await(const Slot& slot, size_t acks, size_t optional) {
+void ReplicationPlanner::Await(const Slot& slot, size_t acks) {
   auto it = waiters_.find(slot.waiter);
   if (it == waiters_.end() || slot.index >= it->second.needed.size()) return;
   Waiter& w = it->second;
@@ -376,16 +353,13 @@ void ReplicationPlanner::Await(const Slot& slot, size_t acks, size_t optional) {
     if (w.needed[slot.index] == 0) ++w.remaining;
     w.needed[slot.index] = static_cast<uint32_t>(acks);
   }
-  w.optional_left += optional;
 }
 
-void ReplicationPlanner::AckSlot(const Slot& slot, bool optional, ReplicationActions& out) {
+void ReplicationPlanner::AckSlot(const Slot& slot, ReplicationActions& out) {
   auto it = waiters_.find(slot.waiter);
   if (it == waiters_.end()) return;
   Waiter& w = it->second;
-  if (optional) {
-    if (w.optional_left > 0) --w.optional_left;
-  } else if (slot.index < w.needed.size() && w.needed[slot.index] > 0) {
+  if (slot.index < w.needed.size() && w.needed[slot.index] > 0) {
     if (--w.needed[slot.index] == 0) --w.remaining;
   }
   FinishIfAnswered(slot.waiter, out);
@@ -484,7 +458,7 @@ void ReplicationPlanner::FailSlot(const Slot& slot, ReplicationActions& out) {
 
 void ReplicationPlanner::FinishIfAnswered(uint64_t waiter, ReplicationActions& out) {
   auto it = waiters_.find(waiter);
-  if (it == waiters_.end() || it->second.remaining > 0 || it->second.optional_left > 0) return;
+  if (it == waiters_.end() || it->second.remaining > 0) return;
   out.waiters_done.push_back(waiter);
   waiters_.erase(it);
 }
@@ -492,11 +466,7 @@ void ReplicationPlanner::FinishIfAnswered(uint64_t waiter, ReplicationActions& o
 void ReplicationPlanner::ExpireWaiters(MonoTime now, ReplicationActions& out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     const Waiter& w = it->second;
-    if (w.remaining == 0 && now >= w.optional_until) {
-      // Every holder after the decider has it; the ones before did not answer in time (paused, cut).
-      out.waiters_done.push_back(it->first);
-      it = waiters_.erase(it);
-    } else if (w.deadline <= now) {
+    if (w.deadline <= now) {
       ++stats_.sync_timeouts;
       out.waiters_unacked.push_back(it->first);
       it = waiters_.erase(it);
@@ -539,7 +509,7 @@ void ReplicationPlanner::FinishFlushes(MonoTime now, const ClusterView& /*view*/
 void ReplicationPlanner::SetWake(ReplicationActions& out) const {
   std::optional<MonoTime> at = pass_at_;
   auto earliest = [&](MonoTime t) { at = at.has_value() ? std::min(*at, t) : t; };
-  for (const auto& [id, w] : waiters_) earliest(w.remaining == 0 ? w.optional_until : w.deadline);
+  for (const auto& [id, w] : waiters_) earliest(w.deadline);
   for (const auto& [id, f] : flushes_) {
     earliest(f.deadline);
     if (f.again_at.has_value()) earliest(*f.again_at);

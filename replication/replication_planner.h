@@ -9,8 +9,7 @@
 //
 //   Mark(keys)        keys this node changed (the driver drains the request path's dirty set into it)
 //   Changed(now)      something is dirty: a pass is due within `interval` (async mode batching)
-//   Decided(...)      sync mode: callers wait for their keys' successors (with ack_all: every holder after
-//                     this node, and a short while for those before it; with ack_majority: a majority
+//   Decided(...)      sync mode: callers wait for their keys' successors (with ack_majority: a majority
 //                     of the holders on each ring the key is read from); shipped at once, in one pass
 //   Flush(...)        ship everything pending now; answered once it is all acknowledged (or deadline)
 //   BatchReply(...)   a batch was acknowledged or failed (failed keys are retried while the member is
@@ -101,15 +100,8 @@ struct PlannerOptions {
   std::chrono::nanoseconds interval{2'000'000};        // async batching window. REQUIRES: > 0
   std::chrono::nanoseconds sync_timeout{250'000'000};  // longest wait of a Decided call
   size_t max_batch = 512;                              // keys per batch. REQUIRES: >= 1
-  // Sync mode: a Decided key waits for every reachable member after this node in its preference list
-  // (every holder that could take it over), not only the first; a failed batch answers its waiters
-  // unacked at once. The holders before this node (it decides because they did not answer, or declined)
-  // are sent the keys too and waited for up to sync_timeout / 5: a missing answer is fine, but one saying
-  // it holds admissions this node lacks (BatchReply's `stale`) answers the waiter unacked. No longer set by
-  // the node: ack_majority replaced it under --failure-mode closed.
-  bool ack_all = false;
-  // Sync mode, instead of ack_all: a Decided key waits until a majority of its holders -- this node
-  // counted when it is one -- acknowledged it without holding admissions it lacks (want_newer), on the
+  // Sync mode, instead of the successor alone: a Decided key waits until a majority of its holders -- this
+  // node counted when it is one -- acknowledged it without holding admissions it lacks (want_newer), on the
   // ring and on every ring the view's `reading` names for the key (the majority read of a take-over: the
   // holders the earlier admissions were acknowledged by). Every reachable holder of those rings is sent
   // the key; one answering `stale` (a copy with admissions this node lacked, merged by the driver)
@@ -162,7 +154,7 @@ class ReplicationPlanner {
   [[nodiscard]] ReplicationActions Flush(MonoTime now, const ClusterView& view, uint64_t flush,
                                          MonoTime deadline);
   // `stale`: keys of the batch whose receiver held admissions the batch lacked (StateUpdateAck.newer):
-  // their waiters are answered unacked (ack_all).
+  // their waiters are answered unacked (ack_majority).
   [[nodiscard]] ReplicationActions BatchReply(MonoTime now, const ClusterView& view, uint64_t batch, bool ok,
                                               std::span<const std::string> stale = {});
   [[nodiscard]] ReplicationActions Timer(MonoTime now, const ClusterView& view);
@@ -185,19 +177,16 @@ class ReplicationPlanner {
   };
   struct Waiter {
     MonoTime deadline{};
-    MonoTime optional_until{};     // ack_all: how long to wait for the holders before the decider
     std::vector<uint32_t> needed;  // per key: acknowledgements still awaited
     size_t remaining = 0;          // keys with needed > 0
-    size_t optional_left = 0;      // answers still awaited from holders before the decider
     // ack_majority, per key: per ring (the view's ring first, then the reading ones) the clean
     // acknowledgements still needed and the holders that may still give one.
     std::vector<std::vector<Quorum>> quorums;
   };
   struct Waiting {  // a Decided key in a batch
     Slot slot;
-    uint32_t key = 0;       // index in the batch's keys
-    bool optional = false;  // ack_all: the target is a holder before the decider (see Pass)
-    uint32_t rings = 0;     // ack_majority: bit i set when the target holds the key on the key's ring i
+    uint32_t key = 0;    // index in the batch's keys
+    uint32_t rings = 0;  // ack_majority: bit i set when the target holds the key on the key's ring i
   };
   struct Batch {
     std::string target;
@@ -220,8 +209,8 @@ class ReplicationPlanner {
   };
 
   void Pass(MonoTime now, const ClusterView& view, bool force, ReplicationActions& out);
-  void Await(const Slot& slot, size_t acks, size_t optional);
-  void AckSlot(const Slot& slot, bool optional, ReplicationActions& out);
+  void Await(const Slot& slot, size_t acks);
+  void AckSlot(const Slot& slot, ReplicationActions& out);
   // ack_majority: registers the quorums of one key; false when one of them cannot be met.
   bool AwaitMajority(const Slot& slot, const std::vector<Quorum>& quorums);
   // ack_majority: a clean acknowledgement (ok) or a failed batch (!ok) of a target holding the key on

@@ -142,8 +142,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         link(l),
         executor(e),
         options(o),
-        planner(
-            PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch, o.ack_all, o.ack_majority}),
+        planner(PlannerOptions{o.replicas, o.interval, o.sync_timeout, o.max_batch, o.ack_majority}),
         timer(e.NewTimer()) {
     accepting.store(options.replicas > 1);
   }
@@ -309,7 +308,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         peer::StateUpdateBatch header;
         header.set_from(link.self_id());
         header.set_ring_fingerprint(fingerprint);
-        if (b.awaited && (options.ack_all || options.ack_majority)) {
+        if (b.awaited && options.ack_majority) {
           header.set_want_newer(true);
           header.set_contributor(options.contributor);
         }
@@ -357,7 +356,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
               if (--answers->left == 0) core->OnReply(id, answers->ok, answers->stale);
             });
           };
-          if (b.awaited && (options.ack_all || options.ack_majority)) {
+          if (b.awaited && options.ack_majority) {
             link.SendRelayed(b.target, std::move(payload), options.sync_timeout * 2 / 5, options.send_timeout,
                              std::move(reply));
           } else {
@@ -599,8 +598,8 @@ void Replicator::SetPeers(bool any) { core_->peers.store(any, std::memory_order_
 void Replicator::Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
   if (options_.mode != ReplicationMode::kSync || !core_->accepting.load() || !core_->running.load() ||
       keys.empty()) {
-    // Stopping with ack_all: the holders are not told, so the caller must not answer as if they were.
-    done(!((options_.ack_all || options_.ack_majority) && core_->stop_called.load()));
+    // Stopping with ack_majority: the holders are not told, so the caller must not answer as if they were.
+    done(!(options_.ack_majority && core_->stop_called.load()));
     return;
   }
   core_->QueueSync(keys, std::move(done));

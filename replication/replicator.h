@@ -18,9 +18,9 @@
 // every key, its successor acknowledged -- the first reachable replica after this node in the key's
 // preference list, the node that takes the key over if this one dies (or no replica is reachable, or
 // sync_timeout passed -- counted, and the answer goes out anyway: availability over durability). With
-// ack_all (--failure-mode closed) it waits for every reachable holder after this node instead, and
-// done(false) says one did not acknowledge, or a holder before this node answered a copy with admissions
-// this one lacked (merged in): the caller answers 503 rather than an admission. The request path calls it
+// ack_majority (--failure-mode closed) it waits for a majority of the key's holders instead, and
+// done(false) says no majority acknowledged, or a holder answered a copy with admissions this one lacked
+// (merged in): the caller answers 503 rather than an admission. The request path calls it
 // after a local decision and answers the client from `done`.
 //
 // Receiving: HandleStateUpdate merges a StateUpdateBatch in with Store::Absorb (a merge keeps every
@@ -74,18 +74,13 @@ struct ReplicatorOptions {
   // Sync mode: how long Decided waits for a replica's acknowledgement before answering anyway.
   // REQUIRES: >= 0. Default: 250 ms.
   std::chrono::milliseconds sync_timeout{250};
-  // Sync mode: Decided waits for every reachable holder after this node in a key's preference list
-  // (every node that could decide the key after it), not only the successor, and reports whether they
-  // all acknowledged; a holder that does not answer directly within 2/5 of sync_timeout is sent the
-  // batch through another member. --failure-mode closed set it until ack_majority replaced it there
-  // (2026-11-28); no longer set by the node. Default: false.
-  bool ack_all = false;
-  // Sync mode, instead of ack_all: Decided waits until a majority of a key's holders (this node counted
-  // when it is one) acknowledged without holding admissions this node lacks, on the ring and on every ring
-  // the link's RouteOverrides::reading names for the key (the take-over read: PlannerOptions::ack_majority).
-  // A decision whose key took in another node's admissions between the charge and the shipping is
-  // answered unacked (it may have been decided without them). Set by --failure-mode closed (with
-  // HandoffOptions::majority_read). Default: false.
+  // Sync mode, instead of the successor alone: Decided waits until a majority of a key's holders (this node
+  // counted when it is one) acknowledged without holding admissions this node lacks, on the ring and on every
+  // ring the link's RouteOverrides::reading names for the key (the take-over read:
+  // PlannerOptions::ack_majority). A decision whose key took in another node's admissions between the charge
+  // and the shipping is answered unacked (it may have been decided without them). A holder that does not
+  // answer directly within 2/5 of sync_timeout is sent the batch through another member. Set by
+  // --failure-mode closed (with HandoffOptions::majority_read). Default: false.
   bool ack_majority = false;
   // This node's contributor id in merged states (the check service's; 0 = not given). Sent with the batches
   // a sync decision waits for, so that their holders tell a later decision of this node, reordered ahead of
@@ -114,7 +109,7 @@ struct ReplicatorStats {
   uint64_t pending_keys = 0;   // gauge: dirty keys not shipped yet, and failed ones awaiting a retry
   uint64_t sync_waits = 0;     // Decided calls that waited for an acknowledgement (sync mode)
   uint64_t sync_timeouts = 0;  // of those, answered after sync_timeout without one
-  // ack_all / ack_majority: keys whose holder answered a copy with admissions this node's lacked (merged in;
+  // ack_majority: keys whose holder answered a copy with admissions this node's lacked (merged in;
   // the decision that waited was not answered as an admission)
   uint64_t newer_received = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
@@ -173,8 +168,9 @@ class Replicator final : public storage::StateObserver {
 
   // This node just decided (charged) checks of `keys`. Calls done(acked) exactly once, possibly on
   // another thread, possibly before returning: at once in async mode, with R == 1 or when no replica is
-  // reachable (acked true); in sync mode once every key's successor (every holder after this node, with
-  // ack_all) acknowledged (acked true) or sync_timeout passed or, with ack_all, a send failed (false).
+  // reachable (acked true); in sync mode once every key's successor (a majority of its holders, with
+  // ack_majority) acknowledged (acked true) or sync_timeout passed or, with ack_majority, no majority can
+  // acknowledge any more (false).
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done);
 
   // A crash, for the simulator: stops at once, ships nothing, answers nothing, never blocks. What is
