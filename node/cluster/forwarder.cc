@@ -502,6 +502,17 @@ void Forwarder::Decided(std::span<const std::string_view> keys, std::function<vo
 }
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
+  if (attempt->next + 1 < attempt->targets.size() && attempt->targets[attempt->next] == host_.self_id()) {
+    // This node's turn, with holders after it, but its clock was judged off or it was paused since the
+    // check came in (ForwardBefore skips its turn only when that held then): those holders are asked first,
+    // as they would have been. (Skewed, it would refuse; just paused, its copy may be behind theirs.)
+    const bool skewed = host_.ClockSkewed();
+    if (skewed || host_.Paused()) {
+      (skewed ? clock_skips_ : paused_).fetch_add(1, std::memory_order_relaxed);
+      attempt->targets.erase(attempt->targets.begin() + static_cast<std::ptrdiff_t>(attempt->next));
+      attempt->addresses.erase(attempt->addresses.begin() + static_cast<std::ptrdiff_t>(attempt->next));
+    }
+  }
   if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == host_.self_id()) {
     // This node's turn, perhaps seconds after the check came in (timeouts, retries): judged again now. A
     // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of

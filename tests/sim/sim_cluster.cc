@@ -190,6 +190,31 @@ const char* MethodName(peer::Method method) {
 
 }  // namespace
 
+SimCluster::CallDone SimCluster::TracedForward(int from, std::string_view to_address,
+                                               const std::string& payload, CallDone done) {
+  peer::ForwardCheckRequest request;
+  if (!request.ParseFromString(payload) || request.checks_size() == 0) return done;
+  const int to = SlotOfAddress(to_address);
+  std::string text = "check #" + std::to_string(request.checks(0).check_id()) + " forwarded " + IdOf(from) +
+                     "->" + (to < 0 ? std::string(to_address) : IdOf(to));
+  if (!request.relay_to().empty()) text += " to relay to " + request.relay_to();
+  for (int i = 0; i < request.tried_size(); ++i) text += (i == 0 ? ", tried " : " ") + request.tried(i);
+  text += ", waiting " + std::to_string(request.wait_ms()) + " ms";
+  world_.Trace(from, TraceKind::kCheck, text);
+  return [this, from, text, done = std::move(done)](peer::PeerResult result) mutable {
+    std::string outcome = result.ok() ? "answered" : "failed: " + result.status().ToString();
+    if (result.ok()) {
+      peer::ForwardCheckResponse response;
+      if (response.ParseFromString(result.payload()) && response.results_size() > 0) {
+        outcome +=
+            " " + peer::CheckStatus_Name(response.results(0).status()) + " by " + response.results(0).owner();
+      }
+    }
+    world_.Trace(from, TraceKind::kCheck, text.substr(0, text.find(" forwarded")) + " forward " + outcome);
+    done(std::move(result));
+  };
+}
+
 void SimCluster::Request(int from, std::string_view to_id, peer::Method method, std::string payload,
                          std::chrono::milliseconds timeout, replication::ClusterLink::Reply reply) {
   const int to = SlotOf(to_id);
@@ -205,6 +230,8 @@ void SimCluster::Request(int from, std::string_view to_id, peer::Method method, 
 
 void SimCluster::Call(int from, std::string_view to_address, peer::Method method, std::string payload,
                       std::chrono::milliseconds timeout, CallDone done) {
+  if (world_.tracing() && method == peer::METHOD_FORWARD_CHECK)
+    done = TracedForward(from, to_address, payload, std::move(done));
   auto call = std::make_shared<PendingCall>(PendingCall{std::move(done), false});
   const uint64_t from_life = world_.life(from);
   const MonoTime now = world_.now();

@@ -140,6 +140,8 @@ class SimCluster {
   using CallDone = std::function<void(peer::PeerResult result)>;
   void Call(int from, std::string_view to_address, peer::Method method, std::string payload,
             std::chrono::milliseconds timeout, CallDone done);
+  // Call's `done` of a forwarded check, wrapped to trace where it went and what came back (tracing only).
+  CallDone TracedForward(int from, std::string_view to_address, const std::string& payload, CallDone done);
 
   // --- Observation ------------------------------------------------------------------------------------
   // Every running node has joined, holds a ring with exactly the running non-leaving nodes (the same
