@@ -121,6 +121,15 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
          "decided from what this node had after --resync-timeout-ms (expired).");
   Sample(out, "ringlimit_unsynced_ranges_total", "result=\"synced\"", std::to_string(h.synced_ranges));
   Sample(out, "ringlimit_unsynced_ranges_total", "result=\"expired\"", std::to_string(h.resync_expired));
+  Gauge(out, "ringlimit_takeover_reads",
+        "Take-over reads under way or held (--failure-mode closed): ranges whose holders changed, whose "
+        "decisions also need a majority of their earlier holders until those pushed their copies here.",
+        static_cast<double>(h.reading_ranges));
+  Family(out, "ringlimit_takeover_reads_total", "counter",
+         "Take-over reads that got a majority of the earlier holders' copies (completed), or were dropped "
+         "after --resync-timeout-ms without one (expired: the new ring alone counts from then).");
+  Sample(out, "ringlimit_takeover_reads_total", "result=\"completed\"", std::to_string(h.reads_completed));
+  Sample(out, "ringlimit_takeover_reads_total", "result=\"expired\"", std::to_string(h.reads_expired));
 }
 
 std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::HandoffManager& handoff) {
