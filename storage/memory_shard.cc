@@ -612,6 +612,34 @@ uint64_t MemoryShard::CountChunk(ring::Token first, ring::Token last, ScanCursor
   return keys;
 }
 
+void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
+  std::lock_guard lock(mutex_);
+  out.slab_bytes += chunks_.size() * kChunkSize * (sizeof(Entry) + sizeof(uint32_t));
+  // boost::unordered_flat_set: a slot per element and 16 bytes of metadata per group of 15 slots.
+  const size_t slots = heads_->bucket_count();
+  out.index_bytes += slots * sizeof(uint32_t) + (slots / 15 + 1) * 16;
+  for (uint32_t index = 0; index < fresh_; ++index) {
+    const Entry& e = At(index);
+    if (e.slot == kNil) continue;
+    ++out.states;
+    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t);
+    if (e.entity.size() > 15) {
+      out.key_heap_bytes += e.entity.capacity() + 1;
+      ++out.heap_blocks;
+    }
+    if (e.state != nullptr) {
+      ++out.state_objects;
+      out.state_object_bytes += sizeof(limiter::MergeState);
+      out.state_vector_bytes += limiter::HeapBytes(*e.state);
+      out.heap_blocks +=
+          1 + (e.state->base.included.capacity() > 0) + (e.state->contributions.capacity() > 0);
+      for (const limiter::Contribution& c : e.state->contributions) {
+        out.heap_blocks += (c.cells.capacity() > 0) + (c.stamps.capacity() > 0);
+      }
+    }
+  }
+}
+
 void MemoryShard::PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out) {
   std::lock_guard lock(mutex_);
   for (const auto& [row, tomb] : tombs_) {

@@ -146,6 +146,9 @@ class MemoryShard {
   void CollectDirty(std::vector<DirtyRecord>& out);
   void AckFlushed(std::span<const DirtyRecord> records, bool ok);
 
+  // Adds this shard's figures to `out` (MemoryStore::Breakdown).
+  void AddBreakdown(MemoryBreakdown& out) const;
+
   uint64_t keys() const { return keys_.load(std::memory_order_relaxed); }
   uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
   uint64_t idle_drops() const { return idle_drops_.load(std::memory_order_relaxed); }

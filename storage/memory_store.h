@@ -108,6 +108,20 @@ struct DirtyRecord {
   limiter::TimeNs expiry = 0;  // limiter::MergedIdleAt(state.spec, state.state): the row may go after it
 };
 
+// Where the memory tier's bytes go (MemoryStore::Breakdown), for benchmarks and tools. Sizes are what the
+// store asked the allocator for; the allocator adds its own header and rounding to every heap block.
+struct MemoryBreakdown {
+  uint64_t states = 0;              // states held
+  uint64_t entry_bytes = 0;         // per state: its slab entry and its accounting word (slab in use)
+  uint64_t slab_bytes = 0;          // slab chunks allocated (entries in use, free and never used)
+  uint64_t index_bytes = 0;         // the hash sets of entity heads (slots and group metadata)
+  uint64_t key_heap_bytes = 0;      // keys too long to be stored in their entry
+  uint64_t state_objects = 0;       // heap MergeState objects (states not held in their entry)
+  uint64_t state_object_bytes = 0;  // their sizeof
+  uint64_t state_vector_bytes = 0;  // their vectors' capacities (limiter::HeapBytes)
+  uint64_t heap_blocks = 0;         // heap blocks of the above (each pays the allocator's header)
+};
+
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(MemoryStoreOptions options = {});
@@ -167,6 +181,9 @@ class MemoryStore final : public Store {
 
   // States currently dirty plus pending deletes.
   [[nodiscard]] uint64_t DirtyCount() const;
+
+  // Walks every shard, one lock at a time.
+  [[nodiscard]] MemoryBreakdown Breakdown() const;
 
   size_t TEST_ShardCount() const { return shard_count_; }
 
