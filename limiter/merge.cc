@@ -9,8 +9,17 @@
 #include "limiter/arith.h"
 #include "limiter/dispatch.h"
 #include "limiter/judge.h"
+#include "limiter/merge_internal.h"
 
 namespace ringlimit::limiter {
+
+DurationNs internal::CellWidth(const LimitSpec& spec) {
+  if (spec.algorithm == Algorithm::kSlidingWindow) {
+    return spec.window / spec.buckets + (spec.window % spec.buckets != 0 ? 1 : 0);
+  }
+  return spec.window;
+}
+
 namespace {
 
 using internal::AsCount;
@@ -45,13 +54,7 @@ Family FamilyOf(Algorithm a) {
 uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 u128 SatSub(u128 a, u128 b) { return a > b ? a - b : 0; }
 
-// The cell width of the window algorithms under `spec` (sliding_window: ceil(window / buckets)).
-DurationNs CellWidth(const LimitSpec& spec) {
-  if (spec.algorithm == Algorithm::kSlidingWindow) {
-    return spec.window / spec.buckets + (spec.window % spec.buckets != 0 ? 1 : 0);
-  }
-  return spec.window;
-}
+using internal::CellWidth;
 
 // Whether a cell lies before the `live` cells ending with cell `k` (wide arithmetic: instants near the ends
 // of the clock's range come from the wire and must not overflow).
@@ -442,8 +445,9 @@ TimeNs DrainedBy(const LimitSpec& spec, const Contribution& c) {
   return SatTime(static_cast<i128>(c.last) + static_cast<i128>(CeilDiv(amount, spec.limit)));
 }
 
-// The expiry of what a base absorbs of record `c` (GC of base entries).
-TimeNs ExpiresOf(const LimitSpec& spec, const Contribution& c) {
+}  // namespace
+
+TimeNs internal::ExpiresOf(const LimitSpec& spec, const Contribution& c) {
   switch (FamilyOf(spec.algorithm)) {
     case Family::kWindow: {
       int64_t top = kMinTime / 2;
@@ -462,6 +466,10 @@ TimeNs ExpiresOf(const LimitSpec& spec, const Contribution& c) {
   }
   return DrainedBy(spec, c);
 }
+
+namespace {
+
+using internal::ExpiresOf;
 
 // A new base: the given level, absorbing every record as it is now.
 void Rebase(const LimitSpec& spec, MergeState& m, Hlc stamp, const State& level) {
