@@ -208,6 +208,15 @@ struct PackedState {
 void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
                  MergeState& out);
 
+// MergedIdleAt of the state `packed` holds, without unpacking it (the storage tier's idle sweep looks at
+// packed states on every check): sliding_window unpacks into `scratch`. REQUIRES: as UnpackState.
+[[nodiscard]] TimeNs PackedIdleAt(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                                  MergeState& scratch);
+
+// PackedIdleAt(...) <= now, cheaply false for a bucket still draining at `now` (the sweep's usual case).
+[[nodiscard]] bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                                MergeState& scratch, TimeNs now);
+
 // Bytes: little-endian, versioned. ParseMergeState rejects anything EncodeMergeState cannot have
 // written (bad version, unknown algorithm, counts above the caps, unsorted or duplicate ids,
 // trailing bytes) with kCorruption; it never allocates more than the input's size allows.

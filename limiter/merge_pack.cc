@@ -11,9 +11,11 @@
 //                      the others: the count of cell k - 1, n the count of cell k = floor(newest / width)
 //                      (0: no such cell)
 //            implied: width = the spec's cell width, an empty base level, no base entries.
+#include <algorithm>
 #include <limits>
 
 #include "limiter/arith.h"
+#include "limiter/judge.h"
 #include "limiter/merge.h"
 #include "limiter/merge_internal.h"
 
@@ -138,14 +140,15 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
                  MergeState& out) {
   const Hlc version = packed.word[0];
   out.algorithm = spec.algorithm;
-  out.contributions.resize(1);
+  if (out.contributions.size() != 1) {
+    out.contributions.resize(1);
+  }
   Contribution& c = out.contributions[0];
   c.id = contributor;
   c.version = version;
   c.stamps.clear();
   c.cells.clear();
   MergeBase& b = out.base;
-  b.included.clear();
   if (IsBucket(spec.algorithm)) {
     out.newest = InstantFrom(packed.word[3] >> 32, version);
     c.width = 0;
@@ -157,9 +160,13 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
     b.level_whole = static_cast<int64_t>(packed.word[2] / window);
     b.level_frac = static_cast<int64_t>(packed.word[2] % window);
     b.at = out.newest;
-    b.included.push_back({c.id, c.version, c.epoch, c.consumed, ExpiresOf(spec, c)});
+    if (b.included.size() != 1) {
+      b.included.resize(1);
+    }
+    b.included[0] = {c.id, c.version, c.epoch, c.consumed, ExpiresOf(spec, c)};
     return;
   }
+  b.included.clear();
   out.newest = InstantFrom(packed.word[2] >> 32, version);
   c.width = CellWidth(spec);
   c.epoch = 0;
@@ -177,6 +184,51 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
   const int64_t k = FloorDiv(out.newest, c.width);
   if (packed.word[3] != 0) c.cells.push_back({k - 1, packed.word[3]});
   if (current != 0) c.cells.push_back({k, current});
+}
+
+TimeNs PackedIdleAt(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                    MergeState& scratch) {
+  const Hlc version = packed.word[0];
+  if (IsBucket(spec.algorithm)) {
+    // One record, absorbed whole by the base (Unabsorbed is 0): the base level at its instant.
+    return internal::BucketIdleAt(spec, packed.word[2], InstantFrom(packed.word[3] >> 32, version));
+  }
+  if (spec.algorithm == Algorithm::kSlidingWindow) {
+    UnpackState(spec, packed, contributor, scratch);
+    return MergedIdleAt(spec, scratch);
+  }
+  // What MaterializeWindow / MaterializeAnchored make of the one record.
+  State plain;
+  plain.algorithm = spec.algorithm;
+  plain.word[0] = InstantFrom(packed.word[2] >> 32, version);
+  const uint64_t current = packed.word[2] & kLow32;
+  if (spec.algorithm == Algorithm::kAnchoredWindow) {
+    const auto start = static_cast<int64_t>(packed.word[3]);
+    if (start <= plain.word[0] && static_cast<i128>(plain.word[0]) - start < spec.window) {
+      plain.word[1] = static_cast<int64_t>(current);
+      plain.word[2] = start;
+    }
+  } else {
+    plain.word[1] = static_cast<int64_t>(current);
+    if (spec.algorithm == Algorithm::kSlidingWindowApprox) {
+      plain.word[2] = static_cast<int64_t>(std::min<uint64_t>(packed.word[3], INT64_MAX));
+    }
+  }
+  return internal::IdleAtWith(spec, plain, internal::ComputeCapacities(spec, 0.));
+}
+
+bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                  MergeState& scratch, TimeNs now) {
+  if (IsBucket(spec.algorithm)) {
+    // A bucket is back to empty no earlier than its level takes to drain from its instant (a debt above
+    // its maximum drains first, then the maximum: longer still).
+    const i128 at = InstantFrom(packed.word[3] >> 32, packed.word[0]);
+    const uint64_t level = packed.word[2];
+    if (now < at + static_cast<i128>(level / spec.limit + (level % spec.limit != 0 ? 1 : 0))) {
+      return false;
+    }
+  }
+  return PackedIdleAt(spec, packed, contributor, scratch) <= now;
 }
 
 }  // namespace ringlimit::limiter

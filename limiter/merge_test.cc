@@ -503,6 +503,12 @@ bool ExpectRoundTrip(const LimitSpec& spec, const MergeState& m, const std::stri
   back.base.included.resize(2);
   UnpackState(spec, packed, m.contributions[0].id, back);
   EXPECT_EQ(back, m) << where;
+  const TimeNs idle = MergedIdleAt(spec, m);
+  EXPECT_EQ(PackedIdleAt(spec, packed, m.contributions[0].id, back), idle) << where;
+  for (TimeNs now : {m.newest - 1, m.newest, m.newest + 1, idle - 1, idle, idle + 1}) {
+    EXPECT_EQ(PackedIdleBy(spec, packed, m.contributions[0].id, back, now), idle <= now)
+        << where << " " << now;
+  }
   return true;
 }
 

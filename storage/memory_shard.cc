@@ -305,7 +305,7 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
   limiter::PackedState packed;
   uint16_t tag = 0;
   if (id != 0 && TagOf(id, tag) && limiter::PackState(slots_[e.slot].spec, state, tag, packed)) {
-    ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+    if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
     e.packed = packed;
   } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
     ReleaseHeap(e);
@@ -713,12 +713,22 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head
   size_t dropped = 0;
   uint32_t index = lru_tail_;
   for (size_t k = 0; k < max && index != kNil && !(spare_head && index == lru_head_); ++k) {
-    uint32_t prev = At(index).lru_prev;
-    const limiter::MergeState& state = StateOf(index, sweep_scratch_);
-    // (At the earliest instant only an empty state is idle: no need to materialise the others.)
-    if (state.algorithm == limiter::Algorithm{} ||
-        (now != std::numeric_limits<limiter::TimeNs>::min() &&
-         limiter::MergedIdleAt(slots_[At(index).slot].spec, state) <= now)) {
+    const Entry& e = At(index);
+    const uint32_t prev = e.lru_prev;
+    const limiter::LimitSpec& spec = slots_[e.slot].spec;
+    // (At the earliest instant only an empty state is idle: no need to materialise the others. A packed
+    // state is never empty, and is judged without unpacking it.)
+    const bool judge = now != std::numeric_limits<limiter::TimeNs>::min();
+    const limiter::MergeState* heap = HeapOf(e);
+    bool idle;
+    if (e.packed.word[0] != 0) {
+      idle = judge && limiter::PackedIdleBy(spec, e.packed, tag_ids_[limiter::PackedTag(e.packed)],
+                                            sweep_scratch_, now);
+    } else {
+      idle = heap == nullptr || heap->algorithm == limiter::Algorithm{} ||
+             (judge && limiter::MergedIdleAt(spec, *heap) <= now);
+    }
+    if (idle) {
       Drop(index, DropReason::kIdle);
       ++dropped;
     }
