@@ -213,7 +213,8 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
 [[nodiscard]] TimeNs PackedIdleAt(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
                                   MergeState& scratch);
 
-// PackedIdleAt(...) <= now, cheaply false for a bucket still draining at `now` (the sweep's usual case).
+// PackedIdleAt(...) <= now, cheaply false for a bucket still draining at `now` or a window whose newest
+// cell still runs (the sweep's usual case).
 [[nodiscard]] bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
                                 MergeState& scratch, TimeNs now);
 

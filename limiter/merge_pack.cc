@@ -227,6 +227,17 @@ bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorI
     if (now < at + static_cast<i128>(level / spec.limit + (level % spec.limit != 0 ? 1 : 0))) {
       return false;
     }
+  } else if ((packed.word[2] & kLow32) != 0) {
+    // Units in the cell of the newest instant count at least until that cell ends (anchored_window:
+    // until its window ends).
+    const TimeNs newest = InstantFrom(packed.word[2] >> 32, packed.word[0]);
+    const DurationNs width = CellWidth(spec);
+    const i128 end = spec.algorithm == Algorithm::kAnchoredWindow
+                         ? static_cast<i128>(static_cast<int64_t>(packed.word[3])) + spec.window
+                         : (static_cast<i128>(FloorDiv(newest, width)) + 1) * width;
+    if (now < end) {
+      return false;
+    }
   }
   return PackedIdleAt(spec, packed, contributor, scratch) <= now;
 }

@@ -118,7 +118,11 @@ size_t ResidentBytes() {
   return got == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
-size_t HeapInUse() { return mallinfo2().uordblks; }
+// Heap in use, including blocks the allocator mapped on their own (the hash sets' arrays).
+size_t HeapInUse() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
 
 // Inserts every key (phase 1), then checks each again as a second contributor (phase 2); prints a row
 // per phase and the breakdown. Runs in a child process.
