@@ -2,11 +2,11 @@
 // token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
 // so the hot path takes no global lock.
 //
-// Memory: one state costs a 72-byte slab entry (entity key inline up to 15 bytes, its ring token,
-// 48-bit version, LRU and entity-chain links as 32-bit indices, a pointer to its limiter::MergeState) plus
-// ~6 bytes of hash table, plus the merged state on the heap (one record per node that decided the key:
-// docs/storage.md gives the measured total); limit names and specs are interned per shard and shared by
-// every state that uses them.
+// Memory: one state costs an 80-byte slab entry (entity key inline up to 16 bytes, its ring token, 48-bit
+// version, LRU and entity-chain links as 32-bit indices, and the merged state packed in 32 bytes when it
+// has one contributor -- limiter::PackState -- else a pointer to a heap limiter::MergeState) plus a 4-byte
+// accounting word and ~6-10 bytes of hash table: ~95 bytes per key in all (docs/storage.md "Memory per
+// key"). Limit names and specs are interned per shard and shared by every state that uses them.
 //
 // Range scans (ScanTokenRange, ScanTokenRangeWithDeletes) visit only the shards whose token interval
 // overlaps the range and read each state's stored token. A shard is read in chunks (at most
