@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
+#include "limiter/hlc.h"
 #include "limiter/limiter.h"
 #include "limiter/merge.h"
 
@@ -101,6 +102,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MergeState reset = state;
     ResetMerged(spec, reset, stamp);
     CheckRoundTrip(reset, "a reset state does not round-trip");
+    // As a node charges (its HLC follows `now`: the packed form's usual case): a key of its own, then
+    // the parsed copy merged into it and a second charge.
+    const Hlc first = HlcTick(0, now);
+    if (first >= stamp) {
+      MergeState own;
+      (void)CheckMerged(spec, own, /*contributor=*/42, first, request);
+      Collect(spec, own);
+      CheckPacked(spec, own);
+      MergeInto(own, state);
+      (void)CheckMerged(spec, own, /*contributor=*/42, HlcTick(first, now), request);
+      Collect(spec, own);
+      CheckPacked(spec, own);
+    }
   }
   return 0;
 }

@@ -224,18 +224,24 @@ bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorI
     // its maximum drains first, then the maximum: longer still).
     const i128 at = InstantFrom(packed.word[3] >> 32, packed.word[0]);
     const uint64_t level = packed.word[2];
-    if (now < at + static_cast<i128>(level / spec.limit + (level % spec.limit != 0 ? 1 : 0))) {
+    // (Clamped as the idle instant is, to the last representable one.)
+    if (now < std::min<i128>(at + static_cast<i128>(level / spec.limit + (level % spec.limit != 0 ? 1 : 0)),
+                             std::numeric_limits<TimeNs>::max())) {
       return false;
     }
   } else if ((packed.word[2] & kLow32) != 0) {
-    // Units in the cell of the newest instant count at least until that cell ends (anchored_window:
-    // until its window ends).
+    // Units in the cell of the newest instant count at least until that cell ends (anchored_window: a
+    // cell counts while its window, started at or before the newest instant, runs).
     const TimeNs newest = InstantFrom(packed.word[2] >> 32, packed.word[0]);
-    const DurationNs width = CellWidth(spec);
-    const i128 end = spec.algorithm == Algorithm::kAnchoredWindow
-                         ? static_cast<i128>(static_cast<int64_t>(packed.word[3])) + spec.window
-                         : (static_cast<i128>(FloorDiv(newest, width)) + 1) * width;
-    if (now < end) {
+    i128 end = std::numeric_limits<int64_t>::min();
+    if (spec.algorithm != Algorithm::kAnchoredWindow) {
+      const DurationNs width = CellWidth(spec);
+      end = (static_cast<i128>(FloorDiv(newest, width)) + 1) * width;
+    } else if (const auto start = static_cast<int64_t>(packed.word[3]);
+               start <= newest && static_cast<i128>(newest) - start < spec.window) {
+      end = static_cast<i128>(start) + spec.window;
+    }
+    if (now < std::min<i128>(end, std::numeric_limits<TimeNs>::max())) {
       return false;
     }
   }
