@@ -7,7 +7,9 @@
 //    anything the encoder cannot have written);
 //  - Merge is idempotent: Merge(s, s) == s;
 //  - charging it, collecting it and reading it under a valid spec of its algorithm neither crashes nor
-//    trips a sanitizer, and what results encodes and parses back to itself.
+//    trips a sanitizer, and what results encodes and parses back to itself;
+//  - whatever of these PackState accepts, UnpackState restores exactly, and the packed idle instant
+//    (PackedIdleAt, PackedIdleBy) is the merged one.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
+#include "limiter/hlc.h"
 #include "limiter/limiter.h"
 #include "limiter/merge.h"
 
@@ -29,6 +32,21 @@ void CheckRoundTrip(const MergeState& state, const char* what) {
   if (!again.ok()) std::fprintf(stderr, "ParseMergeState: %s\n", again.status().ToString().c_str());
   FUZZ_CHECK(again.ok(), what);
   FUZZ_CHECK(*again == state, what);
+}
+
+void CheckPacked(const LimitSpec& spec, const MergeState& state) {
+  PackedState packed;
+  if (!PackState(spec, state, 3, packed)) return;
+  FUZZ_CHECK(packed.word[0] != 0 && PackedTag(packed) == 3, "a packed state without its version or tag");
+  MergeState back;
+  UnpackState(spec, packed, state.contributions[0].id, back);
+  FUZZ_CHECK(back == state, "a packed state does not unpack to itself");
+  const TimeNs idle = MergedIdleAt(spec, state);
+  FUZZ_CHECK(PackedIdleAt(spec, packed, state.contributions[0].id, back) == idle, "PackedIdleAt differs");
+  for (const TimeNs now : {state.newest, idle}) {
+    FUZZ_CHECK(PackedIdleBy(spec, packed, state.contributions[0].id, back, now) == (idle <= now),
+               "PackedIdleBy differs");
+  }
 }
 
 // A valid spec of `algorithm`, its numbers chosen by `choice`.
@@ -69,6 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (stamp == 0) stamp = 1;  // every version was UINT64_MAX
   (void)Materialize(spec, state);
   (void)MergedIdleAt(spec, state);
+  CheckPacked(spec, state);
 
   for (const TimeNs now : {state.newest, TimeNs{1'700'000'000} * kSecond}) {
     MergeState charged = state;
@@ -76,11 +95,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)PeekMerged(spec, charged, request);
     (void)CheckMerged(spec, charged, /*contributor=*/42, stamp, request);
     CheckRoundTrip(charged, "a charged state does not round-trip");
+    CheckPacked(spec, charged);
     Collect(spec, charged);
     CheckRoundTrip(charged, "a collected state does not round-trip");
+    CheckPacked(spec, charged);
     MergeState reset = state;
     ResetMerged(spec, reset, stamp);
     CheckRoundTrip(reset, "a reset state does not round-trip");
+    // As a node charges (its HLC follows `now`: the packed form's usual case): a key of its own, then
+    // the parsed copy merged into it and a second charge.
+    const Hlc first = HlcTick(0, now);
+    if (first >= stamp) {
+      MergeState own;
+      (void)CheckMerged(spec, own, /*contributor=*/42, first, request);
+      Collect(spec, own);
+      CheckPacked(spec, own);
+      MergeInto(own, state);
+      (void)CheckMerged(spec, own, /*contributor=*/42, HlcTick(first, now), request);
+      Collect(spec, own);
+      CheckPacked(spec, own);
+    }
   }
   return 0;
 }

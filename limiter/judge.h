@@ -37,6 +37,9 @@ inline constexpr uint64_t kCountDeniedFactor = 2;
 // REQUIRES: Validate(spec) is nullopt.
 Capacities ComputeCapacities(const LimitSpec& spec, double headroom);
 
+// IdleAt (limiter.h) with the capacities at headroom 0 already computed.
+TimeNs IdleAtWith(const LimitSpec& spec, const State& state, const Capacities& caps);
+
 struct Verdict {
   bool allowed = false;       // Decision::allowed
   bool would_deny = false;    // Decision::would_deny

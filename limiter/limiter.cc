@@ -70,7 +70,13 @@ TimeNs IdleAt(const LimitSpec& spec, const State& state) {
   if (state.algorithm != spec.algorithm) {
     return internal::kMinTime;  // already initial for this spec
   }
-  const Capacities caps = ComputeCapacities(spec, 0.);
+  return internal::IdleAtWith(spec, state, ComputeCapacities(spec, 0.));
+}
+
+TimeNs internal::IdleAtWith(const LimitSpec& spec, const State& state, const Capacities& caps) {
+  if (state.algorithm != spec.algorithm) {
+    return internal::kMinTime;
+  }
   // Judged at the state's own newest instant (the views never go back before it).
   return WithView(spec, state, internal::kMinTime, caps, [&](auto& view) {
     return internal::SatTime(static_cast<internal::i128>(view.Now()) + view.ResetAfter());

@@ -9,8 +9,17 @@
 #include "limiter/arith.h"
 #include "limiter/dispatch.h"
 #include "limiter/judge.h"
+#include "limiter/merge_internal.h"
 
 namespace ringlimit::limiter {
+
+DurationNs internal::CellWidth(const LimitSpec& spec) {
+  if (spec.algorithm == Algorithm::kSlidingWindow) {
+    return spec.window / spec.buckets + (spec.window % spec.buckets != 0 ? 1 : 0);
+  }
+  return spec.window;
+}
+
 namespace {
 
 using internal::AsCount;
@@ -45,13 +54,7 @@ Family FamilyOf(Algorithm a) {
 uint64_t SatAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 u128 SatSub(u128 a, u128 b) { return a > b ? a - b : 0; }
 
-// The cell width of the window algorithms under `spec` (sliding_window: ceil(window / buckets)).
-DurationNs CellWidth(const LimitSpec& spec) {
-  if (spec.algorithm == Algorithm::kSlidingWindow) {
-    return spec.window / spec.buckets + (spec.window % spec.buckets != 0 ? 1 : 0);
-  }
-  return spec.window;
-}
+using internal::CellWidth;
 
 // Whether a cell lies before the `live` cells ending with cell `k` (wide arithmetic: instants near the ends
 // of the clock's range come from the wire and must not overflow).
@@ -266,10 +269,40 @@ State MaterializeLog(const LimitSpec& spec, const MergeState& m) {
   return s;
 }
 
-Materialized MaterializeDrain(const LimitSpec& spec, const MergeState& m) {
+// A bucket at `level` (units x window) at instant `cur`, as the plain State, with the debt above its
+// maximum (Materialized).
+// `caps`: at headroom 0.
+Materialized LevelAt(const LimitSpec& spec, u128 level, TimeNs cur, const Capacities& caps) {
   const auto window = static_cast<uint64_t>(spec.window);
   const uint64_t rate = spec.limit;
   Materialized out;
+  const u128 max_level = static_cast<u128>(caps.max) * window + static_cast<u128>(caps.max_delay) * rate;
+  out.drained_at = cur;
+  if (level > max_level) {
+    out.debt_until = SatTime(static_cast<i128>(cur) + static_cast<i128>(CeilDiv(level - max_level, rate)));
+    cur = out.debt_until;
+    level = max_level;
+  }
+  const u128 whole = level / window;
+  out.plain.algorithm = spec.algorithm;
+  out.plain.word[0] = static_cast<int64_t>(whole);
+  out.plain.word[1] = static_cast<int64_t>(level - whole * window);
+  out.plain.word[2] = cur;
+  return out;
+}
+
+// MergedIdleAt of what materialised to `mat`; `caps` at headroom 0.
+TimeNs IdleOf(const LimitSpec& spec, const Materialized& mat, const Capacities& caps) {
+  const TimeNs idle = internal::IdleAtWith(spec, mat.plain, caps);
+  if (mat.debt_until == kMinTime || idle == kMinTime) {
+    return idle;
+  }
+  return std::max(idle, mat.debt_until);
+}
+
+Materialized MaterializeDrain(const LimitSpec& spec, const MergeState& m) {
+  const auto window = static_cast<uint64_t>(spec.window);
+  const uint64_t rate = spec.limit;
   // The base level at its instant, then every unabsorbed charge added at its contributor's newest
   // charge instant (no earlier than it happened: never crediting refill it did not earn). A charge
   // older than the replay point adds only what of it would remain by then on its own.
@@ -306,20 +339,7 @@ Materialized MaterializeDrain(const LimitSpec& spec, const MergeState& m) {
     level = SatSub(level, cur == kMinTime ? level : drained(cur, m.newest));
     cur = m.newest;
   }
-  const Capacities caps = ComputeCapacities(spec, 0.);
-  const u128 max_level = static_cast<u128>(caps.max) * window + static_cast<u128>(caps.max_delay) * rate;
-  out.drained_at = cur;
-  if (level > max_level) {
-    out.debt_until = SatTime(static_cast<i128>(cur) + static_cast<i128>(CeilDiv(level - max_level, rate)));
-    cur = out.debt_until;
-    level = max_level;
-  }
-  const u128 whole = level / window;
-  out.plain.algorithm = spec.algorithm;
-  out.plain.word[0] = static_cast<int64_t>(whole);
-  out.plain.word[1] = static_cast<int64_t>(level - whole * window);
-  out.plain.word[2] = cur;
-  return out;
+  return LevelAt(spec, level, cur, ComputeCapacities(spec, 0.));
 }
 
 Materialized MaterializeAll(const LimitSpec& spec, const MergeState& m) {
@@ -442,8 +462,9 @@ TimeNs DrainedBy(const LimitSpec& spec, const Contribution& c) {
   return SatTime(static_cast<i128>(c.last) + static_cast<i128>(CeilDiv(amount, spec.limit)));
 }
 
-// The expiry of what a base absorbs of record `c` (GC of base entries).
-TimeNs ExpiresOf(const LimitSpec& spec, const Contribution& c) {
+}  // namespace
+
+TimeNs internal::ExpiresOf(const LimitSpec& spec, const Contribution& c) {
   switch (FamilyOf(spec.algorithm)) {
     case Family::kWindow: {
       int64_t top = kMinTime / 2;
@@ -462,6 +483,10 @@ TimeNs ExpiresOf(const LimitSpec& spec, const Contribution& c) {
   }
   return DrainedBy(spec, c);
 }
+
+namespace {
+
+using internal::ExpiresOf;
 
 // A new base: the given level, absorbing every record as it is now.
 void Rebase(const LimitSpec& spec, MergeState& m, Hlc stamp, const State& level) {
@@ -714,12 +739,12 @@ TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state) {
   if (state.algorithm != spec.algorithm) {
     return kMinTime;
   }
-  const Materialized mat = MaterializeAll(spec, state);
-  const TimeNs idle = IdleAt(spec, mat.plain);
-  if (mat.debt_until == kMinTime || idle == kMinTime) {
-    return idle;
-  }
-  return std::max(idle, mat.debt_until);
+  return IdleOf(spec, MaterializeAll(spec, state), ComputeCapacities(spec, 0.));
+}
+
+TimeNs internal::BucketIdleAt(const LimitSpec& spec, u128 level, TimeNs at) {
+  const Capacities caps = ComputeCapacities(spec, 0.);
+  return IdleOf(spec, LevelAt(spec, level, at, caps), caps);
 }
 
 MergeState FromPlain(const LimitSpec& spec, const State& plain, ContributorId contributor, Hlc stamp) {

@@ -170,6 +170,54 @@ void Collect(const LimitSpec& spec, MergeState& state);
 // A bucket in debt (merged level above its maximum) is shown full until the debt has drained.
 [[nodiscard]] State Materialize(const LimitSpec& spec, const MergeState& state);
 
+// --- The packed form (docs/limiter.md "Packed states") ---------------------------------------------
+// The common merged state -- one contributor's record and nothing else to merge: a key decided by its
+// owner, and the replicas' copies of it -- in 32 bytes, which the storage tier keeps inside a key's
+// entry instead of a heap MergeState with its vectors. Lossless: PackState accepts exactly the states
+// that UnpackState restores field for field (merge_test checks the round trip); anything else (a second
+// contributor's record, a reset's base, figures over the narrowed widths below) stays in the full form.
+// Packed: token_bucket, leaky_bucket and gcra rebased by their one contributor; fixed_window,
+// anchored_window, sliding_window_approx and sliding_window with at most two live cells. Never
+// sliding_log. Narrowed: the state's newest instant within 2^31 ns of its version's physical time (the
+// decider's HLC at the decision: equal to the millisecond unless clocks run apart), counts below 2^32 (a
+// bucket's record: 2^31), the record's version within 2^48 HLC ticks (49 days) of its bucket epoch or window
+// base.
+struct PackedState {
+  uint64_t word[4] = {0, 0, 0, 0};  // word[0]: the record's version, never 0 in a packed state
+  bool operator==(const PackedState&) const = default;
+};
+
+// Packs `state` (written under `spec`) with `tag` standing for its one contributor (the caller maps tags
+// to ContributorIds; PackedTag returns it). Returns false, leaving `out` unspecified, when the state
+// has no packed form. REQUIRES: Validate(spec) is nullopt.
+[[nodiscard]] bool PackState(const LimitSpec& spec, const MergeState& state, uint16_t tag, PackedState& out);
+
+// The one contributor of a state PackState may accept (0 when it has not exactly one record): what the
+// caller maps to a tag before packing.
+[[nodiscard]] inline ContributorId PackCandidate(const MergeState& state) {
+  return state.contributions.size() == 1 ? state.contributions[0].id : 0;
+}
+
+[[nodiscard]] inline uint16_t PackedTag(const PackedState& packed) {
+  return static_cast<uint16_t>(packed.word[1] >> 48);
+}
+
+// Restores into `out` the state PackState packed under `spec`, `contributor` being the id of its tag.
+// Reuses `out`'s vectors' storage (no allocation once they have room for one record).
+// REQUIRES: `packed` was filled by PackState under this `spec`.
+void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                 MergeState& out);
+
+// MergedIdleAt of the state `packed` holds, without unpacking it (the storage tier's idle sweep looks at
+// packed states on every check): sliding_window unpacks into `scratch`. REQUIRES: as UnpackState.
+[[nodiscard]] TimeNs PackedIdleAt(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                                  MergeState& scratch);
+
+// PackedIdleAt(...) <= now, cheaply false for a bucket still draining at `now` or a window whose newest
+// cell still runs (the sweep's usual case).
+[[nodiscard]] bool PackedIdleBy(const LimitSpec& spec, const PackedState& packed, ContributorId contributor,
+                                MergeState& scratch, TimeNs now);
+
 // Bytes: little-endian, versioned. ParseMergeState rejects anything EncodeMergeState cannot have
 // written (bad version, unknown algorithm, counts above the caps, unsorted or duplicate ids,
 // trailing bytes) with kCorruption; it never allocates more than the input's size allows.

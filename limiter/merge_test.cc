@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -481,6 +482,107 @@ TEST(MergeEncoding, BytesAreTheDocumentedLayout) {
   auto parsed = ParseMergeState(expected);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed, s);
+}
+
+// (f) The packed form (PackState / UnpackState) is exact: whatever packs unpacks field for field, into a
+// state whose vectors held something else. One decider with its own HLC packs at almost every step
+// (every algorithm but sliding_log, never packed; sliding_window only while at most two cells live);
+// merged copies of several deciders do not pack while they hold two records, and whatever packs among
+// them round-trips too.
+bool ExpectRoundTrip(const LimitSpec& spec, const MergeState& m, const std::string& where) {
+  PackedState packed;
+  if (!PackState(spec, m, 7, packed)) {
+    return false;
+  }
+  EXPECT_NE(packed.word[0], 0u) << where;
+  EXPECT_EQ(PackedTag(packed), 7) << where;
+  EXPECT_EQ(PackCandidate(m), m.contributions[0].id) << where;
+  MergeState back;
+  back.contributions.resize(3);  // dirty storage to reuse
+  back.contributions[1].cells.push_back({5, 5});
+  back.base.included.resize(2);
+  UnpackState(spec, packed, m.contributions[0].id, back);
+  EXPECT_EQ(back, m) << where;
+  const TimeNs idle = MergedIdleAt(spec, m);
+  EXPECT_EQ(PackedIdleAt(spec, packed, m.contributions[0].id, back), idle) << where;
+  for (TimeNs now : {m.newest - 1, m.newest, m.newest + 1, idle - 1, idle, idle + 1}) {
+    EXPECT_EQ(PackedIdleBy(spec, packed, m.contributions[0].id, back, now), idle <= now)
+        << where << " " << now;
+  }
+  return true;
+}
+
+TEST_P(MergeAllAlgorithms, PackedFormRoundTripsExactly) {
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      MergeState m;
+      HybridClock clock(0);
+      int packed = 0, steps = 0;
+      for (const Op& op : RandomOps(seed, 300, 1)) {
+        Request req = At(op.t, op.cost);
+        req.headroom = op.headroom;
+        (void)CheckMerged(spec, m, 0x100000001ULL, clock.Now(op.t), req);
+        Collect(spec, m);
+        const std::string where = std::string(AlgorithmName(spec.algorithm)) + " mode " +
+                                  std::string(ModeName(spec.mode)) + " seed " + std::to_string(seed) +
+                                  " step " + std::to_string(steps);
+        packed += ExpectRoundTrip(spec, m, where) ? 1 : 0;
+        steps += m.contributions.empty() ? 0 : 1;
+        if (::testing::Test::HasFailure()) {
+          return;
+        }
+      }
+      if (spec.algorithm == Algorithm::kSlidingLog) {
+        EXPECT_EQ(packed, 0);
+      } else if (spec.algorithm != Algorithm::kSlidingWindow) {
+        EXPECT_GE(packed, steps * 9 / 10) << AlgorithmName(spec.algorithm) << " seed " << seed;
+      }
+      const auto copies = ConcurrentCopies(spec, seed, 200);
+      MergeState all = Merge(Merge(copies[0], copies[1]), copies[2]);
+      for (const MergeState& c : copies) {
+        ExpectRoundTrip(spec, c, "copy");
+      }
+      EXPECT_EQ(PackState(spec, all, 7, *std::make_unique<PackedState>()),
+                all.contributions.size() == 1 && ExpectRoundTrip(spec, all, "all"));
+    }
+  }
+}
+
+// (g) Promotion and compaction, as the storage tier does them: a packed copy merges a second decider's
+// copy (two records: no packed form, the full form decides), and once the second record has expired
+// and Collect dropped it (window algorithms) the state packs again -- to exactly the state the full form
+// holds, so no admission recorded in it is lost. Buckets keep the second decider's base entry (a
+// tombstone against counting its units twice) and stay in the full form.
+TEST_P(MergeAllAlgorithms, PromotedStatesCompactBackOnceTheOtherRecordExpires) {
+  if (GetParam() == Algorithm::kSlidingLog) {
+    return;  // never packed
+  }
+  LimitSpec spec = Spec(GetParam(), 5, kSecond);
+  spec.buckets = 4;
+  spec.burst = GetParam() == Algorithm::kGcra ? 4 : 0;  // a capacity of 5 as the others
+  HybridClock a_clock(0), b_clock(0);
+  MergeState a, b;
+  PackedState packed;
+  (void)CheckMerged(spec, a, 1, a_clock.Now(kT0), At(kT0, 2));
+  (void)CheckMerged(spec, b, 2, b_clock.Now(kT0 + kMillisecond), At(kT0 + kMillisecond, 2));
+  ASSERT_TRUE(PackState(spec, a, 1, packed));
+  MergeState promoted = a;
+  ASSERT_TRUE(MergeInto(promoted, b));
+  Collect(spec, promoted);
+  EXPECT_FALSE(PackState(spec, promoted, 1, packed));  // two records: the full form
+  // Both deciders' units count: 4 of 5 taken, one more admitted, then refused.
+  EXPECT_EQ(PeekMerged(spec, promoted, At(kT0 + kMillisecond, 1)).remaining, 0u);
+  EXPECT_TRUE(PeekMerged(spec, promoted, At(kT0 + kMillisecond, 1)).allowed);
+  EXPECT_FALSE(PeekMerged(spec, promoted, At(kT0 + kMillisecond, 2)).allowed);
+  // Two windows later decider 1 charges again: decider 2's record has expired.
+  const TimeNs later = kT0 + 2 * kSecond + 300 * kMillisecond;
+  ASSERT_TRUE(CheckMerged(spec, promoted, 1, a_clock.Now(later), At(later, 1)).allowed);
+  Collect(spec, promoted);
+  const bool bucket = !FamilyIsExactGc(spec);
+  EXPECT_EQ(ExpectRoundTrip(spec, promoted, "compacted"), !bucket);
+  if (!bucket) {
+    EXPECT_EQ(promoted.contributions.size(), 1u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),

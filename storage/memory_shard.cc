@@ -15,17 +15,39 @@ constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kChunkBits = 10;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 
-// Entry::meta: version in the high 48 bits, then the algorithm byte, then the flags byte.
+// Entry::meta: version in the high 48 bits, then the key's size byte (kHeapKey: on the heap), then the
+// flags byte.
+constexpr uint64_t kKeyShift = 8;
+constexpr uint64_t kHeapKey = 0xff;
+constexpr size_t kInlineKey = 16;  // bytes of key held in the entry itself
 // Spare states kept for reuse, per shard, and the most memory one may hold to be kept.
 constexpr size_t kSpareStates = 16;
 constexpr size_t kSpareStateBytes = 1024;
 
 bool SmallState(const limiter::MergeState& s) { return limiter::HeapBytes(s) <= kSpareStateBytes; }
 
-// What one state costs beyond its slab entry (counted with its chunk) and its MergeState's own heap
-// (memory_store.h): a slot of the hash set of heads (with its share of free slots), the MergeState
-// object and the allocator's header of it.
-constexpr size_t kEntryOverhead = 16 + 16 + sizeof(limiter::MergeState);
+// What the allocator adds to a heap block of `bytes` (glibc: an 8-byte header, 16-byte rounding, 32 bytes
+// at least), so that the accounting follows the resident size.
+size_t HeapBlock(size_t bytes) { return std::max<size_t>(32, (bytes + 8 + 15) & ~size_t{15}); }
+
+// What one state costs beyond its slab entry (counted with its chunk): a slot of the hash set of heads
+// with its share of free slots and group metadata (key_bytes_bench measures 6-10 bytes at 1 M keys).
+constexpr size_t kEntryOverhead = 12;
+
+// A heap MergeState: the object and every vector with room, each a heap block.
+size_t HeapStateBytes(const limiter::MergeState& s) {
+  size_t bytes = HeapBlock(sizeof(limiter::MergeState));
+  auto vector = [&](size_t capacity, size_t size) {
+    bytes += capacity == 0 ? 0 : HeapBlock(capacity * size);
+  };
+  vector(s.base.included.capacity(), sizeof(limiter::Included));
+  vector(s.contributions.capacity(), sizeof(limiter::Contribution));
+  for (const limiter::Contribution& c : s.contributions) {
+    vector(c.cells.capacity(), sizeof(limiter::Cell));
+    vector(c.stamps.capacity(), sizeof(limiter::TimeNs));
+  }
+  return bytes;
+}
 // An interned (name, spec): its SlotInfo, its key in slot_ids_ and the name twice.
 size_t SlotBytes(std::string_view name) { return 64 + sizeof(limiter::LimitSpec) + 2 * (name.size() + 64); }
 
@@ -46,8 +68,9 @@ uint64_t NextVersion(uint64_t old_version, limiter::TimeNs now) {
   return std::min(std::max(old_version + 1, clock << 4), kVersionMax);
 }
 uint64_t Flags(uint64_t meta) { return meta & 0xff; }
-uint64_t Meta(uint64_t version, limiter::Algorithm algorithm, uint64_t flags) {
-  return (std::min(version, kVersionMax) << 16) | (uint64_t{static_cast<uint8_t>(algorithm)} << 8) | flags;
+// `low`: the key byte and the flags (kept as they are when the version changes).
+uint64_t Meta(uint64_t version, uint64_t low) {
+  return (std::min(version, kVersionMax) << 16) | (low & 0xffff);
 }
 
 template <typename T>
@@ -85,16 +108,76 @@ const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
 
 }  // namespace
 
+// 80 bytes. The entity key is in `key` when it fits (its size in meta), else `key` holds a pointer to a heap
+// block of its size (uint32) and its bytes. The state is packed in `packed` (limiter::PackState: one
+// contributor, packed.word[0] != 0, the contributor as a tag of this shard) or, with packed.word[0] == 0,
+// packed.word[1] is a pointer to a heap MergeState (null: the empty state). Owned by the shard: Free
+// releases both.
 struct MemoryShard::Entry {
-  std::string entity;     // inline up to 15 bytes
+  char key[kInlineKey] = {};
   ring::Token token = 0;  // ring::RingToken(entity), as the caller computed it: never hashed again here
+  uint64_t meta = 0;
   uint32_t slot = kNil;
   uint32_t lru_prev = kNil;
   uint32_t lru_next = kNil;  // also the free-list link
   uint32_t entity_next = kNil;
-  std::unique_ptr<limiter::MergeState> state;  // never null while the entry is in use
-  uint64_t meta = 0;
+  limiter::PackedState packed;
 };
+
+namespace {
+
+std::string_view KeyOf(const MemoryShard::Entry& e) {
+  const uint64_t size = (e.meta >> kKeyShift) & 0xff;
+  if (size != kHeapKey) return std::string_view(e.key, size);
+  const char* block;
+  std::memcpy(&block, e.key, sizeof(block));
+  uint32_t heap_size;
+  std::memcpy(&heap_size, block, sizeof(heap_size));
+  return std::string_view(block + sizeof(heap_size), heap_size);
+}
+
+// Sets the key of a fresh entry (meta's key byte was 0).
+void SetKey(MemoryShard::Entry& e, std::string_view key) {
+  if (key.size() <= kInlineKey) {
+    std::memcpy(e.key, key.data(), key.size());
+    e.meta |= uint64_t{key.size()} << kKeyShift;
+    return;
+  }
+  const auto size = static_cast<uint32_t>(std::min<size_t>(key.size(), UINT32_MAX));
+  char* block = static_cast<char*>(std::malloc(sizeof(size) + size));
+  if (block == nullptr) throw std::bad_alloc();
+  std::memcpy(block, &size, sizeof(size));
+  std::memcpy(block + sizeof(size), key.data(), size);
+  std::memcpy(e.key, &block, sizeof(block));
+  e.meta |= kHeapKey << kKeyShift;
+}
+
+// The bytes the key takes on the heap (0 when in the entry).
+size_t KeyHeapBytes(const MemoryShard::Entry& e) {
+  return ((e.meta >> kKeyShift) & 0xff) == kHeapKey ? HeapBlock(sizeof(uint32_t) + KeyOf(e).size()) : 0;
+}
+
+void FreeKey(MemoryShard::Entry& e) {
+  if (((e.meta >> kKeyShift) & 0xff) == kHeapKey) {
+    char* block;
+    std::memcpy(&block, e.key, sizeof(block));
+    std::free(block);
+  }
+  e.meta &= ~(uint64_t{0xff} << kKeyShift);
+}
+
+limiter::MergeState* HeapOf(const MemoryShard::Entry& e) {
+  return e.packed.word[0] != 0 ? nullptr : reinterpret_cast<limiter::MergeState*>(e.packed.word[1]);
+}
+
+void SetHeap(MemoryShard::Entry& e, limiter::MergeState* state) {
+  e.packed = limiter::PackedState{};
+  e.packed.word[1] = reinterpret_cast<uint64_t>(state);
+}
+
+const limiter::MergeState kEmptyState;
+
+}  // namespace
 
 struct MemoryShard::SlotInfo {
   std::string name;
@@ -116,8 +199,8 @@ struct MemoryShard::EntityEq {
   using is_transparent = void;
   const MemoryShard* shard;
   bool operator()(uint32_t a, uint32_t b) const { return a == b; }
-  bool operator()(const EntityKey& k, uint32_t i) const { return shard->At(i).entity == k.entity; }
-  bool operator()(uint32_t i, const EntityKey& k) const { return shard->At(i).entity == k.entity; }
+  bool operator()(const EntityKey& k, uint32_t i) const { return KeyOf(shard->At(i)) == k.entity; }
+  bool operator()(uint32_t i, const EntityKey& k) const { return KeyOf(shard->At(i)) == k.entity; }
 };
 
 MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity, size_t byte_capacity)
@@ -129,10 +212,17 @@ MemoryShard::MemoryShard(const MemoryStoreOptions& options, size_t capacity, siz
       lru_tail_(kNil),
       heads_(std::make_unique<boost::unordered_flat_set<uint32_t, EntityHash, EntityEq>>(0, EntityHash{this},
                                                                                          EntityEq{this})) {
-  static_assert(sizeof(std::string) != 32 || sizeof(Entry) == 72, "keep the entry small");
+  static_assert(sizeof(Entry) == 80, "keep the entry small");
 }
 
-MemoryShard::~MemoryShard() = default;
+MemoryShard::~MemoryShard() {
+  for (uint32_t index = 0; index < fresh_; ++index) {
+    Entry& e = At(index);
+    if (e.slot == kNil) continue;
+    FreeKey(e);
+    delete HeapOf(e);
+  }
+}
 
 MemoryShard::Entry& MemoryShard::At(uint32_t index) const {
   return chunks_[index >> kChunkBits][index & (kChunkSize - 1)];
@@ -153,13 +243,18 @@ uint32_t MemoryShard::Allocate() {
   return fresh_++;
 }
 
+void MemoryShard::ReleaseHeap(Entry& e) {
+  std::unique_ptr<limiter::MergeState> state(HeapOf(e));
+  SetHeap(e, nullptr);
+  if (state != nullptr && spare_states_.size() < kSpareStates && SmallState(*state)) {
+    spare_states_.push_back(std::move(state));
+  }
+}
+
 void MemoryShard::Free(uint32_t index) {
   Entry& e = At(index);
-  e.entity = std::string();  // give back a heap buffer if the key was long
-  if (e.state != nullptr && spare_states_.size() < kSpareStates && SmallState(*e.state)) {
-    spare_states_.push_back(std::move(e.state));
-  }
-  e.state.reset();
+  FreeKey(e);
+  ReleaseHeap(e);
   e.slot = kNil;
   e.lru_next = free_head_;
   free_head_ = index;
@@ -171,13 +266,63 @@ uint32_t& MemoryShard::Accounted(uint32_t index) const {
 
 void MemoryShard::Account(uint32_t index) {
   const Entry& e = At(index);
-  // A key longer than the string's inline buffer (15 bytes) is on the heap.
-  size_t bytes =
-      kEntryOverhead + limiter::HeapBytes(*e.state) + (e.entity.size() > 15 ? e.entity.capacity() + 1 : 0);
+  const limiter::MergeState* heap = HeapOf(e);
+  size_t bytes = kEntryOverhead + (heap != nullptr ? HeapStateBytes(*heap) : 0) + KeyHeapBytes(e);
   bytes = std::min<size_t>(bytes, std::numeric_limits<uint32_t>::max());
   uint32_t& accounted = Accounted(index);
   bytes_.fetch_add(bytes - accounted, std::memory_order_relaxed);  // (unsigned: wraps to a subtraction)
   accounted = static_cast<uint32_t>(bytes);
+}
+
+bool MemoryShard::TagOf(limiter::ContributorId id, uint16_t& tag) {
+  if (last_tag_ < tag_ids_.size() && tag_ids_[last_tag_] == id) {
+    tag = last_tag_;
+    return true;
+  }
+  auto it = tags_.find(id);
+  if (it == tags_.end()) {
+    if (tag_ids_.size() > UINT16_MAX) return false;  // every tag taken: the state stays on the heap
+    it = tags_.emplace(id, static_cast<uint16_t>(tag_ids_.size())).first;
+    tag_ids_.push_back(id);
+  }
+  tag = last_tag_ = it->second;
+  return true;
+}
+
+const limiter::MergeState& MemoryShard::StateOf(uint32_t index, limiter::MergeState& scratch) const {
+  const Entry& e = At(index);
+  if (e.packed.word[0] == 0) {
+    const limiter::MergeState* heap = HeapOf(e);
+    return heap != nullptr ? *heap : kEmptyState;
+  }
+  limiter::UnpackState(slots_[e.slot].spec, e.packed, tag_ids_[limiter::PackedTag(e.packed)], scratch);
+  return scratch;
+}
+
+void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
+  Entry& e = At(index);
+  const limiter::ContributorId id = limiter::PackCandidate(state);
+  limiter::PackedState packed;
+  uint16_t tag = 0;
+  if (id != 0 && TagOf(id, tag) && limiter::PackState(slots_[e.slot].spec, state, tag, packed)) {
+    if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+    e.packed = packed;
+  } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
+    ReleaseHeap(e);
+  } else {
+    limiter::MergeState* heap = HeapOf(e);
+    if (heap == nullptr) {  // promoted: a heap object, a spare one when there is one
+      if (spare_states_.empty()) {
+        heap = new limiter::MergeState();
+      } else {
+        heap = spare_states_.back().release();
+        spare_states_.pop_back();
+      }
+      SetHeap(e, heap);
+    }
+    if (heap != &state) *heap = state;
+  }
+  Account(index);
 }
 
 uint32_t MemoryShard::FindHead(EntityKey key) const {
@@ -253,20 +398,14 @@ void MemoryShard::LruPushFront(uint32_t index) {
   if (lru_tail_ == kNil) lru_tail_ = index;
 }
 
-uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_disk) {
+uint32_t MemoryShard::Insert(EntityKey key, std::string_view name, const limiter::LimitSpec& spec,
+                             uint64_t version, const limiter::MergeState& state, bool on_disk) {
   uint32_t index = Allocate();
   Entry& e = At(index);
-  e.entity.assign(key.entity);
+  e.meta = Meta(version, on_disk ? kOnDisk : 0);
+  SetKey(e, key.entity);
   e.token = key.token;
-  e.slot = Intern(state.name, state.spec);
-  e.meta = Meta(state.version, state.state.algorithm, on_disk ? kOnDisk : 0);
-  if (spare_states_.empty()) {
-    e.state = std::make_unique<limiter::MergeState>(state.state);
-  } else {
-    e.state = std::move(spare_states_.back());
-    spare_states_.pop_back();
-    *e.state = state.state;
-  }
+  e.slot = Intern(name, spec);
   uint32_t head = FindHead(key);
   if (head == kNil) {
     heads_->insert(index);
@@ -279,17 +418,17 @@ uint32_t MemoryShard::Insert(EntityKey key, const StoredState& state, bool on_di
   ++inserts_;
   keys_.fetch_add(1, std::memory_order_relaxed);
   Accounted(index) = 0;
-  Account(index);
+  Keep(index, state);
   return index;
 }
 
 void MemoryShard::Drop(uint32_t index, DropReason reason) {
   Entry& e = At(index);
   const ring::Token token = e.token;
-  EntityKey key{e.entity, token};
+  EntityKey key{KeyOf(e), token};
   if (options_.write_back && reason != DropReason::kEvicted && (Flags(e.meta) & kOnDisk)) {
     const std::string& name = slots_[e.slot].name;
-    tombs_.try_emplace(EncodeRowKey(token, e.entity, name), Tomb{e.entity, token, name});
+    tombs_.try_emplace(EncodeRowKey(token, key.entity, name), Tomb{std::string(key.entity), token, name});
   }
   if (dirty_.erase(index) > 0) dirty_count_.fetch_sub(1, std::memory_order_relaxed);
   uint32_t head = FindHead(key);
@@ -317,7 +456,7 @@ void MemoryShard::Drop(uint32_t index, DropReason reason) {
 
 void MemoryShard::Changed(uint32_t index, uint64_t version) {
   Entry& e = At(index);
-  e.meta = Meta(version, e.state->algorithm, Flags(e.meta));
+  e.meta = Meta(version, e.meta);
   MarkDirty(index);
 }
 
@@ -335,7 +474,11 @@ StoredState MemoryShard::Copy(uint32_t index) const {
   StoredState out;
   out.name = slots_[e.slot].name;
   out.spec = slots_[e.slot].spec;
-  out.state = *e.state;
+  if (e.packed.word[0] == 0) {
+    out.state = StateOf(index, out.state);
+  } else {
+    (void)StateOf(index, out.state);  // unpacked into it
+  }
   out.version = Version(e.meta);
   return out;
 }
@@ -363,7 +506,9 @@ std::optional<NeedLoad> MemoryShard::Resolve(EntityKey key, std::span<const std:
   }
   for (size_t i = 0; i < names.size(); ++i) {
     if (indices[i] != kNil || options_.loader == nullptr || Tombstoned(key, names[i])) continue;
-    if (const StoredState* s = FindLoaded(loaded, names[i])) indices[i] = Insert(key, *s, /*on_disk=*/true);
+    if (const StoredState* s = FindLoaded(loaded, names[i])) {
+      indices[i] = Insert(key, s->name, s->spec, s->version, s->state, /*on_disk=*/true);
+    }
   }
   return std::nullopt;
 }
@@ -384,6 +529,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
   std::lock_guard lock(mutex_);
   outcome.need = Resolve(key, names, loaded, indices);
   if (outcome.need) return outcome;
+  if (scratch_.size() < n) scratch_.resize(n);  // (before any pointer into it is taken)
   for (size_t i = 0; i < n; ++i) {
     pointers[i] = &fresh[i];
     if (indices[i] == kNil) {
@@ -397,9 +543,13 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     bool repeated = false;
     for (size_t j = 0; j < i; ++j) repeated |= indices[j] == indices[i];
     if (repeated) {
-      fresh[i] = *At(indices[i]).state;
+      fresh[i] = StateOf(indices[i], scratch_[i]);
+    } else if (limiter::MergeState* heap = HeapOf(At(indices[i])); heap != nullptr) {
+      pointers[i] = heap;  // charged in place: no copy on the request path
     } else {
-      pointers[i] = At(indices[i]).state.get();  // charged in place: no copy on the request path
+      // Packed (or empty): charged unpacked in this shard's scratch state, whose vectors keep their room.
+      pointers[i] = &scratch_[i];
+      if (&StateOf(indices[i], scratch_[i]) != &scratch_[i]) limiter::Clear(scratch_[i]);
     }
     before[i] = limiter::ChangeDigest(*pointers[i]);
   }
@@ -415,7 +565,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
       index = FindInChain(FindHead(key), slots[i].name);
     }
     if (index == kNil) {
-      index = Insert(key, StoredState{std::string(slots[i].name), spec, {}, 0}, /*on_disk=*/false);
+      index = Insert(key, slots[i].name, spec, 0, kEmptyState, /*on_disk=*/false);
       if (Tombstoned(key, slots[i].name)) At(index).meta |= kOnDisk;  // the old row is not deleted yet
       changed = true;
     } else {
@@ -428,11 +578,9 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
         changed = true;
       }
     }
-    if (!changed) continue;
-    limiter::MergeState& stored = *At(index).state;
-    if (pointers[i] != &stored) stored = std::move(*pointers[i]);
-    limiter::Collect(spec, stored);
-    Account(index);
+    if (!changed) continue;  // (what ChangeDigest does not see is not kept: nothing CheckMerged does)
+    limiter::Collect(spec, *pointers[i]);
+    Keep(index, *pointers[i]);  // packed again, promoted to the heap, or compacted back
     Changed(index, NextVersion(Version(At(index).meta), now));
     if (want_changes) outcome.changed.push_back({std::string(slots[i].name), Version(At(index).meta)});
   }
@@ -449,14 +597,17 @@ MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& 
   outcome.need =
       Resolve(key, std::span<const std::string_view>(&name, 1), loaded, std::span<uint32_t>(&index, 1));
   if (outcome.need) return outcome;
+  limiter::MergeState& scratch = Scratch(0);
   if (index == kNil) {
-    index = Insert(key, state, /*on_disk=*/Tombstoned(key, name));
-    limiter::Collect(state.spec, *At(index).state);
-    Account(index);
+    scratch = state.state;
+    limiter::Collect(state.spec, scratch);
+    index = Insert(key, state.name, state.spec, state.version, scratch, /*on_disk=*/Tombstoned(key, name));
     MarkDirty(index);
   } else {
     Entry& e = At(index);
-    limiter::MergeState& stored = *e.state;
+    limiter::MergeState* heap = HeapOf(e);
+    limiter::MergeState& stored = heap != nullptr ? *heap : scratch;
+    if (heap == nullptr && &StateOf(index, scratch) != &scratch) limiter::Clear(scratch);
     // The spec the state was last updated with stays, unless this copy held nothing under it.
     const bool adopt_spec =
         stored.algorithm == limiter::Algorithm{} || stored.algorithm != slots_[e.slot].spec.algorithm;
@@ -467,7 +618,7 @@ MemoryShard::ApplyOutcome MemoryShard::Absorb(EntityKey key, const StoredState& 
       Release(old_slot);
     }
     limiter::Collect(slots_[e.slot].spec, stored);
-    Account(index);
+    Keep(index, stored);
     Changed(index, std::max(Version(e.meta) + 1, state.version));
     LruUnlink(index);
     LruPushFront(index);
@@ -489,7 +640,9 @@ std::optional<std::vector<StoredState>> MemoryShard::Get(EntityKey key, const Lo
   if (on_disk.valid) {
     if (on_disk.epoch != epoch_) return std::nullopt;
     for (const StoredState& s : on_disk.states) {
-      if (FindInChain(FindHead(key), s.name) == kNil && !Tombstoned(key, s.name)) Insert(key, s, true);
+      if (FindInChain(FindHead(key), s.name) == kNil && !Tombstoned(key, s.name)) {
+        Insert(key, s.name, s.spec, s.version, s.state, true);
+      }
     }
   }
   for (uint32_t i = FindHead(key); i != kNil; i = At(i).entity_next) out.push_back(Copy(i));
@@ -560,12 +713,22 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head
   size_t dropped = 0;
   uint32_t index = lru_tail_;
   for (size_t k = 0; k < max && index != kNil && !(spare_head && index == lru_head_); ++k) {
-    uint32_t prev = At(index).lru_prev;
-    const limiter::MergeState& state = *At(index).state;
-    // (At the earliest instant only an empty state is idle: no need to materialise the others.)
-    if (state.algorithm == limiter::Algorithm{} ||
-        (now != std::numeric_limits<limiter::TimeNs>::min() &&
-         limiter::MergedIdleAt(slots_[At(index).slot].spec, state) <= now)) {
+    const Entry& e = At(index);
+    const uint32_t prev = e.lru_prev;
+    const limiter::LimitSpec& spec = slots_[e.slot].spec;
+    // (At the earliest instant only an empty state is idle: no need to materialise the others. A packed
+    // state is never empty, and is judged without unpacking it.)
+    const bool judge = now != std::numeric_limits<limiter::TimeNs>::min();
+    const limiter::MergeState* heap = HeapOf(e);
+    bool idle;
+    if (e.packed.word[0] != 0) {
+      idle = judge && limiter::PackedIdleBy(spec, e.packed, tag_ids_[limiter::PackedTag(e.packed)],
+                                            sweep_scratch_, now);
+    } else {
+      idle = heap == nullptr || heap->algorithm == limiter::Algorithm{} ||
+             (judge && limiter::MergedIdleAt(spec, *heap) <= now);
+    }
+    if (idle) {
       Drop(index, DropReason::kIdle);
       ++dropped;
     }
@@ -587,7 +750,7 @@ void MemoryShard::ScanChunk(ring::Token first, ring::Token last, ScanCursor& cur
   for (; index < stop && copied < kScanChunkStates; ++index) {
     const Entry& e = At(index);
     if (e.slot == kNil || e.token < first || e.token > last) continue;  // free, or out of the range
-    out.push_back({e.entity, e.token, Copy(index)});
+    out.push_back({std::string(KeyOf(e)), e.token, Copy(index)});
     ++copied;
   }
   cursor.next = index;
@@ -612,6 +775,33 @@ uint64_t MemoryShard::CountChunk(ring::Token first, ring::Token last, ScanCursor
   return keys;
 }
 
+void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
+  std::lock_guard lock(mutex_);
+  out.slab_bytes += chunks_.size() * kChunkSize * (sizeof(Entry) + sizeof(uint32_t));
+  // boost::unordered_flat_set: a slot per element and 16 bytes of metadata per group of 15 slots.
+  const size_t slots = heads_->bucket_count();
+  out.index_bytes += slots * sizeof(uint32_t) + (slots / 15 + 1) * 16;
+  for (uint32_t index = 0; index < fresh_; ++index) {
+    const Entry& e = At(index);
+    if (e.slot == kNil) continue;
+    ++out.states;
+    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t);
+    if (KeyHeapBytes(e) > 0) {
+      out.key_heap_bytes += sizeof(uint32_t) + KeyOf(e).size();
+      ++out.heap_blocks;
+    }
+    if (const limiter::MergeState* heap = HeapOf(e); heap != nullptr) {
+      ++out.state_objects;
+      out.state_object_bytes += sizeof(limiter::MergeState);
+      out.state_vector_bytes += limiter::HeapBytes(*heap);
+      out.heap_blocks += 1 + (heap->base.included.capacity() > 0) + (heap->contributions.capacity() > 0);
+      for (const limiter::Contribution& c : heap->contributions) {
+        out.heap_blocks += (c.cells.capacity() > 0) + (c.stamps.capacity() > 0);
+      }
+    }
+  }
+}
+
 void MemoryShard::PendingDeletes(ring::Token first, ring::Token last, std::vector<std::string>& out) {
   std::lock_guard lock(mutex_);
   for (const auto& [row, tomb] : tombs_) {
@@ -631,7 +821,7 @@ void MemoryShard::CollectDirty(std::vector<DirtyRecord>& out) {
   }
   for (uint32_t index : dirty_) {
     DirtyRecord r;
-    r.entity = At(index).entity;
+    r.entity = KeyOf(At(index));
     r.token = At(index).token;
     r.state = Copy(index);
     r.expiry = limiter::MergedIdleAt(r.state.spec, r.state.state);
@@ -660,7 +850,7 @@ void MemoryShard::AckFlushed(std::span<const DirtyRecord> records, bool ok) {
     e.meta |= kOnDisk;
     if (Version(e.meta) != r.state.version || !(Flags(e.meta) & kDirty)) continue;
     // Same version is not enough: a state recreated within the same millisecond can reuse a version.
-    if (!(*e.state == r.state.state) || slots_[e.slot].spec != r.state.spec) continue;
+    if (!(StateOf(index, sweep_scratch_) == r.state.state) || slots_[e.slot].spec != r.state.spec) continue;
     e.meta &= ~kDirty;
     dirty_.erase(index);
     dirty_count_.fetch_sub(1, std::memory_order_relaxed);

@@ -1,7 +1,7 @@
 // MemoryShard: one independently locked part of the memory tier (internal to storage/).
 //
-// Layout (per state, see memory_store.h for the budget): a 72-byte Entry (its merged state on the heap) in a
-// chunked slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the caller); a
+// Layout (per state, see memory_store.h for the budget): an 80-byte Entry (its merged state packed in it,
+// or on the heap when it has several contributors) in a chunked slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the caller); a
 // flat hash set of the index of each entity's first entry (its other entries follow through
 // Entry::entity_next), hashed by that stored token; a doubly-linked LRU list through the slab; interned
 // (name, spec) slots.
@@ -146,14 +146,19 @@ class MemoryShard {
   void CollectDirty(std::vector<DirtyRecord>& out);
   void AckFlushed(std::span<const DirtyRecord> records, bool ok);
 
+  // Adds this shard's figures to `out` (MemoryStore::Breakdown).
+  void AddBreakdown(MemoryBreakdown& out) const;
+
   uint64_t keys() const { return keys_.load(std::memory_order_relaxed); }
   uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
   uint64_t idle_drops() const { return idle_drops_.load(std::memory_order_relaxed); }
   uint64_t dirty() const { return dirty_count_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
+ public:
+  struct Entry;  // (public for the helpers of memory_shard.cc)
+
  private:
-  struct Entry;
   struct SlotInfo;
   struct EntityHash;
   struct EntityEq;
@@ -174,7 +179,20 @@ class MemoryShard {
   void Release(uint32_t slot);
   void LruUnlink(uint32_t index);
   void LruPushFront(uint32_t index);
-  uint32_t Insert(EntityKey key, const StoredState& state, bool on_disk);
+  uint32_t Insert(EntityKey key, std::string_view name, const limiter::LimitSpec& spec, uint64_t version,
+                  const limiter::MergeState& state, bool on_disk);
+  // The entry's state: its heap MergeState, the empty state, or the packed state unpacked into `scratch`.
+  const limiter::MergeState& StateOf(uint32_t index, limiter::MergeState& scratch) const;
+  // Makes `state` the entry's state (a copy, unless it is the entry's heap object): packed into the entry
+  // when limiter::PackState accepts it (the heap object, if any, goes), else in a heap MergeState. Accounts.
+  void Keep(uint32_t index, const limiter::MergeState& state);
+  void ReleaseHeap(Entry& e);  // the entry's heap MergeState (if any) goes to the spares or is freed
+  // The tag of contributor `id` in this shard's packed states; false when all 65,536 are taken.
+  bool TagOf(limiter::ContributorId id, uint16_t& tag);
+  limiter::MergeState& Scratch(size_t i) {
+    if (scratch_.size() <= i) scratch_.resize(i + 1);
+    return scratch_[i];
+  }
   void Drop(uint32_t index, DropReason reason);
   void Changed(uint32_t index, uint64_t version);  // sets the version (and algorithm), marks dirty
   void MarkDirty(uint32_t index);
@@ -217,6 +235,15 @@ class MemoryShard {
   // States of dropped entries, kept for the next Insert (their vectors keep their capacity), at most
   // kSpareStates.
   std::vector<std::unique_ptr<limiter::MergeState>> spare_states_;
+  // Packed states are charged, merged and looked at unpacked in these (their vectors keep their room:
+  // no allocation once warm). scratch_[i]: slot i of an Update, [0] for Absorb; sweep_scratch_: sweeps
+  // and flush acknowledgements.
+  std::vector<limiter::MergeState> scratch_;
+  mutable limiter::MergeState sweep_scratch_;
+  // Contributor tags of packed states: tag_ids_[tag] is the id; tags are never reused.
+  std::vector<limiter::ContributorId> tag_ids_;
+  boost::unordered_flat_map<limiter::ContributorId, uint16_t> tags_;
+  uint16_t last_tag_ = 0;
   boost::unordered_flat_map<std::string, uint32_t> slot_ids_;  // SlotKey(name, spec) -> slot
   boost::unordered_flat_set<uint32_t> dirty_;                  // write-back: entries newer than disk
   struct Tomb {

@@ -289,6 +289,12 @@ void MemoryStore::AckFlushed(const std::vector<DirtyRecord>& batch, bool ok) {
   }
 }
 
+MemoryBreakdown MemoryStore::Breakdown() const {
+  MemoryBreakdown out;
+  for (size_t i = 0; i < shard_count_; ++i) shards_[i]->AddBreakdown(out);
+  return out;
+}
+
 uint64_t MemoryStore::DirtyCount() const {
   uint64_t n = 0;
   for (size_t i = 0; i < shard_count_; ++i) n += shards_[i]->dirty();

@@ -2,11 +2,11 @@
 // token so that all limits of one entity live in one shard; each shard has its own mutex and hash table,
 // so the hot path takes no global lock.
 //
-// Memory: one state costs a 72-byte slab entry (entity key inline up to 15 bytes, its ring token,
-// 48-bit version, LRU and entity-chain links as 32-bit indices, a pointer to its limiter::MergeState) plus
-// ~6 bytes of hash table, plus the merged state on the heap (one record per node that decided the key:
-// docs/storage.md gives the measured total); limit names and specs are interned per shard and shared by
-// every state that uses them.
+// Memory: one state costs an 80-byte slab entry (entity key inline up to 16 bytes, its ring token, 48-bit
+// version, LRU and entity-chain links as 32-bit indices, and the merged state packed in 32 bytes when it
+// has one contributor -- limiter::PackState -- else a pointer to a heap limiter::MergeState) plus a 4-byte
+// accounting word and ~6-10 bytes of hash table: ~95 bytes per key in all (docs/storage.md "Memory per
+// key"). Limit names and specs are interned per shard and shared by every state that uses them.
 //
 // Range scans (ScanTokenRange, ScanTokenRangeWithDeletes) visit only the shards whose token interval
 // overlaps the range and read each state's stored token. A shard is read in chunks (at most
@@ -108,6 +108,20 @@ struct DirtyRecord {
   limiter::TimeNs expiry = 0;  // limiter::MergedIdleAt(state.spec, state.state): the row may go after it
 };
 
+// Where the memory tier's bytes go (MemoryStore::Breakdown), for benchmarks and tools. Sizes are what the
+// store asked the allocator for; the allocator adds its own header and rounding to every heap block.
+struct MemoryBreakdown {
+  uint64_t states = 0;              // states held
+  uint64_t entry_bytes = 0;         // per state: its slab entry and its accounting word (slab in use)
+  uint64_t slab_bytes = 0;          // slab chunks allocated (entries in use, free and never used)
+  uint64_t index_bytes = 0;         // the hash sets of entity heads (slots and group metadata)
+  uint64_t key_heap_bytes = 0;      // keys too long to be stored in their entry
+  uint64_t state_objects = 0;       // heap MergeState objects (states not held in their entry)
+  uint64_t state_object_bytes = 0;  // their sizeof
+  uint64_t state_vector_bytes = 0;  // their vectors' capacities (limiter::HeapBytes)
+  uint64_t heap_blocks = 0;         // heap blocks of the above (each pays the allocator's header)
+};
+
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(MemoryStoreOptions options = {});
@@ -167,6 +181,9 @@ class MemoryStore final : public Store {
 
   // States currently dirty plus pending deletes.
   [[nodiscard]] uint64_t DirtyCount() const;
+
+  // Walks every shard, one lock at a time.
+  [[nodiscard]] MemoryBreakdown Breakdown() const;
 
   size_t TEST_ShardCount() const { return shard_count_; }
 

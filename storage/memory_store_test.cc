@@ -233,13 +233,23 @@ TEST(MemoryStoreTest, ByteBoundAccountsRealSizes) {
   options.sweep_per_update = 0;
   MemoryStore store(options);
   LimitSpec small = Spec(Algorithm::kTokenBucket, 5, 60 * kSecond);
-  Charge(store, "first", "n", small, kT0);  // the slab's first chunk and the interned name
+  // Charged as a node does, with an HLC of its own that follows kT0 (ChargeMerged's clock is shared by
+  // every test of the process): the states pack.
+  limiter::HybridClock clock(0);
+  auto charge_small = [&](std::string_view key) {
+    Slot slot{"n", &small};
+    store.Update(key, std::span<const Slot>(&slot, 1), kT0, [&](std::span<limiter::MergeState* const> s) {
+      (void)limiter::CheckMerged(small, *s[0], 1, clock.Now(kT0), {1, kT0, 0.});
+    });
+  };
+  charge_small("first");  // the slab's first chunk and the interned name
   const uint64_t empty = store.Stats().bytes;
-  Charge(store, "k", "n", small, kT0);
+  charge_small("k");
   const uint64_t one_small = store.Stats().bytes - empty;
-  EXPECT_GT(one_small, 100u);
-  EXPECT_LT(one_small, 1000u);
-  Charge(store, std::string(1000, 'x'), "n", small, kT0);  // the key alone is a KiB
+  EXPECT_EQ(store.Breakdown().state_objects, 0u);  // packed in its entry
+  EXPECT_GT(one_small, 4u);                        // its share of the hash set (the entry: with the slab)
+  EXPECT_LT(one_small, 32u);
+  charge_small(std::string(1000, 'x'));  // the key alone is a KiB
   EXPECT_GT(store.Stats().bytes - empty - one_small, 1000u + one_small);
 
   LimitSpec log = Spec(Algorithm::kSlidingLog, 10'000, 600 * kSecond);
@@ -454,6 +464,92 @@ TEST(MemoryStoreTest, AbsorbMergesCopiesAndKeepsEveryAdmission) {
   ahead.state.base.stamp += 1;  // a copy that differs: a newer reset base
   EXPECT_TRUE(store.Absorb("k", ahead));
   EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 100);
+}
+
+// Packed states (issue 39): a key decided by one contributor lives packed in its entry (no heap state), is
+// promoted to a heap MergeState when a second contributor's copy is absorbed, and packed again once that
+// record has expired (window algorithms; a bucket keeps the other's base entry and stays on the heap).
+// At every step the store holds exactly the state the plain merge rules give (a reference merged and
+// collected alongside): packing, promoting and compacting lose no admission and add none.
+TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
+  for (Algorithm algorithm :
+       {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
+        Algorithm::kAnchoredWindow, Algorithm::kSlidingWindowApprox}) {
+    SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
+    LimitSpec spec = Spec(algorithm, 5, kSecond);
+    if (algorithm == Algorithm::kGcra) spec.burst = 4;
+    MemoryStore store;
+    limiter::HybridClock a_clock(0), b_clock(0);
+    limiter::MergeState reference;
+    constexpr limiter::ContributorId kA = (uint64_t{1} << 32) | 1, kB = (uint64_t{2} << 32) | 1;
+    // Contributor A charges through the store and the reference alike (one stamp for both).
+    auto charge = [&](limiter::TimeNs now, uint64_t cost) {
+      const limiter::Hlc stamp = a_clock.Now(now);
+      Slot slot{"n", &spec};
+      bool allowed = false;
+      store.Update("key", std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
+        allowed = limiter::CheckMerged(spec, *s[0], kA, stamp, {cost, now, 0.}).allowed;
+      });
+      EXPECT_EQ(limiter::CheckMerged(spec, reference, kA, stamp, {cost, now, 0.}).allowed, allowed);
+      limiter::Collect(spec, reference);
+      return allowed;
+    };
+    auto heap_states = [&] { return store.Breakdown().state_objects; };
+    EXPECT_TRUE(charge(kT0, 1));
+    EXPECT_TRUE(charge(kT0 + kMillisecond, 1));
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(heap_states(), 0u);  // packed
+    // B's copy: 2 units it admitted.
+    StoredState copy{"n", spec, {}, 1};
+    ASSERT_TRUE(limiter::CheckMerged(spec, copy.state, kB, b_clock.Now(kT0 + 2 * kMillisecond),
+                                     {2, kT0 + 2 * kMillisecond, 0.})
+                    .allowed);
+    EXPECT_TRUE(store.Absorb("key", copy));
+    limiter::MergeInto(reference, copy.state);
+    limiter::Collect(spec, reference);
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(heap_states(), 1u);  // promoted
+    const uint64_t promoted_bytes = store.Stats().bytes;
+    EXPECT_TRUE(charge(kT0 + 3 * kMillisecond, 1));   // 5 of 5
+    EXPECT_FALSE(charge(kT0 + 3 * kMillisecond, 1));  // B's units count
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    // Three windows later B's record has expired.
+    EXPECT_TRUE(charge(kT0 + 3 * kSecond, 1));
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    const bool bucket = algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra ||
+                        algorithm == Algorithm::kLeakyBucket;
+    EXPECT_EQ(heap_states(), bucket ? 1u : 0u);  // compacted back (windows)
+    // The accounting follows: the heap state is no longer counted.
+    if (!bucket) {
+      EXPECT_LE(store.Stats().bytes + sizeof(limiter::MergeState), promoted_bytes);
+    }
+  }
+}
+
+// Keys of every size: in the entry up to 16 bytes, on the heap beyond; found, scanned and erased alike.
+TEST(MemoryStoreTest, KeysOfEverySizeAreStoredOnce) {
+  MemoryStore store;
+  LimitSpec spec = Spec(Algorithm::kFixedWindow, 10, kSecond);
+  const std::vector<std::string> keys = {"",
+                                         "a",
+                                         std::string(15, 'b'),
+                                         std::string(16, 'c'),
+                                         std::string(17, 'd'),
+                                         std::string(300, 'e'),
+                                         std::string("z\0z", 3)};
+  for (const std::string& k : keys) EXPECT_TRUE(Charge(store, k, "n", spec, kT0).allowed);
+  for (const std::string& k : keys) EXPECT_TRUE(Charge(store, k, "n", spec, kT0).allowed);
+  EXPECT_EQ(store.Stats().keys, keys.size());
+  const MemoryBreakdown breakdown = store.Breakdown();
+  EXPECT_EQ(breakdown.key_heap_bytes, 2 * sizeof(uint32_t) + 17 + 300);  // the two longer than 16 bytes
+  std::set<std::string> scanned;
+  for (const EntityState& s : store.ScanTokenRange(0, std::numeric_limits<ring::Token>::max())) {
+    scanned.insert(s.entity);
+    EXPECT_EQ(limiter::Materialize(spec, s.state.state).word[1], 2);
+  }
+  EXPECT_EQ(scanned, std::set<std::string>(keys.begin(), keys.end()));
+  for (const std::string& k : keys) EXPECT_EQ(store.Erase(k, std::nullopt), 1u) << k;
+  EXPECT_EQ(store.Stats().keys, 0u);
 }
 
 TEST(MemoryStoreTest, ScanTokenRangeSelectsByRingToken) {

@@ -1,0 +1,246 @@
+// Bytes per key in the memory tier (issue 39), per algorithm, through the store path a node uses
+// (MemoryStore::Update with limiter::CheckMerged on behalf of one contributor, stamped by a hybrid clock).
+//
+// Each algorithm runs in a child process of its own (a fresh heap): it inserts --keys keys of --key-bytes
+// bytes, one check each, then checks every key once more as a second contributor (a second deciding
+// node's copy merged in). For both phases it prints bytes per key from the resident set
+// (/proc/self/statm delta), from the store's own accounting (StoreStats::bytes, what
+// ringlimit_state_bytes reports) and their ratio (the --max-memory bound is only as good as it); then
+// where the bytes go (MemoryStore::Breakdown, and the allocator's in-use delta from mallinfo2).
+//
+// --check-path: instead, inserts --keys token_bucket keys and then runs --checks checks on them in
+// RunChecks (not inlined), for `valgrind --tool=callgrind --toggle-collect='*RunChecks*'`: instructions
+// per check = Ir / --checks.
+//
+// Usage: key_bytes_bench [--keys=1000000] [--key-bytes=16] [--algorithm=NAME] [--check-path --checks=N]
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "limiter/hlc.h"
+#include "limiter/merge.h"
+#include "storage/memory_store.h"
+
+namespace {
+
+using namespace ringlimit;  // NOLINT: a benchmark main
+
+constexpr limiter::ContributorId kFirst = (uint64_t{1} << 32) | 1;   // node 1, first incarnation
+constexpr limiter::ContributorId kSecond = (uint64_t{2} << 32) | 1;  // node 2, first incarnation
+
+struct Args {
+  size_t keys = 1'000'000;
+  size_t key_bytes = 16;
+  std::optional<limiter::Algorithm> algorithm;  // default: every algorithm
+  bool check_path = false;
+  size_t checks = 1'000'000;
+};
+
+[[noreturn]] void Usage(const char* argv0) {
+  std::fprintf(
+      stderr, "usage: %s [--keys=N] [--key-bytes=B] [--algorithm=NAME] [--check-path [--checks=N]]\n", argv0);
+  std::exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string_view flag) { return a.substr(flag.size()); };
+    if (a.starts_with("--keys=")) {
+      args.keys = std::stoull(value("--keys="));
+    } else if (a.starts_with("--key-bytes=")) {
+      args.key_bytes = std::stoull(value("--key-bytes="));
+    } else if (a.starts_with("--algorithm=")) {
+      args.algorithm = limiter::ParseAlgorithm(value("--algorithm="));
+      if (!args.algorithm) Usage(argv[0]);
+    } else if (a == "--check-path") {
+      args.check_path = true;
+    } else if (a.starts_with("--checks=")) {
+      args.checks = std::stoull(value("--checks="));
+    } else {
+      Usage(argv[0]);
+    }
+  }
+  if (args.key_bytes < 8 || args.key_bytes > 64) Usage(argv[0]);
+  return args;
+}
+
+// Nanoseconds since the Unix epoch, as the node's clock.
+limiter::TimeNs WallNow() {
+  using std::chrono::nanoseconds;
+  return nanoseconds(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// 1000 per hour: nothing goes idle during the run.
+limiter::LimitSpec Spec(limiter::Algorithm algorithm) {
+  limiter::LimitSpec spec{.algorithm = algorithm, .limit = 1000, .window = 3600 * limiter::kSecond};
+  if (algorithm == limiter::Algorithm::kGcra) spec.burst = 10;  // the second contributor's check passes
+  return spec;
+}
+
+// Key i, exactly `bytes` long ("k" and zero-padded digits), written into `buf` (no allocation).
+std::string_view Key(size_t i, size_t bytes, char* buf) {
+  std::snprintf(buf, bytes + 1, "k%0*zu", static_cast<int>(bytes - 1), i);
+  return std::string_view(buf, bytes);
+}
+
+// One check of `entity` as a node decides it: CheckMerged on behalf of `me`, stamped by `clock`.
+void Check(storage::MemoryStore& store, std::string_view entity, const limiter::LimitSpec& spec,
+           limiter::HybridClock& clock, limiter::ContributorId me, limiter::TimeNs now) {
+  const storage::Slot slot{"per_hour", &spec};
+  struct Work {
+    const limiter::LimitSpec* spec;
+    limiter::HybridClock* clock;
+    limiter::ContributorId me;
+    limiter::TimeNs now;
+  } work{&spec, &clock, me, now};
+  store.Update(entity, std::span<const storage::Slot>(&slot, 1), now,
+               [w = &work](std::span<limiter::MergeState* const> s) {
+                 (void)limiter::CheckMerged(*w->spec, *s[0], w->me, w->clock->Now(w->now),
+                                            limiter::Request{.cost = 1, .now = w->now, .headroom = 0.});
+               });
+}
+
+size_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Heap in use, including blocks the allocator mapped on their own (the hash sets' arrays).
+size_t HeapInUse() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+// Inserts every key (phase 1), then checks each again as a second contributor (phase 2); prints a row
+// per phase and the breakdown. Runs in a child process.
+void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
+  const limiter::LimitSpec spec = Spec(algorithm);
+  storage::MemoryStore store;  // default options, as a node's memory tier
+  limiter::HybridClock first(0), second(0);
+  char buf[80];
+  limiter::TimeNs now = WallNow();
+  // One key first, so that the shards' fixed allocations and the interned name are not counted.
+  Check(store, "warm-up", spec, first, kFirst, now);
+  malloc_trim(0);
+  const size_t rss0 = ResidentBytes(), heap0 = HeapInUse();
+  const uint64_t acc0 = store.Stats().bytes;
+  // Every key checked once by `me` (its clock), a microsecond apart from `start`.
+  auto phase = [&](limiter::HybridClock& clock, limiter::ContributorId me, limiter::TimeNs start) {
+    for (size_t i = 0; i < args.keys; ++i) {
+      Check(store, Key(i, args.key_bytes, buf), spec, clock, me,
+            start + static_cast<limiter::TimeNs>(i) * 1000);
+    }
+  };
+  phase(first, kFirst, now);
+  const size_t rss1 = ResidentBytes(), heap1 = HeapInUse();
+  const uint64_t acc1 = store.Stats().bytes;
+  const storage::MemoryBreakdown one = store.Breakdown();
+  phase(second, kSecond, now + static_cast<limiter::TimeNs>(args.keys) * 1000);
+  const size_t rss2 = ResidentBytes(), heap2 = HeapInUse();
+  const uint64_t acc2 = store.Stats().bytes;
+  const storage::MemoryBreakdown two = store.Breakdown();
+
+  const double n = static_cast<double>(args.keys);
+  auto per = [&](double bytes) { return bytes / n; };
+  const double rss_1 = per(static_cast<double>(rss1) - static_cast<double>(rss0));
+  const double rss_2 = per(static_cast<double>(rss2) - static_cast<double>(rss0));
+  const double acc_1 = per(static_cast<double>(acc1 - acc0));
+  const double acc_2 = per(static_cast<double>(acc2 - acc0));
+  const std::string name(limiter::AlgorithmName(algorithm));
+  std::printf("%-22s %9.1f %9.1f %7.2f %11.1f %9.1f %7.2f %8.1f\n", name.c_str(), rss_1, acc_1, acc_1 / rss_1,
+              rss_2, acc_2, acc_2 / rss_2, rss_2 - rss_1);
+  auto items = [&](const char* phase, const storage::MemoryBreakdown& b, size_t heap) {
+    const double k = static_cast<double>(b.states);
+    const double requested =
+        static_cast<double>(b.key_heap_bytes + b.state_object_bytes + b.state_vector_bytes);
+    std::printf(
+        "  %-8s per key: entry %.1f | slab slack %.1f | index %.1f | key heap %.1f | MergeState objects %.1f "
+        "(%.2f per key) | vectors %.1f | allocator headers+rounding %.1f (%.1f blocks)\n",
+        phase, static_cast<double>(b.entry_bytes) / k, static_cast<double>(b.slab_bytes - b.entry_bytes) / k,
+        static_cast<double>(b.index_bytes) / k, static_cast<double>(b.key_heap_bytes) / k,
+        static_cast<double>(b.state_object_bytes) / k, static_cast<double>(b.state_objects) / k,
+        static_cast<double>(b.state_vector_bytes) / k,
+        (static_cast<double>(heap - heap0) - requested - static_cast<double>(b.slab_bytes + b.index_bytes)) /
+            k,
+        static_cast<double>(b.heap_blocks) / k);
+  };
+  items("1 contr.", one, heap1);
+  items("2 contr.", two, heap2);
+  std::fflush(stdout);
+}
+
+__attribute__((noinline)) void RunChecks(storage::MemoryStore& store, const limiter::LimitSpec& spec,
+                                         limiter::HybridClock& clock, size_t keys, size_t checks,
+                                         size_t key_bytes, limiter::TimeNs now) {
+  char buf[80];
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (size_t i = 0; i < checks; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    Check(store, Key(x % keys, key_bytes, buf), spec, clock, kFirst,
+          now + static_cast<limiter::TimeNs>(i) * 1000);
+  }
+}
+
+int CheckPath(const Args& args) {
+  const limiter::LimitSpec spec = Spec(args.algorithm.value_or(limiter::Algorithm::kTokenBucket));
+  storage::MemoryStore store;
+  limiter::HybridClock clock(0);
+  char buf[80];
+  const limiter::TimeNs now = WallNow();
+  for (size_t i = 0; i < args.keys; ++i) Check(store, Key(i, args.key_bytes, buf), spec, clock, kFirst, now);
+  const auto start = std::chrono::steady_clock::now();
+  RunChecks(store, spec, clock, args.keys, args.checks, args.key_bytes, now + 1000);
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%zu checks of %s over %zu keys: %.0f ns/check\n", args.checks,
+              std::string(limiter::AlgorithmName(spec.algorithm)).c_str(), args.keys,
+              ns / static_cast<double>(args.checks));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = Parse(argc, argv);
+  if (args.check_path) return CheckPath(args);
+  std::vector<limiter::Algorithm> algorithms = {
+      limiter::Algorithm::kTokenBucket,    limiter::Algorithm::kGcra,
+      limiter::Algorithm::kFixedWindow,    limiter::Algorithm::kLeakyBucket,
+      limiter::Algorithm::kAnchoredWindow, limiter::Algorithm::kSlidingWindowApprox,
+      limiter::Algorithm::kSlidingWindow,  limiter::Algorithm::kSlidingLog};
+  if (args.algorithm) algorithms = {*args.algorithm};
+  std::printf("%zu keys of %zu bytes, one check each by contributor 1, then one each by contributor 2\n",
+              args.keys, args.key_bytes);
+  std::printf("%-22s %9s %9s %7s %11s %9s %7s %8s\n", "algorithm", "RSS B/key", "acct B/key", "acct/RSS",
+              "RSS B/key 2c", "acct 2c", "acct/RSS", "+2nd");
+  std::fflush(stdout);
+  int failed = 0;
+  for (limiter::Algorithm algorithm : algorithms) {
+    const pid_t child = fork();
+    if (child < 0) return 1;
+    if (child == 0) {
+      MeasureAlgorithm(args, algorithm);
+      std::_Exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::printf(
+      "sliding_window: + 16 B per live sub-bucket cell per contributor; sliding_log: + 8 B per admitted unit "
+      "in the window per contributor (one unit per key here)\n");
+  return failed == 0 ? 0 : 1;
+}
