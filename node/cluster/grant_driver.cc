@@ -156,12 +156,8 @@ void GrantDriver::Execute(GrantActions actions) {
 }
 
 std::string GrantDriver::AddressOf(std::string_view id) const {
-  const replication::RoutingTable& table = host_.routing();
-  if (table.members == nullptr) return "";
-  for (const ring::MemberInfo& m : *table.members) {
-    if (m.id == id) return m.peer_address;
-  }
-  return "";
+  const ring::MemberInfo* member = host_.routing().Member(id);
+  return member != nullptr ? member->peer_address : "";
 }
 
 void GrantDriver::SendRequest(const cluster::SendRequest& r) {
@@ -289,15 +285,20 @@ void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respon
   GrantKey key{request.key(), request.limit().name(), spec.value()};
   const std::string pkey = PlannerKey(key.key, key.name);
   const std::chrono::nanoseconds now = host_.SteadyNow();
-  GrantActions actions = rows_.Lend(key, WallNow(), [&](const KeyBudget& budget) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Known& k = known_[pkey];
-    k.key = key;
-    k.owner = self;
-    k.last_seen = now;
-    return planner_.GrantRequested(now, request.from(), pkey, request.request(), request.want(),
-                                   std::chrono::nanoseconds(request.term_ns()), budget);
-  });
+  GrantActions actions =
+      rows_.Lend(key, WallNow(), [&](const KeyBudget& budget, const std::vector<GrantId>& unsettled) {
+        std::lock_guard<std::mutex> lock(mu_);
+        Known& k = known_[pkey];
+        k.key = key;
+        k.owner = self;
+        k.last_seen = now;
+        // Grants in the row this planner did not lend (a previous owner's, or this node's before a
+        // restart) are reclaimed term + margin from now unless their Release comes first.
+        GrantActions out = planner_.Adopt(now, pkey, unsettled);
+        Append(out, planner_.GrantRequested(now, request.from(), pkey, request.request(), request.want(),
+                                            std::chrono::nanoseconds(request.term_ns()), budget));
+        return out;
+      });
   std::vector<Lend> lends = std::move(actions.lends);
   actions.lends.clear();
   actions.refusals.clear();

@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "limiter/limiter.h"
 #include "limiter/status.h"
@@ -77,10 +78,11 @@ struct GrantKey {
 class GrantRows {
  public:
   virtual ~GrantRows() = default;
-  // In one atomic update of the key's row at wall time `now`: reads its budget, calls `decide(budget)` and
-  // records (limiter::LendMerged) every Lend it returns; a Lend that cannot be recorded is turned into a
-  // Refuse. Returns decide's actions.
-  using Decide = std::function<GrantActions(const KeyBudget& budget)>;
+  // In one atomic update of the key's row at wall time `now`: reads its budget and the ids of its unsettled
+  // grants (some perhaps lent by a previous owner), calls `decide(budget, unsettled)` and records
+  // (limiter::LendMerged) every Lend it returns; a Lend that cannot be recorded is turned into a Refuse.
+  // Returns decide's actions.
+  using Decide = std::function<GrantActions(const KeyBudget& budget, const std::vector<GrantId>& unsettled)>;
   [[nodiscard]] virtual GrantActions Lend(const GrantKey& key, limiter::TimeNs now, const Decide& decide) = 0;
   // Settles `grant` in the key's row and charges what it returns (limiter::SettleMerged); returns the units
   // charged.

@@ -26,7 +26,11 @@ GrantActions StoreGrantRows::Lend(const GrantKey& key, limiter::TimeNs now, cons
   store_.Update(key.key, std::span<const storage::Slot>(&slot, 1), now,
                 [&](std::span<limiter::MergeState* const> states) {
                   limiter::MergeState& state = *states[0];
-                  out = decide(BudgetOf(key.spec, state, now));
+                  std::vector<GrantId> unsettled;
+                  for (const limiter::GrantRecord& g : state.grants.records) {
+                    if (!g.settled) unsettled.push_back(g.id);
+                  }
+                  out = decide(BudgetOf(key.spec, state, now), unsettled);
                   std::vector<cluster::Lend> kept;
                   for (const cluster::Lend& l : out.lends) {
                     if (limiter::LendMerged(key.spec, state, l.grant, l.units, now).ok()) {
