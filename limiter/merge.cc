@@ -594,10 +594,47 @@ Decision Evaluate(const LimitSpec& spec, MergeState* state, const MergeState& vi
 void Adopt(const LimitSpec& spec, MergeState& state, Hlc stamp) {
   if (state.algorithm != spec.algorithm) {
     const Hlc base = std::max(stamp, state.base.stamp + 1);
+    GrantLedger grants = std::move(state.grants);  // slices still out keep counting whatever changed
     Clear(state);
     state.algorithm = spec.algorithm;
     state.base.stamp = base;
+    state.grants = std::move(grants);
   }
+}
+
+// Grants still out are a retry away from coming back (their term, at most a few seconds): a request that
+// fits the capacity but not beside them is told to retry after this long rather than never.
+constexpr DurationNs kRetryWhileGrantsOut = 1'000'000'000;
+
+// Evaluate, judging the request as if the grants out of `view_of` were charged too (GrantsOut): refused
+// (charging only a count_denied request) when it does not fit beside them; `remaining` reduced by them.
+Decision EvaluateGranted(const LimitSpec& spec, MergeState* state, const MergeState& view_of,
+                         const Request& request, ContributorId contributor, Hlc stamp,
+                         const bool* admitted = nullptr) {
+  const uint64_t out = GrantsOut(spec, view_of, request.now);
+  if (out == 0) {
+    return Evaluate(spec, state, view_of, request, contributor, stamp, admitted);
+  }
+  bool fits = true;
+  DurationNs retry = 0;
+  if (request.cost > 0) {
+    Request all = request;
+    all.cost = SatAdd(request.cost, out);
+    const Decision judged = Evaluate(spec, nullptr, view_of, all, 0, 0);
+    fits = judged.allowed;
+    retry = judged.retry_after == kNever ? kRetryWhileGrantsOut : judged.retry_after;
+  }
+  const bool refused = false;
+  Decision d = Evaluate(spec, state, view_of, request, contributor, stamp, fits ? admitted : &refused);
+  if (!fits) {
+    d.allowed = false;
+    d.would_deny = true;
+    d.beyond_limit = false;
+    d.delay = 0;
+    d.retry_after = std::max<DurationNs>(retry, 1);
+  }
+  d.remaining = d.remaining > out ? d.remaining - out : 0;
+  return d;
 }
 
 }  // namespace
@@ -614,7 +651,8 @@ void Clear(MergeState& state) {
 
 size_t HeapBytes(const MergeState& state) {
   size_t bytes = state.base.included.capacity() * sizeof(Included) +
-                 state.contributions.capacity() * sizeof(Contribution);
+                 state.contributions.capacity() * sizeof(Contribution) +
+                 state.grants.records.capacity() * sizeof(GrantRecord);
   for (const Contribution& c : state.contributions) {
     bytes += c.cells.capacity() * sizeof(Cell) + c.stamps.capacity() * sizeof(TimeNs);
   }
@@ -656,18 +694,21 @@ bool HoldsOthersNewer(const MergeState& held, const MergeState& update, Contribu
 }
 
 bool MergeInto(MergeState& into, const MergeState& from) {
+  // The ledgers join whatever the algorithms: a grant counts until it is settled, even across a reset.
+  bool changed = MergeInto(into.grants, from.grants);
   if (from.algorithm == Algorithm{}) {
-    return false;
+    return changed;
   }
   if (into.algorithm != from.algorithm) {
     if (into.algorithm == Algorithm{} ||
         std::tie(into.base.stamp, into.algorithm) < std::tie(from.base.stamp, from.algorithm)) {
+      GrantLedger grants = std::move(into.grants);
       into = from;
+      into.grants = std::move(grants);
       return true;
     }
-    return false;
+    return changed;
   }
-  bool changed = false;
   if (from.newest > into.newest) {
     into.newest = from.newest;
     changed = true;
@@ -705,11 +746,56 @@ bool MergeInto(MergeState& into, const MergeState& from) {
 Decision CheckMerged(const LimitSpec& spec, MergeState& state, ContributorId contributor, Hlc stamp,
                      const Request& request) {
   Adopt(spec, state, stamp);
-  return Evaluate(spec, &state, state, request, contributor, stamp);
+  return EvaluateGranted(spec, &state, state, request, contributor, stamp);
 }
 
 Decision PeekMerged(const LimitSpec& spec, const MergeState& state, const Request& request) {
-  return Evaluate(spec, nullptr, state, request, 0, 0);
+  return EvaluateGranted(spec, nullptr, state, request, 0, 0);
+}
+
+uint64_t GrantsOut(const LimitSpec& spec, const MergeState& state, TimeNs now) {
+  if (state.grants.records.empty()) {
+    return 0;
+  }
+  return Outstanding(spec, state.grants, MaterializeAll(spec, state).plain, now);
+}
+
+Status LendMerged(const LimitSpec& spec, MergeState& state, GrantId id, uint64_t units, TimeNs now) {
+  if (state.algorithm != Algorithm{} && state.algorithm != spec.algorithm) {
+    return Status::InvalidArgument("grant", "the state was written by another algorithm");
+  }
+  return AddGrant(state.grants, id, units, now);
+}
+
+uint64_t SettleMerged(const LimitSpec& spec, MergeState& state, GrantId id, std::optional<uint64_t> used,
+                      ContributorId contributor, Hlc stamp, TimeNs now) {
+  const GrantRecord* record = FindGrant(state.grants, id);
+  if (record == nullptr) {
+    return 0;
+  }
+  const TimeNs granted_at = record->at;
+  const uint64_t units = SettleGrant(state.grants, id, used);
+  if (units == 0 || (state.algorithm != Algorithm{} && state.algorithm != spec.algorithm)) {
+    return 0;
+  }
+  const TimeNs at = std::max(now, state.newest);
+  if (spec.algorithm == Algorithm::kFixedWindow &&
+      FloorDiv(granted_at, spec.window) != FloorDiv(at, spec.window)) {
+    return 0;  // counted in a window that is over: those units no longer count anywhere
+  }
+  if (spec.algorithm == Algorithm::kAnchoredWindow) {
+    const State plain = MaterializeAll(spec, state).plain;
+    if (plain.word[1] == 0 || !AnchoredLive(spec, plain.word[2], at) || plain.word[2] > granted_at) {
+      return 0;
+    }
+  }
+  Adopt(spec, state, stamp);
+  // Admitted by construction: the units were counted (GrantsOut) since the grant, and every decision
+  // since left room for them.
+  const bool admitted = true;
+  const Decision d = Evaluate(spec, &state, state, Request{.cost = units, .now = now, .headroom = 0.},
+                              contributor, stamp, &admitted);
+  return d.allowed ? units : 0;
 }
 
 bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeState* const> states,
@@ -718,7 +804,7 @@ bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeStat
   // Pass 1: every limit's own verdict, nothing changed.
   bool admitted = true;
   for (size_t i = 0; i < specs.size(); ++i) {
-    admitted = admitted && PeekMerged(*specs[i], *states[i], request).allowed;
+    admitted = admitted && EvaluateGranted(*specs[i], nullptr, *states[i], request, 0, 0).allowed;
   }
   // Pass 2: charge all (admitted) or only the count_denied limits (refused); the figures describe what
   // was actually charged, as CheckAll's.
@@ -726,16 +812,21 @@ bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeStat
     const LimitSpec& spec = *specs[i];
     MergeState& state = *states[i];
     if (!admitted && !spec.count_denied) {
-      decisions[i] = Evaluate(spec, nullptr, state, request, 0, 0, &admitted);  // charges nothing
+      decisions[i] = EvaluateGranted(spec, nullptr, state, request, 0, 0, &admitted);  // charges nothing
       continue;
     }
     Adopt(spec, state, stamp);
-    decisions[i] = Evaluate(spec, &state, state, request, contributor, stamp, &admitted);
+    decisions[i] = EvaluateGranted(spec, &state, state, request, contributor, stamp, &admitted);
   }
   return admitted;
 }
 
 TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state) {
+  for (const GrantRecord& g : state.grants.records) {
+    if (!g.settled) {
+      return std::numeric_limits<TimeNs>::max();
+    }
+  }
   if (state.algorithm != spec.algorithm) {
     return kMinTime;
   }
@@ -807,9 +898,15 @@ uint64_t ChangeDigest(const MergeState& state) {
   for (const Contribution& c : state.contributions) {
     sum += c.version;
   }
+  // Grants: every field of a record only grows, so a sum weighted per field changes with any of them.
+  uint64_t grants = static_cast<uint64_t>(state.grants.floor) * 0xc2b2ae3d27d4eb4fULL;
+  for (const GrantRecord& g : state.grants.records) {
+    grants += g.id * 0x165667b19e3779f9ULL + g.granted + (g.used << 20) + (g.returned << 40) +
+              (g.settled ? 0x8000000000000000ULL : 0);
+  }
   // Mixed so that one field's change cannot cancel another's (not a hash: collisions need a change
   // of 2^64 in the version sum).
-  return sum ^ (state.base.stamp * 0x9e3779b97f4a7c15ULL) ^
+  return grants ^ sum ^ (state.base.stamp * 0x9e3779b97f4a7c15ULL) ^
          (uint64_t{static_cast<uint8_t>(state.algorithm)} << 56) ^
          (static_cast<uint64_t>(state.contributions.size()) << 48);
 }

@@ -31,11 +31,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "limiter/grant_ledger.h"
 #include "limiter/hlc.h"
 #include "limiter/limiter.h"
 #include "limiter/status.h"
@@ -102,6 +104,11 @@ struct MergeState {
   TimeNs newest = std::numeric_limits<TimeNs>::min();  // newest instant charged in any copy
   MergeBase base;
   std::vector<Contribution> contributions;  // ascending id, at most one per id
+  // Quota grants the key's owner lent out of this state (grant_ledger.h, docs/limiter.md "Quota grants"):
+  // carried and merged with the state on every path (MergeInto joins the ledgers, whatever the algorithms),
+  // so replicas and the next owner hold them. While a grant is unsettled its units count against every
+  // decision made from this state (CheckMerged, CheckAllMerged, PeekMerged): see GrantsOut.
+  GrantLedger grants;
   bool operator==(const MergeState&) const = default;
 };
 
@@ -147,8 +154,30 @@ bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeStat
 // seen the reset still count (conservative). REQUIRES: Validate(spec) is nullopt; stamp > 0.
 void ResetMerged(const LimitSpec& spec, MergeState& state, Hlc stamp);
 
+// The units the unsettled grants of `state` hold out of its capacity at `now` (Outstanding over the
+// materialised state; 0 without grants, at the cost of one emptiness test). Every decision on a state with
+// grants out is made as if they were charged: a request of cost c is admitted only if c + GrantsOut fits,
+// and `remaining` is reduced by them. REQUIRES: Validate(spec) is nullopt.
+[[nodiscard]] uint64_t GrantsOut(const LimitSpec& spec, const MergeState& state, TimeNs now);
+
+// The owner lends `units` of `state` as grant `id` at `now` (AddGrant into state.grants): from then on they
+// count against every decision (GrantsOut). Errors as AddGrant, and InvalidArgument when the state was
+// written by another algorithm than `spec`'s (a policy change: nothing is lent until it is charged anew).
+[[nodiscard]] Status LendMerged(const LimitSpec& spec, MergeState& state, GrantId id, uint64_t units,
+                                TimeNs now);
+
+// Settles grant `id` of `state` (SettleGrant: with `used` from its holder's Release, without it reclaimed
+// whole) and charges the units it returns into the merged state on behalf of `contributor`, in the same
+// call, so no copy holds a settled record without its charge: buckets at `now` (draining from there);
+// fixed_window and anchored_window into the current window only if the grant was made in it (else those
+// units no longer count anywhere). Returns the units charged (0: already settled, unknown, or its window is
+// over). REQUIRES: Validate(spec) is nullopt; stamp > 0.
+uint64_t SettleMerged(const LimitSpec& spec, MergeState& state, GrantId id, std::optional<uint64_t> used,
+                      ContributorId contributor, Hlc stamp, TimeNs now);
+
 // The instant at which the merged state is back to its initial value if nothing more is charged
-// (IdleAt of Materialize): the storage tier may drop it then. kMinTime-like minimum when initial.
+// (IdleAt of Materialize): the storage tier may drop it then. kMinTime-like minimum when initial. Never
+// (INT64_MAX) while a grant is unsettled: its record must outlive its term.
 [[nodiscard]] TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state);
 
 // A plain State (a row written before states were mergeable) as a merged state with the same

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <string_view>
 
 #include "limiter/grant_ledger.h"
 #include "limiter/judge.h"
@@ -63,6 +65,11 @@ class Writer {
   void U32(uint32_t v) { Put<4>(v); }
   void U64(uint64_t v) { Put<8>(v); }
   void I64(int64_t v) { Put<8>(static_cast<uint64_t>(v)); }
+  void Bytes(std::string_view v) {
+    if (out_.size() - pos_ < v.size()) out_.resize(pos_ + v.size());
+    std::memcpy(out_.data() + pos_, v.data(), v.size());
+    pos_ += v.size();
+  }
   std::string Take() {
     out_.resize(pos_);
     return std::move(out_);
@@ -94,6 +101,13 @@ class Reader {
   bool I64(int64_t& v) {
     uint64_t x;
     return Get<8>(x) && (v = static_cast<int64_t>(x), true);
+  }
+  // The next `n` bytes, or false when fewer are left.
+  bool Bytes(size_t n, std::string_view& v) {
+    if (in_.size() - pos_ < n) return false;
+    v = in_.substr(pos_, n);
+    pos_ += n;
+    return true;
   }
   // Whether `n` items of `size` bytes each can still be read (checked before reserving).
   bool Fits(uint64_t n, size_t size) const { return n <= (in_.size() - pos_) / size; }
@@ -137,12 +151,39 @@ size_t EncodedSize(const MergeState& s) {
 
 }  // namespace
 
+namespace {
+
+// Format 2 is format 1 followed by the key's grant ledger (u32 length + EncodeGrantLedger), written only
+// when the ledger is not empty: a state that never lent encodes exactly as before.
+constexpr uint8_t kFormatWithGrants = 2;
+
+bool HasLedger(const GrantLedger& g) {
+  return !g.records.empty() || g.floor != std::numeric_limits<TimeNs>::min();
+}
+
+void EncodeBody(Writer& w, const MergeState& s);
+
+}  // namespace
+
 std::string EncodeMergeState(const MergeState& s) {
-  Writer w(EncodedSize(s));
-  w.U8(kFormat);
+  const bool grants = HasLedger(s.grants);
+  Writer w(EncodedSize(s) + (grants ? 4 + 13 + s.grants.records.size() * 41 : 0));
+  w.U8(grants ? kFormatWithGrants : kFormat);
+  EncodeBody(w, s);
+  if (grants) {
+    const std::string ledger = EncodeGrantLedger(s.grants);
+    w.U32(static_cast<uint32_t>(ledger.size()));
+    w.Bytes(ledger);
+  }
+  return w.Take();
+}
+
+namespace {
+
+void EncodeBody(Writer& w, const MergeState& s) {
   w.U8(static_cast<uint8_t>(s.algorithm));
   if (s.algorithm == Algorithm{}) {
-    return w.Take();
+    return;
   }
   w.I64(s.newest);
   w.U64(s.base.stamp);
@@ -179,8 +220,32 @@ std::string EncodeMergeState(const MergeState& s) {
       w.I64(c.last);
     }
   }
-  return w.Take();
 }
+
+// The end of a state: format 2's ledger, then nothing.
+Result<MergeState> Finish(Reader& r, uint8_t format, MergeState s) {
+  if (format == kFormatWithGrants) {
+    uint32_t n = 0;
+    std::string_view ledger;
+    if (!r.U32(n) || !r.Bytes(n, ledger)) {
+      return Corrupt("truncated grant ledger");
+    }
+    Result<GrantLedger> parsed = ParseGrantLedger(ledger);
+    if (!parsed.ok()) {
+      return parsed.status();
+    }
+    s.grants = std::move(parsed).value();
+    if (!HasLedger(s.grants)) {
+      return Corrupt("empty grant ledger in format 2");  // not canonical: format 1 says that
+    }
+  }
+  if (!r.AtEnd()) {
+    return Corrupt("trailing bytes");
+  }
+  return s;
+}
+
+}  // namespace
 
 Result<MergeState> ParseMergeState(std::string_view bytes) {
   Reader r(bytes);
@@ -188,7 +253,7 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
   if (!r.U8(format) || !r.U8(algorithm)) {
     return Corrupt("truncated header");
   }
-  if (format != kFormat) {
+  if (format != kFormat && format != kFormatWithGrants) {
     return Corrupt("unknown format " + std::to_string(format));
   }
   if (algorithm > static_cast<uint8_t>(Algorithm::kAnchoredWindow)) {
@@ -197,7 +262,7 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
   MergeState s;
   s.algorithm = static_cast<Algorithm>(algorithm);
   if (s.algorithm == Algorithm{}) {
-    return r.AtEnd() ? Result<MergeState>(std::move(s)) : Corrupt("trailing bytes");
+    return Finish(r, format, std::move(s));
   }
   uint32_t n = 0;
   if (!r.I64(s.newest) || !r.U64(s.base.stamp) || !r.I64(s.base.level_whole) || !r.I64(s.base.level_frac) ||
@@ -277,10 +342,7 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
       return Corrupt("truncated bucket record");
     }
   }
-  if (!r.AtEnd()) {
-    return Corrupt("trailing bytes");
-  }
-  return s;
+  return Finish(r, format, std::move(s));
 }
 
 size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors) {

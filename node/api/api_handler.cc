@@ -246,6 +246,8 @@ peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckR
 
 limiter::ContributorId ApiHandler::contributor() const { return context_->contributor; }
 
+limiter::HybridClock& ApiHandler::hlc() const { return context_->hlc; }
+
 void ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
                                  peer::ForwardCheckResponse* response) {
   node::DecideForwarded(*context_, request, self_id, response);

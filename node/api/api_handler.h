@@ -130,6 +130,8 @@ class ApiHandler final : public RequestHandler {
                                                            std::string_view self_id);
   // The contributor id this node's decisions are recorded under in merged states.
   [[nodiscard]] limiter::ContributorId contributor() const;
+  // The hybrid clock that stamps them (thread-safe): quota grants' settles are stamped with it too.
+  [[nodiscard]] limiter::HybridClock& hlc() const;
   // The same into `response` (empty).
   void DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
                        peer::ForwardCheckResponse* response);

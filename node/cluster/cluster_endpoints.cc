@@ -10,6 +10,7 @@
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/grant_driver.h"
 #include "node/cluster/replication_link.h"
 #include "node/cluster/replication_status.h"
 #include "node/peer/peer_stats.h"
@@ -214,6 +215,43 @@ std::vector<node::RingArcView> ClusterEndpoints::RingArcs() const {
 
 void ClusterEndpoints::Leave() { cluster_.Leave(on_left_); }
 
+namespace {
+
+// Quota grants (--grants; zeros while off): one family per unit.
+void AppendGrantMetrics(const GrantDriverStats& g, std::string* out) {
+  Metric(out, "ringlimit_grants_total", "counter",
+         "Quota grants this node handled as a key's owner, by what happened: lent (made), refused, settled "
+         "from the holder's release (released), reclaimed whole after term + margin (expired), recalled.");
+  SampleEach(out, "ringlimit_grants_total", "event",
+             {{"made", g.planner.grants_made},
+              {"refused", g.planner.grants_refused},
+              {"released", g.planner.grants_released},
+              {"expired", g.planner.grants_expired},
+              {"recalled", g.planner.recalls}});
+  Metric(out, "ringlimit_grants_units_out", "gauge",
+         "Units this node lent as an owner and has not settled: counted as spent in their keys' state.");
+  Sample(out, "ringlimit_grants_units_out", "", g.planner.units_out);
+  Metric(out, "ringlimit_grants_checks_total", "counter",
+         "Client checks of keys this node asked or held slices of, by where they were decided: from a slice "
+         "here (local) or at the owner (forwarded).");
+  SampleEach(out, "ringlimit_grants_checks_total", "decided",
+             {{"local", g.planner.local_checks}, {"forwarded", g.planner.forwarded_checks}});
+  Metric(out, "ringlimit_grants_requests_total", "counter", "Slices this node asked key owners for.");
+  Sample(out, "ringlimit_grants_requests_total", "", g.planner.requests);
+  Metric(out, "ringlimit_grants_slices_held", "gauge", "Slices this node holds now.");
+  Sample(out, "ringlimit_grants_slices_held", "", g.planner.slices_held);
+  Metric(out, "ringlimit_grants_returned_units_total", "counter",
+         "Units of slices held here given back unused (released on expiry, idleness, recall or a pause).");
+  Sample(out, "ringlimit_grants_returned_units_total", "", g.planner.released_units);
+  Metric(out, "ringlimit_grants_failures_total", "counter",
+         "Grant messages that got no answer (send), and grants recorded but refused because their row was "
+         "not acknowledged under the acknowledgement rule (not_acked; reclaimed after their term).");
+  SampleEach(out, "ringlimit_grants_failures_total", "kind",
+             {{"send", g.send_failures}, {"not_acked", g.not_acked}});
+}
+
+}  // namespace
+
 void ClusterEndpoints::AppendMetrics(std::string* out) const {
   if (replicator_ != nullptr && handoff_ != nullptr)
     AppendReplicationMetrics(*replicator_, *handoff_, link_, out);
@@ -253,6 +291,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "nothing and passes its checks on to their keys' other holders.");
   Sample(out, "ringlimit_clock_ok", "", snapshot->clock.health == ring::ClockHealth::kSkewed ? 0 : 1);
 
+  AppendGrantMetrics(grants_ != nullptr ? grants_->stats() : GrantDriverStats{}, out);
   const ForwarderStats f = forwarder_.stats();
   Metric(out, "ringlimit_clock_refusals_total", "counter",
          "Checks this node declined to decide because its clock is off: forwarded here (the sender goes on "

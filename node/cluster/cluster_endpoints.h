@@ -22,6 +22,7 @@ namespace ringlimit::cluster {
 class Cluster;
 class ClusterForwardHost;
 class Forwarder;
+class GrantDriver;
 class ReplicationLink;
 
 class ClusterEndpoints final : public node::ClusterInfo {
@@ -50,6 +51,9 @@ class ClusterEndpoints final : public node::ClusterInfo {
     handoff_ = handoff;
     link_ = link;
   }
+  // Adds the quota grants' figures to /metrics (zeros while null: --grants off). Call before serving;
+  // `grants` must outlive this.
+  void SetGrants(const GrantDriver* grants) { grants_ = grants; }
 
  private:
   Cluster& cluster_;
@@ -59,6 +63,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
   const replication::Replicator* replicator_ = nullptr;
   const replication::HandoffManager* handoff_ = nullptr;
   const ReplicationLink* link_ = nullptr;
+  const GrantDriver* grants_ = nullptr;
 };
 
 }  // namespace ringlimit::cluster

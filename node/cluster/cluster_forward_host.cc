@@ -4,6 +4,7 @@
 
 #include "node/cluster/cluster.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/grant_driver.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
 
@@ -20,6 +21,21 @@ void ClusterForwardHost::RegisterHandler(Forwarder& forwarder) {
           }
         });
       });
+}
+
+void ClusterForwardHost::RegisterGrantHandlers(GrantDriver& grants) {
+  for (peer::Method method :
+       {peer::METHOD_GRANT_REQUEST, peer::METHOD_GRANT_RELEASE, peer::METHOD_GRANT_RECALL}) {
+    cluster_.server().Register(method, [&grants, method](std::string payload, peer::PeerResponder responder) {
+      grants.Serve(method, std::move(payload), [responder = std::move(responder)](peer::PeerResult result) {
+        if (result.ok()) {
+          responder.Reply(result.TakePayload());
+        } else {
+          responder.Fail(result.status().message());
+        }
+      });
+    });
+  }
 }
 
 const std::string& ClusterForwardHost::self_id() const { return cluster_.self_id(); }

@@ -19,6 +19,7 @@ namespace ringlimit::cluster {
 
 class Cluster;
 class Forwarder;
+class GrantDriver;
 
 class ClusterForwardHost final : public ForwardHost {
  public:
@@ -30,6 +31,9 @@ class ClusterForwardHost final : public ForwardHost {
   // Serves METHOD_FORWARD_CHECK on the cluster's peer server with `forwarder`. REQUIRES: before
   // Cluster::Start; `forwarder` outlives the server.
   void RegisterHandler(Forwarder& forwarder);
+  // Serves the quota-grant methods (METHOD_GRANT_REQUEST, _RELEASE, _RECALL) with `grants`. REQUIRES: as
+  // RegisterHandler.
+  void RegisterGrantHandlers(GrantDriver& grants);
 
   [[nodiscard]] const std::string& self_id() const override;
   [[nodiscard]] uint32_t replicas() const override;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "node/cluster/grant_driver.h"
 #include "node/cluster/mutation.h"
 #include "node/peer/block_arena.h"
 #include "node/peer/protocol.h"
@@ -410,6 +411,13 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     refused.set_error("mutation forward_503");
     done(std::move(refused));
     return;
+  }
+  if (grants_ != nullptr && check.hops() <= 1) {
+    const std::string decider = DeciderOf(ring::RingToken(check.key()));
+    if (std::optional<peer::ForwardedResult> local = grants_->TryLocal(check, decider)) {
+      done(std::move(*local));
+      return;
+    }
   }
   ForwardBefore(std::move(check), 0, std::move(done));
 }

@@ -80,6 +80,10 @@
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
 //
+// Quota grants (--grants, grant_driver.h): when a GrantDriver is set, a client's check entering here is
+// first offered to it (Forward): a check it admits from a slice this node holds is answered at once, with
+// this node as its owner; every other check is forwarded as above.
+//
 // Thread safety: every method is safe for concurrent use (when the host's are). Completions run where the
 // host's Call completes (peer transport threads on a node).
 // Lifetime: the host, the decider, the replicator and the handoff manager must outlive the Forwarder
@@ -171,6 +175,8 @@ struct ForwarderStats {
 using LocalDecider =
     std::function<void(const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response)>;
 
+class GrantDriver;
+
 class Forwarder final : public node::CheckRouter {
  public:
   // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
@@ -204,6 +210,10 @@ class Forwarder final : public node::CheckRouter {
   // The node that decides the key with ring token `token` now: this node's id, another member's id, or
   // empty when this node holds no ring.
   [[nodiscard]] std::string DeciderOf(ring::Token token) const;
+
+  // Quota grants: client checks are offered to `grants` before they are forwarded. REQUIRES: called once,
+  // before the first check; `grants` outlives the Forwarder.
+  void SetGrants(GrantDriver* grants) { grants_ = grants; }
 
   [[nodiscard]] ForwarderStats stats() const;
   [[nodiscard]] FailureMode failure_mode() const { return options_.failure_mode; }
@@ -245,7 +255,8 @@ class Forwarder final : public node::CheckRouter {
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
   replication::HandoffManager* const handoff_;
-  const uint64_t request_nonce_;  // random, never 0: the high half of this process's request ids
+  GrantDriver* grants_ = nullptr;  // set once before serving (SetGrants); null: --grants off
+  const uint64_t request_nonce_;   // random, never 0: the high half of this process's request ids
 
   DedupCache dedup_;  // thread-safe
   std::atomic<uint64_t> next_request_{1};

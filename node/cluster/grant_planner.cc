@@ -66,6 +66,10 @@ void GrantPlanner::ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy
 
 void GrantPlanner::Expire(MonoTime now, std::string_view key, Held& h, GrantActions& out) {
   std::erase_if(h.slices, [&](const Slice& s) {
+    if (options_.release_spent && s.used >= s.units) {  // nothing left to decide from: room for the next
+      ReleaseSlice(key, s, ReleaseWhy::kSpent, out);
+      return true;
+    }
     if (now >= s.expires) {
       ReleaseSlice(key, s, ReleaseWhy::kExpired, out);
       return true;
@@ -131,6 +135,8 @@ GrantActions GrantPlanner::Check(MonoTime now, std::string_view key, uint64_t co
   if (!out.local) {
     out.forward = true;
     ++stats_.forwarded_checks;
+  } else if (options_.release_spent) {
+    Expire(now, key, h, out);  // releases the slice this check used up
   }
   if (lends && rate >= options_.threshold) {
     MaybeRequest(now, key, h, rate, out);

@@ -20,7 +20,7 @@
 //
 //   (none) --rate >= threshold--> Requested(sent_at) --GrantReplied--> Held(expires = sent_at + term)
 //      ^            |  refused / failed: no request before now + refused_backoff        |
-//      +------------+<-------- expired / idle / recalled / fenced: SendRelease(used) ----+
+//      +------------+<-- spent / expired / idle / recalled / fenced: SendRelease(used) --+
 //
 // Pause safety: a slice's term runs from when its request was *sent*, on this node's steady clock, so a
 // holder that was stopped past it finds it expired and decides nothing from it; the owner reclaims only
@@ -77,6 +77,10 @@ struct GrantOptions {
   std::chrono::nanoseconds refused_backoff = std::chrono::seconds(1);
   // Holder: a slice no check used for this long is released early. REQUIRES: > 0. Default: 250 ms.
   std::chrono::nanoseconds idle_release = std::chrono::milliseconds(250);
+  // Holder: a slice whose every unit was used is released at once (its units settle at the owner now, and
+  // the next slice may be asked for) rather than when it goes idle or expires. Default: true (without it a
+  // holder whose two slices are spent forwards every check until one goes idle).
+  bool release_spent = true;
   // Owner: this node incarnation's number, the upper 32 bits of the ids it lends (never reused by a
   // restarted node or the next owner). The lower 32 bits count its grants: after 2^32 grants of one
   // incarnation an id comes back, and AddGrant refuses it while its old record is in the ledger (the
@@ -99,7 +103,7 @@ struct KeyBudget {
 };
 
 // --- Actions ---
-enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate };
+enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate, kSpent };
 
 struct SendRequest {  // holder -> owner: lend `want` units of `key`
   std::string key;

@@ -198,6 +198,9 @@ Parsed ParseFlags(int argc, char** argv) {
   std::string replication_mode;
   std::string failure_mode;
   int64_t replication_interval_ms = 0;
+  std::string grants_mode;
+  double grant_threshold = 0;
+  int64_t grant_term_ms = 0;
   po::options_description cluster("Cluster");
   cluster.add_options()("peer-listen", po::value(&peer_listen)->default_value("127.0.0.1:7101"),
                         "HOST:PORT of the peer protocol (membership, forwarding); port 0 picks a free port")(
@@ -250,7 +253,20 @@ Parsed ParseFlags(int argc, char** argv) {
       "max-clock-offset-ms",
       po::value(&max_clock_offset_ms)->default_value(n.cluster.clock.max_offset.count()),
       "a node whose wall clock is off from most members' by more than this refuses to decide checks "
-      "(0..86400000; 0 disables the rule)");
+      "(0..86400000; 0 disables the rule)")(
+      "grants", po::value(&grants_mode)->default_value("off"),
+      "quota grants of hot keys (docs/limiter.md \"Quota grants\"): on lets a node that sees a key's checks "
+      "at --grant-threshold or more ask the key's owner for a slice of its budget and decide them itself "
+      "from it, never over the limit (token_bucket and fixed_window in hard mode; others stay "
+      "owner-decided); off forwards every check")(
+      "grant-threshold", po::value(&grant_threshold)->default_value(n.grants.planner.threshold),
+      "--grants on: a key's checks per second entering a node from which it asks the owner for a slice")(
+      "grant-term-ms",
+      po::value(&grant_term_ms)
+          ->default_value(
+              std::chrono::duration_cast<std::chrono::milliseconds>(n.grants.planner.term).count()),
+      "--grants on: how long a slice may be used, counted from when its request was sent (1..60000); "
+      "the owner reclaims an unreleased slice min(250 ms, term) after it");
 
   po::options_description http("HTTP server");
   http.add_options()("listen", po::value(&listen)->default_value("127.0.0.1:7001"),
@@ -491,6 +507,17 @@ Parsed ParseFlags(int argc, char** argv) {
   n.cluster.membership.probe_timeout = std::chrono::milliseconds(probe_timeout_ms);
   n.cluster.membership.suspicion_timeout = std::chrono::milliseconds(suspicion_timeout_ms);
   n.forward.timeout = std::chrono::milliseconds(forward_timeout_ms);
+  if (grants_mode == "on") {
+    n.grants.enabled = true;
+  } else if (grants_mode != "off") {
+    return bad("--grants: expected off or on, got " + grants_mode);
+  }
+  if (grant_term_ms < 1 || grant_term_ms > 60'000) return bad("--grant-term-ms: expected 1..60000");
+  n.grants.planner.threshold = grant_threshold;
+  n.grants.planner.term = std::chrono::milliseconds(grant_term_ms);
+  n.grants.planner.margin = std::min(n.grants.planner.margin, n.grants.planner.term);
+  if (auto error = ringlimit::cluster::ValidateGrantOptions(n.grants.planner))
+    return bad("--grant-*: " + *error);
   if (max_clock_offset_ms < 0 || max_clock_offset_ms > 86'400'000)
     return bad("--max-clock-offset-ms: expected 0..86400000 (0 disables the clock offset rule), got " +
                std::to_string(max_clock_offset_ms));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "node/api/metrics.h"
 #include "node/api/policies.h"
 #include "node/cluster/cluster_endpoints.h"
+#include "node/cluster/grant_rows.h"
 #include "node/cluster/replication_link.h"
 #include "node/rls/rls_config.h"
 #include "node/server/grpc_server.h"
@@ -94,6 +96,10 @@ struct Node::Parts {
   std::unique_ptr<replication::HandoffManager> handoff;
   std::unique_ptr<cluster::ClusterForwardHost> forward_host;  // the forwarder's clocks and transport
   std::unique_ptr<cluster::Forwarder> forwarder;
+  // Quota grants (--grants on): the owner's row operations, the driver and its tick (every kGrantTick).
+  std::unique_ptr<cluster::StoreGrantRows> grant_rows;
+  std::unique_ptr<cluster::GrantDriver> grants;
+  std::unique_ptr<boost::asio::steady_timer> grant_timer;
   std::unique_ptr<cluster::ClusterEndpoints> endpoints;
   // Built last, stopped first among the servers; destroyed before the handler it calls into.
   std::unique_ptr<GrpcServer> grpc;
@@ -195,6 +201,7 @@ void Node::Stop() {
   // Forwarded checks of the drained requests are answered by now. Ship the last changes to the replicas
   // while the transport still runs; then the cluster stops without a goodbye (a graceful leave is
   // POST /v1/cluster/leave).
+  if (parts_->grant_timer) parts_->grant_timer->cancel();
   parts_->handoff->Stop();
   parts_->replicator->Stop();
   parts_->cluster->Stop();
@@ -234,6 +241,39 @@ uint16_t Node::grpc_port() const { return parts_ && parts_->grpc ? parts_->grpc-
 uint16_t Node::http_port() const { return parts_ ? parts_->server.port() : 0; }
 
 uint16_t Node::peer_port() const { return parts_ && parts_->cluster ? parts_->cluster->peer_port() : 0; }
+
+namespace {
+// How often the grant driver's timer runs: releases of expired and idle slices, the owner's reclaims and the
+// pause fence happen within this of their instant.
+constexpr std::chrono::milliseconds kGrantTick{50};
+}  // namespace
+
+void Node::StartGrants() {
+  Parts& p = *parts_;
+  p.grant_rows =
+      std::make_unique<cluster::StoreGrantRows>(*p.store, p.handler.contributor(), p.handler.hlc());
+  cluster::Forwarder& forwarder = *p.forwarder;
+  p.grants = std::make_unique<cluster::GrantDriver>(
+      *p.forward_host, options_.grants, *p.grant_rows,
+      [&forwarder](std::string_view key, std::function<void(bool)> done) {
+        const std::string_view keys[1] = {key};
+        forwarder.Decided(keys, std::move(done));
+      });
+  p.forwarder->SetGrants(p.grants.get());
+  p.forward_host->RegisterGrantHandlers(*p.grants);
+  p.grant_timer = std::make_unique<boost::asio::steady_timer>(p.io);
+  ArmGrantTick();
+}
+
+void Node::ArmGrantTick() {
+  Parts& p = *parts_;
+  p.grant_timer->expires_after(kGrantTick);
+  p.grant_timer->async_wait([this](const boost::system::error_code& ec) {
+    if (ec == boost::asio::error::operation_aborted) return;
+    parts_->grants->Tick();
+    ArmGrantTick();
+  });
+}
 
 std::optional<std::string> Node::StartCluster() {
   Parts& p = *parts_;
@@ -314,10 +354,12 @@ std::optional<std::string> Node::StartCluster() {
       },
       p.replicator.get(), p.handoff.get());
   p.forward_host->RegisterHandler(*p.forwarder);
+  if (options_.grants.enabled) StartGrants();
   std::function<void()> on_left = options_.on_left ? options_.on_left : [] {};
   p.endpoints = std::make_unique<cluster::ClusterEndpoints>(*p.cluster, *p.forwarder, *p.forward_host,
                                                             std::move(on_left));
   p.endpoints->SetReplication(p.replicator.get(), p.handoff.get(), p.link.get());
+  p.endpoints->SetGrants(p.grants.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
   if (auto started = p.cluster->Start(); !started) {

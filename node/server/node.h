@@ -29,6 +29,7 @@
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/grant_driver.h"
 #include "node/server/grpc_server.h"
 #include "node/server/http_server.h"
 #include "replication/handoff.h"
@@ -56,6 +57,10 @@ struct NodeOptions {
 
   // Forwarding of checks to their owner (timeout per attempt, attempts). Defaults: see ForwarderOptions.
   cluster::ForwarderOptions forward;
+
+  // Quota grants of hot keys (--grants, --grant-threshold, --grant-term-ms): entry nodes decide a hot key
+  // from slices of its budget its owner lent them. Default: off (see cluster::GrantDriverOptions).
+  cluster::GrantDriverOptions grants;
 
   // Replication of every decided state to the key's successors: mode (--replication), interval
   // (--replication-interval-ms), timeouts. `replicas` is ignored: cluster.replicas (--replicas) is used.
@@ -155,6 +160,10 @@ class Node {
 
   // Builds and starts the cluster parts and joins them to the API handler; a message on failure.
   std::optional<std::string> StartCluster();
+  // Part of StartCluster with --grants on: the grant driver on the forwarder's host, its peer methods and
+  // its periodic tick.
+  void StartGrants();
+  void ArmGrantTick();
   // Rereads `file` and counts the outcome in the metrics (when the node has such a file).
   [[nodiscard]] Status Reload(ConfigFile file);
 

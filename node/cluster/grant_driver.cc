@@ -1,0 +1,407 @@
+#include "node/cluster/grant_driver.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "limiter/spec_wire.h"
+#include "ring/token.h"
+#include "spdlog/spdlog.h"
+
+namespace ringlimit::cluster {
+namespace {
+
+template <class T>
+void AppendAll(std::vector<T>& into, std::vector<T>& from) {
+  into.insert(into.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+}
+
+// Adds `from`'s actions to `into` (Check's `local` and `forward` stay `into`'s).
+void Append(GrantActions& into, GrantActions from) {
+  AppendAll(into.requests, from.requests);
+  AppendAll(into.releases, from.releases);
+  AppendAll(into.lends, from.lends);
+  AppendAll(into.refusals, from.refusals);
+  AppendAll(into.settles, from.settles);
+  AppendAll(into.recalls, from.recalls);
+}
+
+peer::PeerResult Encoded(const google::protobuf::MessageLite& message) {
+  return peer::PeerResult::Value(message.SerializeAsString());
+}
+
+peer::PeerResult Refused(uint64_t request, std::string_view self) {
+  peer::GrantReply reply;
+  reply.set_request(request);
+  reply.set_owner(std::string(self));
+  return Encoded(reply);
+}
+
+// The planner's options with this node incarnation's number: random, so that two owners of one key (a
+// restart, a failover) never mint the same grant ids (AddGrant would refuse the second anyway).
+GrantOptions WithIncarnation(GrantOptions options, uint64_t random) {
+  const auto incarnation = static_cast<uint32_t>(random ^ (random >> 32));
+  options.incarnation = incarnation != 0 ? incarnation : 1;
+  return options;
+}
+
+}  // namespace
+
+bool DriverLends(const limiter::LimitSpec& spec) {
+  return (spec.algorithm == limiter::Algorithm::kTokenBucket ||
+          spec.algorithm == limiter::Algorithm::kFixedWindow) &&
+         spec.mode == limiter::Mode::kHard && !spec.count_denied && limiter::Lends(spec);
+}
+
+GrantDriver::GrantDriver(ForwardHost& host, GrantDriverOptions options, GrantRows& rows, Ack ack)
+    : host_(host),
+      options_(std::move(options)),
+      rows_(rows),
+      ack_(std::move(ack)),
+      planner_(WithIncarnation(options_.planner, host.Random())) {}
+
+std::string GrantDriver::PlannerKey(std::string_view key, std::string_view name) {
+  std::string out;
+  out.reserve(key.size() + 1 + name.size());
+  out.append(key);
+  out.push_back('\0');  // entity keys and names never hold a NUL
+  out.append(name);
+  return out;
+}
+
+double GrantDriver::ObserveRate(const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now) {
+  auto it = rates_.find(pkey);
+  if (it == rates_.end()) {
+    if (rates_.size() >= options_.max_tracked_keys) return 0;
+    it = rates_.emplace(pkey, Rate{now, 0, 0}).first;
+  }
+  Rate& r = it->second;
+  const std::chrono::nanoseconds w = options_.rate_window;
+  if (now - r.window_start >= 2 * w) {
+    r.previous = 0;
+    r.current = 0;
+    r.window_start = now;
+  } else if (now - r.window_start >= w) {
+    r.previous = r.current;
+    r.current = 0;
+    r.window_start += w;
+  }
+  r.current += cost;
+  const double seconds = std::chrono::duration<double>(w).count();
+  return static_cast<double>(std::max(r.previous, r.current)) / seconds;
+}
+
+void GrantDriver::FenceIfPaused(std::chrono::nanoseconds now, GrantActions& out) {
+  if (!host_.Paused()) {
+    fenced_ = false;
+    return;
+  }
+  if (fenced_) return;
+  fenced_ = true;
+  Append(out, planner_.Fence(now, now + options_.planner.margin));
+}
+
+std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::ForwardedCheck& check,
+                                                           std::string_view decider) {
+  if (check.limits_size() != 1 || check.cost() == 0 || decider.empty() || decider == host_.self_id()) {
+    return std::nullopt;
+  }
+  const peer::NamedLimit& limit = check.limits(0);
+  // (Headroom matters to dynamic mode only, which is not lent.)
+  if (limit.reset() || (limit.has_cost() && limit.cost() != check.cost())) return std::nullopt;
+  Result<limiter::LimitSpec> spec = limiter::SpecFromProto(limit.spec());
+  if (!spec.ok() || !DriverLends(spec.value())) return std::nullopt;
+
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  const std::string pkey = PlannerKey(check.key(), limit.name());
+  GrantActions actions;
+  uint64_t left = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FenceIfPaused(now, actions);
+    if (!fenced_) {
+      const double rate = ObserveRate(pkey, check.cost(), now);
+      GrantActions checked = planner_.Check(now, pkey, check.cost(), rate, true);
+      if (!checked.requests.empty() || known_.contains(pkey)) {
+        Known& k = known_[pkey];
+        k.key = GrantKey{check.key(), limit.name(), spec.value()};
+        k.owner = std::string(decider);
+        k.last_seen = now;
+      }
+      actions.local = checked.local;
+      Append(actions, std::move(checked));
+      if (actions.local) left = planner_.LocalUnits(now, pkey);
+    }
+  }
+  const bool local = actions.local.has_value();
+  Execute(std::move(actions));
+  if (!local) return std::nullopt;
+  peer::ForwardedResult result;
+  result.set_check_id(check.check_id());
+  result.set_status(peer::CHECK_OK);
+  result.set_owner(host_.self_id());
+  result.set_allowed(true);
+  peer::LimitDecision* d = result.add_decisions();
+  d->set_allowed(true);
+  d->set_limit(spec.value().limit);
+  d->set_remaining(left);  // what this node's slices can still admit (the key's own figure is the owner's)
+  return result;
+}
+
+void GrantDriver::Execute(GrantActions actions) {
+  for (const cluster::SendRequest& r : actions.requests) SendRequest(r);
+  for (const cluster::SendRelease& r : actions.releases) SendRelease(r);
+  for (const cluster::SendRecall& r : actions.recalls) SendRecall(r);
+  for (const cluster::Settle& s : actions.settles) Settle(s);
+}
+
+std::string GrantDriver::AddressOf(std::string_view id) const {
+  const ring::MemberInfo* member = host_.routing().Member(id);
+  return member != nullptr ? member->peer_address : "";
+}
+
+void GrantDriver::SendRequest(const cluster::SendRequest& r) {
+  peer::GrantRequest message;
+  std::string owner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = known_.find(r.key);
+    if (it != known_.end()) {
+      owner = it->second.owner;
+      message.set_key(it->second.key.key);
+      message.mutable_limit()->set_name(it->second.key.name);
+      limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
+    }
+  }
+  const std::string address = owner.empty() ? "" : AddressOf(owner);
+  auto failed = [this, key = r.key, request = r.request] {
+    send_failures_.fetch_add(1, std::memory_order_relaxed);
+    GrantActions a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      a = planner_.GrantRefused(host_.SteadyNow(), key, request);
+    }
+    Execute(std::move(a));
+  };
+  if (address.empty()) {
+    failed();
+    return;
+  }
+  message.set_from(host_.self_id());
+  message.set_request(r.request);
+  message.set_want(r.want);
+  message.set_term_ns(r.term.count());
+  host_.Call(
+      address, peer::METHOD_GRANT_REQUEST, message.SerializeAsString(), options_.timeout,
+      [this, key = r.key, request = r.request, failed](peer::PeerResult result) {
+        peer::GrantReply reply;
+        if (!result.ok() || !reply.ParseFromString(result.TakePayload()) || reply.request() != request) {
+          failed();
+          return;
+        }
+        GrantActions a;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          const std::chrono::nanoseconds now = host_.SteadyNow();
+          a = reply.units() == 0 || reply.grant() == 0
+                  ? planner_.GrantRefused(now, key, request)
+                  : planner_.GrantReplied(now, key, request, reply.grant(), reply.units(),
+                                          std::chrono::nanoseconds(reply.term_ns()));
+        }
+        Execute(std::move(a));
+      });
+}
+
+void GrantDriver::SendRelease(const cluster::SendRelease& r) {
+  peer::GrantRelease message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = known_.find(r.key);
+    if (it == known_.end()) return;  // forgotten long after its term: the owner reclaimed it
+    message.set_key(it->second.key.key);
+    message.mutable_limit()->set_name(it->second.key.name);
+    limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
+  }
+  // To whoever decides the key now: the ledger is in the key's row, which follows the key.
+  const std::string decider(host_.routing().Decider(ring::RingToken(message.key())));
+  const std::string address = AddressOf(decider);
+  if (address.empty()) {
+    send_failures_.fetch_add(1, std::memory_order_relaxed);
+    return;  // the owner reclaims it after its term (its unused units are lost meanwhile)
+  }
+  message.set_from(host_.self_id());
+  message.set_grant(r.grant);
+  message.set_used(r.used);
+  host_.Call(address, peer::METHOD_GRANT_RELEASE, message.SerializeAsString(), options_.timeout,
+             [this](peer::PeerResult result) {
+               if (!result.ok()) send_failures_.fetch_add(1, std::memory_order_relaxed);
+             });
+}
+
+void GrantDriver::SendRecall(const cluster::SendRecall& r) {
+  peer::GrantRecall message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = known_.find(r.key);
+    if (it == known_.end()) return;
+    message.set_key(it->second.key.key);
+    message.set_name(it->second.key.name);
+  }
+  const std::string address = AddressOf(r.to);
+  if (address.empty()) return;
+  message.set_from(host_.self_id());
+  message.set_grant(r.grant);
+  host_.Call(address, peer::METHOD_GRANT_RECALL, message.SerializeAsString(), options_.timeout,
+             [this](peer::PeerResult result) {
+               if (!result.ok()) send_failures_.fetch_add(1, std::memory_order_relaxed);
+             });
+}
+
+void GrantDriver::Settle(const cluster::Settle& s) {
+  std::optional<GrantKey> key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = known_.find(s.key);
+    if (it != known_.end()) key = it->second.key;
+  }
+  if (!key) {
+    spdlog::warn("grants: cannot settle grant {:#x}: its key is no longer known", s.grant);
+    return;
+  }
+  (void)rows_.Settle(*key, s.grant, s.used, WallNow());
+}
+
+void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respond) {
+  const std::string& self = host_.self_id();
+  Result<limiter::LimitSpec> spec = limiter::SpecFromProto(request.limit().spec());
+  const bool deciding = !host_.Paused() && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value() &&
+                        host_.routing().Decider(ring::RingToken(request.key())) == self;
+  if (!spec.ok() || !DriverLends(spec.value()) || !deciding || request.want() == 0 ||
+      request.term_ns() <= 0) {
+    respond(Refused(request.request(), self));
+    return;
+  }
+  requests_served_.fetch_add(1, std::memory_order_relaxed);
+  GrantKey key{request.key(), request.limit().name(), spec.value()};
+  const std::string pkey = PlannerKey(key.key, key.name);
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  GrantActions actions =
+      rows_.Lend(key, WallNow(), [&](const KeyBudget& budget, const std::vector<GrantId>& unsettled) {
+        std::lock_guard<std::mutex> lock(mu_);
+        Known& k = known_[pkey];
+        k.key = key;
+        k.owner = self;
+        k.last_seen = now;
+        // Grants in the row this planner did not lend (a previous owner's, or this node's before a
+        // restart) are reclaimed term + margin from now unless their Release comes first.
+        GrantActions out = planner_.Adopt(now, pkey, unsettled);
+        Append(out, planner_.GrantRequested(now, request.from(), pkey, request.request(), request.want(),
+                                            std::chrono::nanoseconds(request.term_ns()), budget));
+        return out;
+      });
+  std::vector<Lend> lends = std::move(actions.lends);
+  actions.lends.clear();
+  actions.refusals.clear();
+  Execute(std::move(actions));
+  if (lends.empty()) {
+    respond(Refused(request.request(), self));
+    return;
+  }
+  const Lend lend = lends.front();
+  // The record is in the row; answer only once it is acknowledged under the mode's rule.
+  ack_(key.key, [this, lend, self, respond = std::move(respond)](bool acked) {
+    if (!acked) {
+      // Recorded but not answered: the owner reclaims it after its term (under-admission, never over).
+      not_acked_.fetch_add(1, std::memory_order_relaxed);
+      respond(Refused(lend.request, self));
+      return;
+    }
+    peer::GrantReply reply;
+    reply.set_request(lend.request);
+    reply.set_grant(lend.grant);
+    reply.set_units(lend.units);
+    reply.set_term_ns(lend.term.count());
+    reply.set_owner(self);
+    respond(Encoded(reply));
+  });
+}
+
+void GrantDriver::Serve(peer::Method method, std::string payload, Respond respond) {
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  auto bad = [&respond](std::string_view what) {
+    respond(peer::PeerResult::Error(peer::PeerErrorKind::kRemoteError, std::string(what)));
+  };
+  switch (method) {
+    case peer::METHOD_GRANT_REQUEST: {
+      peer::GrantRequest request;
+      if (!request.ParseFromString(payload)) return bad("bad grant request");
+      ServeRequest(request, std::move(respond));
+      return;
+    }
+    case peer::METHOD_GRANT_RELEASE: {
+      peer::GrantRelease release;
+      if (!release.ParseFromString(payload)) return bad("bad grant release");
+      Result<limiter::LimitSpec> spec = limiter::SpecFromProto(release.limit().spec());
+      if (!spec.ok()) return bad("bad grant release spec");
+      const std::string pkey = PlannerKey(release.key(), release.limit().name());
+      GrantActions a;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Known& k = known_[pkey];  // also after a failover: this node may never have lent it
+        k.key = GrantKey{release.key(), release.limit().name(), spec.value()};
+        k.last_seen = std::max(k.last_seen, now);
+        a = planner_.ReleaseReceived(now, pkey, release.grant(), release.used());
+      }
+      Execute(std::move(a));
+      respond(Encoded(peer::GrantAck()));
+      return;
+    }
+    case peer::METHOD_GRANT_RECALL: {
+      peer::GrantRecall recall;
+      if (!recall.ParseFromString(payload)) return bad("bad grant recall");
+      GrantActions a;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        a = planner_.RecallReceived(now, PlannerKey(recall.key(), recall.name()), recall.grant());
+      }
+      Execute(std::move(a));
+      respond(Encoded(peer::GrantAck()));
+      return;
+    }
+    default:
+      return bad("not a grant method");
+  }
+}
+
+void GrantDriver::Tick() {
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  GrantActions actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FenceIfPaused(now, actions);
+    Append(actions, planner_.Timer(now));
+    std::erase_if(rates_, [&](const auto& entry) {
+      return now - entry.second.window_start >= 2 * options_.rate_window;
+    });
+    // A key is forgotten well after anything of it can still be out: its slices' terms, the owner's
+    // reclaims (term + margin) and a late Release.
+    const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
+    std::erase_if(known_, [&](const auto& entry) { return now - entry.second.last_seen >= keep; });
+  }
+  Execute(std::move(actions));
+}
+
+GrantDriverStats GrantDriver::stats() const {
+  GrantDriverStats out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.planner = planner_.stats();
+    out.tracked_keys = rates_.size();
+  }
+  out.requests_served = requests_served_.load(std::memory_order_relaxed);
+  out.not_acked = not_acked_.load(std::memory_order_relaxed);
+  out.send_failures = send_failures_.load(std::memory_order_relaxed);
+  return out;
+}
+
+}  // namespace ringlimit::cluster

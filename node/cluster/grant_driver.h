@@ -1,0 +1,177 @@
+// GrantDriver: runs the GrantPlanner (grant_planner.h) of one node on its ForwardHost -- the quota grants of
+// docs/limiter.md "Quota grants", behind --grants (off by default).
+//
+//   entry node (holder)                                      the key's owner
+//   Forwarder::Forward(check) --TryLocal--> decided from a slice here (no round trip)
+//                               \-> forwarded as before;  SendRequest --METHOD_GRANT_REQUEST-->  Serve
+//                                                          <-- GrantReply (after the row is acked) --
+//   Tick / Fence / expiry       --METHOD_GRANT_RELEASE-->  Serve: SettleMerged in the key's row
+//   Serve  <--METHOD_GRANT_RECALL--                        Tick (reclaims), Recall
+//
+// What it adds to the planner: the per-key rate estimate of the checks entering this node, the wire
+// (proto/peer.proto GrantRequest, GrantReply, GrantRelease, GrantRecall) and the owner's row operations
+// through GrantRows: a grant is recorded in the key's merged state (limiter::LendMerged) in the same atomic
+// update of the row that read the budget it was sized from, then replicated like any decision (`ack`: the
+// Forwarder's Decided, the mode's acknowledgement rule) before the reply goes out; a Release or a reclaim
+// settles it there (limiter::SettleMerged). The ledger lives in the row, so replicas and the next owner carry
+// it, and every decision made from the row counts the slices out (limiter::GrantsOut).
+//
+// What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
+// fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
+//
+// Pause safety: a slice's term runs from when its request was sent, on the host's steady clock (the
+// planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
+// stops asking until it is down.
+//
+// Thread safety: every method is safe for concurrent use. One mutex (mu_) serialises the planner; it is never
+// held while sending or while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes
+// mu_ -- inside its row update (lock order: the row, then mu_).
+// Lifetime: the host, the rows and whatever `ack` calls must outlive the driver and every pending call.
+#ifndef RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
+#define RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiter/limiter.h"
+#include "limiter/status.h"
+#include "node/cluster/forward_host.h"
+#include "node/cluster/grant_planner.h"
+#include "peer.pb.h"
+
+namespace ringlimit::cluster {
+
+// --grants: whether this node asks for and lends slices. Default: off.
+struct GrantDriverOptions {
+  bool enabled = false;
+  GrantOptions planner{};  // --grant-threshold, --grant-term-ms (the others at their defaults)
+  // Rate estimate: the key's checks counted over windows of this length; the rate is the larger of the last
+  // full window's and the current one's so far. Default: 250 ms.
+  std::chrono::nanoseconds rate_window = std::chrono::milliseconds(250);
+  // Keys whose rate is tracked at once (a bound on memory; further keys are not lent until the table
+  // empties at the next window). Default: 4096.
+  size_t max_tracked_keys = 4096;
+  // Timeout of one grant message. Default: 500 ms.
+  std::chrono::milliseconds timeout{500};
+};
+
+// Whether `spec` is lent by this step of the driver (see the header comment).
+[[nodiscard]] bool DriverLends(const limiter::LimitSpec& spec);
+
+// One lendable limit of one key, as the wire names it.
+struct GrantKey {
+  std::string key;   // entity key
+  std::string name;  // state name
+  limiter::LimitSpec spec;
+};
+
+// The owner's side in the store: the key's row. Implemented on a storage::StateStore (StoreGrantRows,
+// grant_rows.h). Thread safety: safe for concurrent use.
+class GrantRows {
+ public:
+  virtual ~GrantRows() = default;
+  // In one atomic update of the key's row at wall time `now`: reads its budget and the ids of its unsettled
+  // grants (some perhaps lent by a previous owner), calls `decide(budget, unsettled)` and records
+  // (limiter::LendMerged) every Lend it returns; a Lend that cannot be recorded is turned into a Refuse.
+  // Returns decide's actions.
+  using Decide = std::function<GrantActions(const KeyBudget& budget, const std::vector<GrantId>& unsettled)>;
+  [[nodiscard]] virtual GrantActions Lend(const GrantKey& key, limiter::TimeNs now, const Decide& decide) = 0;
+  // Settles `grant` in the key's row and charges what it returns (limiter::SettleMerged); returns the units
+  // charged.
+  virtual uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
+                          limiter::TimeNs now) = 0;
+};
+
+struct GrantDriverStats {
+  GrantStats planner;
+  uint64_t requests_served = 0;  // grant requests this node answered as an owner
+  uint64_t not_acked = 0;        // grants recorded but refused: their row was not acknowledged
+  uint64_t send_failures = 0;    // grant messages that got no answer
+  uint64_t tracked_keys = 0;     // gauge: keys whose rate is tracked
+};
+
+class GrantDriver {
+ public:
+  // Replicates the row of `key` under the mode's acknowledgement rule and calls done(acked) once.
+  using Ack = std::function<void(std::string_view key, std::function<void(bool acked)> done)>;
+
+  // REQUIRES: options.enabled; ValidateGrantOptions(options.planner) is nullopt.
+  GrantDriver(ForwardHost& host, GrantDriverOptions options, GrantRows& rows, Ack ack);
+
+  GrantDriver(const GrantDriver&) = delete;
+  GrantDriver& operator=(const GrantDriver&) = delete;
+
+  // Holder: `check` enters this node and `decider` decides its key. Returns the result when the check is
+  // admitted from a slice here (owner: this node), nullopt to forward it as usual. May send grant messages.
+  [[nodiscard]] std::optional<peer::ForwardedResult> TryLocal(const peer::ForwardedCheck& check,
+                                                              std::string_view decider);
+
+  // Serves a grant method (METHOD_GRANT_REQUEST, _RELEASE, _RECALL): calls `respond` exactly once with the
+  // encoded answer, or a failure (kRemoteError) when `payload` does not parse; possibly later, on another
+  // thread.
+  using Respond = std::function<void(peer::PeerResult result)>;
+  void Serve(peer::Method method, std::string payload, Respond respond);
+
+  // Runs the planner's timer (expired and idle slices released, overdue grants reclaimed) and the pause
+  // fence. Call periodically (the node: every 50 ms; the simulator: on its ticks).
+  void Tick();
+
+  [[nodiscard]] GrantDriverStats stats() const;
+
+ private:
+  struct Rate {
+    std::chrono::nanoseconds window_start{};
+    uint64_t current = 0;   // units in the window that started at window_start
+    uint64_t previous = 0;  // units in the window before it
+  };
+  struct Known {  // a key this node asked slices of, or lent slices of
+    GrantKey key;
+    std::string owner;  // holder: whom it asked (releases go there)
+    std::chrono::nanoseconds last_seen{};
+  };
+
+  // The planner's key for one limit of one entity key.
+  [[nodiscard]] static std::string PlannerKey(std::string_view key, std::string_view name);
+  // Under mu_: the key's rate of checks here, counting `cost` now.
+  double ObserveRate(const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
+  // Under mu_: the pause fence, once per pause.
+  void FenceIfPaused(std::chrono::nanoseconds now, GrantActions& out);
+  // Carries out the actions that send (requests, releases, recalls); settles (owner) in the rows. Not under
+  // mu_.
+  void Execute(GrantActions actions);
+  void SendRequest(const SendRequest& request);
+  void SendRelease(const SendRelease& release);
+  void SendRecall(const SendRecall& recall);
+  void Settle(const cluster::Settle& settle);
+  void ServeRequest(const peer::GrantRequest& request, Respond respond);
+  // The peer address of member `id`, or empty.
+  [[nodiscard]] std::string AddressOf(std::string_view id) const;
+  [[nodiscard]] limiter::TimeNs WallNow() const { return host_.WallNowNs(); }
+
+  // --- Constant after construction ---
+  ForwardHost& host_;
+  const GrantDriverOptions options_;
+  GrantRows& rows_;
+  const Ack ack_;
+
+  // --- Protected by mu_ ---
+  mutable std::mutex mu_;
+  GrantPlanner planner_;
+  std::map<std::string, Rate, std::less<>> rates_;
+  std::map<std::string, Known, std::less<>> known_;  // by planner key
+  bool fenced_ = false;                              // the fence was applied for the current pause
+
+  std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0};
+};
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_

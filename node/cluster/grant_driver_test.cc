@@ -1,0 +1,351 @@
+// GrantDriver over fake hosts: a holder and an owner (and a next owner) joined by a message queue the test
+// pumps, the owner's rows in a real storage::MemoryStore. The clocks are the test's.
+#include "node/cluster/grant_driver.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "limiter/merge.h"
+#include "limiter/spec_wire.h"
+#include "node/cluster/grant_rows.h"
+#include "storage/memory_store.h"
+
+namespace ringlimit::cluster {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+constexpr limiter::TimeNs kWall0 = 1'700'000'000LL * limiter::kSecond;
+constexpr limiter::ContributorId kOwnerContributor = 77;
+
+class Net;
+
+class FakeHost final : public ForwardHost {
+ public:
+  FakeHost(Net& net, std::string id) : net_(net), id_(std::move(id)) {}
+  const std::string& self_id() const override { return id_; }
+  uint32_t replicas() const override { return 1; }
+  const replication::RoutingTable& routing() const override { return table; }
+  bool Paused() const override { return paused; }
+  std::optional<std::string> ClockRefusal() const override { return std::nullopt; }
+  bool ClockSkewed() const override { return false; }
+  std::optional<std::string> MinorityRefusal() const override { return std::nullopt; }
+  std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view) const override { return std::nullopt; }
+  int64_t WallNowNs() const override;
+  nanoseconds SteadyNow() const override;
+  // A new value per call (per driver: its grant ids' incarnation), as a restarted process draws anew.
+  uint64_t Random() override { return 0x1234'5678'9abc'def0ULL + (++draws_ << 8) + id_.size(); }
+  void Call(const std::string& address, peer::Method method, std::string payload, milliseconds timeout,
+            CallDone done) override;
+
+  replication::RoutingTable table;
+  bool paused = false;
+
+ private:
+  Net& net_;
+  const std::string id_;
+  static inline uint64_t draws_ = 0;
+};
+
+// The nodes' shared clock and an in-order message queue; a message to a node without a driver fails.
+class Net {
+ public:
+  nanoseconds now{milliseconds(1000)};
+  std::map<std::string, GrantDriver*> drivers;  // by peer address ("peer/<id>")
+  struct Message {
+    std::string to;
+    peer::Method method;
+    std::string payload;
+    ForwardHost::CallDone done;
+  };
+  std::deque<Message> queue;
+  uint64_t sent = 0;
+
+  // Delivers every queued message and the answers (which may queue more).
+  void Pump() {
+    while (!queue.empty()) {
+      Message m = std::move(queue.front());
+      queue.pop_front();
+      auto it = drivers.find(m.to);
+      if (it == drivers.end()) {
+        m.done(peer::PeerResult::Error(peer::PeerErrorKind::kUnavailable, "down"));
+        continue;
+      }
+      it->second->Serve(m.method, std::move(m.payload), std::move(m.done));
+    }
+  }
+};
+
+int64_t FakeHost::WallNowNs() const { return kWall0 + net_.now.count(); }
+nanoseconds FakeHost::SteadyNow() const { return net_.now; }
+void FakeHost::Call(const std::string& address, peer::Method method, std::string payload, milliseconds,
+                    CallDone done) {
+  ++net_.sent;
+  net_.queue.push_back({address, method, std::move(payload), std::move(done)});
+}
+
+limiter::LimitSpec Spec(limiter::Algorithm algorithm, uint64_t limit) {
+  limiter::LimitSpec s;
+  s.algorithm = algorithm;
+  s.limit = limit;
+  s.window = 86'400 * limiter::kSecond;
+  return s;
+}
+
+peer::ForwardedCheck Check(const limiter::LimitSpec& spec, uint64_t id) {
+  peer::ForwardedCheck c;
+  c.set_check_id(id);
+  c.set_key("hot");
+  c.set_cost(1);
+  c.set_hops(1);
+  peer::NamedLimit* l = c.add_limits();
+  l->set_name("t");
+  limiter::SpecToProto(spec, l->mutable_spec());
+  l->set_cost(1);
+  return c;
+}
+
+// A holder "h", the owner "o" (the only member of the ring: it decides every key) and its rows.
+class GrantDriverTest : public ::testing::Test {
+ protected:
+  GrantDriverTest() {
+    std::vector<ring::RingMember> ring_members{{"o", 16}};
+    auto ring = ring::RingView::Build(1, std::move(ring_members)).view;
+    auto members = std::make_shared<std::vector<ring::MemberInfo>>();
+    members->push_back(ring::MemberInfo{"h", "http/h", "peer/h", 16, 1, ring::MemberState::kAlive});
+    members->push_back(ring::MemberInfo{"o", "http/o", "peer/o", 16, 1, ring::MemberState::kAlive});
+    for (FakeHost* host : {&holder_host_, &owner_host_}) {
+      host->table.version = 1;
+      host->table.ring = ring;
+      host->table.members = members;
+    }
+    options_.enabled = true;
+    options_.planner.threshold = 50;
+    options_.planner.term = milliseconds(500);
+    options_.planner.margin = milliseconds(100);
+    holder_ = std::make_unique<GrantDriver>(holder_host_, options_, holder_rows_, AckAll());
+    owner_ = std::make_unique<GrantDriver>(owner_host_, options_, owner_rows_,
+                                           [this](std::string_view, std::function<void(bool)> done) {
+                                             ++acks_;
+                                             done(ack_);
+                                           });
+    net_.drivers["peer/h"] = holder_.get();
+    net_.drivers["peer/o"] = owner_.get();
+  }
+
+  static GrantDriver::Ack AckAll() {
+    return [](std::string_view, std::function<void(bool)> done) { done(true); };
+  }
+
+  // The owner deciding a forwarded check itself (its check path: CheckMerged counts the slices out).
+  bool OwnerDecides(const limiter::LimitSpec& spec) {
+    bool allowed = false;
+    const storage::Slot slot{"t", &spec};
+    const limiter::TimeNs wall = owner_host_.WallNowNs();
+    store_.Update("hot", std::span<const storage::Slot>(&slot, 1), wall,
+                  [&](std::span<limiter::MergeState* const> states) {
+                    allowed = limiter::CheckMerged(spec, *states[0], kOwnerContributor, hlc_.Now(wall),
+                                                   limiter::Request{.cost = 1, .now = wall, .headroom = 0.})
+                                  .allowed;
+                  });
+    return allowed;
+  }
+
+  limiter::MergeState Row(const limiter::LimitSpec& spec) {
+    limiter::MergeState out;
+    const storage::Slot slot{"t", &spec};
+    store_.Update("hot", std::span<const storage::Slot>(&slot, 1), owner_host_.WallNowNs(),
+                  [&](std::span<limiter::MergeState* const> states) { out = *states[0]; });
+    return out;
+  }
+
+  // Checks entering the holder, one per ms: local or decided by the owner. Returns the admissions.
+  struct Tally {
+    uint64_t local = 0;
+    uint64_t at_owner = 0;
+  };
+  Tally Offer(const limiter::LimitSpec& spec, int checks) {
+    Tally t;
+    for (int i = 0; i < checks; ++i) {
+      net_.now += milliseconds(1);
+      std::optional<peer::ForwardedResult> r = holder_->TryLocal(Check(spec, i), "o");
+      if (r) {
+        EXPECT_TRUE(r->allowed());
+        EXPECT_EQ(r->owner(), "h");
+        ++t.local;
+      } else if (OwnerDecides(spec)) {
+        ++t.at_owner;
+      }
+      net_.Pump();
+      if (i % 50 == 0) Tick();
+    }
+    return t;
+  }
+
+  void Tick() {
+    holder_->Tick();
+    owner_->Tick();
+    net_.Pump();
+  }
+
+  // Lets every slice come back: past term + margin, ticking.
+  void Settle() {
+    for (int i = 0; i < 20; ++i) {
+      net_.now += milliseconds(50);
+      Tick();
+    }
+  }
+
+  Net net_;
+  FakeHost holder_host_{net_, "h"};
+  FakeHost owner_host_{net_, "o"};
+  storage::MemoryStore store_;
+  limiter::HybridClock hlc_{0};
+  StoreGrantRows owner_rows_{store_, kOwnerContributor, hlc_};
+  storage::MemoryStore holder_store_;
+  StoreGrantRows holder_rows_{holder_store_, 1, hlc_};
+  GrantDriverOptions options_;
+  bool ack_ = true;
+  int acks_ = 0;
+  std::unique_ptr<GrantDriver> holder_;
+  std::unique_ptr<GrantDriver> owner_;
+};
+
+TEST_F(GrantDriverTest, AHotKeyIsDecidedFromSlicesAndNeverOverTheLimit) {
+  for (limiter::Algorithm a : {limiter::Algorithm::kFixedWindow, limiter::Algorithm::kTokenBucket}) {
+    SCOPED_TRACE(limiter::AlgorithmName(a));
+    const limiter::LimitSpec spec = Spec(a, 400);
+    const Tally t = Offer(spec, 600);
+    EXPECT_LE(t.local + t.at_owner, 400u);
+    EXPECT_GT(t.local, 200u) << "most checks decided where they entered";
+    const GrantDriverStats owner = owner_->stats();
+    EXPECT_GT(owner.planner.grants_made, 0u);
+    EXPECT_EQ(owner.requests_served, owner.planner.grants_made + owner.planner.grants_refused);
+    EXPECT_EQ(acks_, static_cast<int>(owner.planner.grants_made)) << "every grant acknowledged before use";
+    // Every slice back: what was not used is admissible again, exactly.
+    Settle();
+    EXPECT_EQ(owner_->stats().planner.units_out, 0u);
+    EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+    EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+    uint64_t rest = 0;
+    while (OwnerDecides(spec)) ++rest;
+    EXPECT_EQ(t.local + t.at_owner + rest, 400u);
+    // The next algorithm on a fresh key.
+    store_.Erase("hot", std::nullopt);
+    acks_ = 0;
+    holder_ = std::make_unique<GrantDriver>(holder_host_, options_, holder_rows_, AckAll());
+    net_.drivers["peer/h"] = holder_.get();
+    owner_ = std::make_unique<GrantDriver>(owner_host_, options_, owner_rows_,
+                                           [this](std::string_view, std::function<void(bool)> done) {
+                                             ++acks_;
+                                             done(ack_);
+                                           });
+    net_.drivers["peer/o"] = owner_.get();
+  }
+}
+
+TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
+  // Below the threshold: nothing asked.
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100);
+  for (int i = 0; i < 5; ++i) {
+    net_.now += milliseconds(100);
+    EXPECT_FALSE(holder_->TryLocal(Check(spec, i), "o"));
+    net_.Pump();
+  }
+  EXPECT_EQ(net_.sent, 0u);
+  // Hot, but not lent by this step: sliding_window, soft mode, two limits, a check this node decides.
+  limiter::LimitSpec sliding = Spec(limiter::Algorithm::kSlidingWindow, 100);
+  sliding.buckets = 10;
+  limiter::LimitSpec soft = spec;
+  soft.mode = limiter::Mode::kSoft;
+  peer::ForwardedCheck two = Check(spec, 1);
+  *two.add_limits() = two.limits(0);
+  for (int i = 0; i < 200; ++i) {
+    net_.now += milliseconds(1);
+    EXPECT_FALSE(holder_->TryLocal(Check(sliding, i), "o"));
+    EXPECT_FALSE(holder_->TryLocal(Check(soft, i), "o"));
+    EXPECT_FALSE(holder_->TryLocal(two, "o"));
+    EXPECT_FALSE(holder_->TryLocal(Check(spec, i), "h"));
+    net_.Pump();
+  }
+  EXPECT_EQ(net_.sent, 0u);
+}
+
+TEST_F(GrantDriverTest, ThePauseFenceReleasesEverySliceAndStopsItsUse) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  holder_host_.paused = true;
+  net_.now += milliseconds(1);
+  EXPECT_FALSE(holder_->TryLocal(Check(spec, 1), "o")) << "nothing decided from a slice while paused";
+  net_.Pump();
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  // The owner settled them from the Releases, long before their term.
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u);
+  EXPECT_EQ(owner_->stats().planner.grants_released, owner_->stats().planner.grants_made);
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+}
+
+TEST_F(GrantDriverTest, AGrantNotAcknowledgedIsRefusedAndReclaimedWhole) {
+  ack_ = false;
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kTokenBucket, 1000);
+  const Tally t = Offer(spec, 100);
+  EXPECT_EQ(t.local, 0u);
+  EXPECT_GT(owner_->stats().not_acked, 0u);
+  const limiter::MergeState row = Row(spec);
+  ASSERT_FALSE(row.grants.records.empty()) << "recorded before the acknowledgement was asked";
+  EXPECT_GT(limiter::GrantsOut(spec, row, owner_host_.WallNowNs()), 0u);
+  Settle();
+  EXPECT_GT(owner_->stats().planner.grants_expired, 0u);
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) {
+    EXPECT_TRUE(g.settled);
+    EXPECT_EQ(g.used, g.granted) << "reclaimed: counted wholly used (under-admission, never over)";
+  }
+}
+
+TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(owner_->stats().planner.units_out, 0u);
+  // The owner dies with slices out and the holder never releases them (it crashed too). A new owner
+  // process on the same row (its replica's copy) is asked for a slice of the key by another holder.
+  net_.drivers.erase("peer/h");
+  net_.drivers.erase("peer/o");
+  owner_.reset();
+  FakeHost next_host(net_, "o");
+  next_host.table = owner_host_.table;
+  GrantDriver next(next_host, options_, owner_rows_, AckAll());
+  net_.drivers["peer/o"] = &next;
+  peer::GrantRequest request;
+  request.set_from("h2");
+  request.set_key("hot");
+  request.mutable_limit()->set_name("t");
+  limiter::SpecToProto(spec, request.mutable_limit()->mutable_spec());
+  request.set_request(1);
+  request.set_want(10);
+  request.set_term_ns(milliseconds(500).count());
+  std::optional<peer::GrantReply> reply;
+  next.Serve(peer::METHOD_GRANT_REQUEST, request.SerializeAsString(), [&](peer::PeerResult r) {
+    ASSERT_TRUE(r.ok());
+    reply.emplace();
+    ASSERT_TRUE(reply->ParseFromString(r.TakePayload()));
+  });
+  ASSERT_TRUE(reply);
+  EXPECT_GT(reply->units(), 0u);
+  for (int i = 0; i < 20; ++i) {
+    net_.now += milliseconds(50);
+    next.Tick();
+    net_.Pump();
+  }
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+}
+
+}  // namespace
+}  // namespace ringlimit::cluster

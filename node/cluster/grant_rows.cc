@@ -1,0 +1,60 @@
+#include "node/cluster/grant_rows.h"
+
+#include <algorithm>
+#include <span>
+
+#include "limiter/grant_ledger.h"
+
+namespace ringlimit::cluster {
+
+KeyBudget BudgetOf(const limiter::LimitSpec& spec, const limiter::MergeState& state, limiter::TimeNs now) {
+  KeyBudget b;
+  b.lends =
+      DriverLends(spec) && (state.algorithm == limiter::Algorithm{} || state.algorithm == spec.algorithm);
+  if (!b.lends) return b;
+  b.capacity = spec.algorithm == limiter::Algorithm::kTokenBucket && spec.burst > 0 ? spec.burst : spec.limit;
+  const limiter::Decision peek =
+      limiter::PeekMerged(spec, state, limiter::Request{.cost = 0, .now = now, .headroom = 0.});
+  b.effective = b.capacity - std::min(b.capacity, peek.remaining);
+  b.term_cap = std::chrono::nanoseconds(limiter::GrantTermCap(spec, limiter::Materialize(spec, state), now));
+  return b;
+}
+
+GrantActions StoreGrantRows::Lend(const GrantKey& key, limiter::TimeNs now, const Decide& decide) {
+  GrantActions out;
+  const storage::Slot slot{key.name, &key.spec};
+  store_.Update(key.key, std::span<const storage::Slot>(&slot, 1), now,
+                [&](std::span<limiter::MergeState* const> states) {
+                  limiter::MergeState& state = *states[0];
+                  std::vector<GrantId> unsettled;
+                  for (const limiter::GrantRecord& g : state.grants.records) {
+                    if (!g.settled) unsettled.push_back(g.id);
+                  }
+                  out = decide(BudgetOf(key.spec, state, now), unsettled);
+                  std::vector<cluster::Lend> kept;
+                  for (const cluster::Lend& l : out.lends) {
+                    if (limiter::LendMerged(key.spec, state, l.grant, l.units, now).ok()) {
+                      kept.push_back(l);
+                    } else {
+                      out.refusals.push_back(Refuse{l.to, l.key, l.request});
+                    }
+                  }
+                  out.lends = std::move(kept);
+                  if (!out.lends.empty()) limiter::CollectGrants(state.grants, now - kCollectAfter);
+                });
+  return out;
+}
+
+uint64_t StoreGrantRows::Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
+                                limiter::TimeNs now) {
+  uint64_t charged = 0;
+  const storage::Slot slot{key.name, &key.spec};
+  store_.Update(key.key, std::span<const storage::Slot>(&slot, 1), now,
+                [&](std::span<limiter::MergeState* const> states) {
+                  charged = limiter::SettleMerged(key.spec, *states[0], grant, used, contributor_,
+                                                  hlc_.Now(now), now);
+                });
+  return charged;
+}
+
+}  // namespace ringlimit::cluster
