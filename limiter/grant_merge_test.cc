@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "limiter/grant_ledger.h"
+#include "limiter/hlc.h"
 #include "limiter/merge.h"
 #include "limiter/test_util.h"
 
@@ -109,6 +110,31 @@ TEST(GrantMerge, TheLedgerTravelsThroughMergesAndTheCodecAndKeepsTheRowAlive) {
   MergeState joined = Merge(owner, settled);
   EXPECT_EQ(GrantsOut(spec, joined, kT0 + 1), 0u);
   EXPECT_EQ(PeekMerged(spec, joined, At(kT0 + 1, 0)).remaining, 91u);
+}
+
+// The packed one-contributor form (PackState) has no room for a ledger: a state with grants, outstanding
+// or settled, stays in the full form, so the store never drops a grant by packing it.
+TEST(GrantMerge, AStateWithGrantsIsNeverPacked) {
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kAnchoredWindow}) {
+    SCOPED_TRACE(AlgorithmName(a));
+    const LimitSpec spec = Spec(a, 100, kDay);
+    MergeState state;
+    HybridClock clock(0);  // (packing needs versions near the instants they stamp)
+    EXPECT_TRUE(CheckMerged(spec, state, kOwner, clock.Now(kT0), At(kT0, 5)).allowed);
+    PackedState packed;
+    ASSERT_TRUE(PackState(spec, state, 3, packed)) << "one contributor, no grants: packs";
+    ASSERT_TRUE(LendMerged(spec, state, 1, 10, kT0).ok());
+    EXPECT_FALSE(PackState(spec, state, 3, packed)) << "a grant out";
+    EXPECT_EQ(SettleMerged(spec, state, 1, 2, kOwner, clock.Now(kT0), kT0 + 1), 2u);
+    EXPECT_FALSE(PackState(spec, state, 3, packed)) << "a settled grant not yet collected";
+    // Unpacking into a state that had a ledger leaves none behind.
+    MergeState plain;
+    EXPECT_TRUE(CheckMerged(spec, plain, kOwner, clock.Now(kT0), At(kT0, 5)).allowed);
+    ASSERT_TRUE(PackState(spec, plain, 3, packed));
+    MergeState scratch = state;
+    UnpackState(spec, packed, kOwner, scratch);
+    EXPECT_EQ(scratch, plain);
+  }
 }
 
 }  // namespace

@@ -204,7 +204,8 @@ void Collect(const LimitSpec& spec, MergeState& state);
 // owner, and the replicas' copies of it -- in 32 bytes, which the storage tier keeps inside a key's
 // entry instead of a heap MergeState with its vectors. Lossless: PackState accepts exactly the states
 // that UnpackState restores field for field (merge_test checks the round trip); anything else (a second
-// contributor's record, a reset's base, figures over the narrowed widths below) stays in the full form.
+// contributor's record, a reset's base, a grant ledger that is not empty, figures over the narrowed widths
+// below) stays in the full form.
 // Packed: token_bucket, leaky_bucket and gcra rebased by their one contributor; fixed_window,
 // anchored_window, sliding_window_approx and sliding_window with at most two live cells. Never
 // sliding_log. Narrowed: the state's newest instant within 2^31 ns of its version's physical time (the

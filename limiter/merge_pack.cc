@@ -128,8 +128,9 @@ bool PackWindow(const LimitSpec& spec, const MergeState& m, const Contribution& 
 
 bool PackState(const LimitSpec& spec, const MergeState& state, uint16_t tag, PackedState& out) {
   if (state.algorithm != spec.algorithm || state.contributions.size() != 1 ||
-      state.contributions[0].version == 0 || spec.algorithm == Algorithm::kSlidingLog) {
-    return false;
+      state.contributions[0].version == 0 || spec.algorithm == Algorithm::kSlidingLog ||
+      !state.grants.records.empty() || state.grants.floor != GrantLedger{}.floor) {
+    return false;  // (a state with grants keeps its ledger: it stays in the heap form)
   }
   const Contribution& c = state.contributions[0];
   return IsBucket(spec.algorithm) ? PackBucket(spec, state, c, tag, out)
@@ -140,6 +141,7 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
                  MergeState& out) {
   const Hlc version = packed.word[0];
   out.algorithm = spec.algorithm;
+  out.grants = GrantLedger{};  // (never packed with grants: PackState refuses them)
   if (out.contributions.size() != 1) {
     out.contributions.resize(1);
   }
