@@ -11,7 +11,6 @@
 #include <boost/asio/strand.hpp>
 #include <future>
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include "node/cluster/cluster_planner.h"
@@ -133,7 +132,9 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
         planner(PlannerOptions(options_in)),
         server(io_in, ServerOptions(options_in)),
         client(io_in, ClientOptions(options_in)),
-        fence(options_in.membership, options_in.takeover_after) {}
+        fence(options_in.membership, options_in.takeover_after) {
+    snapshot.Publish(std::make_shared<const ClusterSnapshot>());
+  }
 
   void RegisterHandlers();
   void Begin(ring::MemberInfo self, std::vector<std::string> seeds, std::vector<std::string> discovered);
@@ -148,11 +149,7 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   void PublishSnapshot();
   // Cluster::ready.
   bool Ready() const {
-    std::shared_ptr<const ClusterSnapshot> snap;
-    {
-      const std::lock_guard<std::mutex> lock(snapshot_mutex);
-      snap = snapshot;
-    }
+    const std::shared_ptr<const ClusterSnapshot> snap = snapshot.Current();
     // The routing table gets its first ring from the handoff's executor, a moment after the snapshot:
     // ready only once checks are routed (a check before that is refused with 503 not_ready).
     return snap->joined && snap->self.state == MemberState::kAlive && snap->ring != nullptr &&
@@ -204,9 +201,9 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   ring::Published<Offsets> offsets;
   uint64_t published_offsets_version = ~uint64_t{0};  // planner.offsets_version() last published
 
-  // Protected by snapshot_mutex (a pointer copy only).
-  mutable std::mutex snapshot_mutex;
-  std::shared_ptr<const ClusterSnapshot> snapshot = std::make_shared<ClusterSnapshot>();
+  // Published from the strand (PublishSnapshot), read lock-free anywhere (Cluster::Snapshot): the
+  // replication link reads it per batch it sends.
+  ring::Published<ClusterSnapshot> snapshot;
 };
 
 void Cluster::Core::RegisterHandlers() {
@@ -324,8 +321,7 @@ void Cluster::Core::Apply(ClusterActions actions) {
 void Cluster::Core::PublishSnapshot() {
   std::shared_ptr<ClusterSnapshot> snap = planner.Snapshot(Now());
   snap->ring = ring.Current();
-  std::lock_guard lock(snapshot_mutex);
-  snapshot = std::move(snap);
+  snapshot.Publish(std::move(snap));
 }
 
 void Cluster::Core::DoLeave(std::function<void()> callback) {
@@ -514,10 +510,7 @@ replication::RoutingPublisher& Cluster::routing() { return core_->routing; }
 
 uint16_t Cluster::peer_port() const { return core_->server.port(); }
 
-std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const {
-  std::lock_guard lock(core_->snapshot_mutex);
-  return core_->snapshot;
-}
+std::shared_ptr<const ClusterSnapshot> Cluster::Snapshot() const { return core_->snapshot.Current(); }
 
 bool Cluster::ready() const { return core_->Ready(); }
 

@@ -179,7 +179,7 @@ void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>&
   for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
     if (response->results(i).status() == peer::CHECK_OK) keys.push_back(request.checks(i).key());
   }
-  Decided(keys, [this, response, reply](bool acked) {
+  Decided(keys, [response, reply](bool acked) {
     if (!acked) {
       // Charged here, but not every holder that could decide these keys next has it: not an admission.
       for (peer::ForwardedResult& result : *response->mutable_results()) {
@@ -270,6 +270,12 @@ void Forwarder::ServeFirst(const std::shared_ptr<peer::ForwardCheckRequest>& req
         const std::string decider = DeciderOf(ring::RingToken(request->checks(0).key()));
         if (decider.empty() || decider == self_id()) {
           DecideAndReply(request, reply);
+        } else if (decider == request->from() && request->checks(0).hops() >= kMaxHops) {
+          // The new owner passed the check here while it waited for this switch, and serves it under
+          // the check's id meanwhile: sent back, its dedup cache would hold it as a retry of itself
+          // until both attempts time out. Refused instead: nothing was charged here, and the sender,
+          // holding the range by now, decides it.
+          reply.Refuse("switched: the key's new owner, the sender, decides it");
         } else {
           PassOn(request, reply);
         }

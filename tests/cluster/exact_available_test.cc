@@ -10,7 +10,7 @@
 //
 // What is asserted in the first, each against what the clients saw:
 //   - at least 99.9 % of the checks are answered (200, admitted or denied; not 503, not an error);
-//   - no client goes longer than two seconds without an answer (the issue's target is one: see kMaxGap);
+//   - no client goes longer than one second without an answer (kMaxGap);
 //   - no check of the leave or the join goes unanswered;
 //   - no key admits more than its limit, and a key whose budget ran out admitted at least its limit
 //     minus the checks of it that went unanswered (those may have been charged);
@@ -48,10 +48,10 @@ constexpr int kClientsPerEntry = 2;
 // Each client sends a check every kPace (about 1,000 checks/s over six clients in a release build).
 const milliseconds kPace{6 * kSlowdown};
 const milliseconds kRequestTimeout{5'000 * kSlowdown};
-// The issue asks for 1 s. Not met yet: a check entering during a join waited 1,376-1,390 ms in 2 of 12
-// release runs (a handoff's switch holding its key; the others' longest gaps were 20-375 ms). Asserted at
-// what was measured, rounded up, until that is fixed (issue 35 stays open for it).
-const milliseconds kMaxGap{2'000 * kSlowdown};
+// The issue's 1 s. A check entering during a join or a restart once waited 1,375-1,390 ms (6 of 27 release
+// runs): a new owner passed it to the previous owner, which sent it back after its switch into the new
+// owner's dedup cache (SimTest.ASwitchingOwnerLeavesAPassedOnCheckToItsNewOwner); 12 runs since, 29-45 ms.
+const milliseconds kMaxGap{1'000 * kSlowdown};
 const milliseconds kFaultBound{20'000 * kSlowdown};
 
 enum Phase : int { kWarmup, kKill, kRestart, kLeave, kJoin, kTail, kPhases };

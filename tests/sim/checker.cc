@@ -133,6 +133,10 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
       }
       ++kv.answered;
       ++epochs[c.key][epoch].answered;
+      if (c.answered - c.sent > v.longest_wait) {
+        v.longest_wait = c.answered - c.sent;
+        v.longest_wait_check = c.id;
+      }
       if (c.outcome == Outcome::kAllowed) {
         ++kv.admitted;
         ++epochs[c.key][epoch].admitted;

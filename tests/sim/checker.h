@@ -156,6 +156,10 @@ struct Verdict {
   // The lowest share of a (phase, entry) cell, in basis points (10000 when none counted).
   std::array<uint32_t, kPhases> min_share_bp{10000, 10000, 10000};
   std::optional<size_t> first_bad_key;  // the first key over its bound, rolled back or short of its floor
+  // The longest a check waited for an answer that counts (allowed or denied; measured, not asserted),
+  // and which check that was (0: none answered).
+  MonoTime longest_wait{};
+  uint64_t longest_wait_check = 0;
   // Every rule the options assert that the run broke, one line each (empty: the run holds).
   std::vector<std::string> failures;
 

@@ -63,6 +63,7 @@ struct RunResult {
   std::vector<std::string> schedule;  // the faults, as applied: "t=2.345s crash n3", ...
   std::vector<CheckRecord> unanswered;  // checks left without an answer
   std::vector<CheckRecord> refused;     // counted checks (not excused) answered 503
+  CheckRecord longest_wait;             // the answered check that waited longest (Verdict::longest_wait)
   std::vector<TraceRecord> trace;       // only with `trace`
 };
 
@@ -74,6 +75,9 @@ struct ShareFloor {
   std::array<uint32_t, kPhases> total{9900, 9900, 9900};
 };
 [[nodiscard]] ShareFloor AnsweredFloor(std::string_view fault_class);
+// The longest a class lets any counted check wait for its answer (Tally::Failures), or nullopt: not
+// bounded (a pause, a cut, a skew or a lossy network legitimately holds checks for seconds).
+[[nodiscard]] std::optional<MonoTime> WaitBound(std::string_view fault_class);
 
 inline constexpr uint64_t kShareSeeds = 50;
 
@@ -94,11 +98,13 @@ struct Tally {
   uint64_t budget_spent = 0;  // of it, charged before the first fault
   std::array<ShareCount, kPhases> share{};
   std::array<uint32_t, kPhases> min_share_bp{10000, 10000, 10000};  // lowest cell of one run
+  MonoTime longest_wait{};         // the longest a counted answer took in any run (Verdict::longest_wait)
+  uint64_t longest_wait_seed = 0;  // of that run
 
   void Add(const RunResult& result);
-  // The phases whose share over every seed is under AnsweredFloor(fault_class).total, one line each;
-  // none under kShareSeeds seeds (a few seeds' shares swing by more than the margins below the measured
-  // values).
+  // The longest wait over WaitBound(fault_class), then the phases whose share over every seed is under
+  // AnsweredFloor(fault_class).total, one line each; the shares are not judged under kShareSeeds seeds (a few
+  // seeds' shares swing by more than the margins below the measured values).
   [[nodiscard]] std::vector<std::string> Failures(std::string_view fault_class) const;
 };
 

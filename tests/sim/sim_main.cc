@@ -129,9 +129,9 @@ int main(int argc, char** argv) {
     return failed ? 1 : 0;
   }
 
-  std::printf("%-16s %-8s %6s %7s %7s %8s %8s %8s %5s %5s %21s %21s %21s %7s  %s\n", "class", "promise",
+  std::printf("%-16s %-8s %6s %7s %7s %8s %8s %8s %5s %5s %21s %21s %21s %7s %14s  %s\n", "class", "promise",
               "seeds", "seeds/s", "checks", "over-adm", "max-over", "rollback", "unans", "floor",
-              "answered before", "answered during", "answered after", "budget", "result");
+              "answered before", "answered during", "answered after", "budget", "max wait(seed)", "result");
   bool failed = false;
   double total_seconds = 0;
   uint64_t total_seeds = 0;
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     std::string result = tally.failing == 0 && share_failures.empty() && !too_few_exact
                              ? "PASS"
                              : "FAIL (" + std::to_string(tally.failing) + " seeds" +
-                                   (share_failures.empty() ? "" : ", answered share over the seeds") +
+                                   (share_failures.empty() ? "" : ", answered share or wait over the seeds") +
                                    (too_few_exact ? ", fewer exact than --min-exact" : "") + ")";
     if (c->promise != Promise::kExact) {
       result += ", counts: " + std::to_string(tally.exact) + "/" + std::to_string(args.seeds) + " exact";
@@ -172,15 +172,20 @@ int main(int argc, char** argv) {
     const std::string live =
         tally.budget == 0 ? "-"
                           : std::to_string(100 * (tally.budget - tally.budget_spent) / tally.budget) + "%";
+    char wait[32];
+    std::snprintf(wait, sizeof(wait), "%lld ms (%llu)",
+                  static_cast<long long>(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(tally.longest_wait).count()),
+                  static_cast<unsigned long long>(tally.longest_wait_seed));
     std::printf(
-        "%-16s %-8s %6llu %7.1f %7llu %8llu %8llu %8llu %5llu %5llu %21s %21s %21s %7s  %s\n",
+        "%-16s %-8s %6llu %7.1f %7llu %8llu %8llu %8llu %5llu %5llu %21s %21s %21s %7s %14s  %s\n",
         std::string(c->name).c_str(), std::string(ringlimit::sim::PromiseName(c->promise)).c_str(),
         static_cast<unsigned long long>(args.seeds), seconds > 0 ? args.seeds / seconds : 0.0,
         static_cast<unsigned long long>(tally.checks), static_cast<unsigned long long>(tally.over_admitted),
         static_cast<unsigned long long>(tally.max_over), static_cast<unsigned long long>(tally.rollbacks),
         static_cast<unsigned long long>(tally.unanswered),
         static_cast<unsigned long long>(tally.short_of_floor), shares[0].c_str(), shares[1].c_str(),
-        shares[2].c_str(), live.c_str(), result.c_str());
+        shares[2].c_str(), live.c_str(), wait, result.c_str());
     std::fflush(stdout);
     for (const std::string& f : share_failures) std::fprintf(stderr, "FAILED: %s\n", f.c_str());
     if (!share_failures.empty() || too_few_exact) failed = true;

@@ -282,6 +282,25 @@ TEST_F(SimTest, ASkewedEntryNodePassesOnAPausedOwnersCheckToTheNextHolder) {
   RunClass("skew_pause", Seeds(kDefaultSeeds));
 }
 
+// Two nodes join at once; n7 passes a check on to the key's previous owner n2 while it waits for n2's
+// handoff, and n2, switching the range to n7 meanwhile, resumes the check after the switch. Sent back to
+// n7, it met n7's own attempt under the same request id in n7's dedup cache: a retry of itself, answered
+// only when both attempts had timed out, 1,381 ms after it entered. n2 now refuses it and n7 decides.
+TEST_F(SimTest, ASwitchingOwnerLeavesAPassedOnCheckToItsNewOwner) {
+  const RunResult r = RunSeed("quick_joins_closed", 187);
+  std::ostringstream out;
+  PrintRun(r, out);
+  EXPECT_FALSE(Fails(r)) << out.str();
+  EXPECT_LT(r.verdict.longest_wait, std::chrono::milliseconds(100)) << out.str();
+  Tally tally;
+  tally.Add(r);
+  EXPECT_TRUE(tally.Failures("quick_joins_closed").empty());
+  // The bound can fail: the same run judged as if it had waited 1,381 ms.
+  tally.longest_wait = std::chrono::milliseconds(1'381);
+  EXPECT_EQ(tally.Failures("quick_joins_closed").size(), 1u);
+  EXPECT_TRUE(tally.Failures("pause_closed").empty()) << "pauses hold checks legitimately: not bounded";
+}
+
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
   for (const FaultClass& c : Classes()) {
