@@ -10,19 +10,16 @@
 #include <string_view>
 #include <vector>
 
+#include "node/api/metrics.h"
+
 namespace ringlimit::node {
 namespace {
 
 void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
-  out->append(name).append(" ").append(type).append("\n");
+  AppendFamilyHeader(out, name, type, help);
 }
 
-void Value(std::string* out, std::string_view name, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.17g", value);
-  out->append(name).append(" ").append(text).append("\n");
-}
+void Value(std::string* out, std::string_view name, double value) { AppendSample(out, name, "", value); }
 
 // The fields of /proc/self/stat after the command name (field 3, the state, is [0]).
 std::vector<std::string> StatFields() {

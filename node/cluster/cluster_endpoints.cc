@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "node/api/metrics.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/forwarder.h"
@@ -36,15 +37,14 @@ node::ClusterMemberView ToView(const ring::MemberInfo& m, const ring::RingView* 
 
 double Ms(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e6; }
 
+// The Prometheus text format is written by node/api/metrics.h alone; these adapt its calls to the unsigned
+// counters of the cluster's stats.
 void Metric(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
-  out->append(name).append(" ").append(type).append("\n");
+  node::AppendFamilyHeader(out, name, type, help);
 }
 
 void Sample(std::string* out, std::string_view name, std::string_view labels, uint64_t value) {
-  out->append(name);
-  if (!labels.empty()) out->append("{").append(labels).append("}");
-  out->append(" ").append(std::to_string(value)).append("\n");
+  node::AppendSample(out, name, labels, static_cast<int64_t>(value));
 }
 
 // One sample per value of one label: `name{label="value"} count` for each (value, count) pair.
@@ -56,9 +56,7 @@ void SampleEach(std::string* out, std::string_view name, std::string_view label,
 }
 
 void SampleDouble(std::string* out, std::string_view name, std::string_view labels, double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.9g", value);
-  out->append(name).append("{").append(labels).append("} ").append(buffer).append("\n");
+  node::AppendSample(out, name, labels, value);
 }
 
 // The peer transport's counters of both sides, one family per unit (so that sum() over a family means
