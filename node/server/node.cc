@@ -143,22 +143,16 @@ boost::system::result<void, std::string> Node::Start() {
     AppendFamilyHeader(out, "ringlimit_max_keys", "gauge",
                        "--max-keys: the most states held in memory (0: unbounded); compare ringlimit_keys.");
     AppendSample(out, "ringlimit_max_keys", "", static_cast<int64_t>(limits.max_keys));
-    out->append(
-        "# HELP ringlimit_http_connections Open HTTP connections.\n# TYPE ringlimit_http_connections gauge\n"
-        "ringlimit_http_connections ");
-    out->append(std::to_string(server->connections()));
-    out->append(
-        "\n# HELP ringlimit_http_rejected_connections_total Connections refused because --max-connections "
-        "were "
-        "open.\n# TYPE ringlimit_http_rejected_connections_total "
-        "counter\nringlimit_http_rejected_connections_total ");
-    out->append(std::to_string(server->rejected_connections()));
-    out->append(
-        "\n# HELP ringlimit_http_reclaimed_connections_total Idle connections closed to make room for a new "
-        "one at --max-connections.\n# TYPE ringlimit_http_reclaimed_connections_total counter\n"
-        "ringlimit_http_reclaimed_connections_total ");
-    out->append(std::to_string(server->reclaimed_connections()));
-    out->push_back('\n');
+    AppendFamilyHeader(out, "ringlimit_http_connections", "gauge", "Open HTTP connections.");
+    AppendSample(out, "ringlimit_http_connections", "", static_cast<int64_t>(server->connections()));
+    AppendFamilyHeader(out, "ringlimit_http_rejected_connections_total", "counter",
+                       "Connections refused because --max-connections were open.");
+    AppendSample(out, "ringlimit_http_rejected_connections_total", "",
+                 static_cast<int64_t>(server->rejected_connections()));
+    AppendFamilyHeader(out, "ringlimit_http_reclaimed_connections_total", "counter",
+                       "Idle connections closed to make room for a new one at --max-connections.");
+    AppendSample(out, "ringlimit_http_reclaimed_connections_total", "",
+                 static_cast<int64_t>(server->reclaimed_connections()));
   });
   parts_->work.emplace(parts_->io.get_executor());
   const unsigned threads = ThreadCount(options_.threads);
