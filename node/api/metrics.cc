@@ -462,9 +462,8 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
   std::string out;
   out.reserve(4096);
 
-  out.append(
-      "# HELP ringlimit_http_requests_total HTTP responses by endpoint and status.\n"
-      "# TYPE ringlimit_http_requests_total counter\n");
+  AppendFamilyHeader(&out, "ringlimit_http_requests_total", "counter",
+                     "HTTP responses by endpoint and status.");
   for (size_t e = 0; e < kEndpoints; ++e) {
     for (unsigned s = 0; s < kStatuses; ++s) {
       const uint64_t n = requests_[e * kStatuses + s].load(std::memory_order_relaxed);
@@ -479,9 +478,7 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
     }
   }
 
-  out.append(
-      "# HELP ringlimit_grpc_requests_total gRPC calls by method and result.\n"
-      "# TYPE ringlimit_grpc_requests_total counter\n");
+  AppendFamilyHeader(&out, "ringlimit_grpc_requests_total", "counter", "gRPC calls by method and result.");
   for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
     for (size_t r = 0; r < static_cast<size_t>(GrpcResult::kCount); ++r) {
       const uint64_t n =
@@ -496,18 +493,15 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
       out.push_back('\n');
     }
   }
-  out.append(
-      "# HELP ringlimit_grpc_duration_seconds Time from a gRPC call's arrival to its answer, by method.\n"
-      "# TYPE ringlimit_grpc_duration_seconds histogram\n");
+  AppendFamilyHeader(&out, "ringlimit_grpc_duration_seconds", "histogram",
+                     "Time from a gRPC call's arrival to its answer, by method.");
   for (size_t m = 0; m < static_cast<size_t>(GrpcMethod::kCount); ++m) {
     const std::string labels = "method=\"" + std::string(GrpcMethodName(static_cast<GrpcMethod>(m))) + "\"";
     grpc_latency_[m].Append(&out, "ringlimit_grpc_duration_seconds", labels);
   }
 
-  out.append(
-      "# HELP ringlimit_decisions_total Limit decisions by policy (\"_inline\" for inline limits) and "
-      "outcome.\n"
-      "# TYPE ringlimit_decisions_total counter\n");
+  AppendFamilyHeader(&out, "ringlimit_decisions_total", "counter",
+                     "Limit decisions by policy (\"_inline\" for inline limits) and outcome.");
   // Inline limits and RLS rules are counted per name (AppendNameDecisions); their sum is "_inline".
   std::array<uint64_t, 3> inline_totals{};
   const auto add = [&inline_totals](std::string_view, const DecisionCounters& c) {
@@ -540,39 +534,30 @@ std::string Metrics::Render(const storage::StoreStats& store) const {
 
   AppendConfigReloads(&out);
 
-  out.append(
-      "# HELP ringlimit_request_duration_seconds Time from a complete request to its response.\n"
-      "# TYPE ringlimit_request_duration_seconds histogram\n");
+  AppendFamilyHeader(&out, "ringlimit_request_duration_seconds", "histogram",
+                     "Time from a complete request to its response.");
   latency_.Append(&out, "ringlimit_request_duration_seconds", "");
-  out.append(
-      "# HELP ringlimit_http_request_duration_seconds Time the API took from a complete request to its "
-      "response, by endpoint (forwarding to the key's owner and waiting for replication included); "
-      "endpoints not used yet are left out.\n"
-      "# TYPE ringlimit_http_request_duration_seconds histogram\n");
+  AppendFamilyHeader(
+      &out, "ringlimit_http_request_duration_seconds", "histogram",
+      "Time the API took from a complete request to its response, by endpoint (forwarding to the key's owner "
+      "and waiting for replication included); endpoints not used yet are left out.");
   for (size_t e = 0; e < kEndpoints; ++e) {
     if (endpoint_latency_[e].count() == 0) continue;
     const std::string labels = "endpoint=\"" + std::string(EndpointName(static_cast<Endpoint>(e))) + "\"";
     endpoint_latency_[e].Append(&out, "ringlimit_http_request_duration_seconds", labels);
   }
 
-  out.append(
-      "# HELP ringlimit_keys States held in the memory tier.\n"
-      "# TYPE ringlimit_keys gauge\nringlimit_keys ");
-  AppendUint(&out, store.keys);
-  out.append(
-      "\n# HELP ringlimit_state_bytes Memory the states in the memory tier take, as accounted against "
-      "--max-memory.\n"
-      "# TYPE ringlimit_state_bytes gauge\nringlimit_state_bytes ");
-  AppendUint(&out, store.bytes);
-  out.append(
-      "\n# HELP ringlimit_evictions_total States evicted by the memory bounds (--max-keys, --max-memory).\n"
-      "# TYPE ringlimit_evictions_total counter\nringlimit_evictions_total ");
-  AppendUint(&out, store.evictions);
-  out.append(
-      "\n# HELP ringlimit_idle_drops_total States dropped because they were back to their initial value.\n"
-      "# TYPE ringlimit_idle_drops_total counter\nringlimit_idle_drops_total ");
-  AppendUint(&out, store.idle_drops);
-  out.push_back('\n');
+  AppendFamilyHeader(&out, "ringlimit_keys", "gauge", "States held in the memory tier.");
+  AppendSample(&out, "ringlimit_keys", "", static_cast<int64_t>(store.keys));
+  AppendFamilyHeader(&out, "ringlimit_state_bytes", "gauge",
+                     "Memory the states in the memory tier take, as accounted against --max-memory.");
+  AppendSample(&out, "ringlimit_state_bytes", "", static_cast<int64_t>(store.bytes));
+  AppendFamilyHeader(&out, "ringlimit_evictions_total", "counter",
+                     "States evicted by the memory bounds (--max-keys, --max-memory).");
+  AppendSample(&out, "ringlimit_evictions_total", "", static_cast<int64_t>(store.evictions));
+  AppendFamilyHeader(&out, "ringlimit_idle_drops_total", "counter",
+                     "States dropped because they were back to their initial value.");
+  AppendSample(&out, "ringlimit_idle_drops_total", "", static_cast<int64_t>(store.idle_drops));
   return out;
 }
 

@@ -2,7 +2,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "node/api/metrics.h"
 #include "node/cluster/replication_link.h"
@@ -13,27 +16,28 @@ namespace ringlimit::cluster {
 
 namespace {
 
-void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  out->append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
-  out->append(name).append(" ").append(type).append("\n");
-}
-
-void Sample(std::string* out, std::string_view name, std::string_view labels, std::string_view value) {
-  out->append(name);
-  if (!labels.empty()) out->append("{").append(labels).append("}");
-  out->append(" ").append(value).append("\n");
+// The text format is node/api/metrics.h's; these adapt the unsigned counters and the lag gauge to it.
+void Sample(std::string* out, std::string_view name, std::string_view labels, uint64_t value) {
+  node::AppendSample(out, name, labels, static_cast<int64_t>(value));
 }
 
 void Counter(std::string* out, std::string_view name, std::string_view help, uint64_t value) {
-  Family(out, name, "counter", help);
-  Sample(out, name, "", std::to_string(value));
+  node::AppendFamilyHeader(out, name, "counter", help);
+  Sample(out, name, "", value);
+}
+
+// A counter family with one sample per value of `label`.
+void CounterBy(std::string* out, std::string_view name, std::string_view help, std::string_view label,
+               std::initializer_list<std::pair<const char*, uint64_t>> samples) {
+  node::AppendFamilyHeader(out, name, "counter", help);
+  for (const auto& [value, count] : samples) {
+    Sample(out, name, std::string(label) + "=\"" + value + "\"", count);
+  }
 }
 
 void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
-  Family(out, name, "gauge", help);
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", value);
-  Sample(out, name, "", text);
+  node::AppendFamilyHeader(out, name, "gauge", help);
+  node::AppendSample(out, name, "", value);
 }
 
 }  // namespace
@@ -54,16 +58,14 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
         "Last replication batch: time from its oldest change to its acknowledgement.", r.lag_seconds);
   Gauge(out, "ringlimit_replication_max_lag_seconds", "Largest replication lag since start.",
         r.max_lag_seconds);
-  Family(out, "ringlimit_replication_batch_lag_seconds", "histogram",
-         "Every acknowledged replication batch: time from its oldest change to its acknowledgement.");
+  node::AppendFamilyHeader(
+      out, "ringlimit_replication_batch_lag_seconds", "histogram",
+      "Every acknowledged replication batch: time from its oldest change to its acknowledgement.");
   node::AppendHistogramSeries(out, "ringlimit_replication_batch_lag_seconds", "", replication::kLagBoundsNs,
                               r.lag_buckets, r.lag_sum_ns, r.lag_count);
-  Family(out, "ringlimit_replication_received_states_total", "counter",
-         "States received from other nodes (replication, handoff), by whether they were newer than ours.");
-  Sample(out, "ringlimit_replication_received_states_total", "result=\"applied\"",
-         std::to_string(r.applied_states));
-  Sample(out, "ringlimit_replication_received_states_total", "result=\"ignored\"",
-         std::to_string(r.ignored_states));
+  CounterBy(out, "ringlimit_replication_received_states_total",
+            "States received from other nodes (replication, handoff), by whether they were newer than ours.",
+            "result", {{"applied", r.applied_states}, {"ignored", r.ignored_states}});
   Counter(out, "ringlimit_replication_sync_waits_total",
           "Decisions answered only after a replica acknowledged them (sync mode).", r.sync_waits);
   Counter(out, "ringlimit_replication_sync_timeouts_total",
@@ -74,28 +76,22 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
           "(--failure-mode closed): merged in, and the decision waiting for it answered 503.",
           r.newer_received);
   if (link != nullptr) {
-    Family(out, "ringlimit_replication_relayed_batches_total", "counter",
-           "Sync-mode batches (--failure-mode closed) sent through another member because their holder did "
-           "not answer directly (relayed), and batches this node passed on for others (served).");
-    Sample(out, "ringlimit_replication_relayed_batches_total", "what=\"relayed\"",
-           std::to_string(link->relayed()));
-    Sample(out, "ringlimit_replication_relayed_batches_total", "what=\"served\"",
-           std::to_string(link->relays_served()));
+    CounterBy(
+        out, "ringlimit_replication_relayed_batches_total",
+        "Sync-mode batches (--failure-mode closed) sent through another member because their holder did "
+        "not answer directly (relayed), and batches this node passed on for others (served).",
+        "what", {{"relayed", link->relayed()}, {"served", link->relays_served()}});
   }
 
   const replication::HandoffStats h = handoff.stats();
   Counter(out, "ringlimit_handoff_keys_total", "Keys pushed to their new owner by outgoing handoffs.",
           h.handed_off_keys);
-  Family(out, "ringlimit_handoffs_total", "counter", "Outgoing handoffs, by outcome.");
-  Sample(out, "ringlimit_handoffs_total", "result=\"completed\"", std::to_string(h.handoffs_completed));
-  Sample(out, "ringlimit_handoffs_total", "result=\"failed\"", std::to_string(h.handoffs_failed));
-  Family(
-      out, "ringlimit_handoff_incoming_total", "counter",
-      "Incoming ranges released: by the previous owner's HandoffDone, or abandoned (owner gone, timeout).");
-  Sample(out, "ringlimit_handoff_incoming_total", "result=\"completed\"",
-         std::to_string(h.incoming_completed));
-  Sample(out, "ringlimit_handoff_incoming_total", "result=\"abandoned\"",
-         std::to_string(h.incoming_abandoned));
+  CounterBy(out, "ringlimit_handoffs_total", "Outgoing handoffs, by outcome.", "result",
+            {{"completed", h.handoffs_completed}, {"failed", h.handoffs_failed}});
+  CounterBy(
+      out, "ringlimit_handoff_incoming_total",
+      "Incoming ranges released: by the previous owner's HandoffDone, or abandoned (owner gone, timeout).",
+      "result", {{"completed", h.incoming_completed}, {"abandoned", h.incoming_abandoned}});
   Gauge(out, "ringlimit_handoffs_in_progress", "Handoffs in progress, both directions.",
         static_cast<double>(h.in_progress));
   Gauge(out, "ringlimit_handoff_keys_left",
@@ -116,20 +112,18 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
         static_cast<double>(h.unsynced_ranges));
   Gauge(out, "ringlimit_unsynced_share", "The fraction of the token space those ranges cover.",
         h.unsynced_share);
-  Family(out, "ringlimit_unsynced_ranges_total", "counter",
-         "Unsynced ranges that received their copy (synced: a holder's push or HandoffDone), or were "
-         "decided from what this node had after --resync-timeout-ms (expired).");
-  Sample(out, "ringlimit_unsynced_ranges_total", "result=\"synced\"", std::to_string(h.synced_ranges));
-  Sample(out, "ringlimit_unsynced_ranges_total", "result=\"expired\"", std::to_string(h.resync_expired));
+  CounterBy(out, "ringlimit_unsynced_ranges_total",
+            "Unsynced ranges that received their copy (synced: a holder's push or HandoffDone), or were "
+            "decided from what this node had after --resync-timeout-ms (expired).",
+            "result", {{"synced", h.synced_ranges}, {"expired", h.resync_expired}});
   Gauge(out, "ringlimit_takeover_reads",
         "Take-over reads under way or held (--failure-mode closed): ranges whose holders changed, whose "
         "decisions also need a majority of their earlier holders until those pushed their copies here.",
         static_cast<double>(h.reading_ranges));
-  Family(out, "ringlimit_takeover_reads_total", "counter",
-         "Take-over reads that got a majority of the earlier holders' copies (completed), or were dropped "
-         "after --resync-timeout-ms without one (expired: the new ring alone counts from then).");
-  Sample(out, "ringlimit_takeover_reads_total", "result=\"completed\"", std::to_string(h.reads_completed));
-  Sample(out, "ringlimit_takeover_reads_total", "result=\"expired\"", std::to_string(h.reads_expired));
+  CounterBy(out, "ringlimit_takeover_reads_total",
+            "Take-over reads that got a majority of the earlier holders' copies (completed), or were dropped "
+            "after --resync-timeout-ms without one (expired: the new ring alone counts from then).",
+            "result", {{"completed", h.reads_completed}, {"expired", h.reads_expired}});
 }
 
 std::vector<node::ClusterHandoffView> DescribeHandoffs(const replication::HandoffManager& handoff) {
