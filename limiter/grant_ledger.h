@@ -29,8 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
 
 namespace ringlimit::limiter {
 

@@ -22,8 +22,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
 
 namespace ringlimit::limiter {
 

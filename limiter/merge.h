@@ -37,10 +37,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "limiter/grant_ledger.h"
 #include "limiter/hlc.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
 
 namespace ringlimit::limiter {
 

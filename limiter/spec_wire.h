@@ -13,8 +13,8 @@
 #ifndef RINGLIMIT_LIMITER_SPEC_WIRE_H_
 #define RINGLIMIT_LIMITER_SPEC_WIRE_H_
 
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
 #include "state.pb.h"
 
 namespace ringlimit::limiter {

@@ -12,9 +12,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "base/published.h"
 #include "peer.pb.h"
 #include "replication/decision_fence.h"
-#include "ring/published.h"
 
 namespace ringlimit::replication {
 namespace {
@@ -110,7 +110,7 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
   // --- Any thread ---
   std::atomic<bool> stopping{false};   // Stop or Abandon called: nothing more runs on the executor
   std::atomic<bool> abandoned{false};  // Abandon called: nothing is answered or resumed either
-  ring::Published<Progress> progress;  // written on the executor
+  Published<Progress> progress;        // written on the executor
 
   // --- On the executor only ---
   HandoffPlanner planner;

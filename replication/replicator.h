@@ -45,8 +45,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "limiter/merge.h"
-#include "limiter/status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/executor.h"

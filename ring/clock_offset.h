@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "ring/membership.h"
 
 namespace ringlimit::ring {

@@ -50,7 +50,7 @@
 #include <utility>
 #include <vector>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "ring/ring_view.h"
 
 namespace ringlimit::ring {

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "limiter/status.h"
-#include "ring/published.h"
+#include "base/published.h"
+#include "base/status.h"
 #include "ring/token.h"
 
 namespace ringlimit::ring {
@@ -158,7 +158,7 @@ class RingView {
   std::vector<double> shares_;  // per member
 };
 
-// Publishes the current RingView to concurrent readers: a Published<RingView> (ring/published.h) whose
+// Publishes the current RingView to concurrent readers: a Published<RingView> (base/published.h) whose
 // version is the view's. Writers (membership changes) are rare; readers (every check) pay one atomic load
 // while the view is unchanged: Current() reads through a per-thread cache and takes the writer mutex (for
 // a pointer copy) only on its first read after a Publish, so a swap never waits for a reader's work and

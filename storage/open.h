@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "storage/store.h"
 
 namespace ringlimit::storage {

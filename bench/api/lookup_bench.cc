@@ -1,4 +1,4 @@
-// The per-check lookups of shared state, from 1 and 2 threads: the policy set (ring::Published, read
+// The per-check lookups of shared state, from 1 and 2 threads: the policy set (Published, read
 // through the per-thread cache), the per-policy metrics counters and a headroom signal, against the
 // mutex-guarded shared_ptr copy Policies::Current() used to be. ns per lookup (per thread).
 #include <benchmark/benchmark.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "node/api/handler.h"
 
 namespace ringlimit::node {

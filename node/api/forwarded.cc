@@ -1,7 +1,7 @@
 #include "node/api/forwarded.h"
 
+#include "base/status.h"
 #include "limiter/spec_wire.h"
-#include "limiter/status.h"
 #include "node/api/api_context.h"
 #include "node/api/check_engine.h"
 

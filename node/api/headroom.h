@@ -4,7 +4,7 @@
 //
 // Thread safety: safe for concurrent use without external synchronisation. Get (once per check whose
 // limit is in dynamic mode) takes no lock: the set of names is an immutable index published through
-// ring::Published, and each name's signal is a cell read with a sequence counter. Set serialises on a
+// Published, and each name's signal is a cell read with a sequence counter. Set serialises on a
 // writer mutex; it republishes the index only when it adds (or purges) a name.
 #ifndef RINGLIMIT_NODE_API_HEADROOM_H_
 #define RINGLIMIT_NODE_API_HEADROOM_H_
@@ -18,8 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/published.h"
 #include "limiter/limiter.h"
-#include "ring/published.h"
 
 namespace ringlimit::node {
 
@@ -56,7 +56,7 @@ class Headroom {
 
   const size_t max_entries_;  // constant after construction
 
-  ring::Published<Index> index_;  // thread-safe; published under write_mutex_
+  Published<Index> index_;  // thread-safe; published under write_mutex_
 
   std::mutex write_mutex_;  // serialises Set (cell writes and index republishing)
 };

@@ -3,7 +3,7 @@
 //
 // Thread safety: every method is safe for concurrent use from many threads without external
 // synchronisation. Counting never blocks: counters are relaxed atomics, and the per-policy table is an
-// immutable map published through ring::Published (one atomic load per lookup; a writer mutex only the
+// immutable map published through Published (one atomic load per lookup; a writer mutex only the
 // first time a policy name is seen).
 #ifndef RINGLIMIT_NODE_API_METRICS_H_
 #define RINGLIMIT_NODE_API_METRICS_H_
@@ -20,8 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/published.h"
 #include "node/api/name_counters.h"
-#include "ring/published.h"
 #include "storage/state_store.h"
 #include "storage/store.h"
 
@@ -205,9 +205,9 @@ class Metrics {
 
   // Policy name -> its counters (in counters_). Immutable once published; replaced by a copy with one
   // more name when a new name is seen. A thread may keep reading a map of a dead Metrics from its cache
-  // entry, never the counters it points to (ring/published.h: entries are keyed by instance).
+  // entry, never the counters it points to (base/published.h: entries are keyed by instance).
   using CounterMap = std::map<std::string, DecisionCounters*, std::less<>>;
-  ring::Published<CounterMap> policies_;
+  Published<CounterMap> policies_;
 
   // Inline limit names and RLS rules, each table capped at its own max_metric_names.
   NameCounters names_;

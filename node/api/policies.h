@@ -7,7 +7,7 @@
 //
 // Thread safety: Policies is safe for concurrent use from many threads without external
 // synchronisation. Current() takes no lock while the set is unchanged: the set is a
-// ring::Published<PolicySet>, read through a per-thread cache at one atomic load (plus the shared_ptr's
+// Published<PolicySet>, read through a per-thread cache at one atomic load (plus the shared_ptr's
 // reference count); the first read on each thread after a reload takes the writer mutex once.
 #ifndef RINGLIMIT_NODE_API_POLICIES_H_
 #define RINGLIMIT_NODE_API_POLICIES_H_
@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/published.h"
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
-#include "ring/published.h"
 
 namespace ringlimit::node {
 
@@ -89,7 +89,7 @@ class Policies {
   const std::string path_;  // constant after construction
 
   // Thread-safe. Holds an empty set from construction on.
-  ring::Published<PolicySet> set_;
+  Published<PolicySet> set_;
 };
 
 }  // namespace ringlimit::node

@@ -13,13 +13,13 @@
 #include <map>
 #include <utility>
 
+#include "base/published.h"
 #include "node/cluster/cluster_planner.h"
 #include "node/cluster/pause_fence.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
 #include "peer.pb.h"
 #include "ring/membership_wire.h"
-#include "ring/published.h"
 
 namespace ringlimit::cluster {
 
@@ -198,12 +198,12 @@ struct Cluster::Core : std::enable_shared_from_this<Core> {
   // The members' clock offsets as estimated at the last tick (ClockOffsetOf). Published from the strand,
   // read lock-free (one atomic load) anywhere.
   using Offsets = std::map<std::string, ring::OffsetEstimate, std::less<>>;
-  ring::Published<Offsets> offsets;
+  Published<Offsets> offsets;
   uint64_t published_offsets_version = ~uint64_t{0};  // planner.offsets_version() last published
 
   // Published from the strand (PublishSnapshot), read lock-free anywhere (Cluster::Snapshot): the
   // replication link reads it per batch it sends.
-  ring::Published<ClusterSnapshot> snapshot;
+  Published<ClusterSnapshot> snapshot;
 };
 
 void Cluster::Core::RegisterHandlers() {

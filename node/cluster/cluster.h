@@ -20,7 +20,7 @@
 // restarted node outranks the tombstone (dead/left) its previous life left in the others' tables.
 //
 // Thread safety: after Start, every public method may be called from any thread. Membership state lives
-// on the strand; readers get immutable snapshots (Snapshot(), ring()), each a ring::Published value: a
+// on the strand; readers get immutable snapshots (Snapshot(), ring()), each a Published value: a
 // read costs one atomic load while the value is unchanged, and never takes a lock on the check path.
 //
 // Lifetime: the io_context must outlive the Cluster and keep running until Stop() returns. Stop() (also

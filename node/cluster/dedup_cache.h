@@ -54,7 +54,7 @@
 #include <string>
 #include <vector>
 
-#include "limiter/status.h"
+#include "base/status.h"
 
 namespace ringlimit::cluster {
 

@@ -99,7 +99,7 @@
 #include <string>
 #include <string_view>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "node/api/cluster_hooks.h"
 #include "node/cluster/dedup_cache.h"
 #include "node/cluster/forward_host.h"

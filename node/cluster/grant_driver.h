@@ -41,8 +41,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
 #include "node/cluster/forward_host.h"
 #include "node/cluster/grant_planner.h"
 #include "peer.pb.h"

@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/published.h"
 #include "node/peer/framed_connection.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/protocol.h"
-#include "ring/published.h"
 
 namespace ringlimit::peer::internal {
 
@@ -48,14 +48,14 @@ struct ClientShared {
 
   // Every call looks its channel up here, from any thread: an immutable copy of `channels`, republished
   // (under mu) whenever a channel is added or removed, so finding an existing channel takes no lock (see
-  // ring/published.h). Weak references: a thread's cache entry may outlive the client, and a channel
+  // base/published.h). Weak references: a thread's cache entry may outlive the client, and a channel
   // must not outlive the io_context its sockets belong to.
   struct NameHash {
     using is_transparent = void;
     size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
   };
   using ChannelIndex = std::unordered_map<std::string, std::weak_ptr<PeerChannel>, NameHash, std::equal_to<>>;
-  ring::Published<ChannelIndex> index;
+  Published<ChannelIndex> index;
 
   // Serialises adding and removing channels (and stopping).
   std::mutex mu;

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <utility>
 
-#include "limiter/status.h"
+#include "base/status.h"
 
 namespace ringlimit::peer {
 
@@ -45,7 +45,7 @@ class [[nodiscard]] PeerStatus {
   // "ok" or "<kind>: <message>".
   [[nodiscard]] std::string ToString() const;
 
-  // This outcome as the codebase-wide Status (limiter/status.h), for code above the transport that
+  // This outcome as the codebase-wide Status (base/status.h), for code above the transport that
   // propagates it: Timeout; Unavailable (connection lost, cannot connect, overloaded, auth failed,
   // shutdown -- another node or a later try may work); InvalidArgument; Internal (the peer's handler
   // failed or has no such method). The message is ToString(), so the peer kind stays readable.

@@ -362,7 +362,7 @@ TEST_P(PeerTest, DisconnectFailsPendingAndReconnectsLater) {
 }
 
 TEST_P(PeerTest, ClientsInOneProcessKeepTheirOwnChannels) {
-  // Channels are found through a per-thread cache (ring/published.h): two clients calling the same
+  // Channels are found through a per-thread cache (base/published.h): two clients calling the same
   // address from the same threads must still each use, drop and stop only their own channel.
   auto server = StartServer();
   PeerClient a(io_.io(), Client());

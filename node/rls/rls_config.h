@@ -37,9 +37,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/published.h"
+#include "base/status.h"
 #include "limiter/limiter.h"
-#include "limiter/status.h"
-#include "ring/published.h"
 
 namespace ringlimit::node::rls {
 
@@ -141,7 +141,7 @@ class RlsConfigHolder {
 
  private:
   const std::string path_;  // constant after construction
-  ring::Published<RlsConfig> config_;
+  Published<RlsConfig> config_;
 };
 
 }  // namespace ringlimit::node::rls

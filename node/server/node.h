@@ -23,7 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "limiter/status.h"
+#include "base/status.h"
 #include "node/api/api_handler.h"
 #include "node/api/metrics.h"
 #include "node/cluster/cluster.h"

@@ -1,4 +1,4 @@
-#include "ring/published.h"
+#include "base/published.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace ringlimit::ring {
+namespace ringlimit {
 namespace {
 
 // A value whose parts must agree: a torn or mixed-up read shows as a mismatch.
@@ -204,4 +204,4 @@ TEST(PublishedTest, ReadersOnManyThreadsSeeWholeValuesInPublishOrder) {
 }
 
 }  // namespace
-}  // namespace ringlimit::ring
+}  // namespace ringlimit

@@ -16,8 +16,8 @@
 // Both types are [[nodiscard]]: dropping one silently is a compile error under -Werror.
 //
 // Thread safety: plain values; a const object may be read from several threads at once.
-#ifndef RINGLIMIT_LIMITER_STATUS_H_
-#define RINGLIMIT_LIMITER_STATUS_H_
+#ifndef RINGLIMIT_BASE_STATUS_H_
+#define RINGLIMIT_BASE_STATUS_H_
 
 #include <cassert>
 #include <cstdint>
@@ -207,4 +207,4 @@ class [[nodiscard]] Result {
 
 }  // namespace ringlimit
 
-#endif  // RINGLIMIT_LIMITER_STATUS_H_
+#endif  // RINGLIMIT_BASE_STATUS_H_

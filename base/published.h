@@ -31,8 +31,8 @@
 // it reads again or exits, even after the Published is gone. T's destructor must therefore not depend on
 // anything that the Published does not outlive (plain data is fine; objects tied to an io_context are
 // not: publish weak references to them instead).
-#ifndef RINGLIMIT_RING_PUBLISHED_H_
-#define RINGLIMIT_RING_PUBLISHED_H_
+#ifndef RINGLIMIT_BASE_PUBLISHED_H_
+#define RINGLIMIT_BASE_PUBLISHED_H_
 
 #include <array>
 #include <atomic>
@@ -42,7 +42,7 @@
 #include <mutex>
 #include <utility>
 
-namespace ringlimit::ring {
+namespace ringlimit {
 
 template <class T>
 class Published {
@@ -174,6 +174,6 @@ class Published {
   std::atomic<uint64_t> generation_{0};
 };
 
-}  // namespace ringlimit::ring
+}  // namespace ringlimit
 
-#endif  // RINGLIMIT_RING_PUBLISHED_H_
+#endif  // RINGLIMIT_BASE_PUBLISHED_H_

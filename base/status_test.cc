@@ -1,5 +1,5 @@
 // Status and Result<T>.
-#include "limiter/status.h"
+#include "base/status.h"
 
 #include <gtest/gtest.h>
 
