@@ -66,7 +66,7 @@ namespace ringlimit::replication {
 
 class HandoffManager {
  public:
-  // REQUIRES: ValidateHandoffOptions(options) returned nullopt. `executor` is the replicator's. The rings
+  // REQUIRES: Validate(options).ok(). `executor` is the replicator's. The rings
   // and their route overrides are published into `routing` (the node's routing table, which the cluster
   // fills with the members); null: into a publisher of the manager's own (tests). `routing` must outlive
   // the manager.

@@ -135,15 +135,15 @@ TokenRange ScanSlice(uint32_t i, uint32_t n) {
   return {first, last};
 }
 
-std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options) {
-  if (options.replicas < 1) return "replicas must be >= 1";
-  if (options.scan_slices < 1) return "scan_slices must be >= 1";
-  if (options.done_timeout.count() <= 0) return "done_timeout must be > 0";
-  if (options.push_timeout.count() <= 0) return "push_timeout must be > 0";
-  if (options.drop_delay.count() < 0) return "drop_delay must be >= 0";
-  if (options.resync_timeout.count() <= 0) return "resync_timeout must be > 0";
-  if (options.read_hold.count() < 0) return "read_hold must be >= 0";
-  return std::nullopt;
+Status Validate(const HandoffOptions& options) {
+  if (options.replicas < 1) return Status::InvalidArgument("replicas must be >= 1");
+  if (options.scan_slices < 1) return Status::InvalidArgument("scan_slices must be >= 1");
+  if (options.done_timeout.count() <= 0) return Status::InvalidArgument("done_timeout must be > 0");
+  if (options.push_timeout.count() <= 0) return Status::InvalidArgument("push_timeout must be > 0");
+  if (options.drop_delay.count() < 0) return Status::InvalidArgument("drop_delay must be >= 0");
+  if (options.resync_timeout.count() <= 0) return Status::InvalidArgument("resync_timeout must be > 0");
+  if (options.read_hold.count() < 0) return Status::InvalidArgument("read_hold must be >= 0");
+  return Status::OK();
 }
 
 std::vector<std::string> ReplicationTargets(const ReplicateSlice& slice, std::string_view self,

@@ -73,6 +73,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/status.h"
 #include "replication/executor.h"
 #include "replication/replication_planner.h"
 #include "replication/routing_table.h"
@@ -120,7 +121,7 @@ struct HandoffOptions {
 };
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateHandoffOptions(const HandoffOptions& options);
+[[nodiscard]] Status Validate(const HandoffOptions& options);
 
 // One handoff in progress, as GET /v1/cluster shows it.
 struct HandoffView {
@@ -304,7 +305,7 @@ class HandoffPlanner {
   // An outgoing push scans windows of at most 1/kPushWindows of the token space at a time.
   static constexpr ring::Token kPushWindows = 16;
 
-  // REQUIRES: ValidateHandoffOptions(options) returned nullopt.
+  // REQUIRES: Validate(options).ok().
   HandoffPlanner(std::string self, HandoffOptions options);
 
   HandoffPlanner(const HandoffPlanner&) = delete;

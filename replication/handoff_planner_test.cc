@@ -839,13 +839,13 @@ TEST_F(HandoffPlannerTest, DropReadsOnlyRangesNoLongerHeld) {
 }
 
 TEST(HandoffOptionsValidateTest, RejectsWhatViolatesRequires) {
-  EXPECT_EQ(ValidateHandoffOptions({}), std::nullopt);
+  EXPECT_TRUE(Validate({}).ok());
   HandoffOptions o;
   o.push_timeout = 0ms;
-  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
   o = {};
   o.drop_delay = -1ms;
-  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
 }
 
 // ------------------------------------------------------------------------------------- unsynced ranges

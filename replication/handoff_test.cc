@@ -244,16 +244,16 @@ class HandoffTest : public ::testing::Test {
 };
 
 TEST(HandoffOptionsTest, Validate) {
-  EXPECT_EQ(ValidateHandoffOptions({}), std::nullopt);
+  EXPECT_TRUE(Validate({}).ok());
   HandoffOptions o;
   o.replicas = 0;
-  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
   o = {};
   o.scan_slices = 0;
-  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
   o = {};
   o.done_timeout = std::chrono::milliseconds(0);
-  EXPECT_NE(ValidateHandoffOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
 }
 
 TEST_F(HandoffTest, JoinMovesExactlyTheNewOwnersRanges) {

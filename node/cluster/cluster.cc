@@ -77,29 +77,31 @@ peer::PeerClientOptions ClientOptions(const ClusterOptions& options) {
 
 }  // namespace
 
-std::optional<std::string> ValidateNodeId(std::string_view id) {
-  if (id.empty() || id.size() > kMaxNodeIdBytes) return "node id: must be 1 to 64 bytes";
+Status ValidateNodeId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxNodeIdBytes)
+    return Status::InvalidArgument("node id: must be 1 to 64 bytes");
   for (char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
                     c == '_' || c == '-';
-    if (!ok) return "node id: only letters, digits, '.', '_' and '-' are allowed";
+    if (!ok) return Status::InvalidArgument("node id: only letters, digits, '.', '_' and '-' are allowed");
   }
-  return std::nullopt;
+  return Status::OK();
 }
 
-std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options) {
-  if (auto error = ValidateNodeId(options.node_id)) return error;
+Status Validate(const ClusterOptions& options) {
+  if (Status status = ValidateNodeId(options.node_id); !status.ok()) return status;
   if (options.vnodes < 1 || options.vnodes > ring::kMaxVnodes)
-    return "vnodes: must be between 1 and " + std::to_string(ring::kMaxVnodes);
+    return Status::InvalidArgument("vnodes: must be between 1 and " + std::to_string(ring::kMaxVnodes));
   if (options.vnodes > options.membership.max_vnodes) {
-    return "vnodes: " + std::to_string(options.vnodes) + " is above --max-member-vnodes " +
-           std::to_string(options.membership.max_vnodes) + " (the other members would refuse this node)";
+    return Status::InvalidArgument(
+        "vnodes: " + std::to_string(options.vnodes) + " is above --max-member-vnodes " +
+        std::to_string(options.membership.max_vnodes) + " (the other members would refuse this node)");
   }
-  if (options.replicas < 1) return "replicas: must be at least 1";
-  if (options.leave_timeout.count() <= 0) return "leave timeout: must be positive";
-  if (Status status = ring::Validate(options.membership); !status.ok()) return status.message();
-  if (Status status = ring::Validate(options.clock); !status.ok()) return status.message();
-  return std::nullopt;
+  if (options.replicas < 1) return Status::InvalidArgument("replicas: must be at least 1");
+  if (options.leave_timeout.count() <= 0) return Status::InvalidArgument("leave timeout: must be positive");
+  if (Status status = ring::Validate(options.membership); !status.ok()) return status;
+  if (Status status = ring::Validate(options.clock); !status.ok()) return status;
+  return Status::OK();
 }
 
 namespace {
@@ -428,7 +430,7 @@ std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port) {
 }
 
 boost::system::result<void, std::string> Cluster::Start() {
-  if (auto error = ValidateClusterOptions(options_)) return *error;
+  if (Status status = Validate(options_); !status.ok()) return status.message();
   if (auto started = core_->server.Start(); !started) {
     return "cannot listen for peers on " + options_.peer_host + ":" + std::to_string(options_.peer_port) +
            ": " + started.error().message();

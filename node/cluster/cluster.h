@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "node/cluster/cluster_planner.h"
 #include "node/peer/peer_options.h"
 #include "node/peer/peer_stats.h"
@@ -120,10 +121,10 @@ struct ClusterOptions {
     std::string_view name_and_port);
 
 // Returns nullopt when `id` is 1..64 bytes of [A-Za-z0-9._-], else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateNodeId(std::string_view id);
+[[nodiscard]] Status ValidateNodeId(std::string_view id);
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateClusterOptions(const ClusterOptions& options);
+[[nodiscard]] Status Validate(const ClusterOptions& options);
 
 class Cluster {
  public:

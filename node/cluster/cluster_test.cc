@@ -117,14 +117,14 @@ std::string KeyOwnedBy(const Cluster& c, const std::string& id) {
 }
 
 TEST(ClusterTest, ValidatesNodeIds) {
-  EXPECT_FALSE(ValidateNodeId("n1"));
-  EXPECT_FALSE(ValidateNodeId("node-1.a_b"));
-  EXPECT_TRUE(ValidateNodeId(""));
-  EXPECT_TRUE(ValidateNodeId("a b"));
-  EXPECT_TRUE(ValidateNodeId(std::string(65, 'x')));
+  EXPECT_FALSE(ValidateNodeId("n1").ok().ok());
+  EXPECT_FALSE(ValidateNodeId("node-1.a_b").ok().ok());
+  EXPECT_FALSE(ValidateNodeId("").ok());
+  EXPECT_FALSE(ValidateNodeId("a b").ok());
+  EXPECT_FALSE(ValidateNodeId(std::string(65, 'x')).ok());
   ClusterOptions bad = FastOptions("n1");
   bad.vnodes = 0;
-  EXPECT_TRUE(ValidateClusterOptions(bad));
+  EXPECT_FALSE(Validate(bad).ok());
 }
 
 TEST(ClusterTest, AloneIsReadyAtOnce) {

@@ -103,7 +103,7 @@ class GrantDriver {
   // Replicates the row of `key` under the mode's acknowledgement rule and calls done(acked) once.
   using Ack = std::function<void(std::string_view key, std::function<void(bool acked)> done)>;
 
-  // REQUIRES: options.enabled; ValidateGrantOptions(options.planner) is nullopt.
+  // REQUIRES: options.enabled; Validate(options.planner).ok().
   GrantDriver(ForwardHost& host, GrantDriverOptions options, GrantRows& rows, Ack ack);
 
   GrantDriver(const GrantDriver&) = delete;

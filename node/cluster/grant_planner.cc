@@ -13,17 +13,19 @@ constexpr double kNanosPerSecond = 1e9;
 
 }  // namespace
 
-std::optional<std::string> ValidateGrantOptions(const GrantOptions& o) {
-  if (!(o.threshold > 0)) return "threshold must be > 0";
-  if (o.term <= nanoseconds::zero()) return "term must be > 0";
-  if (o.margin <= nanoseconds::zero() || o.margin > o.term) return "margin must be in (0, term]";
-  if (!(o.reserve_pct >= 0 && o.reserve_pct <= 100)) return "reserve_pct must be in [0, 100]";
-  if (!(o.max_share > 0 && o.max_share <= 1)) return "max_share must be in (0, 1]";
-  if (o.min_slice < 1) return "min_slice must be >= 1";
-  if (o.refused_backoff < nanoseconds::zero()) return "refused_backoff must be >= 0";
-  if (o.idle_release <= nanoseconds::zero()) return "idle_release must be > 0";
-  if (o.incarnation == 0) return "incarnation must be != 0";
-  return std::nullopt;
+Status Validate(const GrantOptions& o) {
+  if (!(o.threshold > 0)) return Status::InvalidArgument("threshold must be > 0");
+  if (o.term <= nanoseconds::zero()) return Status::InvalidArgument("term must be > 0");
+  if (o.margin <= nanoseconds::zero() || o.margin > o.term)
+    return Status::InvalidArgument("margin must be in (0, term]");
+  if (!(o.reserve_pct >= 0 && o.reserve_pct <= 100))
+    return Status::InvalidArgument("reserve_pct must be in [0, 100]");
+  if (!(o.max_share > 0 && o.max_share <= 1)) return Status::InvalidArgument("max_share must be in (0, 1]");
+  if (o.min_slice < 1) return Status::InvalidArgument("min_slice must be >= 1");
+  if (o.refused_backoff < nanoseconds::zero()) return Status::InvalidArgument("refused_backoff must be >= 0");
+  if (o.idle_release <= nanoseconds::zero()) return Status::InvalidArgument("idle_release must be > 0");
+  if (o.incarnation == 0) return Status::InvalidArgument("incarnation must be != 0");
+  return Status::OK();
 }
 
 GrantPlanner::GrantPlanner(GrantOptions options) : options_(std::move(options)) {}

@@ -47,6 +47,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "limiter/grant_ledger.h"
 
 namespace ringlimit::cluster {
@@ -89,7 +90,7 @@ struct GrantOptions {
 };
 
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
-[[nodiscard]] std::optional<std::string> ValidateGrantOptions(const GrantOptions& options);
+[[nodiscard]] Status Validate(const GrantOptions& options);
 
 // What the owner's driver read of a key when a request or its own check came: the key's hard capacity C
 // (limit; bucket size; burst + 1 for GCRA), its effective consumption E (merged state + Outstanding of its
@@ -176,7 +177,7 @@ class GrantPlanner {
  public:
   using MonoTime = std::chrono::nanoseconds;  // on the node's steady clock
 
-  // REQUIRES: ValidateGrantOptions(options) returned nullopt.
+  // REQUIRES: Validate(options).ok().
   explicit GrantPlanner(GrantOptions options);
 
   GrantPlanner(const GrantPlanner&) = delete;

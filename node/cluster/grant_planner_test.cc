@@ -33,16 +33,16 @@ KeyBudget Budget(uint64_t capacity, uint64_t effective, std::chrono::nanoseconds
 }
 
 TEST(GrantPlanner, ValidatesOptions) {
-  EXPECT_EQ(ValidateGrantOptions(GrantOptions{}), std::nullopt);
+  EXPECT_TRUE(Validate(GrantOptions{}).ok());
   GrantOptions o;
   o.margin = 2s;  // longer than the term
-  EXPECT_NE(ValidateGrantOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
   o = GrantOptions{};
   o.max_share = 0;
-  EXPECT_NE(ValidateGrantOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
   o = GrantOptions{};
   o.incarnation = 0;
-  EXPECT_NE(ValidateGrantOptions(o), std::nullopt);
+  EXPECT_FALSE(Validate(o).ok());
 }
 
 TEST(GrantPlanner, SlicesShrinkNearTheLimitAndTheReserveStaysAtTheOwner) {

@@ -495,7 +495,8 @@ Parsed ParseFlags(int argc, char** argv) {
     if (!ParseListen(seed, &host, &port) || port == 0) return bad("--join: expected HOST:PORT, got " + seed);
   }
   if (!n.node_id.empty()) {
-    if (auto error = ringlimit::cluster::ValidateNodeId(n.node_id)) return bad("--node-id: " + *error);
+    if (ringlimit::Status s = ringlimit::cluster::ValidateNodeId(n.node_id); !s.ok())
+      return bad("--node-id: " + s.message());
   }
   if (probe_interval_ms <= 0 || probe_timeout_ms <= 0 || suspicion_timeout_ms <= 0 ||
       forward_timeout_ms <= 0) {
@@ -516,8 +517,8 @@ Parsed ParseFlags(int argc, char** argv) {
   n.grants.planner.threshold = grant_threshold;
   n.grants.planner.term = std::chrono::milliseconds(grant_term_ms);
   n.grants.planner.margin = std::min(n.grants.planner.margin, n.grants.planner.term);
-  if (auto error = ringlimit::cluster::ValidateGrantOptions(n.grants.planner))
-    return bad("--grant-*: " + *error);
+  if (ringlimit::Status s = ringlimit::cluster::Validate(n.grants.planner); !s.ok())
+    return bad("--grant-*: " + s.message());
   if (max_clock_offset_ms < 0 || max_clock_offset_ms > 86'400'000)
     return bad("--max-clock-offset-ms: expected 0..86400000 (0 disables the clock offset rule), got " +
                std::to_string(max_clock_offset_ms));
@@ -571,7 +572,7 @@ Parsed ParseFlags(int argc, char** argv) {
   {
     ringlimit::cluster::ClusterOptions check = n.cluster;
     check.node_id = "n";  // the default id is valid; the given one was checked above
-    if (auto error = ringlimit::cluster::ValidateClusterOptions(check)) return bad(*error);
+    if (ringlimit::Status s = ringlimit::cluster::Validate(check); !s.ok()) return bad(s.message());
   }
   parsed.flags = std::move(flags);
   return parsed;

@@ -309,7 +309,7 @@ std::optional<std::string> Node::StartCluster() {
   replication::HandoffOptions handoff = options_.handoff;
   handoff.replicas = replicas;
   handoff.majority_read = closed;
-  if (auto error = replication::ValidateHandoffOptions(handoff)) return "handoff: " + *error;
+  if (Status status = replication::Validate(handoff); !status.ok()) return "handoff: " + status.message();
   if (Status status = cluster::Validate(options_.forward); !status.ok()) return status.message();
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
   p.executor = std::make_unique<replication::AsioExecutor>(p.io);
