@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "node/cluster/grant_driver.h"
 #include "node/peer/peer_status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
@@ -79,6 +80,8 @@ struct SimOptions {
   // Call HandoffManager::OnMembersChanged after membership events, as node/server/node.cc does (through
   // Cluster::SetMembersListener). Default: true.
   bool notify_members_changed = true;
+  // --grants: the quota grants' driver on every node (SimNode). Default: off, at the product's defaults.
+  cluster::GrantDriverOptions grants;
   NetworkOptions network;
 };
 
