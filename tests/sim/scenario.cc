@@ -88,8 +88,8 @@ const std::vector<FaultClass> kClasses = {
     {"lossy_closed", Promise::kExact, "lossy, with sync + closed: exact"},
     // Quota grants (--grants on, threshold lowered to 10 checks/s and the term to 500 ms so that grants
     // happen within the run): a fourth, hot key of 900 checks over the load window through the five initial
-    // nodes (~30 checks/s each). Each
-    // class fails a run in which no grant was made, none used or none settled, and proves its fault.
+    // nodes (~30 checks/s each). Each class fails a run in which no grant was made, none used or none
+    // settled, and proves its fault.
     {"grants", Promise::kExact,
      "quota grants, a hot key with a live budget (limit 2 x its checks): grants made, used and all settled "
      "by the end; exact, no denial of the hot key"},
@@ -110,6 +110,12 @@ const std::vector<FaultClass> kClasses = {
     {"grants_owner_crash", Promise::kBounded,
      "kill -9 of the hot key's owner (limit = its checks) while it has slices out: the holders ask the next "
      "owner (asserted); the crash bound plus the units it lent in the last replication interval (async)"},
+    {"grants_join", Promise::kExact, "grants_limit, a node joins under load (the hot key may move): exact"},
+    {"grants_join_closed", Promise::kExact, "grants_join, with sync + closed: exact"},
+    {"grants_leave", Promise::kExact, "grants_limit, a node leaves gracefully under load: exact"},
+    {"grants_leave_closed", Promise::kExact, "grants_leave, with sync + closed: exact"},
+    {"grants_lossy", Promise::kReport, "grants_limit on lossy's network (2% drop and duplicate, reordering)"},
+    {"grants_lossy_closed", Promise::kExact, "grants_lossy, with sync + closed: exact"},
     {"grants_owner_crash_closed", Promise::kExact,
      "grants_owner_crash, with sync + closed: exact (the grant records were acknowledged by a majority)"},
 };
@@ -402,7 +408,11 @@ class Run {
   // The class's faults, at seed-chosen instants of the load window; everything healed by its end.
   void Faults() {
     World& w = cluster_.world();
-    const std::string_view name = FaultOf(class_.name);
+    std::string_view name = FaultOf(class_.name);
+    // grants_join, grants_leave, grants_lossy: those faults with the quota grants on.
+    for (std::string_view plain : {"join", "leave", "lossy"}) {
+      if (name.starts_with("grants_") && name.substr(7) == plain) name = plain;
+    }
     auto at = [&](uint64_t lo_ms, uint64_t hi_ms) { return load_start_ + Ms(w.Uniform(lo_ms, hi_ms)); };
     auto heal_network = [this] {
       Note("network: healed");
@@ -1025,7 +1035,9 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
   for (const TraceRecord& r : traced.trace) {
     bool keep =
         r.kind == TraceKind::kFault || r.kind == TraceKind::kRing ||
-        (r.kind == TraceKind::kNote && !key_text.empty() && r.text.find(key_text) != std::string::npos);
+        (r.kind == TraceKind::kNote &&
+         ((!key_text.empty() && r.text.find(key_text) != std::string::npos) ||
+          r.text.find(" lends ") != std::string::npos || r.text.find(" settles ") != std::string::npos));
     if (r.kind == TraceKind::kMember) keep = r.text.find(" alive") == std::string::npos || !key.has_value();
     if (r.kind == TraceKind::kCheck) {
       keep = false;
