@@ -227,15 +227,27 @@ void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   const std::string address = AddressOf(decider);
   if (address.empty()) {
     send_failures_.fetch_add(1, std::memory_order_relaxed);
-    return;  // the owner reclaims it after its term (its unused units are lost meanwhile)
+    std::lock_guard<std::mutex> lock(mu_);
+    RetryRelease(r, host_.SteadyNow());
+    return;
   }
   message.set_from(host_.self_id());
   message.set_grant(r.grant);
   message.set_used(r.used);
   host_.Call(address, peer::METHOD_GRANT_RELEASE, message.SerializeAsString(), options_.timeout,
-             [this](peer::PeerResult result) {
-               if (!result.ok()) send_failures_.fetch_add(1, std::memory_order_relaxed);
+             [this, r](peer::PeerResult result) {
+               if (result.ok()) return;
+               send_failures_.fetch_add(1, std::memory_order_relaxed);
+               std::lock_guard<std::mutex> lock(mu_);
+               RetryRelease(r, host_.SteadyNow());
              });
+}
+
+void GrantDriver::RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now) {
+  for (const Unsent& u : unsent_) {
+    if (u.release.grant == release.grant) return;  // already waiting
+  }
+  unsent_.push_back({release, now + options_.planner.margin});
 }
 
 void GrantDriver::SendRecall(const cluster::SendRecall& r) {
@@ -387,6 +399,18 @@ void GrantDriver::Tick() {
     // reclaims (term + margin) and a late Release.
     const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
     std::erase_if(known_, [&](const auto& entry) { return now - entry.second.last_seen >= keep; });
+    // Releases that got no answer, again (SendRelease drops those of keys forgotten meanwhile).
+    for (auto it = unsent_.begin(); it != unsent_.end();) {
+      if (now < it->next_try) {
+        ++it;
+        continue;
+      }
+      if (known_.contains(it->release.key)) {
+        actions.releases.push_back(it->release);
+        releases_resent_.fetch_add(1, std::memory_order_relaxed);
+      }
+      it = unsent_.erase(it);
+    }
   }
   Execute(std::move(actions));
 }
@@ -401,6 +425,7 @@ GrantDriverStats GrantDriver::stats() const {
   out.requests_served = requests_served_.load(std::memory_order_relaxed);
   out.not_acked = not_acked_.load(std::memory_order_relaxed);
   out.send_failures = send_failures_.load(std::memory_order_relaxed);
+  out.releases_resent = releases_resent_.load(std::memory_order_relaxed);
   return out;
 }
 

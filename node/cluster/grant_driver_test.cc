@@ -347,5 +347,49 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
 }
 
+// The simulator's grants_leave_closed seed 178: a key's owner left just after it lent a slice, the holder's
+// Release went to it and failed, and since nobody asked the next owner for a slice of that key again, the
+// grant stayed unsettled -- its units counted as spent for the rest of the window. The holder now sends an
+// unanswered Release again to whoever decides the key then.
+TEST_F(GrantDriverTest, AReleaseThatFindsItsOwnerGoneIsSentToTheNextOwner) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  // The owner goes away; the holder's slices expire and their Releases get no answer.
+  net_.drivers.erase("peer/o");
+  for (int i = 0; i < 20; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    net_.Pump();
+  }
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_GT(holder_->stats().send_failures, 0u);
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  ASSERT_GT(unsettled, 0u) << "the slices held when the owner went away";
+  // The key moves to "o2", which holds the row (its replica's copy: here the same store).
+  std::vector<ring::RingMember> ring_members{{"o2", 16}};
+  auto members = std::make_shared<std::vector<ring::MemberInfo>>(*holder_host_.table.members);
+  members->push_back(ring::MemberInfo{"o2", "http/o2", "peer/o2", 16, 1, ring::MemberState::kAlive});
+  FakeHost next_host(net_, "o2");
+  for (FakeHost* host : {&holder_host_, &next_host}) {
+    host->table.version = 2;
+    host->table.ring = ring::RingView::Build(2, ring_members).view;
+    host->table.members = members;
+  }
+  GrantDriver next(next_host, options_, owner_rows_, AckAll());
+  net_.drivers["peer/o2"] = &next;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    next.Tick();
+    net_.Pump();
+  }
+  EXPECT_GT(holder_->stats().releases_resent, 0u);
+  EXPECT_EQ(next.stats().planner.grants_expired, 0u) << "settled from the Releases, not reclaimed";
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+}
+
 }  // namespace
 }  // namespace ringlimit::cluster

@@ -1037,7 +1037,8 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
         r.kind == TraceKind::kFault || r.kind == TraceKind::kRing ||
         (r.kind == TraceKind::kNote &&
          ((!key_text.empty() && r.text.find(key_text) != std::string::npos) ||
-          r.text.find(" lends ") != std::string::npos || r.text.find(" settles ") != std::string::npos));
+          r.text.find(" lends ") != std::string::npos || r.text.find(" settles ") != std::string::npos ||
+          r.text.find("grant-release") != std::string::npos));
     if (r.kind == TraceKind::kMember) keep = r.text.find(" alive") == std::string::npos || !key.has_value();
     if (r.kind == TraceKind::kCheck) {
       keep = false;
