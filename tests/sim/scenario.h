@@ -1,6 +1,7 @@
 // Scenarios: the simulator's fault classes. Each run of a class is generated from its seed: a five-node
-// cluster formed one node at a time, three keys with known limits (20-50, long windows), about limit + 15
-// checks per key sent at random times to random nodes during a 6 s load window, the class's faults
+// cluster formed one node at a time, three keys with known limits (20-50, long windows; the quota-grant
+// classes add a hot fourth), about limit + 15 checks per key sent at random times to random nodes during a
+// 6 s load window, the class's faults
 // inside that window, then every fault healed and the cluster left to settle. The Checker then judges it.
 //
 // What each class is held to follows docs/architecture.md "Guarantees" (see Classes()):
