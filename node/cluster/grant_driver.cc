@@ -280,14 +280,24 @@ void GrantDriver::Settle(const cluster::Settle& s) {
     spdlog::warn("grants: cannot settle grant {:#x}: its key is no longer known", s.grant);
     return;
   }
+  if (!Deciding(key->key)) {
+    // A reclaim after a pause or after the key moved: its decider settles it (from the holder's Release,
+    // or it adopts and reclaims it when asked a slice), not this node's copy.
+    spdlog::debug("grants: grant {:#x} not settled here: this node does not decide its key now", s.grant);
+    return;
+  }
   (void)rows_.Settle(*key, s.grant, s.used, WallNow());
+}
+
+bool GrantDriver::Deciding(std::string_view key) const {
+  return !host_.Paused() && host_.routing().Decider(ring::RingToken(key)) == host_.self_id();
 }
 
 void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respond) {
   const std::string& self = host_.self_id();
   Result<limiter::LimitSpec> spec = limiter::SpecFromProto(request.limit().spec());
-  const bool deciding = !host_.Paused() && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value() &&
-                        host_.routing().Decider(ring::RingToken(request.key())) == self;
+  const bool deciding =
+      Deciding(request.key()) && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value();
   if (!spec.ok() || !DriverLends(spec.value()) || !deciding || request.want() == 0 ||
       request.term_ns() <= 0) {
     respond(Refused(request.request(), self));
@@ -355,6 +365,12 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
       if (!release.ParseFromString(payload)) return bad("bad grant release");
       Result<limiter::LimitSpec> spec = limiter::SpecFromProto(release.limit().spec());
       if (!spec.ok()) return bad("bad grant release spec");
+      if (!Deciding(release.key())) {
+        // A copy this node no longer decides (or a pause: others may have taken the key over meanwhile) may
+        // not know the grant was settled already: settling there would charge its used units twice. The
+        // holder sends the Release again, to the decider of the moment.
+        return bad("not deciding this key");
+      }
       const std::string pkey = PlannerKey(release.key(), release.limit().name());
       GrantActions a;
       {

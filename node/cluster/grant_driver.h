@@ -19,6 +19,8 @@
 // What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
 // fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
 //
+// An owner settles (from a Release, or reclaiming) only while it decides the key and its pause fence is down;
+// a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again.
 // A Release that gets no answer (its key's decider left, crashed or is unknown here yet) is sent again, at
 // most every `margin`, to whoever decides the key then, until it is answered or the key is forgotten: the
 // next owner settles it (it may never be asked a slice of the key again, which is when it would adopt and
@@ -160,6 +162,9 @@ class GrantDriver {
   void SendRecall(const SendRecall& recall);
   void Settle(const cluster::Settle& settle);
   void ServeRequest(const peer::GrantRequest& request, Respond respond);
+  // Whether this node decides entity key `key` now and was not just paused: an owner settles grants only
+  // then (a stale copy that misses another node's settle of a grant would charge it twice).
+  [[nodiscard]] bool Deciding(std::string_view key) const;
   // The peer address of member `id`, or empty.
   [[nodiscard]] std::string AddressOf(std::string_view id) const;
   [[nodiscard]] limiter::TimeNs WallNow() const { return host_.WallNowNs(); }

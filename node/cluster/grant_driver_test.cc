@@ -391,5 +391,39 @@ TEST_F(GrantDriverTest, AReleaseThatFindsItsOwnerGoneIsSentToTheNextOwner) {
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
 }
 
+// The simulator's grants_owner_pause seed 2: the key's owner was stopped with slices out; the next owner
+// settled them from their Releases, then the old owner resumed and served the Releases that had waited for
+// it, settling them again in its stale copy -- their used units charged twice once the copies merged, and the
+// key denied checks with budget left. An owner now settles only while it decides the key and its pause
+// fence is down; the holder sends a refused Release again.
+TEST_F(GrantDriverTest, AnOwnerJustResumedFromAPauseSettlesNothingUntilItsFenceIsDown) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t released = owner_->stats().planner.grants_released;
+  owner_host_.paused = true;  // the fence is up: the owner just resumed
+  for (int i = 0; i < 20; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    owner_->Tick();
+    net_.Pump();
+  }
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.grants_released, released) << "no Release settled while fenced";
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  EXPECT_GT(unsettled, 0u);
+  owner_host_.paused = false;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    owner_->Tick();
+    net_.Pump();
+  }
+  EXPECT_GT(holder_->stats().releases_resent, 0u);
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+}
+
 }  // namespace
 }  // namespace ringlimit::cluster

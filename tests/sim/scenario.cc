@@ -111,6 +111,10 @@ const std::vector<FaultClass> kClasses = {
      "kill -9 of the hot key's owner (limit = its checks) while it has slices out: the holders ask the next "
      "owner and every grant settles (asserted); the crash bound plus the units it lent in the last "
      "replication interval (async)"},
+    {"grants_owner_pause", Promise::kReport,
+     "kill -STOP of the hot key's owner (limit = its checks) while it has slices out, 3-4 s (past failure "
+     "detection), then resumed: every grant settles (asserted); counts reported as pause's"},
+    {"grants_owner_pause_closed", Promise::kExact, "grants_owner_pause, with sync + closed: exact"},
     {"grants_join", Promise::kExact, "grants_limit, a node joins under load (the hot key may move): exact"},
     {"grants_join_closed", Promise::kExact, "grants_join, with sync + closed: exact"},
     {"grants_leave", Promise::kExact, "grants_limit, a node leaves gracefully under load: exact"},
@@ -236,9 +240,9 @@ class Run {
       // grants: a live budget; grants_owner_crash: as many units as checks (the budget outlives the take-over
       // and the next owner lends); the others: 1.5 checks per unit.
       const std::string_view name = FaultOf(fault_class);
-      key.spec.limit = name == "grants"               ? 2 * kHotChecks
-                       : name == "grants_owner_crash" ? kHotChecks
-                                                      : kHotChecks * 2 / 3;
+      key.spec.limit = name == "grants"                                               ? 2 * kHotChecks
+                       : name == "grants_owner_crash" || name == "grants_owner_pause" ? kHotChecks
+                                                                                      : kHotChecks * 2 / 3;
       key.spec.algorithm =
           seed % 2 == 0 ? limiter::Algorithm::kFixedWindow : limiter::Algorithm::kTokenBucket;
       key.spec.window = seed % 2 == 0 ? 24LL * 3600 * limiter::kSecond : limiter::kMaxWindow;
@@ -555,6 +559,26 @@ class Run {
         Note("resume " + SimCluster::IdOf(victim_));
         cluster_.Resume(victim_);
         resumed_at_ = cluster_.world().now();
+        Healed();
+      });
+    } else if (name == "grants_owner_pause") {
+      const MonoTime from = at(1'500, 3'000);
+      const MonoTime until = from + Ms(w.Uniform(3'000, 4'000));
+      Plan(from, [this] {
+        const int owner = HotOwner();
+        uint64_t out = 0;
+        for (const GrantEvent& g : cluster_.checker().grants()) {
+          if (g.owner == owner && !g.settled.has_value()) out += g.units;
+        }
+        Note(SimCluster::IdOf(owner) + " owns the hot key, " + std::to_string(out) + " units out on grants");
+        if (out == 0) return false;
+        victim_ = owner;
+        return Pause(owner);
+      });
+      w.At(until, [this] {
+        if (victim_ < 0) return;
+        Note("resume " + SimCluster::IdOf(victim_));
+        cluster_.Resume(victim_);
         Healed();
       });
     } else if (name == "grants_owner_crash") {
