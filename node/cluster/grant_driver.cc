@@ -281,9 +281,13 @@ void GrantDriver::Settle(const cluster::Settle& s) {
     return;
   }
   if (!Deciding(key->key)) {
-    // A reclaim after a pause or after the key moved: its decider settles it (from the holder's Release,
-    // or it adopts and reclaims it when asked a slice), not this node's copy.
-    spdlog::debug("grants: grant {:#x} not settled here: this node does not decide its key now", s.grant);
+    // A reclaim while fenced or after the key moved: not in this node's copy, which may miss a settle made
+    // elsewhere. Tried again from Tick (this node may decide the key again once its fence is down); the
+    // key's decider settles it otherwise (from the holder's Release, or adopting it when asked a slice).
+    std::lock_guard<std::mutex> lock(mu_);
+    bool waiting = false;
+    for (const Unsettled& u : unsettled_) waiting = waiting || u.settle.grant == s.grant;
+    if (!waiting) unsettled_.push_back({s, host_.SteadyNow() + options_.planner.margin});
     return;
   }
   (void)rows_.Settle(*key, s.grant, s.used, WallNow());
@@ -426,6 +430,14 @@ void GrantDriver::Tick() {
         releases_resent_.fetch_add(1, std::memory_order_relaxed);
       }
       it = unsent_.erase(it);
+    }
+    for (auto it = unsettled_.begin(); it != unsettled_.end();) {
+      if (now < it->next_try) {
+        ++it;
+        continue;
+      }
+      if (known_.contains(it->settle.key)) actions.settles.push_back(it->settle);
+      it = unsettled_.erase(it);
     }
   }
   Execute(std::move(actions));

@@ -20,7 +20,8 @@
 // fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
 //
 // An owner settles (from a Release, or reclaiming) only while it decides the key and its pause fence is down;
-// a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again.
+// a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again; a
+// reclaim is put off (tried again every `margin` while the key is known).
 // A Release that gets no answer (its key's decider left, crashed or is unknown here yet) is sent again, at
 // most every `margin`, to whoever decides the key then, until it is answered or the key is forgotten: the
 // next owner settles it (it may never be asked a slice of the key again, which is when it would adopt and
@@ -186,6 +187,11 @@ class GrantDriver {
     std::chrono::nanoseconds next_try{};
   };
   std::vector<Unsent> unsent_;  // Releases that got no answer, by grant at most once each
+  struct Unsettled {
+    cluster::Settle settle;
+    std::chrono::nanoseconds next_try{};
+  };
+  std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
 
   std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0}, releases_resent_{0};
 };

@@ -425,5 +425,34 @@ TEST_F(GrantDriverTest, AnOwnerJustResumedFromAPauseSettlesNothingUntilItsFenceI
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
 }
 
+// A reclaim that falls due while the owner's fence is up is put off, not dropped: once the fence is down
+// (the owner still decides the key) the grant is reclaimed, rather than left for an adoption that needs
+// another request of the key.
+TEST_F(GrantDriverTest, AReclaimDueWhileFencedIsDoneOnceTheFenceIsDown) {
+  ack_ = false;  // every grant recorded, then refused: nobody will release it
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kTokenBucket, 1000);
+  Offer(spec, 100);
+  ASSERT_FALSE(Row(spec).grants.records.empty());
+  owner_host_.paused = true;
+  for (int i = 0; i < 20; ++i) {  // past term + margin
+    net_.now += milliseconds(50);
+    owner_->Tick();
+    net_.Pump();
+  }
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  EXPECT_GT(unsettled, 0u) << "nothing settled while fenced";
+  owner_host_.paused = false;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    owner_->Tick();
+    net_.Pump();
+  }
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) {
+    EXPECT_TRUE(g.settled) << g.id;
+    EXPECT_EQ(g.used, g.granted) << "reclaimed whole";
+  }
+}
+
 }  // namespace
 }  // namespace ringlimit::cluster
