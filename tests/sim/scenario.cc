@@ -885,6 +885,14 @@ ShareFloor AnsweredFloor(std::string_view fault_class) {
       {"move_twice_closed", 9800, 9900},    // 99.70 %, 100.00 % (1000)
       {"lossy_closed", 9800, 9900},         // 99.55 %, 100.00 % (1000; 2 % of messages dropped)
       {"skew_pause_closed", 9800, 9800},    // 99.90 %, 99.91 %
+      // Quota grants (2026-11-28, seeds 1-200; "before" 100.00 % in each).
+      {"grants_holder_crash_closed", 9900, 0},     // 100.00 %
+      {"grants_holder_pause_closed", 9900, 9900},  // 100.00 %, 99.93 %
+      {"grants_owner_crash_closed", 9900, 0},      // 100.00 %
+      {"grants_owner_pause_closed", 9900, 9800},   // 99.98 %, 99.42 %
+      {"grants_join_closed", 9900, 0},             // 100.00 %
+      {"grants_leave_closed", 9900, 0},            // 100.00 %
+      {"grants_lossy_closed", 9900, 9900},         // 99.76 %, 100.00 %
   };
   ShareFloor f;
   f.cell = {0, 0, 0};
