@@ -246,6 +246,10 @@ void AppendGrantMetrics(const GrantDriverStats& g, std::string* out) {
          "not acknowledged under the acknowledgement rule (not_acked; reclaimed after their term).");
   SampleEach(out, "ringlimit_grants_failures_total", "kind",
              {{"send", g.send_failures}, {"not_acked", g.not_acked}});
+  Metric(
+      out, "ringlimit_grants_releases_resent_total", "counter",
+      "Releases of slices held here sent again, to whoever decides the key then, after they got no answer.");
+  Sample(out, "ringlimit_grants_releases_resent_total", "", g.releases_resent);
 }
 
 }  // namespace

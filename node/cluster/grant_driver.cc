@@ -227,15 +227,27 @@ void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   const std::string address = AddressOf(decider);
   if (address.empty()) {
     send_failures_.fetch_add(1, std::memory_order_relaxed);
-    return;  // the owner reclaims it after its term (its unused units are lost meanwhile)
+    std::lock_guard<std::mutex> lock(mu_);
+    RetryRelease(r, host_.SteadyNow());
+    return;
   }
   message.set_from(host_.self_id());
   message.set_grant(r.grant);
   message.set_used(r.used);
   host_.Call(address, peer::METHOD_GRANT_RELEASE, message.SerializeAsString(), options_.timeout,
-             [this](peer::PeerResult result) {
-               if (!result.ok()) send_failures_.fetch_add(1, std::memory_order_relaxed);
+             [this, r](peer::PeerResult result) {
+               if (result.ok()) return;
+               send_failures_.fetch_add(1, std::memory_order_relaxed);
+               std::lock_guard<std::mutex> lock(mu_);
+               RetryRelease(r, host_.SteadyNow());
              });
+}
+
+void GrantDriver::RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now) {
+  for (const Unsent& u : unsent_) {
+    if (u.release.grant == release.grant) return;  // already waiting
+  }
+  unsent_.push_back({release, now + options_.planner.margin});
 }
 
 void GrantDriver::SendRecall(const cluster::SendRecall& r) {
@@ -268,14 +280,28 @@ void GrantDriver::Settle(const cluster::Settle& s) {
     spdlog::warn("grants: cannot settle grant {:#x}: its key is no longer known", s.grant);
     return;
   }
+  if (!Deciding(key->key)) {
+    // A reclaim while fenced or after the key moved: not in this node's copy, which may miss a settle made
+    // elsewhere. Tried again from Tick (this node may decide the key again once its fence is down); the
+    // key's decider settles it otherwise (from the holder's Release, or adopting it when asked a slice).
+    std::lock_guard<std::mutex> lock(mu_);
+    bool waiting = false;
+    for (const Unsettled& u : unsettled_) waiting = waiting || u.settle.grant == s.grant;
+    if (!waiting) unsettled_.push_back({s, host_.SteadyNow() + options_.planner.margin});
+    return;
+  }
   (void)rows_.Settle(*key, s.grant, s.used, WallNow());
+}
+
+bool GrantDriver::Deciding(std::string_view key) const {
+  return !host_.Paused() && host_.routing().Decider(ring::RingToken(key)) == host_.self_id();
 }
 
 void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respond) {
   const std::string& self = host_.self_id();
   Result<limiter::LimitSpec> spec = limiter::SpecFromProto(request.limit().spec());
-  const bool deciding = !host_.Paused() && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value() &&
-                        host_.routing().Decider(ring::RingToken(request.key())) == self;
+  const bool deciding =
+      Deciding(request.key()) && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value();
   if (!spec.ok() || !DriverLends(spec.value()) || !deciding || request.want() == 0 ||
       request.term_ns() <= 0) {
     respond(Refused(request.request(), self));
@@ -343,6 +369,12 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
       if (!release.ParseFromString(payload)) return bad("bad grant release");
       Result<limiter::LimitSpec> spec = limiter::SpecFromProto(release.limit().spec());
       if (!spec.ok()) return bad("bad grant release spec");
+      if (!Deciding(release.key())) {
+        // A copy this node no longer decides (or a pause: others may have taken the key over meanwhile) may
+        // not know the grant was settled already: settling there would charge its used units twice. The
+        // holder sends the Release again, to the decider of the moment.
+        return bad("not deciding this key");
+      }
       const std::string pkey = PlannerKey(release.key(), release.limit().name());
       GrantActions a;
       {
@@ -387,6 +419,26 @@ void GrantDriver::Tick() {
     // reclaims (term + margin) and a late Release.
     const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
     std::erase_if(known_, [&](const auto& entry) { return now - entry.second.last_seen >= keep; });
+    // Releases that got no answer, again (SendRelease drops those of keys forgotten meanwhile).
+    for (auto it = unsent_.begin(); it != unsent_.end();) {
+      if (now < it->next_try) {
+        ++it;
+        continue;
+      }
+      if (known_.contains(it->release.key)) {
+        actions.releases.push_back(it->release);
+        releases_resent_.fetch_add(1, std::memory_order_relaxed);
+      }
+      it = unsent_.erase(it);
+    }
+    for (auto it = unsettled_.begin(); it != unsettled_.end();) {
+      if (now < it->next_try) {
+        ++it;
+        continue;
+      }
+      if (known_.contains(it->settle.key)) actions.settles.push_back(it->settle);
+      it = unsettled_.erase(it);
+    }
   }
   Execute(std::move(actions));
 }
@@ -401,6 +453,7 @@ GrantDriverStats GrantDriver::stats() const {
   out.requests_served = requests_served_.load(std::memory_order_relaxed);
   out.not_acked = not_acked_.load(std::memory_order_relaxed);
   out.send_failures = send_failures_.load(std::memory_order_relaxed);
+  out.releases_resent = releases_resent_.load(std::memory_order_relaxed);
   return out;
 }
 

@@ -19,6 +19,14 @@
 // What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
 // fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
 //
+// An owner settles (from a Release, or reclaiming) only while it decides the key and its pause fence is down;
+// a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again; a
+// reclaim is put off (tried again every `margin` while the key is known).
+// A Release that gets no answer (its key's decider left, crashed or is unknown here yet) is sent again, at
+// most every `margin`, to whoever decides the key then, until it is answered or the key is forgotten: the
+// next owner settles it (it may never be asked a slice of the key again, which is when it would adopt and
+// reclaim it), so an owner that moves does not leave the slice counted for the rest of its window.
+//
 // Pause safety: a slice's term runs from when its request was sent, on the host's steady clock (the
 // planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
 // stops asking until it is down.
@@ -95,6 +103,7 @@ struct GrantDriverStats {
   uint64_t requests_served = 0;  // grant requests this node answered as an owner
   uint64_t not_acked = 0;        // grants recorded but refused: their row was not acknowledged
   uint64_t send_failures = 0;    // grant messages that got no answer
+  uint64_t releases_resent = 0;  // Releases sent again after they got no answer
   uint64_t tracked_keys = 0;     // gauge: keys whose rate is tracked
 };
 
@@ -149,9 +158,14 @@ class GrantDriver {
   void Execute(GrantActions actions);
   void SendRequest(const SendRequest& request);
   void SendRelease(const SendRelease& release);
+  // Under mu_: `release` got no answer; sent again from Tick.
+  void RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now);
   void SendRecall(const SendRecall& recall);
   void Settle(const cluster::Settle& settle);
   void ServeRequest(const peer::GrantRequest& request, Respond respond);
+  // Whether this node decides entity key `key` now and was not just paused: an owner settles grants only
+  // then (a stale copy that misses another node's settle of a grant would charge it twice).
+  [[nodiscard]] bool Deciding(std::string_view key) const;
   // The peer address of member `id`, or empty.
   [[nodiscard]] std::string AddressOf(std::string_view id) const;
   [[nodiscard]] limiter::TimeNs WallNow() const { return host_.WallNowNs(); }
@@ -168,8 +182,18 @@ class GrantDriver {
   std::map<std::string, Rate, std::less<>> rates_;
   std::map<std::string, Known, std::less<>> known_;  // by planner key
   bool fenced_ = false;                              // the fence was applied for the current pause
+  struct Unsent {
+    cluster::SendRelease release;
+    std::chrono::nanoseconds next_try{};
+  };
+  std::vector<Unsent> unsent_;  // Releases that got no answer, by grant at most once each
+  struct Unsettled {
+    cluster::Settle settle;
+    std::chrono::nanoseconds next_try{};
+  };
+  std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
 
-  std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0};
+  std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0}, releases_resent_{0};
 };
 
 }  // namespace ringlimit::cluster

@@ -347,5 +347,112 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
 }
 
+// The simulator's grants_leave_closed seed 178: a key's owner left just after it lent a slice, the holder's
+// Release went to it and failed, and since nobody asked the next owner for a slice of that key again, the
+// grant stayed unsettled -- its units counted as spent for the rest of the window. The holder now sends an
+// unanswered Release again to whoever decides the key then.
+TEST_F(GrantDriverTest, AReleaseThatFindsItsOwnerGoneIsSentToTheNextOwner) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  // The owner goes away; the holder's slices expire and their Releases get no answer.
+  net_.drivers.erase("peer/o");
+  for (int i = 0; i < 20; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    net_.Pump();
+  }
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_GT(holder_->stats().send_failures, 0u);
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  ASSERT_GT(unsettled, 0u) << "the slices held when the owner went away";
+  // The key moves to "o2", which holds the row (its replica's copy: here the same store).
+  std::vector<ring::RingMember> ring_members{{"o2", 16}};
+  auto members = std::make_shared<std::vector<ring::MemberInfo>>(*holder_host_.table.members);
+  members->push_back(ring::MemberInfo{"o2", "http/o2", "peer/o2", 16, 1, ring::MemberState::kAlive});
+  FakeHost next_host(net_, "o2");
+  for (FakeHost* host : {&holder_host_, &next_host}) {
+    host->table.version = 2;
+    host->table.ring = ring::RingView::Build(2, ring_members).view;
+    host->table.members = members;
+  }
+  GrantDriver next(next_host, options_, owner_rows_, AckAll());
+  net_.drivers["peer/o2"] = &next;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    next.Tick();
+    net_.Pump();
+  }
+  EXPECT_GT(holder_->stats().releases_resent, 0u);
+  EXPECT_EQ(next.stats().planner.grants_expired, 0u) << "settled from the Releases, not reclaimed";
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+}
+
+// The simulator's grants_owner_pause seed 2: the key's owner was stopped with slices out; the next owner
+// settled them from their Releases, then the old owner resumed and served the Releases that had waited for
+// it, settling them again in its stale copy -- their used units charged twice once the copies merged, and the
+// key denied checks with budget left. An owner now settles only while it decides the key and its pause
+// fence is down; the holder sends a refused Release again.
+TEST_F(GrantDriverTest, AnOwnerJustResumedFromAPauseSettlesNothingUntilItsFenceIsDown) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t released = owner_->stats().planner.grants_released;
+  owner_host_.paused = true;  // the fence is up: the owner just resumed
+  for (int i = 0; i < 20; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    owner_->Tick();
+    net_.Pump();
+  }
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.grants_released, released) << "no Release settled while fenced";
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  EXPECT_GT(unsettled, 0u);
+  owner_host_.paused = false;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    holder_->Tick();
+    owner_->Tick();
+    net_.Pump();
+  }
+  EXPECT_GT(holder_->stats().releases_resent, 0u);
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+}
+
+// A reclaim that falls due while the owner's fence is up is put off, not dropped: once the fence is down
+// (the owner still decides the key) the grant is reclaimed, rather than left for an adoption that needs
+// another request of the key.
+TEST_F(GrantDriverTest, AReclaimDueWhileFencedIsDoneOnceTheFenceIsDown) {
+  ack_ = false;  // every grant recorded, then refused: nobody will release it
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kTokenBucket, 1000);
+  Offer(spec, 100);
+  ASSERT_FALSE(Row(spec).grants.records.empty());
+  owner_host_.paused = true;
+  for (int i = 0; i < 20; ++i) {  // past term + margin
+    net_.now += milliseconds(50);
+    owner_->Tick();
+    net_.Pump();
+  }
+  size_t unsettled = 0;
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) unsettled += g.settled ? 0 : 1;
+  EXPECT_GT(unsettled, 0u) << "nothing settled while fenced";
+  owner_host_.paused = false;
+  for (int i = 0; i < 10; ++i) {
+    net_.now += milliseconds(50);
+    owner_->Tick();
+    net_.Pump();
+  }
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) {
+    EXPECT_TRUE(g.settled) << g.id;
+    EXPECT_EQ(g.used, g.granted) << "reclaimed whole";
+  }
+}
+
 }  // namespace
 }  // namespace ringlimit::cluster

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 namespace ringlimit::sim {
 
@@ -60,6 +62,66 @@ uint64_t Checker::Decided(uint64_t check, int node, MonoTime at, const limiter::
   return d.id;
 }
 
+uint64_t Checker::DecidedFromSlice(uint64_t check, int node, MonoTime at) {
+  limiter::Decision d;
+  d.allowed = true;
+  const uint64_t id = Decided(check, node, at, d);
+  decisions_.back().slice = true;
+  return id;
+}
+
+void Checker::Lent(size_t key, uint64_t id, int owner, int holder, MonoTime at, uint64_t units) {
+  GrantEvent g;
+  g.id = id;
+  g.key = key;
+  g.owner = owner;
+  g.holder = holder;
+  g.lent = at;
+  g.units = units;
+  grants_.push_back(g);
+}
+
+void Checker::Settled(uint64_t id, int node, MonoTime at, std::optional<uint64_t> used) {
+  for (auto it = grants_.rbegin(); it != grants_.rend(); ++it) {
+    if (it->id != id) continue;
+    if (!it->settled.has_value()) {
+      it->settled = at;
+      it->settled_by = node;
+      it->reclaimed = !used.has_value();
+    }
+    if (used.has_value()) it->reported_used = std::max(it->reported_used.value_or(0), *used);
+    return;
+  }
+}
+
+std::optional<MonoTime> Checker::SliceUseBeyondLent(int node, size_t key, MonoTime after) const {
+  std::vector<std::pair<MonoTime, int64_t>> events;  // (instant, +units lent / -1 admitted)
+  for (const GrantEvent& g : grants_) {
+    if (g.holder == node && g.key == key && g.lent > after)
+      events.emplace_back(g.lent, static_cast<int64_t>(g.units));
+  }
+  for (const DecisionRecord& d : decisions_) {
+    if (d.slice && d.node == node && d.key == key && d.at > after) events.emplace_back(d.at, -1);
+  }
+  // At one instant, a lend before the admissions (the reply cannot precede it, but it does no harm).
+  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  });
+  int64_t left = 0;
+  for (const auto& [at, units] : events) {
+    left += units;
+    if (left < 0) return at;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> Checker::KeyIndex(std::string_view key) const {
+  for (size_t k = 0; k < keys_.size(); ++k) {
+    if (keys_[k].key == key) return k;
+  }
+  return std::nullopt;
+}
+
 void Checker::Answered(uint64_t check, MonoTime at, Outcome outcome, uint64_t decision) {
   CheckRecord& r = checks_[check - 1];
   if (r.outcome != Outcome::kPending) return;
@@ -99,7 +161,52 @@ struct Epoch {
   uint64_t admitted = 0;
   uint64_t answered = 0;
   uint64_t wasted = 0;
+  std::optional<MonoTime> last_denial;  // the latest decision instant of an answered denial,
+  int denied_by = -1;                   // and its decider
+  uint64_t grant_slack = 0;
 };
+
+// Sets each epoch's grant_slack (checker.h, the floor): the units of the grants lent before its last
+// answered denial that their holders never used. A grant's holder that reported it (a Release) used what
+// it said; the unreported grants of one holder shared what it admitted from slices beyond its reported
+// grants, of which those lent after the denial took at most their units.
+void GrantSlack(const std::vector<GrantEvent>& grants, const std::vector<DecisionRecord>& decisions,
+                const std::vector<std::vector<MonoTime>>& resets, std::vector<std::vector<Epoch>>& epochs) {
+  struct Holder {
+    uint64_t from_slices = 0;  // admitted from slices
+    uint64_t reported = 0;     // the reported grants' used units
+    uint64_t before = 0;       // units of unreported grants lent up to the last denial
+    uint64_t after = 0;        // and after it
+  };
+  // By (key, epoch, holder slot).
+  std::map<std::tuple<size_t, size_t, int>, Holder> holders;
+  for (const DecisionRecord& d : decisions) {
+    if (d.slice) ++holders[{d.key, d.epoch, d.node}].from_slices;
+  }
+  for (const GrantEvent& g : grants) {
+    const std::vector<MonoTime>& r = resets[g.key];
+    const auto epoch = static_cast<size_t>(std::upper_bound(r.begin(), r.end(), g.lent) - r.begin());
+    Epoch& e = epochs[g.key][epoch];
+    if (!e.last_denial.has_value()) continue;
+    const bool before = g.lent <= *e.last_denial;
+    // Released at the denying node before the denial: its copy counted only the used units.
+    const bool returned =
+        g.settled.has_value() && !g.reclaimed && g.settled_by == e.denied_by && *g.settled <= *e.last_denial;
+    Holder& h = holders[{g.key, epoch, g.holder}];
+    if (g.reported_used.has_value()) {
+      h.reported += *g.reported_used;
+      if (before && !returned) e.grant_slack += g.units - std::min(g.units, *g.reported_used);
+    } else {
+      (before ? h.before : h.after) += g.units;
+    }
+  }
+  for (const auto& [where, h] : holders) {
+    const auto& [key, epoch, slot] = where;
+    const uint64_t unattributed = h.from_slices > h.reported ? h.from_slices - h.reported : 0;
+    const uint64_t used_before = unattributed > h.after ? unattributed - h.after : 0;
+    epochs[key][epoch].grant_slack += h.before - std::min(h.before, used_before);
+  }
+}
 
 }  // namespace
 
@@ -133,6 +240,14 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
       }
       ++kv.answered;
       ++epochs[c.key][epoch].answered;
+      if (c.outcome == Outcome::kDenied && c.decision != 0) {
+        Epoch& e = epochs[c.key][epoch];
+        const DecisionRecord& d = decisions_[c.decision - 1];
+        if (!e.last_denial.has_value() || d.at >= *e.last_denial) {
+          e.last_denial = d.at;
+          e.denied_by = d.node;
+        }
+      }
       if (c.answered - c.sent > v.longest_wait) {
         v.longest_wait = c.answered - c.sent;
         v.longest_wait_check = c.id;
@@ -141,6 +256,7 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
         ++kv.admitted;
         ++epochs[c.key][epoch].admitted;
         if (c.decision != 0) seen_allowed[c.decision] = true;
+        if (c.decision != 0 && decisions_[c.decision - 1].slice) ++kv.from_slices;
       }
     }
     // The answered share.
@@ -178,10 +294,18 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
   std::vector<Last> last(keys_.size());
   for (uint64_t id : answered_decisions) {
     const DecisionRecord& d = decisions_[id - 1];
+    if (d.slice) continue;  // a holder's slice says nothing of the key's remaining
     Last& l = last[d.key];
     if (l.epoch != d.epoch) l = Last{d.epoch, std::nullopt};
     if (l.remaining.has_value() && d.remaining > *l.remaining) ++v.keys[d.key].rollbacks;
     l.remaining = d.remaining;
+  }
+
+  GrantSlack(grants_, decisions_, resets_, epochs);
+  for (const GrantEvent& g : grants_) {
+    ++v.grants_made;
+    v.grants_settled += g.settled.has_value() ? 1 : 0;
+    v.grants_reclaimed += g.settled.has_value() && g.reclaimed ? 1 : 0;
   }
 
   uint64_t beyond_bound = 0;
@@ -193,7 +317,9 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
       kv.over += over;
       beyond += over > kv.bound ? over - kv.bound : 0;
       const uint64_t ideal = std::min(kv.limit, e.answered);
-      const uint64_t floor = ideal > e.wasted ? ideal - e.wasted : 0;
+      const uint64_t excused = e.wasted + e.grant_slack;
+      const uint64_t floor = ideal > excused ? ideal - excused : 0;
+      kv.grant_slack += e.grant_slack;
       kv.floor += floor;
       kv.short_of_floor += floor > e.admitted ? floor - e.admitted : 0;
     }
@@ -202,6 +328,8 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
     beyond_bound += beyond;
     v.rollbacks += kv.rollbacks;
     v.short_of_floor += kv.short_of_floor;
+    v.from_slices += kv.from_slices;
+    v.grant_slack += kv.grant_slack;
     v.live_keys_at_faults += kv.charged_before_faults < kv.limit ? 1 : 0;
     const bool bad = (options.admission && beyond > 0) || (options.rollbacks && kv.rollbacks > 0) ||
                      (options.floor && kv.short_of_floor > 0);
@@ -217,7 +345,8 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
     if (options.floor && kv.short_of_floor > 0) {
       v.failures.push_back(name + ": admitted " + std::to_string(kv.admitted) + ", short of its floor " +
                            std::to_string(kv.floor) + " (answered " + std::to_string(kv.answered) +
-                           ", wasted charges " + std::to_string(kv.wasted) + "): denied with budget left");
+                           ", wasted charges " + std::to_string(kv.wasted) + ", slices' unused units " +
+                           std::to_string(kv.grant_slack) + "): denied with budget left");
     }
   }
   v.beyond_bound = beyond_bound;

@@ -22,6 +22,13 @@
 //    admissions answered 503 (the acknowledgement rule of the closed mode: the charge stays). So the
 //    `healthy waste` -- admitting charges, beyond the one the client saw, of checks answered allowed or
 //    denied before the first fault -- must be 0: a check is charged once while the cluster is healthy.
+//    With quota grants (docs/limiter.md "Quota grants"), a denial may also be justified by slices out:
+//    a decider denies only once the admitting charges plus the units its copy counts for grants reach the
+//    limit, and a grant counts whole until settled (wholly when reclaimed), so every unit of it its holder
+//    never used may stand in for an admission. The floor then also subtracts `grant_slack`: the never-used
+//    units of the grants lent before the epoch's last answered denial (Lent, Settled, DecidedFromSlice;
+//    a grant its holder never reported is charged its holder's admissions from slices not attributed to a
+//    reported grant). Without an answered denial no slack is needed (admitted = answered).
 //    A reset (Reset) starts a new epoch: the charges decided after it count from zero. Charges of a
 //    decider that had not seen the reset yet count in the new epoch (as merge.h's ResetMerged counts
 //    them); the bound and the floor then hold per epoch.
@@ -47,6 +54,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "limiter/limiter.h"
@@ -92,6 +100,21 @@ struct DecisionRecord {
   bool allowed = false;
   uint64_t remaining = 0;
   uint32_t epoch = 0;  // resets of the key before this decision
+  bool slice = false;  // admitted by a holder from a quota grant's slice (DecidedFromSlice)
+};
+
+// One quota grant of a run (docs/limiter.md "Quota grants"), as its owner recorded it in the key's row.
+struct GrantEvent {
+  uint64_t id = 0;  // the grant id
+  size_t key = 0;
+  int owner = -1;   // the slot that lent it
+  int holder = -1;  // the slot it was lent to (-1: unknown)
+  MonoTime lent{};
+  uint64_t units = 0;
+  std::optional<MonoTime> settled;        // its first settle at an owner
+  int settled_by = -1;                    // the slot that settled it first
+  bool reclaimed = false;                 // that first settle was a reclaim (counted wholly used)
+  std::optional<uint64_t> reported_used;  // what its holder's Release said it used (the largest seen)
 };
 
 struct CheckRecord {
@@ -129,6 +152,8 @@ struct KeyVerdict {
   uint64_t floor = 0;                  // sum over epochs of max(0, min(limit, answered) - wasted)
   uint64_t short_of_floor = 0;         // sum over epochs of max(0, floor - admitted)
   uint64_t charged_before_faults = 0;  // admitting charges before the first fault (live budget measure)
+  uint64_t from_slices = 0;            // of `admitted`, decided by a holder from a quota grant's slice
+  uint64_t grant_slack = 0;            // sum over epochs of the floor's allowance for slices (see above)
 };
 
 // Checks in one cell of the answered share.
@@ -147,6 +172,13 @@ struct Verdict {
   uint64_t rollbacks = 0;
   uint64_t short_of_floor = 0;  // sum over keys of short_of_floor
   uint64_t healthy_waste = 0;   // more charges than answers of checks decided before the first fault
+  // Quota grants: made (recorded in a row), settled (released or reclaimed), checks admitted from slices,
+  // and the floor's allowance for slices (KeyVerdict::grant_slack), summed over keys.
+  uint64_t grants_made = 0;
+  uint64_t grants_settled = 0;
+  uint64_t grants_reclaimed = 0;
+  uint64_t from_slices = 0;
+  uint64_t grant_slack = 0;
   // Keys with budget left when the first fault came (charged_before_faults < limit); all keys when
   // the run had no fault.
   uint64_t live_keys_at_faults = 0;
@@ -180,6 +212,29 @@ class Checker {
   void SetExcuse(uint64_t check, Excuse excuse) { checks_[check - 1].excuse = excuse; }
   // Node `node` charged check `check`. Returns the decision id (>= 1).
   uint64_t Decided(uint64_t check, int node, MonoTime at, const limiter::Decision& decision);
+  // Node `node` admitted check `check` from a slice it holds (a quota grant). Returns the decision id.
+  uint64_t DecidedFromSlice(uint64_t check, int node, MonoTime at);
+  // Node `owner` recorded grant `id` of `units` of key `key` for `holder` in the key's row.
+  void Lent(size_t key, uint64_t id, int owner, int holder, MonoTime at, uint64_t units);
+  // Node `node`, owning key `key`, was asked for a slice of it (GrantRows::Lend), and lent or refused.
+  void Asked(size_t key, int node, MonoTime at, bool lent) { asks_.push_back({key, node, at, lent}); }
+  struct Ask {
+    size_t key = 0;
+    int node = -1;
+    MonoTime at{};
+    bool lent = false;
+  };
+  [[nodiscard]] const std::vector<Ask>& asks() const { return asks_; }
+  // Node `node` settled grant `id` in its copy of the row: `used` from its holder's Release, nullopt
+  // reclaimed.
+  void Settled(uint64_t id, int node, MonoTime at, std::optional<uint64_t> used);
+  // The first instant after `after` at which node `node` had admitted more checks of `key` from slices
+  // (since `after`) than the units of the grants lent to it since `after`: a holder deciding from a slice
+  // it held before `after` (a pause). nullopt: never.
+  [[nodiscard]] std::optional<MonoTime> SliceUseBeyondLent(int node, size_t key, MonoTime after) const;
+  // The index of the key named `key`, or nullopt.
+  [[nodiscard]] std::optional<size_t> KeyIndex(std::string_view key) const;
+  [[nodiscard]] const std::vector<GrantEvent>& grants() const { return grants_; }
   // The client got its answer (`decision`: the DecisionRecord it came from, 0 if none). Later answers of
   // the same check are ignored (the first one reached the client).
   void Answered(uint64_t check, MonoTime at, Outcome outcome, uint64_t decision);
@@ -202,6 +257,8 @@ class Checker {
   std::vector<SimKey> keys_;
   std::vector<CheckRecord> checks_;
   std::vector<DecisionRecord> decisions_;
+  std::vector<GrantEvent> grants_;  // in the order they were lent
+  std::vector<Ask> asks_;
   std::vector<std::vector<MonoTime>> resets_;  // per key, in order
   std::optional<MonoTime> first_fault_;
   std::optional<MonoTime> healed_;

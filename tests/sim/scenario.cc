@@ -28,6 +28,11 @@ constexpr milliseconds kLoadWindow{6'000};
 constexpr milliseconds kFormDeadline{30'000};
 constexpr milliseconds kSettle{8'000};           // after the load window and the heal
 constexpr milliseconds kAnswerDeadline{40'000};  // more, while checks are unanswered
+// The quota-grant classes ("grants..."): a fourth key, hot: this many checks over the load window (150/s,
+// some 30/s entering each node), above the lowered threshold below.
+constexpr uint64_t kHotChecks = 900;
+constexpr double kGrantThreshold = 10;   // checks/s entering a node (product default: 200)
+constexpr milliseconds kGrantTerm{500};  // (product default: 1 s); the margin stays 250 ms
 
 const std::vector<FaultClass> kClasses = {
     {"none", Promise::kExact, "a steady cluster: exact"},
@@ -81,6 +86,43 @@ const std::vector<FaultClass> kClasses = {
     {"quick_joins_closed", Promise::kExact, "quick_joins, with sync + closed: exact"},
     {"move_twice_closed", Promise::kExact, "move_twice, with sync + closed: exact"},
     {"lossy_closed", Promise::kExact, "lossy, with sync + closed: exact"},
+    // Quota grants (--grants on, threshold lowered to 10 checks/s and the term to 500 ms so that grants
+    // happen within the run): a fourth, hot key of 900 checks over the load window through the five initial
+    // nodes (~30 checks/s each). Each class fails a run in which no grant was made, none used or none
+    // settled, and proves its fault.
+    {"grants", Promise::kExact,
+     "quota grants, a hot key with a live budget (limit 2 x its checks): grants made, used and all settled "
+     "by the end; exact, no denial of the hot key"},
+    {"grants_closed", Promise::kExact, "grants, with sync + closed: exact"},
+    {"grants_limit", Promise::kExact,
+     "quota grants, the hot key's checks 1.5 x its limit: slices shrink near the limit, all settled; exact, "
+     "the floor less the slices' unused units (the owner's recall is not driven yet)"},
+    {"grants_limit_closed", Promise::kExact, "grants_limit, with sync + closed: exact"},
+    {"grants_holder_crash", Promise::kBounded,
+     "grants_limit, kill -9 of a node holding a slice of the hot key: reclaimed, the floor less its unused "
+     "units; the crash bound for its own admissions (async)"},
+    {"grants_holder_crash_closed", Promise::kExact, "grants_holder_crash, with sync + closed: exact"},
+    {"grants_holder_pause", Promise::kReport,
+     "grants_limit, a node holding a slice (owning no key when one can) stopped 1-1.6 s, past term + "
+     "margin, then resumed: the slice reclaimed meanwhile, nothing decided from it after (asserted); counts "
+     "reported as pause's (the resumed node's forwards are refused as given up, and it decides alone)"},
+    {"grants_holder_pause_closed", Promise::kExact, "grants_holder_pause, with sync + closed: exact"},
+    {"grants_owner_crash", Promise::kBounded,
+     "kill -9 of the hot key's owner (limit = its checks) while it has slices out: the holders ask the next "
+     "owner and every grant settles (asserted); the crash bound plus the units it lent in the last "
+     "replication interval (async)"},
+    {"grants_owner_pause", Promise::kReport,
+     "kill -STOP of the hot key's owner (limit = its checks) while it has slices out, 3-4 s (past failure "
+     "detection), then resumed: every grant settles (asserted); counts reported as pause's"},
+    {"grants_owner_pause_closed", Promise::kExact, "grants_owner_pause, with sync + closed: exact"},
+    {"grants_join", Promise::kExact, "grants_limit, a node joins under load (the hot key may move): exact"},
+    {"grants_join_closed", Promise::kExact, "grants_join, with sync + closed: exact"},
+    {"grants_leave", Promise::kExact, "grants_limit, a node leaves gracefully under load: exact"},
+    {"grants_leave_closed", Promise::kExact, "grants_leave, with sync + closed: exact"},
+    {"grants_lossy", Promise::kReport, "grants_limit on lossy's network (2% drop and duplicate, reordering)"},
+    {"grants_lossy_closed", Promise::kExact, "grants_lossy, with sync + closed: exact"},
+    {"grants_owner_crash_closed", Promise::kExact,
+     "grants_owner_crash, with sync + closed: exact (the grant records were acknowledged by a majority)"},
 };
 
 // The fault of a class: "pause_closed" injects what "pause" does, in another mode.
@@ -97,6 +139,9 @@ std::string At(MonoTime t) {
   return buf;
 }
 
+// Whether a class runs the quota grants.
+bool IsGrants(std::string_view name) { return name.starts_with("grants"); }
+
 MonoTime Ms(uint64_t ms) { return std::chrono::duration_cast<MonoTime>(milliseconds(ms)); }
 
 // The name of every key's one limit (as SimNode charges it).
@@ -106,7 +151,7 @@ constexpr std::string_view kLimitName = "default";
 class Run {
  public:
   Run(const FaultClass& fault_class, uint64_t seed, bool trace)
-      : class_(fault_class), seed_(seed), cluster_(seed, Options(fault_class), Keys(seed)) {
+      : class_(fault_class), seed_(seed), cluster_(seed, Options(fault_class), Keys(seed, fault_class.name)) {
     cluster_.world().set_tracing(trace);
   }
 
@@ -135,6 +180,7 @@ class Run {
     result.verdict = cluster_.checker().Judge(JudgeOptionsOf());
     result.faults_asked = faults_asked_;
     result.faults_injected = faults_injected_;
+    if (IsGrants(class_.name)) GrantFailures(result.verdict);
     const Verdict& v = result.verdict;
     result.ok = result.formed && !result.spinning.has_value() && v.ok() &&
                 faults_injected_ >= faults_asked_ && result.not_routing.empty();
@@ -148,6 +194,7 @@ class Run {
     result.events = w.events_run();
     result.sim_seconds = std::chrono::duration<double>(w.now()).count();
     result.schedule = std::move(schedule_);
+    for (const SimKey& k : cluster_.checker().keys()) result.keys.push_back(k.key);
     result.trace = w.records();
     return result;
   }
@@ -163,10 +210,15 @@ class Run {
       o.replication.ack_majority = true;
       o.handoff.majority_read = true;
     }
+    if (IsGrants(c.name)) {
+      o.grants.enabled = true;
+      o.grants.planner.threshold = kGrantThreshold;
+      o.grants.planner.term = kGrantTerm;
+    }
     return o;
   }
 
-  static std::vector<SimKey> Keys(uint64_t seed) {
+  static std::vector<SimKey> Keys(uint64_t seed, std::string_view fault_class) {
     std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
     std::vector<SimKey> keys;
     for (size_t k = 0; k < kKeys; ++k) {
@@ -180,6 +232,20 @@ class Run {
         key.spec.algorithm = limiter::Algorithm::kTokenBucket;
         key.spec.window = limiter::kMaxWindow;
       }
+      keys.push_back(std::move(key));
+    }
+    if (IsGrants(fault_class)) {  // the hot key: fixed_window or token_bucket by the seed
+      SimKey key;
+      key.key = "hot-" + std::to_string(seed);
+      // grants: a live budget; grants_owner_crash: as many units as checks (the budget outlives the take-over
+      // and the next owner lends); the others: 1.5 checks per unit.
+      const std::string_view name = FaultOf(fault_class);
+      key.spec.limit = name == "grants"                                               ? 2 * kHotChecks
+                       : name == "grants_owner_crash" || name == "grants_owner_pause" ? kHotChecks
+                                                                                      : kHotChecks * 2 / 3;
+      key.spec.algorithm =
+          seed % 2 == 0 ? limiter::Algorithm::kFixedWindow : limiter::Algorithm::kTokenBucket;
+      key.spec.window = seed % 2 == 0 ? 24LL * 3600 * limiter::kSecond : limiter::kMaxWindow;
       keys.push_back(std::move(key));
     }
     return keys;
@@ -241,10 +307,11 @@ class Run {
     const uint64_t window = static_cast<uint64_t>(kLoadWindow.count());
     const uint64_t slots = cluster_.size();
     for (size_t k = 0; k < cluster_.checker().keys().size(); ++k) {
-      const uint64_t n = cluster_.checker().keys()[k].spec.limit + kExtraChecks;
+      const uint64_t n = k == kKeys ? kHotChecks : cluster_.checker().keys()[k].spec.limit + kExtraChecks;
       for (uint64_t i = 0; i < n; ++i) {
         const MonoTime at = load_start_ + Ms(w.Uniform(0, window));
-        const int entry = static_cast<int>(w.Uniform(0, slots - 1));
+        // The hot key's checks enter the initial nodes only: every one of them sees it at ~30 checks/s.
+        const int entry = static_cast<int>(w.Uniform(0, (k == kKeys ? kInitialNodes : slots) - 1));
         w.At(at, [this, k, entry] { ClientCheck(k, entry); });
       }
     }
@@ -346,7 +413,11 @@ class Run {
   // The class's faults, at seed-chosen instants of the load window; everything healed by its end.
   void Faults() {
     World& w = cluster_.world();
-    const std::string_view name = FaultOf(class_.name);
+    std::string_view name = FaultOf(class_.name);
+    // grants_join, grants_leave, grants_lossy: those faults with the quota grants on.
+    for (std::string_view plain : {"join", "leave", "lossy"}) {
+      if (name.starts_with("grants_") && name.substr(7) == plain) name = plain;
+    }
     auto at = [&](uint64_t lo_ms, uint64_t hi_ms) { return load_start_ + Ms(w.Uniform(lo_ms, hi_ms)); };
     auto heal_network = [this] {
       Note("network: healed");
@@ -464,6 +535,157 @@ class Run {
       Starve(at(800, 1'500), Ms(w.Uniform(3'000, 4'000)));
     } else if (name == "missed_reset") {
       MissedReset(at(800, 1'200));
+    } else if (name == "grants_holder_crash") {
+      Plan(at(1'500, 3'000), [this] {
+        const int holder = PickSliceHolder();
+        if (holder < 0) Note("no slice of the hot key out");
+        return holder >= 0 && Crash(holder);
+      });
+    } else if (name == "grants_holder_pause") {
+      const MonoTime from = at(1'500, 3'000);
+      const MonoTime until = from + Ms(w.Uniform(1'000, 1'600));
+      Plan(from, [this] {
+        const int holder = PickSliceHolder();
+        if (holder < 0) {
+          Note("no slice of the hot key out");
+          return false;
+        }
+        victim_ = holder;
+        paused_at_ = cluster_.world().now();
+        return Pause(holder);
+      });
+      w.At(until, [this] {
+        if (victim_ < 0) return;
+        Note("resume " + SimCluster::IdOf(victim_));
+        cluster_.Resume(victim_);
+        resumed_at_ = cluster_.world().now();
+        Healed();
+      });
+    } else if (name == "grants_owner_pause") {
+      const MonoTime from = at(1'500, 3'000);
+      const MonoTime until = from + Ms(w.Uniform(3'000, 4'000));
+      Plan(from, [this] {
+        const int owner = HotOwner();
+        uint64_t out = 0;
+        for (const GrantEvent& g : cluster_.checker().grants()) {
+          if (g.owner == owner && !g.settled.has_value()) out += g.units;
+        }
+        Note(SimCluster::IdOf(owner) + " owns the hot key, " + std::to_string(out) + " units out on grants");
+        if (out == 0) return false;
+        victim_ = owner;
+        paused_at_ = cluster_.world().now();
+        return Pause(owner);
+      });
+      w.At(until, [this] {
+        if (victim_ < 0) return;
+        Note("resume " + SimCluster::IdOf(victim_));
+        cluster_.Resume(victim_);
+        Healed();
+      });
+    } else if (name == "grants_owner_crash") {
+      Plan(at(1'500, 3'000), [this] {
+        const int owner = HotOwner();
+        uint64_t out = 0;
+        for (const GrantEvent& g : cluster_.checker().grants()) {
+          if (g.owner == owner && !g.settled.has_value()) out += g.units;
+        }
+        Note(SimCluster::IdOf(owner) + " owns the hot key, " + std::to_string(out) + " units out on grants");
+        return out > 0 && Crash(owner);
+      });
+    }
+  }
+
+  // The hot key's owner on n1's ring.
+  int HotOwner() const {
+    const auto& ring = cluster_.node(0)->ring();
+    return cluster_.SlotOf(
+        ring->PreferenceList(ring::RingToken(cluster_.checker().keys()[kKeys].key), 1).front()->id);
+  }
+
+  // A running node holding an unsettled slice of the hot key now, chosen by the seed among those owning
+  // none of the keys when there are some (a paused or crashed owner is other classes' subject); -1: none.
+  int PickSliceHolder() {
+    std::set<int> owners;
+    const auto& ring = cluster_.node(0)->ring();
+    for (const SimKey& key : cluster_.checker().keys()) {
+      owners.insert(cluster_.SlotOf(ring->PreferenceList(ring::RingToken(key.key), 1).front()->id));
+    }
+    std::set<int> holders;
+    for (const GrantEvent& g : cluster_.checker().grants()) {
+      if (g.key == kKeys && !g.settled.has_value() && g.holder >= 0 && Running(g.holder))
+        holders.insert(g.holder);
+    }
+    std::vector<int> preferred;
+    for (int h : holders) {
+      if (owners.count(h) == 0) preferred.push_back(h);
+    }
+    if (preferred.empty()) preferred.assign(holders.begin(), holders.end());
+    if (preferred.empty()) return -1;
+    const int holder = preferred[cluster_.world().Uniform(0, preferred.size() - 1)];
+    uint64_t out = 0;
+    for (const GrantEvent& g : cluster_.checker().grants()) {
+      if (g.key == kKeys && g.holder == holder && !g.settled.has_value()) out += g.units;
+    }
+    Note(SimCluster::IdOf(holder) + " holds " + std::to_string(out) + " units of the hot key on grants");
+    return holder;
+  }
+
+  // What a quota-grant class asserts beyond the Checker's rules (added to the verdict's failures): grants
+  // were made, used and settled; every grant settled by the end (after an owner crash too: the holders'
+  // Releases reach the next owner, GrantDriver sends an unanswered one again); a crashed holder's
+  // slice was reclaimed; a paused holder's slices were reclaimed during the pause and it decided nothing
+  // from them after (its admissions from slices after the pause never exceed the units lent to it after).
+  void GrantFailures(Verdict& v) const {
+    const Checker& checker = cluster_.checker();
+    const std::string_view name = FaultOf(class_.name);
+    if (v.grants_made == 0) v.failures.push_back("grants: no grant was made");
+    if (v.from_slices == 0) v.failures.push_back("grants: no check was admitted from a slice");
+    if (v.grants_settled == 0) v.failures.push_back("grants: no grant was settled");
+    uint64_t unsettled = 0;          // grants never settled
+    uint64_t asked_after_crash = 0;  // slices asked of another node than the crashed owner after the crash
+    for (const GrantEvent& g : checker.grants()) {
+      // A grant the paused owner recorded just before it stopped, whose reply its holder stopped waiting
+      // for: nobody releases it, and the next owner adopts it only when asked a slice of the key again
+      // (docs/limiter.md "Not built yet"): counted, not a failure.
+      const bool orphan = name == "grants_owner_pause" && g.owner == victim_ && g.lent <= paused_at_ &&
+                          g.lent + Ms(500) >= paused_at_;
+      unsettled += g.settled.has_value() || orphan ? 0 : 1;
+    }
+    for (const Checker::Ask& a : checker.asks()) {
+      asked_after_crash += a.key == kKeys && a.node != victim_ && a.at > crashed_at_ ? 1 : 0;
+    }
+    if (unsettled > 0) {
+      v.failures.push_back("grants: " + std::to_string(unsettled) + " of " + std::to_string(v.grants_made) +
+                           " grants never settled");
+    }
+    if (name == "grants_owner_crash" && victim_ >= 0 && asked_after_crash == 0) {
+      v.failures.push_back("grants: no holder asked the next owner for a slice after the owner crashed");
+    }
+    if (name == "grants" && v.keys[kKeys].admitted < v.keys[kKeys].answered) {
+      v.failures.push_back("grants: the hot key denied " +
+                           std::to_string(v.keys[kKeys].answered - v.keys[kKeys].admitted) +
+                           " checks with its budget live");
+    }
+    if (name == "grants_holder_crash" && victim_ >= 0) {
+      bool reclaimed = false;
+      for (const GrantEvent& g : checker.grants()) {
+        reclaimed = reclaimed || (g.holder == victim_ && g.lent <= crashed_at_ && g.reclaimed);
+      }
+      if (!reclaimed) v.failures.push_back("grants: no slice of the crashed holder was reclaimed");
+    }
+    if (name == "grants_holder_pause" && victim_ >= 0 && resumed_at_.has_value()) {
+      for (const GrantEvent& g : checker.grants()) {
+        if (g.holder != victim_ || g.lent > paused_at_) continue;
+        if (!g.settled.has_value() || *g.settled > *resumed_at_) {
+          v.failures.push_back("grants: grant " + std::to_string(g.id) +
+                               " of the paused holder was not settled before it resumed");
+        }
+      }
+      // The victim's admissions from slices after the pause, against the units lent to it since.
+      if (const std::optional<MonoTime> at = checker.SliceUseBeyondLent(victim_, kKeys, paused_at_)) {
+        v.failures.push_back("grants: the paused holder admitted from a slice at " + At(*at) +
+                             " beyond the units lent to it after the pause");
+      }
     }
   }
 
@@ -547,14 +769,20 @@ class Run {
   // The over-admission each key may show: for a crash (async), what the victim admitted in the last
   // replication interval before it (2 intervals + a network latency, to be safe); exact elsewhere.
   std::vector<uint64_t> Bounds() const {
-    std::vector<uint64_t> bounds(kKeys, 0);
+    std::vector<uint64_t> bounds(cluster_.checker().keys().size(), 0);
     if (class_.promise != Promise::kBounded || victim_ < 0) return bounds;
     const SimOptions& o = cluster_.options();
     const MonoTime window = 2 * std::chrono::duration_cast<MonoTime>(o.replication.interval) +
                             std::chrono::duration_cast<MonoTime>(o.network.max_latency);
     for (const DecisionRecord& d : cluster_.checker().decisions()) {
-      if (d.node == victim_ && d.allowed && d.at <= crashed_at_ && d.at + window >= crashed_at_)
+      if (d.node == victim_ && d.allowed && !d.slice && d.at <= crashed_at_ && d.at + window >= crashed_at_)
         ++bounds[d.key];
+    }
+    // Quota grants: a grant record is a state change of the key's row like an admission; the units the
+    // victim lent in that interval may be lost with it while its holders use them.
+    for (const GrantEvent& g : cluster_.checker().grants()) {
+      if (g.owner == victim_ && g.lent <= crashed_at_ && g.lent + window >= crashed_at_)
+        bounds[g.key] += g.units;
     }
     return bounds;
   }
@@ -573,9 +801,11 @@ class Run {
   int victim_ = -1;
   MonoTime crashed_at_{};
   std::vector<int> side_;
-  size_t reset_key_ = 0;   // missed_reset: the key reset,
-  int reset_owner_ = -1;   // its owner (on n1's ring before the faults)
-  int reset_holder_ = -1;  // and the holder that misses the reset
+  MonoTime paused_at_{};                // grants_holder_pause: when the victim was paused,
+  std::optional<MonoTime> resumed_at_;  // and resumed
+  size_t reset_key_ = 0;                // missed_reset: the key reset,
+  int reset_owner_ = -1;                // its owner (on n1's ring before the faults)
+  int reset_holder_ = -1;               // and the holder that misses the reset
   std::vector<std::string> schedule_;
   uint64_t faults_asked_ = 0;
   uint64_t faults_injected_ = 0;
@@ -655,6 +885,14 @@ ShareFloor AnsweredFloor(std::string_view fault_class) {
       {"move_twice_closed", 9800, 9900},    // 99.70 %, 100.00 % (1000)
       {"lossy_closed", 9800, 9900},         // 99.55 %, 100.00 % (1000; 2 % of messages dropped)
       {"skew_pause_closed", 9800, 9800},    // 99.90 %, 99.91 %
+      // Quota grants (2026-11-28, seeds 1-200; "before" 100.00 % in each).
+      {"grants_holder_crash_closed", 9900, 0},     // 100.00 %
+      {"grants_holder_pause_closed", 9900, 9900},  // 100.00 %, 99.93 %
+      {"grants_owner_crash_closed", 9900, 0},      // 100.00 %
+      {"grants_owner_pause_closed", 9900, 9800},   // 99.98 %, 99.42 %
+      {"grants_join_closed", 9900, 0},             // 100.00 %
+      {"grants_leave_closed", 9900, 0},            // 100.00 %
+      {"grants_lossy_closed", 9900, 9900},         // 99.76 %, 100.00 %
   };
   ShareFloor f;
   f.cell = {0, 0, 0};
@@ -677,6 +915,13 @@ void Tally::Add(const RunResult& r) {
   unanswered += v.unanswered;
   short_of_floor += v.short_of_floor;
   faults += r.faults_injected;
+  grants_made += v.grants_made;
+  grants_settled += v.grants_settled;
+  grants_reclaimed += v.grants_reclaimed;
+  from_slices += v.from_slices;
+  grant_slack += v.grant_slack;
+  fewest_grants = std::min(fewest_grants, v.grants_made);
+  for (const KeyVerdict& k : v.keys) admitted += k.admitted;
   if (v.longest_wait > longest_wait) {
     longest_wait = v.longest_wait;
     longest_wait_seed = r.seed;
@@ -763,6 +1008,11 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
   out << "checks " << v.checks << ", unanswered " << v.unanswered << ", over-admitted " << v.over_admitted
       << " (beyond bound " << v.beyond_bound << "), rollbacks " << v.rollbacks << ", short of floor "
       << v.short_of_floor << ", wasted while healthy " << v.healthy_waste << "\n";
+  if (v.grants_made > 0 || IsGrants(result.fault_class)) {
+    out << "grants: made " << v.grants_made << ", settled " << v.grants_settled << " (reclaimed "
+        << v.grants_reclaimed << "), checks admitted from slices " << v.from_slices
+        << ", floor allowance for slices' unused units " << v.grant_slack << "\n";
+  }
   out << "answered share (counted checks answered allowed or denied; lowest entry node):";
   for (size_t p = 0; p < kPhases; ++p) {
     const ShareCount& s = v.share[p];
@@ -795,7 +1045,11 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
     out << "  key " << k << ": limit " << kv.limit << ", admitted " << kv.admitted << ", bound +" << kv.bound
         << ", rollbacks " << kv.rollbacks << ", answered " << kv.answered << ", floor " << kv.floor
         << " (wasted charges " << kv.wasted << "), admitting charges before the faults "
-        << kv.charged_before_faults << "\n";
+        << kv.charged_before_faults;
+    if (kv.from_slices > 0 || kv.grant_slack > 0) {
+      out << ", admitted from slices " << kv.from_slices << ", slices' unused units " << kv.grant_slack;
+    }
+    out << "\n";
   }
   RunResult traced = result.trace.empty() ? RunSeed(result.fault_class, result.seed, true) : result;
   if (traced.trace_hash != result.trace_hash) out << "WARNING: the traced run differs (trace hash)\n";
@@ -805,7 +1059,7 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
   if (!key.has_value() && !result.unanswered.empty()) key = result.unanswered.front().key;
   if (!key.has_value() && !result.refused.empty()) key = result.refused.front().key;
   if (!key.has_value() && v.longest_wait_check != 0) key = result.longest_wait.key;  // (a run that holds)
-  if (key.has_value()) key_text = "key-" + std::to_string(result.seed) + "-" + std::to_string(*key);
+  if (key.has_value() && *key < result.keys.size()) key_text = result.keys[*key];
   // The checks of that key, by id, to find their answers (which name the check only).
   std::set<std::string> check_tags;
   for (const TraceRecord& r : traced.trace) {
@@ -817,7 +1071,12 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
   }
   std::vector<const TraceRecord*> lines;
   for (const TraceRecord& r : traced.trace) {
-    bool keep = r.kind == TraceKind::kFault || r.kind == TraceKind::kRing;
+    bool keep =
+        r.kind == TraceKind::kFault || r.kind == TraceKind::kRing ||
+        (r.kind == TraceKind::kNote &&
+         ((!key_text.empty() && r.text.find(key_text) != std::string::npos) ||
+          r.text.find(" lends ") != std::string::npos || r.text.find(" settles ") != std::string::npos ||
+          r.text.find("grant-release") != std::string::npos));
     if (r.kind == TraceKind::kMember) keep = r.text.find(" alive") == std::string::npos || !key.has_value();
     if (r.kind == TraceKind::kCheck) {
       keep = false;

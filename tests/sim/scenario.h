@@ -1,6 +1,7 @@
 // Scenarios: the simulator's fault classes. Each run of a class is generated from its seed: a five-node
-// cluster formed one node at a time, three keys with known limits (20-50, long windows), about limit + 15
-// checks per key sent at random times to random nodes during a 6 s load window, the class's faults
+// cluster formed one node at a time, three keys with known limits (20-50, long windows; the quota-grant
+// classes add a hot fourth), about limit + 15 checks per key sent at random times to random nodes during a
+// 6 s load window, the class's faults
 // inside that window, then every fault healed and the cluster left to settle. The Checker then judges it.
 //
 // What each class is held to follows docs/architecture.md "Guarantees" (see Classes()):
@@ -64,6 +65,7 @@ struct RunResult {
   std::vector<CheckRecord> unanswered;  // checks left without an answer
   std::vector<CheckRecord> refused;     // counted checks (not excused) answered 503
   CheckRecord longest_wait;             // the answered check that waited longest (Verdict::longest_wait)
+  std::vector<std::string> keys;        // the keys' names, by index
   std::vector<TraceRecord> trace;       // only with `trace`
 };
 
@@ -98,6 +100,14 @@ struct Tally {
   uint64_t budget_spent = 0;  // of it, charged before the first fault
   std::array<ShareCount, kPhases> share{};
   std::array<uint32_t, kPhases> min_share_bp{10000, 10000, 10000};  // lowest cell of one run
+  // Quota grants (Verdict::grants_made ...), summed; the fewest grants made in one run.
+  uint64_t grants_made = 0;
+  uint64_t grants_settled = 0;
+  uint64_t grants_reclaimed = 0;
+  uint64_t from_slices = 0;
+  uint64_t admitted = 0;  // every key's admissions (the share of them from slices)
+  uint64_t grant_slack = 0;
+  uint64_t fewest_grants = UINT64_MAX;
   MonoTime longest_wait{};         // the longest a counted answer took in any run (Verdict::longest_wait)
   uint64_t longest_wait_seed = 0;  // of that run
 

@@ -183,6 +183,12 @@ const char* MethodName(peer::Method method) {
       return "state-update";
     case peer::METHOD_HANDOFF_DONE:
       return "handoff-done";
+    case peer::METHOD_GRANT_REQUEST:
+      return "grant-request";
+    case peer::METHOD_GRANT_RELEASE:
+      return "grant-release";
+    case peer::METHOD_GRANT_RECALL:
+      return "grant-recall";
     default:
       return "other";
   }
@@ -232,13 +238,46 @@ void SimCluster::Call(int from, std::string_view to_address, peer::Method method
                       std::chrono::milliseconds timeout, CallDone done) {
   if (world_.tracing() && method == peer::METHOD_FORWARD_CHECK)
     done = TracedForward(from, to_address, payload, std::move(done));
+  if (world_.tracing() && (method == peer::METHOD_GRANT_REQUEST || method == peer::METHOD_GRANT_RELEASE ||
+                           method == peer::METHOD_GRANT_RECALL)) {
+    std::string text = std::string(MethodName(method)) + " " + IdOf(from) + "->" + std::string(to_address);
+    if (method == peer::METHOD_GRANT_RELEASE) {
+      peer::GrantRelease release;
+      if (release.ParseFromString(payload)) {
+        text += " of " + release.key() + " (grant " + std::to_string(release.grant()) + ", used " +
+                std::to_string(release.used()) + ")";
+      }
+    }
+    world_.Trace(from, TraceKind::kNote, text);
+    done = [this, from, text, done = std::move(done)](peer::PeerResult result) mutable {
+      world_.Trace(from, TraceKind::kNote,
+                   text + (result.ok() ? ": answered" : ": " + result.status().ToString()));
+      done(std::move(result));
+    };
+  }
   auto call = std::make_shared<PendingCall>(PendingCall{std::move(done), false});
   const uint64_t from_life = world_.life(from);
   const MonoTime now = world_.now();
   const int to = SlotOfAddress(to_address);
-  if (to < 0 || to == from) {
+  if (to < 0) {
     world_.Schedule(now, from, from_life,
                     [call] { call->Fail(peer::PeerErrorKind::kUnavailable, "no such member"); });
+    return;
+  }
+  if (to == from) {  // its own peer server, as PeerClient reaches it over loopback: no loss, no latency
+    world_.Hash(static_cast<uint64_t>(method), static_cast<uint64_t>(from * 64 + to));
+    world_.Schedule(now, from, from_life, [this, call, from, from_life, method, payload]() mutable {
+      nodes_[from]->Handle(
+          method, std::move(payload), [this, call, from, from_life](std::optional<std::string> answer) {
+            world_.Schedule(world_.now(), from, from_life, [call, answer = std::move(answer)]() mutable {
+              if (answer.has_value()) {
+                call->Finish(peer::PeerResult::Value(std::move(*answer)));
+              } else {
+                call->Fail(peer::PeerErrorKind::kRemoteError, "refused by the handler");
+              }
+            });
+          });
+    });
     return;
   }
   world_.Schedule(now + timeout, from, from_life,

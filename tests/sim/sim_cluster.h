@@ -12,7 +12,8 @@
 // A request's `reply` is called exactly once, on the sender's node: with the answer; or nullopt when its
 // timeout passes first (a lost, cut or unanswered request, a paused target); or nullopt after one network
 // latency when the target is known but down (connection refused); or nullopt at once when the target is
-// unknown or the sender itself. A crashed sender's replies are dropped with its other events.
+// unknown. A call to the sender itself is served at once, never lost (the node's own server over
+// loopback: a holder that became its key's decider sends itself its grant's Release). A crashed sender's replies are dropped with its other events.
 //
 // Thread safety: none needed (one simulation thread).
 #ifndef RINGLIMIT_TESTS_SIM_SIM_CLUSTER_H_
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "node/cluster/grant_driver.h"
 #include "node/peer/peer_status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
@@ -79,6 +81,8 @@ struct SimOptions {
   // Call HandoffManager::OnMembersChanged after membership events, as node/server/node.cc does (through
   // Cluster::SetMembersListener). Default: true.
   bool notify_members_changed = true;
+  // --grants: the quota grants' driver on every node (SimNode). Default: off, at the product's defaults.
+  cluster::GrantDriverOptions grants;
   NetworkOptions network;
 };
 

@@ -186,6 +186,18 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(tally.unanswered),
         static_cast<unsigned long long>(tally.short_of_floor), shares[0].c_str(), shares[1].c_str(),
         shares[2].c_str(), live.c_str(), wait, result.c_str());
+    if (tally.grants_made > 0) {
+      std::printf(
+          "%-16s grants: %llu made (%.1f per run, fewest %llu), %llu settled (%llu reclaimed); %llu "
+          "of %llu admissions from slices; floor allowance for slices' unused units %llu\n",
+          "", static_cast<unsigned long long>(tally.grants_made),
+          static_cast<double>(tally.grants_made) / static_cast<double>(args.seeds),
+          static_cast<unsigned long long>(tally.fewest_grants),
+          static_cast<unsigned long long>(tally.grants_settled),
+          static_cast<unsigned long long>(tally.grants_reclaimed),
+          static_cast<unsigned long long>(tally.from_slices), static_cast<unsigned long long>(tally.admitted),
+          static_cast<unsigned long long>(tally.grant_slack));
+    }
     std::fflush(stdout);
     for (const std::string& f : share_failures) std::fprintf(stderr, "FAILED: %s\n", f.c_str());
     if (!share_failures.empty() || too_few_exact) failed = true;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "limiter/merge.h"
+#include "limiter/spec_wire.h"
 #include "node/cluster/routing.h"
 #include "ring/token.h"
 #include "tests/sim/sim_cluster.h"
@@ -79,6 +81,64 @@ class SimNode::Host final : public cluster::ForwardHost {
   SimNode& node_;
 };
 
+// node.cc's StoreGrantRows on this node's store, telling the Checker every grant recorded and settled (the
+// floor's allowance for slices and the classes' proof that grants happened).
+class SimNode::Rows final : public cluster::GrantRows {
+ public:
+  explicit Rows(SimNode& node) : node_(node), rows_(*node.store_, node.Contributor(), node.hlc_) {}
+  cluster::GrantActions Lend(const cluster::GrantKey& key, limiter::TimeNs now,
+                             const Decide& decide) override {
+    cluster::GrantActions out = rows_.Lend(
+        key, now, [&](const cluster::KeyBudget& budget, const std::vector<cluster::GrantId>& unsettled) {
+          cluster::GrantActions decided = decide(budget, unsettled);
+          if (const std::optional<size_t> k = node_.cluster_.checker().KeyIndex(key.key)) {
+            node_.cluster_.checker().Asked(*k, node_.slot_, node_.world_.now(), !decided.lends.empty());
+          }
+          if (node_.world_.tracing()) {
+            node_.world_.Trace(node_.slot_, TraceKind::kNote,
+                               node_.id_ + " asked a slice of " + key.key + ": capacity " +
+                                   std::to_string(budget.capacity) + ", effective " +
+                                   std::to_string(budget.effective) + ", term cap " +
+                                   std::to_string(budget.term_cap.count() / 1'000'000) + " ms, " +
+                                   std::to_string(unsettled.size()) + " unsettled grants; " +
+                                   (decided.lends.empty() ? "refused" : "lends"));
+          }
+          return decided;
+        });
+    Checker& checker = node_.cluster_.checker();
+    const std::optional<size_t> k = checker.KeyIndex(key.key);
+    for (const cluster::Lend& l : out.lends) {
+      node_.world_.Hash(l.grant, l.units);
+      if (k.has_value()) {
+        checker.Lent(*k, l.grant, node_.slot_, node_.cluster_.SlotOf(l.to), node_.world_.now(), l.units);
+      }
+      if (node_.world_.tracing()) {
+        node_.world_.Trace(node_.slot_, TraceKind::kNote,
+                           node_.id_ + " lends " + std::to_string(l.units) + " of " + key.key + " to " +
+                               l.to + " (grant " + std::to_string(l.grant) + ")");
+      }
+    }
+    return out;
+  }
+  uint64_t Settle(const cluster::GrantKey& key, cluster::GrantId grant, std::optional<uint64_t> used,
+                  limiter::TimeNs now) override {
+    const uint64_t charged = rows_.Settle(key, grant, used, now);
+    node_.cluster_.checker().Settled(grant, node_.slot_, node_.world_.now(), used);
+    node_.world_.Hash(grant, charged);
+    if (node_.world_.tracing()) {
+      node_.world_.Trace(node_.slot_, TraceKind::kNote,
+                         node_.id_ + " settles grant " + std::to_string(grant) + " of " + key.key + ": " +
+                             (used.has_value() ? "used " + std::to_string(*used) : std::string("reclaimed")) +
+                             ", charged " + std::to_string(charged));
+    }
+    return charged;
+  }
+
+ private:
+  SimNode& node_;
+  cluster::StoreGrantRows rows_;
+};
+
 SimNode::SimNode(SimCluster& cluster, int slot, uint64_t life, Disk& disk)
     : cluster_(cluster),
       world_(cluster.world()),
@@ -93,6 +153,8 @@ SimNode::~SimNode() {
   if (handoff_ != nullptr) handoff_->Abandon();
   if (replicator_ != nullptr) replicator_->Abandon();
   forwarder_.reset();
+  grants_.reset();
+  grant_rows_.reset();
   host_.reset();
   handoff_.reset();
   replicator_.reset();
@@ -139,6 +201,17 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
         *response = DecideForwarded(request);
       },
       replicator_.get(), handoff_.get());
+  if (options_.grants.enabled) {  // node.cc StartGrants
+    grant_rows_ = std::make_unique<Rows>(*this);
+    cluster::Forwarder& forwarder = *forwarder_;
+    grants_ = std::make_unique<cluster::GrantDriver>(
+        *host_, options_.grants, *grant_rows_,
+        [&forwarder](std::string_view key, std::function<void(bool)> done) {
+          const std::string_view keys[1] = {key};
+          forwarder.Decided(keys, std::move(done));
+        });
+    forwarder_->SetGrants(grants_.get());
+  }
 
   cluster::ClusterPlannerOptions planner_options;
   planner_options.node_id = id_;
@@ -155,6 +228,12 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   Apply(planner_->Start(world_.now(), WallNow(), std::move(self), seed_addresses));
   executor_->Post([this] { Tick(); });
   executor_->Post([this] { FlushDisk(); });
+  if (grants_ != nullptr) executor_->Post([this] { GrantTick(); });
+}
+
+void SimNode::GrantTick() {
+  grants_->Tick();
+  world_.Schedule(world_.now() + std::chrono::milliseconds(50), slot_, life_, [this] { GrantTick(); });
 }
 
 // ----------------------------------------------------------------------------------------- membership
@@ -323,10 +402,28 @@ void SimNode::ClientCheck(uint64_t check, size_t key) {
   forwarded.set_key(name);
   forwarded.set_cost(1);
   forwarded.set_hops(1);
+  if (grants_ != nullptr) {  // as check_engine.cc MakeForwarded: the limit travels with the check
+    peer::NamedLimit* limit = forwarded.add_limits();
+    limit->set_name(std::string(kLimitName));
+    limiter::SpecToProto(cluster_.checker().keys()[key].spec, limit->mutable_spec());
+  }
   forwarder_->Forward(std::move(forwarded), [this, check, name](std::optional<peer::ForwardedResult> result) {
     if (result.has_value() &&
         (result->status() == peer::CHECK_UNAVAILABLE || result->status() == peer::CHECK_UNACKED)) {
       Answer(check, Outcome::kRefused, 0);  // 503: nothing charged, or not acknowledged by the holders
+      return;
+    }
+    if (result.has_value() && result->status() == peer::CHECK_OK && result->allowed() &&
+        result->owner() == id_) {  // admitted here from a quota grant's slice (GrantDriver::TryLocal)
+      const uint64_t decision = cluster_.checker().DecidedFromSlice(check, slot_, world_.now());
+      world_.Hash(decision, 1);
+      if (world_.tracing()) {
+        world_.Trace(slot_, TraceKind::kCheck,
+                     "check #" + std::to_string(check) + " key " + name + " admitted at " + id_ +
+                         " from a slice (" + std::to_string(result->decisions(0).remaining()) +
+                         " left here)");
+      }
+      Answer(check, Outcome::kAllowed, decision);
       return;
     }
     if (!result.has_value() || result->status() != peer::CHECK_OK || DecisionOf(*result) == 0) {
@@ -363,6 +460,9 @@ uint64_t SimNode::Charge(uint64_t check, const std::string& key) {
                    // One contributor per life (as a restarted ringlimitd draws a new one).
                    decision = limiter::CheckMerged(spec, *states[0], Contributor(), hlc_.Now(now),
                                                    limiter::Request{.cost = 1, .now = now});
+                   // With grants, `remaining` leaves out the slices lent; the Checker's rollback rule
+                   // follows the key's unlent budget, which only falls as units are charged or settled.
+                   if (grants_ != nullptr) decision.remaining += limiter::GrantsOut(spec, *states[0], now);
                  });
   const uint64_t id = checker.Decided(check, slot_, world_.now(), decision);
   world_.Hash(id, decision.remaining * 2 + (decision.allowed ? 1 : 0));
@@ -403,6 +503,21 @@ void SimNode::Handle(peer::Method method, std::string payload, Responder respond
       return;
     case peer::METHOD_SYNC_RANGES:  // answered once this node's states of the ranges reached the sender
       handoff_->HandleSyncRanges(payload, std::move(respond));
+      return;
+    case peer::METHOD_GRANT_REQUEST:
+    case peer::METHOD_GRANT_RELEASE:
+    case peer::METHOD_GRANT_RECALL:
+      if (grants_ == nullptr) {  // --grants off: no handler
+        respond(std::nullopt);
+        return;
+      }
+      grants_->Serve(method, std::move(payload), [respond = std::move(respond)](peer::PeerResult result) {
+        if (result.ok()) {
+          respond(result.TakePayload());
+        } else {
+          respond(std::nullopt);
+        }
+      });
       return;
     case peer::METHOD_FORWARD_CHECK:
       forwarder_->Serve(std::move(payload), [respond = std::move(respond)](peer::PeerResult result) {

@@ -7,8 +7,11 @@
 // replication::HandoffManager on the node's SimExecutor, the Forwarder (node/cluster/forwarder.h: routing,
 // retries, relays, deadlines, dedup, pass-on, hold while switching, the failure mode) on this node's
 // ForwardHost -- the simulated clock, seeded generator and network -- and the pause fence
-// (node/cluster/pause_fence.h). What is written here is the drivers' plumbing (cluster.cc's Apply, over the
-// simulated network) and, until the check service has one home (issue 32, item 2), the check path of
+// (node/cluster/pause_fence.h), and with SimOptions::grants on, the quota grants' GrantDriver
+// (node/cluster/grant_driver.h) on the same host and StoreGrantRows on the node's store, wired as
+// node/server/node.cc StartGrants wires them (acknowledged through Forwarder::Decided, ticked every 50 ms,
+// serving the three grant methods). What is written here is the drivers' plumbing (cluster.cc's Apply, over
+// the simulated network) and, until the check service has one home (issue 32, item 2), the check path of
 // node/api/check_engine.cc around the Forwarder (RunRouted for one key: refuse when not routing or refusing
 // to decide, Classify, decide here or Forward, decide here when Forward comes back empty, 503 on
 // CHECK_UNAVAILABLE / CHECK_UNACKED), the deciding of node/api (one limit per key, charged with
@@ -38,6 +41,8 @@
 #include "limiter/hlc.h"
 #include "node/cluster/cluster_planner.h"
 #include "node/cluster/forwarder.h"
+#include "node/cluster/grant_driver.h"
+#include "node/cluster/grant_rows.h"
 #include "node/cluster/pause_fence.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
@@ -80,6 +85,8 @@ class SimNode {
   [[nodiscard]] const replication::HandoffManager& handoff() const { return *handoff_; }
   [[nodiscard]] const replication::Replicator& replicator() const { return *replicator_; }
   [[nodiscard]] storage::MemoryStore& store() { return *store_; }
+  // The quota grants' driver, or null when SimOptions::grants is off.
+  [[nodiscard]] const cluster::GrantDriver* grants() const { return grants_.get(); }
   // Whether it routes checks: its routing table holds a ring (Forwarder::Routing).
   [[nodiscard]] bool routing() const {
     return handoff_ != nullptr && handoff_->routing().Current().ring != nullptr;
@@ -107,6 +114,7 @@ class SimNode {
  private:
   class Link;
   class Host;
+  class Rows;
 
   // The ClusterPlanner's driver (cluster.cc Core: OnTick, Receive, Apply, the leave).
   void Tick();
@@ -114,6 +122,8 @@ class SimNode {
   void FinishLeave();
   void MaybeExit();
   void FlushDisk();
+  // node.cc ArmGrantTick: the grant driver's timer, every 50 ms.
+  void GrantTick();
 
   // Deciding (node/api): charges check `check` of `key` here and records it. Returns the decision id.
   uint64_t Charge(uint64_t check, const std::string& key);
@@ -150,6 +160,8 @@ class SimNode {
   std::unique_ptr<cluster::PauseFence> fence_;  // ticked by Tick, as cluster.cc's OnTick does
   std::unique_ptr<Host> host_;
   std::unique_ptr<cluster::Forwarder> forwarder_;
+  std::unique_ptr<Rows> grant_rows_;              // with SimOptions::grants on
+  std::unique_ptr<cluster::GrantDriver> grants_;  // with SimOptions::grants on
 
   std::set<uint64_t> pending_;  // client checks entered here, not answered yet
   bool leaving_ = false;
