@@ -839,7 +839,7 @@ TEST_F(HandoffPlannerTest, DropReadsOnlyRangesNoLongerHeld) {
 }
 
 TEST(HandoffOptionsValidateTest, RejectsWhatViolatesRequires) {
-  EXPECT_TRUE(Validate({}).ok());
+  EXPECT_TRUE(Validate(HandoffOptions{}).ok());
   HandoffOptions o;
   o.push_timeout = 0ms;
   EXPECT_FALSE(Validate(o).ok());

@@ -244,7 +244,7 @@ class HandoffTest : public ::testing::Test {
 };
 
 TEST(HandoffOptionsTest, Validate) {
-  EXPECT_TRUE(Validate({}).ok());
+  EXPECT_TRUE(Validate(HandoffOptions{}).ok());
   HandoffOptions o;
   o.replicas = 0;
   EXPECT_FALSE(Validate(o).ok());
