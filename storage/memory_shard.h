@@ -1,10 +1,10 @@
 // MemoryShard: one independently locked part of the memory tier (internal to storage/).
 //
 // Layout (per state, see memory_store.h for the budget): an 80-byte Entry (its merged state packed in it,
-// or on the heap when it has several contributors) in a chunked slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the caller); a
-// flat hash set of the index of each entity's first entry (its other entries follow through
-// Entry::entity_next), hashed by that stored token; a doubly-linked LRU list through the slab; interned
-// (name, spec) slots.
+// or on the heap when it has several contributors) in a chunked slab addressed by 32-bit indices, holding the
+// entity's ring token (computed once, by the caller); a flat hash set of the index of each entity's first
+// entry (its other entries follow through Entry::entity_next), hashed by that stored token; a doubly-linked
+// LRU list through the slab; interned (name, spec) slots.
 //
 // Thread safety: every public method takes mutex_ itself; safe for concurrent use. No method does I/O
 // or calls out while holding mutex_ (except the caller's `fn`, which must not block).

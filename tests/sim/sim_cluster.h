@@ -13,7 +13,8 @@
 // timeout passes first (a lost, cut or unanswered request, a paused target); or nullopt after one network
 // latency when the target is known but down (connection refused); or nullopt at once when the target is
 // unknown. A call to the sender itself is served at once, never lost (the node's own server over
-// loopback: a holder that became its key's decider sends itself its grant's Release). A crashed sender's replies are dropped with its other events.
+// loopback: a holder that became its key's decider sends itself its grant's Release). A crashed sender's
+// replies are dropped with its other events.
 //
 // Thread safety: none needed (one simulation thread).
 #ifndef RINGLIMIT_TESTS_SIM_SIM_CLUSTER_H_
