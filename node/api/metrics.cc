@@ -61,6 +61,15 @@ void AppendSample(std::string* out, std::string_view name, std::string_view labe
   out->append(buf, static_cast<size_t>(n)).push_back('\n');
 }
 
+void AppendSamplesBy(std::string* out, std::string_view name, std::string_view label,
+                     std::initializer_list<std::pair<const char*, uint64_t>> samples) {
+  std::string labels;
+  for (const auto& [value, count] : samples) {
+    labels.assign(label).append("=\"").append(value).push_back('"');
+    AppendSample(out, name, labels, static_cast<int64_t>(count));
+  }
+}
+
 void AppendStorageMetrics(std::string* out, const storage::DurabilityStats& stats) {
   AppendFamilyHeader(out, "ringlimit_storage_persistent", "gauge",
                      "1 when counters are written back to RocksDB (--data-dir), 0 when memory-only.");

@@ -13,12 +13,14 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "base/published.h"
 #include "node/api/name_counters.h"
@@ -98,6 +100,9 @@ void AppendFamilyHeader(std::string* out, std::string_view name, std::string_vie
 // Appends one sample line, `name{labels} value` (`labels` "" or `key="value",...`).
 void AppendSample(std::string* out, std::string_view name, std::string_view labels, int64_t value);
 void AppendSample(std::string* out, std::string_view name, std::string_view labels, double value);
+// Appends one sample per value of one label: `name{label="value"} count` for each (value, count) pair.
+void AppendSamplesBy(std::string* out, std::string_view name, std::string_view label,
+                     std::initializer_list<std::pair<const char*, uint64_t>> samples);
 
 // Appends the write-back tier's families (ringlimit_storage_*, ringlimit_rocksdb_*) from `stats`; for a
 // memory-only store only ringlimit_storage_persistent 0.

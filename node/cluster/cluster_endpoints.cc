@@ -47,14 +47,6 @@ void Sample(std::string* out, std::string_view name, std::string_view labels, ui
   node::AppendSample(out, name, labels, static_cast<int64_t>(value));
 }
 
-// One sample per value of one label: `name{label="value"} count` for each (value, count) pair.
-void SampleEach(std::string* out, std::string_view name, std::string_view label,
-                std::initializer_list<std::pair<const char*, uint64_t>> samples) {
-  for (const auto& [value, count] : samples) {
-    Sample(out, name, std::string(label) + "=\"" + value + "\"", count);
-  }
-}
-
 void SampleDouble(std::string* out, std::string_view name, std::string_view labels, double value) {
   node::AppendSample(out, name, labels, value);
 }
@@ -220,20 +212,20 @@ void AppendGrantMetrics(const GrantDriverStats& g, std::string* out) {
   Metric(out, "ringlimit_grants_total", "counter",
          "Quota grants this node handled as a key's owner, by what happened: lent (made), refused, settled "
          "from the holder's release (released), reclaimed whole after term + margin (expired), recalled.");
-  SampleEach(out, "ringlimit_grants_total", "event",
-             {{"made", g.planner.grants_made},
-              {"refused", g.planner.grants_refused},
-              {"released", g.planner.grants_released},
-              {"expired", g.planner.grants_expired},
-              {"recalled", g.planner.recalls}});
+  node::AppendSamplesBy(out, "ringlimit_grants_total", "event",
+                        {{"made", g.planner.grants_made},
+                         {"refused", g.planner.grants_refused},
+                         {"released", g.planner.grants_released},
+                         {"expired", g.planner.grants_expired},
+                         {"recalled", g.planner.recalls}});
   Metric(out, "ringlimit_grants_units_out", "gauge",
          "Units this node lent as an owner and has not settled: counted as spent in their keys' state.");
   Sample(out, "ringlimit_grants_units_out", "", g.planner.units_out);
   Metric(out, "ringlimit_grants_checks_total", "counter",
          "Client checks of keys this node asked or held slices of, by where they were decided: from a slice "
          "here (local) or at the owner (forwarded).");
-  SampleEach(out, "ringlimit_grants_checks_total", "decided",
-             {{"local", g.planner.local_checks}, {"forwarded", g.planner.forwarded_checks}});
+  node::AppendSamplesBy(out, "ringlimit_grants_checks_total", "decided",
+                        {{"local", g.planner.local_checks}, {"forwarded", g.planner.forwarded_checks}});
   Metric(out, "ringlimit_grants_requests_total", "counter", "Slices this node asked key owners for.");
   Sample(out, "ringlimit_grants_requests_total", "", g.planner.requests);
   Metric(out, "ringlimit_grants_slices_held", "gauge", "Slices this node holds now.");
@@ -244,8 +236,8 @@ void AppendGrantMetrics(const GrantDriverStats& g, std::string* out) {
   Metric(out, "ringlimit_grants_failures_total", "counter",
          "Grant messages that got no answer (send), and grants recorded but refused because their row was "
          "not acknowledged under the acknowledgement rule (not_acked; reclaimed after their term).");
-  SampleEach(out, "ringlimit_grants_failures_total", "kind",
-             {{"send", g.send_failures}, {"not_acked", g.not_acked}});
+  node::AppendSamplesBy(out, "ringlimit_grants_failures_total", "kind",
+                        {{"send", g.send_failures}, {"not_acked", g.not_acked}});
   Metric(
       out, "ringlimit_grants_releases_resent_total", "counter",
       "Releases of slices held here sent again, to whoever decides the key then, after they got no answer.");
@@ -316,14 +308,14 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       "(closed, --failure-mode closed), sent on to another holder because this node's clock is off (clock), "
       "sent on or declined because this node was just paused (paused) or holds the key's range without its "
       "copy yet (unsynced).");
-  SampleEach(out, "ringlimit_forward_checks_total", "outcome",
-             {{"forwarded", f.forwarded},
-              {"relayed", f.relayed},
-              {"fallback_local", f.fallback_local},
-              {"closed", f.closed},
-              {"clock", f.clock_passed},
-              {"paused", f.paused},
-              {"unsynced", f.unsynced}});
+  node::AppendSamplesBy(out, "ringlimit_forward_checks_total", "outcome",
+                        {{"forwarded", f.forwarded},
+                         {"relayed", f.relayed},
+                         {"fallback_local", f.fallback_local},
+                         {"closed", f.closed},
+                         {"clock", f.clock_passed},
+                         {"paused", f.paused},
+                         {"unsynced", f.unsynced}});
   Metric(
       out, "ringlimit_forward_fallback_open_total", "counter",
       "Checks decided here without a holder answering, of keys this node holds no copy of (--failure-mode "
@@ -334,18 +326,19 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Forwarding attempts beyond the first of each check: attempts that got no usable answer (failed), "
          "sent to the next holder after a failure (next_node), timed out and sent again to the same node "
          "(retried_same).");
-  SampleEach(out, "ringlimit_forward_attempts_total", "result",
-             {{"failed", f.failures}, {"next_node", f.fallback_next}, {"retried_same", f.retried_same}});
+  node::AppendSamplesBy(
+      out, "ringlimit_forward_attempts_total", "result",
+      {{"failed", f.failures}, {"next_node", f.fallback_next}, {"retried_same", f.retried_same}});
   Metric(out, "ringlimit_forward_served_checks_total", "counter",
          "Checks other nodes forwarded to this one, by what happened to them here: decided or passed on "
          "(served), passed on to the node this one's routing names (passed_on, part of served), not decided "
          "because their sender had given up on them (expired), relay requests passed on to their decider for "
          "another node (relays).");
-  SampleEach(out, "ringlimit_forward_served_checks_total", "outcome",
-             {{"served", f.served},
-              {"passed_on", f.passed_on},
-              {"expired", f.expired},
-              {"relays", f.relays_served}});
+  node::AppendSamplesBy(out, "ringlimit_forward_served_checks_total", "outcome",
+                        {{"served", f.served},
+                         {"passed_on", f.passed_on},
+                         {"expired", f.expired},
+                         {"relays", f.relays_served}});
   Metric(out, "ringlimit_forward_refused_batches_total", "counter",
          "Forwarded batches this node did not decide: malformed, or refused while it was still joining "
          "(refused_joining: the sender fails over to the key's next holder).");
@@ -355,13 +348,13 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Request ids of forwarded checks served here: first attempts remembered, retries answered with the "
          "first decision (hits) or after it (waits), first attempts that charged nothing (abandoned), ids "
          "dropped early because the cache was full (evicted) or at the end of their ttl (expired).");
-  SampleEach(out, "ringlimit_forward_dedup_total", "what",
-             {{"inserted", f.dedup.inserted},
-              {"hits", f.dedup.hits},
-              {"waits", f.dedup.waits},
-              {"abandoned", f.dedup.abandoned},
-              {"evicted", f.dedup.evicted},
-              {"expired", f.dedup.expired}});
+  node::AppendSamplesBy(out, "ringlimit_forward_dedup_total", "what",
+                        {{"inserted", f.dedup.inserted},
+                         {"hits", f.dedup.hits},
+                         {"waits", f.dedup.waits},
+                         {"abandoned", f.dedup.abandoned},
+                         {"evicted", f.dedup.evicted},
+                         {"expired", f.dedup.expired}});
   Metric(out, "ringlimit_forward_dedup_entries", "gauge", "Request ids of forwarded checks remembered now.");
   Sample(out, "ringlimit_forward_dedup_entries", "", f.dedup.size);
 
@@ -385,11 +378,11 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "Membership records received and not taken in: malformed (invalid), not newer than what this node "
          "knew (stale), claiming the id of a live member at another peer address (id_conflict), announcing "
          "more than --max-member-vnodes (too_many_vnodes).");
-  SampleEach(out, "ringlimit_membership_dropped_records_total", "reason",
-             {{"invalid", m.invalid_updates},
-              {"stale", m.stale_updates},
-              {"id_conflict", m.id_conflicts},
-              {"too_many_vnodes", m.vnodes_refused}});
+  node::AppendSamplesBy(out, "ringlimit_membership_dropped_records_total", "reason",
+                        {{"invalid", m.invalid_updates},
+                         {"stale", m.stale_updates},
+                         {"id_conflict", m.id_conflicts},
+                         {"too_many_vnodes", m.vnodes_refused}});
 
   PeerSamples(out, cluster_.ServerStats(), cluster_.ClientStats());
   Metric(out, "ringlimit_peer_connections_open", "gauge", "Open peer connections, by side.");

@@ -30,9 +30,7 @@ void Counter(std::string* out, std::string_view name, std::string_view help, uin
 void CounterBy(std::string* out, std::string_view name, std::string_view help, std::string_view label,
                std::initializer_list<std::pair<const char*, uint64_t>> samples) {
   node::AppendFamilyHeader(out, name, "counter", help);
-  for (const auto& [value, count] : samples) {
-    Sample(out, name, std::string(label) + "=\"" + value + "\"", count);
-  }
+  node::AppendSamplesBy(out, name, label, samples);
 }
 
 void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
