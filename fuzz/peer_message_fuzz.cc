@@ -2,11 +2,14 @@
 // peer.Method): membership (ring/membership_wire.h, then a real ring::Membership receives it), forwarded
 // checks (ApiHandler::DecideForwarded, the owner's side) and their answers (node/api/forwarded.h:
 // DecisionFromProto, the entry node's side), and the state batches of replication and handoff
-// (storage::StateFromProto for each state). The input is one byte choosing the method, then the payload.
+// (storage::StateFromProto for each state, and the in-place reader of the receiver's hot path,
+// replication::ReadStateUpdateBatch with storage::DecodeStateValue). The input is one byte choosing the
+// method, then the payload.
 //
 // Invariants: no crash or sanitizer report; a membership message that decodes encodes and decodes back
 // to itself; a forwarded batch that parses is answered with one result per check, in order, and a
-// decided check has one decision per limit; a state that decodes re-encodes to the same state.
+// decided check has one decision per limit; a state that decodes re-encodes to the same state; the
+// in-place reader accepts only batches Protobuf parses, and reads from them what Protobuf reads.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "fuzz/proto_util.h"
 #include "node/api/forwarded.h"
 #include "peer.pb.h"
+#include "replication/update_wire.h"
 #include "ring/membership.h"
 #include "ring/membership_wire.h"
 #include "state.pb.h"
@@ -79,13 +83,43 @@ void ForwardAnswer(std::string_view payload) {
   }
 }
 
+bool SameState(const std::optional<ringlimit::storage::StoredState>& a,
+               const std::optional<ringlimit::storage::StoredState>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || (a->name == b->name && a->spec == b->spec && a->state == b->state && a->version == b->version);
+}
+
 void StateBatch(std::string_view payload) {
+  ringlimit::replication::BatchView view;
+  const bool read = ringlimit::replication::ReadStateUpdateBatch(payload, view);
   peer::StateUpdateBatch batch;
-  if (!batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return;
-  for (const peer::StateUpdate& update : batch.updates()) {
-    for (const peer::NamedState& named : update.states()) {
+  const bool parsed = batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()));
+  FUZZ_CHECK(!read || parsed, "the in-place reader accepts a batch Protobuf refuses");
+  if (!parsed) return;
+  if (read) {
+    FUZZ_CHECK(view.want_newer == batch.want_newer() && view.contributor == batch.contributor(),
+               "the in-place reader reads another header");
+    FUZZ_CHECK(view.updates.size() == static_cast<size_t>(batch.updates_size()),
+               "the in-place reader reads another number of updates");
+  }
+  for (int u = 0; u < batch.updates_size(); ++u) {
+    const peer::StateUpdate& update = batch.updates(u);
+    if (read) {
+      const ringlimit::replication::StateUpdateView& v = view.updates[static_cast<size_t>(u)];
+      FUZZ_CHECK(v.key == update.key() && v.erased == update.erased() &&
+                     v.count == static_cast<uint32_t>(update.states_size()),
+                 "the in-place reader reads another update");
+    }
+    for (int i = 0; i < update.states_size(); ++i) {
+      const peer::NamedState& named = update.states(i);
       const std::optional<ringlimit::storage::StoredState> state =
           ringlimit::storage::StateFromProto(named.name(), named.state());
+      if (read) {
+        FUZZ_CHECK(
+            SameState(view.states[view.updates[static_cast<size_t>(u)].first + static_cast<uint32_t>(i)],
+                      state),
+            "the in-place reader decodes another state");
+      }
       if (!state) continue;
       ringlimit::state::StoredState message;
       ringlimit::storage::StateToProto(*state, named.state().expiry_ns(), &message);

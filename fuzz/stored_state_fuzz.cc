@@ -2,9 +2,11 @@
 // state; StateFromProto, the same message inside replication and handoff batches), down to the merged
 // state inside it (limiter::ParseMergeState) and the spec (limiter::SpecFromProto). The input is a value.
 //
-// Invariants, for every value that decodes: DecodeExpiry reads it too; its spec is valid; encoding the
-// decoded state and decoding that again gives the same state and expiry (a row written before states
-// were mergeable comes back as its merged form); the expiry written is the one read.
+// Invariants: the in-place decoder (DecodeStateValue, DecodeExpiry) answers what Protobuf's parser answers
+// (DecodeStateValueByProtobuf, the message's expiry_ns) on every input. For every value that decodes:
+// DecodeExpiry reads it too; its spec is valid; encoding the decoded state and decoding that again gives the
+// same state and expiry (a row written before states were mergeable comes back as its merged form); the
+// expiry written is the one read.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -32,10 +34,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   const std::string_view value(reinterpret_cast<const char*>(data), size);
   const std::optional<StoredState> decoded = ringlimit::storage::DecodeStateValue("api/per_minute", value);
-  if (!decoded) return 0;
+  const std::optional<StoredState> by_protobuf =
+      ringlimit::storage::DecodeStateValueByProtobuf("api/per_minute", value);
+  FUZZ_CHECK(decoded.has_value() == by_protobuf.has_value() && (!decoded || Same(*decoded, *by_protobuf)),
+             "the in-place decoder and Protobuf's parser disagree");
   ringlimit::state::StoredState message;
-  FUZZ_CHECK(message.ParseFromArray(value.data(), static_cast<int>(value.size())),
-             "decoded, yet unparseable");
+  const bool parses = message.ParseFromArray(value.data(), static_cast<int>(value.size()));
+  FUZZ_CHECK(ringlimit::storage::DecodeExpiry(value) ==
+                 (parses ? std::optional<ringlimit::limiter::TimeNs>(message.expiry_ns()) : std::nullopt),
+             "DecodeExpiry and Protobuf's parser disagree");
+  if (!decoded) return 0;
+  FUZZ_CHECK(parses, "decoded, yet unparseable");
   const std::optional<ringlimit::limiter::TimeNs> expiry = ringlimit::storage::DecodeExpiry(value);
   FUZZ_CHECK(expiry.has_value(), "a value that decodes has no readable expiry");
   FUZZ_CHECK(decoded->name == "api/per_minute", "the name is not the row key's");

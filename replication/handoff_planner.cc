@@ -951,7 +951,9 @@ void HandoffPlanner::StartReads(MonoTime now, const ClusterView& view, HandoffAc
       asked[h].push_back(r.range);
     }
   }
-  for (auto& [to, ranges] : asked) {
+  for (auto& entry : asked) {
+    const std::string& to = entry.first;  // (not a structured binding: clang 14 cannot capture one)
+    std::vector<TokenRange>& ranges = entry.second;
     const bool in_flight = std::any_of(read_rounds_.begin(), read_rounds_.end(),
                                        [&](const auto& e) { return e.second.first == to; });
     if (in_flight || !view.reachable(to)) continue;

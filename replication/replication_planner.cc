@@ -255,7 +255,8 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     if (!job.slots.empty() && options_.ack_majority) {
       const std::vector<Quorum> quorums = MajorityTargets(
           view, job.key, [&](const std::string& id) { return reachable(id); }, job.validators);
-      for (const auto& [id, mask] : job.validators) {
+      for (const auto& validator : job.validators) {
+        const std::string& id = validator.first;  // (not a structured binding: clang 14 cannot capture one)
         if (std::none_of(pref.begin(), pref.end(), [&](const ring::RingMember* m) { return m->id == id; })) {
           per_target[id].push_back(j);  // a holder on a ring the key is read from only
         }

@@ -441,50 +441,71 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   // ------------------------------------------------------------------------------ receiving (any thread)
 
   std::optional<std::string> HandleStateUpdate(std::string_view payload) {
-    // Parsed on an arena that starts on the stack: one batch is a few hundred small messages and strings,
-    // allocated and freed together.
-    alignas(16) char first_block[8192];
-    google::protobuf::ArenaOptions arena_options;
-    arena_options.initial_block = first_block;
-    arena_options.initial_block_size = sizeof first_block;
-    google::protobuf::Arena arena(arena_options);
-    peer::StateUpdateBatch& batch = *google::protobuf::Arena::CreateMessage<peer::StateUpdateBatch>(&arena);
-    if (!batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-      bad_batches.fetch_add(1, std::memory_order_relaxed);
-      return std::nullopt;
-    }
+    peer::StateUpdateAck ack;
     uint64_t applied = 0;
     uint64_t ignored = 0;
-    peer::StateUpdateAck ack;
-    for (const peer::StateUpdate& update : batch.updates()) {
-      if (update.erased()) static_cast<void>(store.Discard(update.key()));
-      bool newer_here = false;  // want_newer: this copy held admissions the update lacks
-      std::vector<storage::StoredState> held;
-      if (batch.want_newer()) held = store.Get(update.key());
-      for (const peer::NamedState& named : update.states()) {
-        std::optional<storage::StoredState> s = FromNamedState(named);
-        if (s.has_value() && store.Absorb(update.key(), *s)) {
-          ++applied;
-        } else {
-          ++ignored;
-        }
-        if (s.has_value() && !newer_here) {
-          // Merged with what was held, the state is the update's own unless the held copy had more.
-          for (const storage::StoredState& h : held) {
-            if (h.name == s->name && limiter::HoldsOthersNewer(h.state, s->state, batch.contributor())) {
-              newer_here = true;
-            }
-          }
-        }
+    // Read in place (the hot path, update_wire.h); whatever that reader leaves is parsed by Protobuf.
+    thread_local BatchView view;
+    if (ReadStateUpdateBatch(payload, view)) {
+      for (const StateUpdateView& update : view.updates) {
+        ApplyUpdate(
+            update.key, update.erased, view.want_newer, view.contributor, update.count,
+            [&](uint32_t i) { return std::move(view.states[update.first + i]); }, ack, applied, ignored);
       }
-      if (newer_here) *ack.add_newer() = MakeStateUpdate(store, update.key());
+      received_updates.fetch_add(view.updates.size(), std::memory_order_relaxed);
+    } else {
+      // On an arena that starts on the stack: one batch is a few hundred small messages and strings,
+      // allocated and freed together.
+      alignas(16) char first_block[8192];
+      google::protobuf::ArenaOptions arena_options;
+      arena_options.initial_block = first_block;
+      arena_options.initial_block_size = sizeof first_block;
+      google::protobuf::Arena arena(arena_options);
+      peer::StateUpdateBatch& batch = *google::protobuf::Arena::CreateMessage<peer::StateUpdateBatch>(&arena);
+      if (!batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+        bad_batches.fetch_add(1, std::memory_order_relaxed);
+        return std::nullopt;
+      }
+      for (const peer::StateUpdate& update : batch.updates()) {
+        ApplyUpdate(
+            update.key(), update.erased(), batch.want_newer(), batch.contributor(),
+            static_cast<uint32_t>(update.states_size()),
+            [&](uint32_t i) { return FromNamedState(update.states(static_cast<int>(i))); }, ack, applied,
+            ignored);
+      }
+      received_updates.fetch_add(static_cast<uint64_t>(batch.updates_size()), std::memory_order_relaxed);
     }
-    received_updates.fetch_add(static_cast<uint64_t>(batch.updates_size()), std::memory_order_relaxed);
     applied_states.fetch_add(applied, std::memory_order_relaxed);
     ignored_states.fetch_add(ignored, std::memory_order_relaxed);
     ack.set_applied(applied);
     ack.set_ignored(ignored);
     return ack.SerializeAsString();
+  }
+
+  // One update of a batch: `state(i)` decodes its i-th state (of `count`).
+  template <typename StateAt>
+  void ApplyUpdate(std::string_view key, bool erased, bool want_newer, uint64_t contributor, uint32_t count,
+                   const StateAt& state, peer::StateUpdateAck& ack, uint64_t& applied, uint64_t& ignored) {
+    if (erased) static_cast<void>(store.Discard(key));
+    bool newer_here = false;  // want_newer: this copy held admissions the update lacks
+    std::vector<storage::StoredState> held;
+    if (want_newer) held = store.Get(key);
+    for (uint32_t i = 0; i < count; ++i) {
+      std::optional<storage::StoredState> s = state(i);
+      if (s.has_value() && store.Absorb(key, *s)) {
+        ++applied;
+      } else {
+        ++ignored;
+      }
+      if (s.has_value() && !newer_here) {
+        // Merged with what was held, the state is the update's own unless the held copy had more.
+        for (const storage::StoredState& h : held) {
+          if (h.name == s->name && limiter::HoldsOthersNewer(h.state, s->state, contributor))
+            newer_here = true;
+        }
+      }
+    }
+    if (newer_here) *ack.add_newer() = MakeStateUpdate(store, key);
   }
 
   ReplicatorStats Stats() {

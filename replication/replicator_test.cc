@@ -348,6 +348,40 @@ TEST(ReplicatorTest, RepeatsAndReorderingAreHarmless) {
   net.Shutdown();
 }
 
+TEST(ReplicatorTest, BatchesAreAppliedWhicheverReaderReadsThem) {
+  // ASCII keys and names are read in place (update_wire.h); a UTF-8 key goes to Protobuf's parser; a key
+  // that is not UTF-8 is a malformed batch to both.
+  LoopbackNetwork net;
+  LoopbackMember& source = net.Add("a");
+  LoopbackMember& replica = net.Add("b");
+  ExecutorThread receiver_exec;
+  Replicator receiver(replica.store(), replica, receiver_exec.executor(), Options());
+  const std::string utf8 = "caf\xc3\xa9";
+  for (const std::string& key : {std::string("plain"), utf8}) {
+    Charge(source.store(), key, "rps", 3);
+    peer::StateUpdateBatch batch;
+    batch.set_from("a");
+    *batch.add_updates() = MakeStateUpdate(source.store(), key);
+    BatchView view;
+    EXPECT_EQ(ReadStateUpdateBatch(Serialize(batch), view), key == "plain") << key;
+    auto answer = receiver.HandleStateUpdate(Serialize(batch));
+    ASSERT_TRUE(answer.has_value()) << key;
+    peer::StateUpdateAck ack;
+    ASSERT_TRUE(ack.ParseFromString(*answer));
+    EXPECT_EQ(ack.applied(), 1u) << key;
+    EXPECT_TRUE(SameStates(source.store(), replica.store(), key)) << key;
+  }
+  peer::StateUpdateBatch bad;
+  *bad.add_updates() = MakeStateUpdate(source.store(), "plain");
+  std::string bytes = Serialize(bad);
+  const size_t at = bytes.find("plain");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = '\xff';  // not UTF-8: Protobuf refuses the batch
+  EXPECT_FALSE(receiver.HandleStateUpdate(bytes).has_value());
+  EXPECT_EQ(receiver.stats().bad_batches, 1u);
+  net.Shutdown();
+}
+
 TEST(ReplicatorTest, MalformedAndInvalidPayloads) {
   LoopbackNetwork net;
   LoopbackMember& m = net.Add("a");

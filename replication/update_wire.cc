@@ -2,6 +2,7 @@
 
 #include "ring/token.h"
 #include "storage/proto_append.h"
+#include "storage/proto_read.h"
 #include "storage/state_codec.h"
 
 namespace ringlimit::replication {
@@ -27,6 +28,119 @@ void AppendStateUpdate(std::string_view entity, bool erased, std::span<const sto
     pa::Tag(out, 4, pa::kVarint);
     pa::Varint(out, 1);
   }
+}
+
+namespace {
+
+namespace pr = storage::proto_read;
+
+bool ReadString(pr::Reader& r, std::string_view& v) { return r.Bytes(v) && pr::PlainAscii(v); }
+
+bool ReadBool(pr::Reader& r, bool& v) {
+  uint64_t n = 0;
+  if (!r.Varint(n)) return false;
+  v = n != 0;
+  return true;
+}
+
+// peer.NamedState { name = 1; state = 2 }, its state decoded into `batch`.
+bool ReadNamedState(std::string_view bytes, BatchView& batch) {
+  pr::Reader r(bytes);
+  std::string_view name;
+  std::string_view state;
+  bool state_seen = false;
+  while (r.Next()) {
+    switch (r.field()) {
+      case 1:
+        if (!ReadString(r, name)) return false;
+        break;
+      case 2:  // a message given twice is merged by Protobuf: left to it
+        if (state_seen || !r.Bytes(state)) return false;
+        state_seen = true;
+        break;
+      default:
+        if (!r.Skip()) return false;
+    }
+  }
+  if (!r.done()) return false;
+  Result<storage::StoredState> s = storage::ReadStateValue(name, state);
+  if (!s.ok() && s.status().IsCorruption()) return false;  // Protobuf refuses the whole batch
+  batch.states.push_back(s.ok() ? std::optional<storage::StoredState>(std::move(*s)) : std::nullopt);
+  return true;
+}
+
+// peer.StateUpdate { key = 1; token = 2; states = 3; erased = 4 }.
+bool ReadUpdate(std::string_view bytes, BatchView& batch) {
+  pr::Reader r(bytes);
+  StateUpdateView update;
+  update.first = static_cast<uint32_t>(batch.states.size());
+  uint64_t token = 0;
+  while (r.Next()) {
+    switch (r.field()) {
+      case 1:
+        if (!ReadString(r, update.key)) return false;
+        break;
+      case 2:
+        if (!r.Fixed64(token)) return false;  // receivers hash the key themselves
+        break;
+      case 3: {
+        std::string_view named;
+        if (!r.Bytes(named) || !ReadNamedState(named, batch)) return false;
+        break;
+      }
+      case 4:
+        if (!ReadBool(r, update.erased)) return false;
+        break;
+      default:
+        if (!r.Skip()) return false;
+    }
+  }
+  if (!r.done()) return false;
+  update.count = static_cast<uint32_t>(batch.states.size()) - update.first;
+  batch.updates.push_back(update);
+  return true;
+}
+
+}  // namespace
+
+// peer.StateUpdateBatch { from = 1; ring_fingerprint = 2; updates = 3; handoff = 4; relay_to = 5;
+// want_newer = 6; contributor = 7 }.
+bool ReadStateUpdateBatch(std::string_view payload, BatchView& out) {
+  out.want_newer = false;
+  out.contributor = 0;
+  out.updates.clear();
+  out.states.clear();
+  if (!pr::Reader::Fits(payload)) return false;
+  pr::Reader r(payload);
+  while (r.Next()) {
+    uint64_t v = 0;
+    bool flag = false;
+    std::string_view bytes;
+    switch (r.field()) {
+      case 1:
+      case 5:
+        if (!ReadString(r, bytes)) return false;
+        break;
+      case 2:
+        if (!r.Varint(v)) return false;
+        break;
+      case 3:
+        if (!r.Bytes(bytes) || !ReadUpdate(bytes, out)) return false;
+        break;
+      case 4:
+        if (!ReadBool(r, flag)) return false;
+        break;
+      case 6:
+        if (!ReadBool(r, out.want_newer)) return false;
+        break;
+      case 7:
+        if (!r.Fixed64(out.contributor)) return false;
+        break;
+      default:
+        if (!r.Skip()) return false;
+    }
+  }
+  return r.done();
 }
 
 }  // namespace ringlimit::replication

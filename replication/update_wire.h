@@ -8,9 +8,12 @@
 #ifndef RINGLIMIT_REPLICATION_UPDATE_WIRE_H_
 #define RINGLIMIT_REPLICATION_UPDATE_WIRE_H_
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "storage/state_store.h"
 
@@ -20,6 +23,29 @@ namespace ringlimit::replication {
 // with `erased` set serializes to, byte for byte.
 void AppendStateUpdate(std::string_view entity, bool erased, std::span<const storage::StoredState> states,
                        std::string& out);
+
+// The receiver's half: a peer.StateUpdateBatch read in place, its states decoded (storage::ReadStateValue).
+struct StateUpdateView {
+  std::string_view key;  // into the payload
+  bool erased = false;
+  uint32_t first = 0;  // its states: BatchView::states[first, first + count)
+  uint32_t count = 0;
+};
+struct BatchView {
+  bool want_newer = false;
+  uint64_t contributor = 0;
+  std::vector<StateUpdateView> updates;
+  // nullopt: a state message without a valid state (an invalid spec, bad merged bytes), ignored as
+  // Protobuf's route ignores it.
+  std::vector<std::optional<storage::StoredState>> states;
+};
+
+// Reads `payload` into `out` (cleared first; its vectors keep their capacity) -- what Protobuf's parser
+// would read, without a message or a copy of the bytes (the receiver's hot path). false: bytes this
+// reader leaves to Protobuf's parser (malformed input, a group, a string that is not plain ASCII, a
+// NamedState whose state comes in two parts), which then decides (compared on every input by
+// fuzz/peer_message_fuzz.cc).
+[[nodiscard]] bool ReadStateUpdateBatch(std::string_view payload, BatchView& out);
 
 }  // namespace ringlimit::replication
 

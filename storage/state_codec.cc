@@ -6,6 +6,7 @@
 #include "limiter/spec_wire.h"
 #include "state.pb.h"
 #include "storage/proto_append.h"
+#include "storage/proto_read.h"
 
 namespace ringlimit::storage {
 
@@ -19,24 +20,141 @@ void StateToProto(const StoredState& s, limiter::TimeNs expiry, state::StoredSta
   out->set_expiry_ns(expiry);
 }
 
+namespace {
+
+namespace pr = proto_read;
+
+// What StateFromProto reads of a message, wherever it was read from.
+struct StateFields {
+  const state::LimitSpec* spec = nullptr;
+  uint64_t version = 0;
+  int32_t algorithm = 0;  // state::Algorithm's number
+  std::string_view merged;
+};
+
+// A state with merged bytes, or one never written (no words, no algorithm): the two forms written since
+// states became mergeable. Rows from before that go through StateFromProto's legacy branch.
+[[nodiscard]] bool CurrentForm(const StateFields& f, bool words) {
+  return !f.merged.empty() || (!words && f.algorithm == state::ALGORITHM_UNSPECIFIED);
+}
+
+// StateFromProto for a message in its current form (CurrentForm).
+std::optional<StoredState> FromCurrentForm(std::string_view name, const StateFields& f) {
+  StoredState s;
+  Result<limiter::LimitSpec> spec = limiter::SpecFromProto(*f.spec);
+  if (!spec.ok()) return std::nullopt;
+  s.name = std::string(name);
+  s.spec = *spec;
+  s.version = f.version;
+  if (f.merged.empty()) return s;
+  const auto algorithm = static_cast<state::Algorithm>(f.algorithm);
+  if (!limiter::AlgorithmFromProto(algorithm).ok() && algorithm != state::ALGORITHM_UNSPECIFIED)
+    return std::nullopt;
+  Result<limiter::MergeState> merged = limiter::ParseMergeState(f.merged);
+  if (!merged.ok()) return std::nullopt;
+  s.state = std::move(*merged);
+  return s;
+}
+
+// A LimitSpec's fields into `spec` (proto3: a field read twice keeps the last value). false: ask Protobuf.
+bool ReadSpec(std::string_view bytes, state::LimitSpec& spec) {
+  pr::Reader r(bytes);
+  while (r.Next()) {
+    uint64_t v = 0;
+    if (r.field() >= 1 && r.field() <= 10 && !r.Varint(v)) return false;
+    switch (r.field()) {
+      case 1:
+        spec.set_algorithm(static_cast<state::Algorithm>(static_cast<int32_t>(v)));
+        break;
+      case 2:
+        spec.set_limit(v);
+        break;
+      case 3:
+        spec.set_window_ns(static_cast<int64_t>(v));
+        break;
+      case 4:
+        spec.set_burst(v);
+        break;
+      case 5:
+        spec.set_buckets(static_cast<uint32_t>(v));
+        break;
+      case 6:
+        spec.set_max_delay_ns(static_cast<int64_t>(v));
+        break;
+      case 7:
+        spec.set_mode(static_cast<state::Mode>(static_cast<int32_t>(v)));
+        break;
+      case 8:
+        spec.set_soft_pct(static_cast<uint32_t>(v));
+        break;
+      case 9:
+        spec.set_dynamic_limit(v);
+        break;
+      case 10:
+        spec.set_count_denied(v != 0);
+        break;
+      default:
+        if (!r.Skip()) return false;
+    }
+  }
+  return r.done();
+}
+
+// The fields of a state::StoredState read in place. false: ask Protobuf (malformed bytes, a group, a
+// spec given twice -- which Protobuf merges --, or a row from before mergeable states).
+bool ReadState(std::string_view bytes, state::LimitSpec& spec, StateFields& f, int64_t& expiry) {
+  if (!pr::Reader::Fits(bytes)) return false;
+  pr::Reader r(bytes);
+  bool spec_seen = false;
+  while (r.Next()) {
+    uint64_t v = 0;
+    switch (r.field()) {
+      case 1: {
+        std::string_view inner;
+        if (spec_seen || !r.Bytes(inner) || !ReadSpec(inner, spec)) return false;
+        spec_seen = true;
+        break;
+      }
+      case 2:
+        if (!r.Fixed64(v)) return false;  // the fingerprint: derived from the spec, not read
+        break;
+      case 3:
+        if (!r.Varint(v)) return false;
+        f.algorithm = static_cast<int32_t>(v);
+        break;
+      case 4:
+      case 5:
+        return false;  // words: a row from before mergeable states
+      case 6:
+        if (!r.Varint(f.version)) return false;
+        break;
+      case 7:
+        if (!r.Varint(v)) return false;
+        expiry = static_cast<int64_t>(v);
+        break;
+      case 8:
+        if (!r.Bytes(f.merged)) return false;
+        break;
+      default:
+        if (!r.Skip()) return false;
+    }
+  }
+  f.spec = &spec;
+  return r.done() && CurrentForm(f, /*words=*/false);
+}
+
+}  // namespace
+
 std::optional<StoredState> StateFromProto(std::string_view name, const state::StoredState& msg) {
+  const StateFields fields{&msg.spec(), msg.version(), msg.state_algorithm(), msg.merged()};
+  if (CurrentForm(fields, msg.word_size() > 0)) return FromCurrentForm(name, fields);
+  // A row from before mergeable states.
   StoredState s;
   Result<limiter::LimitSpec> spec = limiter::SpecFromProto(msg.spec());
   if (!spec.ok()) return std::nullopt;
   s.name = std::string(name);
   s.spec = *spec;
   s.version = msg.version();
-  if (!msg.merged().empty()) {
-    if (!limiter::AlgorithmFromProto(msg.state_algorithm()).ok() &&
-        msg.state_algorithm() != state::ALGORITHM_UNSPECIFIED)
-      return std::nullopt;
-    Result<limiter::MergeState> merged = limiter::ParseMergeState(msg.merged());
-    if (!merged.ok()) return std::nullopt;
-    s.state = std::move(*merged);
-    return s;
-  }
-  // A row from before mergeable states (or a state never written: no words at all).
-  if (msg.word_size() == 0 && msg.state_algorithm() == state::ALGORITHM_UNSPECIFIED) return s;
   if (msg.word_size() != 3) return std::nullopt;
   limiter::State plain;
   // ALGORITHM_UNSPECIFIED is valid here: the state was never written (State::algorithm{}).
@@ -59,14 +177,27 @@ std::optional<StoredState> StateFromProto(std::string_view name, const state::St
 // Protobuf writes for a proto3 message.
 void AppendStateMessage(const StoredState& s, limiter::TimeNs expiry, std::string& out) {
   namespace pa = proto_append;
-  state::LimitSpec spec;
-  limiter::SpecToProto(s.spec, &spec);
-  const size_t spec_size = spec.ByteSizeLong();
-  pa::Tag(out, 1, pa::kLengthDelimited);
-  pa::Varint(out, spec_size);
-  const size_t at = out.size();
-  out.resize(at + spec_size);
-  spec.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data() + at));
+  // The spec: state::LimitSpec as SpecToProto fills it (enums as int32, i.e. sign-extended), written into
+  // a buffer first (its size goes before it): ten fields of at most a 1-byte tag and a 10-byte varint.
+  uint8_t spec[10 * 11];
+  uint8_t* end = spec;
+  auto scalar = [&](uint32_t field, uint64_t v) {
+    if (v == 0) return;
+    *end++ = static_cast<uint8_t>(field << 3);  // wire type 0 (varint)
+    end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(v, end);
+  };
+  scalar(1, static_cast<uint64_t>(static_cast<int64_t>(limiter::AlgorithmToProto(s.spec.algorithm))));
+  scalar(2, s.spec.limit);
+  scalar(3, static_cast<uint64_t>(s.spec.window));
+  scalar(4, s.spec.burst);
+  scalar(5, s.spec.buckets);
+  scalar(6, static_cast<uint64_t>(s.spec.max_delay));
+  scalar(7, static_cast<uint64_t>(static_cast<int64_t>(limiter::ModeToProto(s.spec.mode))));
+  scalar(8, s.spec.soft_pct);
+  scalar(9, s.spec.dynamic_limit);
+  scalar(10, s.spec.count_denied ? 1 : 0);
+  // always: StateToProto sets it
+  pa::Bytes(out, 1, std::string_view(reinterpret_cast<const char*>(spec), static_cast<size_t>(end - spec)));
   if (const uint64_t fingerprint = limiter::Fingerprint(s.spec); fingerprint != 0)
     pa::Fixed64(out, 2, fingerprint);
   if (const state::Algorithm algorithm = limiter::AlgorithmToProto(s.state.algorithm); algorithm != 0) {
@@ -93,13 +224,39 @@ std::string EncodeStateValue(const StoredState& s, limiter::TimeNs expiry) {
   return msg.SerializeAsString();
 }
 
+Result<StoredState> ReadStateValue(std::string_view name, std::string_view value) {
+  state::LimitSpec spec;
+  StateFields fields;
+  int64_t expiry = 0;
+  if (ReadState(value, spec, fields, expiry)) {
+    if (std::optional<StoredState> s = FromCurrentForm(name, fields)) return std::move(*s);
+    return Status::InvalidArgument("not a valid state");
+  }
+  state::StoredState msg;
+  if (!msg.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+    return Status::Corruption("not a state message");
+  }
+  if (std::optional<StoredState> s = StateFromProto(name, msg)) return std::move(*s);
+  return Status::InvalidArgument("not a valid state");
+}
+
 std::optional<StoredState> DecodeStateValue(std::string_view name, std::string_view value) {
+  Result<StoredState> s = ReadStateValue(name, value);
+  if (!s.ok()) return std::nullopt;
+  return std::move(*s);
+}
+
+std::optional<StoredState> DecodeStateValueByProtobuf(std::string_view name, std::string_view value) {
   state::StoredState msg;
   if (!msg.ParseFromArray(value.data(), static_cast<int>(value.size()))) return std::nullopt;
   return StateFromProto(name, msg);
 }
 
 std::optional<limiter::TimeNs> DecodeExpiry(std::string_view value) {
+  state::LimitSpec spec;
+  StateFields fields;
+  int64_t expiry = 0;
+  if (ReadState(value, spec, fields, expiry)) return expiry;
   state::StoredState msg;
   if (!msg.ParseFromArray(value.data(), static_cast<int>(value.size()))) return std::nullopt;
   return msg.expiry_ns();
