@@ -9,7 +9,8 @@
 namespace ringlimit::replication {
 namespace {
 
-void MarkInto(std::map<std::string, bool, std::less<>>& map, std::string_view key, bool erased) {
+template <typename Map>
+void MarkInto(Map& map, std::string_view key, bool erased) {
   auto it = map.find(key);
   if (it == map.end()) {
     map.emplace(std::string(key), erased);
@@ -18,21 +19,39 @@ void MarkInto(std::map<std::string, bool, std::less<>>& map, std::string_view ke
   }
 }
 
-// Memoised reachability: a pass asks about the same few members once per key.
+// Memoised reachability: a pass asks about the same few members once per key (a handful of members: a
+// vector searched in order beats a tree).
 class ReachableCache {
  public:
   explicit ReachableCache(const ClusterView& view) : view_(view) {}
   bool operator()(const std::string& id) {
-    auto it = cache_.find(id);
-    if (it != cache_.end()) return it->second;
+    for (const auto& [member, r] : cache_) {
+      if (member == id) return r;
+    }
     const bool r = id != view_.self && view_.reachable && view_.reachable(id);
-    cache_.emplace(id, r);
+    cache_.emplace_back(id, r);
     return r;
   }
 
  private:
   const ClusterView& view_;
-  std::map<std::string, bool, std::less<>> cache_;
+  std::vector<std::pair<std::string, bool>> cache_;
+};
+
+// member -> the jobs of a pass it is sent, in the order members first come up (a handful per pass).
+class PerTarget {
+ public:
+  std::vector<uint32_t>& operator[](std::string_view id) {
+    for (auto& [member, jobs] : targets_) {
+      if (member == id) return jobs;
+    }
+    return targets_.emplace_back(std::string(id), std::vector<uint32_t>()).second;
+  }
+  auto begin() { return targets_.begin(); }
+  auto end() { return targets_.end(); }
+
+ private:
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> targets_;
 };
 
 }  // namespace
@@ -244,7 +263,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
     pref.clear();
     if (view.ring != nullptr) pref = view.ring->PreferenceList(ring::RingToken(key), options_.replicas);
   };
-  std::map<std::string, std::vector<uint32_t>, std::less<>> per_target;  // member -> its jobs
+  PerTarget per_target;
   std::set<uint64_t> awaited;  // waiters whose keys this pass registered
   for (uint32_t j = 0; j < jobs.size(); ++j) {
     Job& job = jobs[j];
