@@ -51,6 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!ringlimit::limiter::Validate(decoded->spec).has_value(), "a decoded state has an invalid spec");
 
   const std::string encoded = ringlimit::storage::EncodeStateValue(*decoded, *expiry);
+  ringlimit::state::StoredState by_message;
+  ringlimit::storage::StateToProto(*decoded, *expiry, &by_message);
+  FUZZ_CHECK(by_message.SerializeAsString() == encoded, "the value written is not the message's bytes");
   const std::optional<StoredState> again = ringlimit::storage::DecodeStateValue("api/per_minute", encoded);
   FUZZ_CHECK(again.has_value(), "an encoded state does not decode");
   FUZZ_CHECK(Same(*decoded, *again), "decode -> encode -> decode changes the state");

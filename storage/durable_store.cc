@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
@@ -94,6 +95,9 @@ rocksdb::Options MakeRocksOptions(const RocksDbOptions& o) {
   options.level_compaction_dynamic_level_bytes = true;
   options.compaction_filter = &kExpiryFilter;
   options.compression = rocksdb::kLZ4Compression;
+  // Each flush inserts its rows sorted: with an insert hint the memtable skiplist resumes its search where
+  // the row before left it instead of from the top (rows of one token byte share the hint).
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(1));
   // Not the LOG file in the data directory: on a full disk its writer fails and RocksDB aborts on the
   // next line it logs (storage/rocksdb_env.h).
   options.info_log = SpdlogRocksDbLogger();
@@ -262,12 +266,15 @@ bool DurableStore::FlushOnce(bool retry_at_once) {
   rocksdb::WriteBatch writes;
   uint64_t puts = 0;
   uint64_t deletes = 0;
+  std::string value;  // each value is written into it in turn (WriteBatch copies it)
   for (const auto& [key, r] : rows) {
     if (r->erase) {
       writes.Delete(key);
       ++deletes;
     } else {
-      writes.Put(key, EncodeStateValue(r->state, r->expiry));
+      value.clear();
+      AppendStateMessage(r->state, r->expiry, value);
+      writes.Put(key, value);
       ++puts;
     }
   }

@@ -217,11 +217,9 @@ void AppendStateMessage(const StoredState& s, limiter::TimeNs expiry, std::strin
 }
 
 std::string EncodeStateValue(const StoredState& s, limiter::TimeNs expiry) {
-  // One message per thread, reused: the flusher encodes thousands of values per batch and Clear() keeps
-  // the sub-message and repeated-field allocations.
-  thread_local state::StoredState msg;
-  StateToProto(s, expiry, &msg);
-  return msg.SerializeAsString();
+  std::string value;
+  AppendStateMessage(s, expiry, value);
+  return value;
 }
 
 Result<StoredState> ReadStateValue(std::string_view name, std::string_view value) {

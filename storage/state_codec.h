@@ -24,7 +24,8 @@ namespace ringlimit::storage {
 // random are checked against it).
 inline constexpr uint64_t kLegacyContributor = 1;
 
-// Serialises `state` (its name is in the row key, not in the value) with its expiry (Unix ns).
+// Serialises `state` (its name is in the row key, not in the value) with its expiry (Unix ns): the bytes
+// of StateToProto's message, written by AppendStateMessage.
 [[nodiscard]] std::string EncodeStateValue(const StoredState& state, limiter::TimeNs expiry);
 
 // Parses a value; `name` comes from the row key. nullopt when the bytes are not a valid value. The bytes

@@ -7,7 +7,7 @@
 //  4. the cost of a memory-tier range scan of 1/64 of the ring vs the whole ring, and the longest Update
 //     while a whole-ring scan runs on another thread.
 //
-// Usage: storage_bench [--keys=1000000] [--throughput-keys=100000] [--seconds=6] [--threads=2]
+// Usage: storage_bench [--keys=1000000] [--seconds=6] [--threads=2]
 // [--dir=/tmp/...] [--only=scan]
 #include <malloc.h>
 #include <spdlog/spdlog.h>
@@ -62,7 +62,7 @@ Args Parse(int argc, char** argv) {
       args.only_scan = true;
     else {
       std::fprintf(stderr,
-                   "usage: %s [--keys=N] [--throughput-keys=N] [--seconds=S] [--threads=T] [--dir=D] "
+                   "usage: %s [--keys=N] [--seconds=S] [--threads=T] [--dir=D] "
                    "[--only=scan]\n",
                    argv[0]);
       std::exit(2);
