@@ -8,6 +8,8 @@
 //   uncertainty = (t2 - t0) / 2          (the true offset lies within offset ± uncertainty)
 // A member's estimate is its sample with the smallest round trip among the last `window` taken within
 // `max_age` (a min-RTT filter: queueing only ever adds delay, so the fastest exchange is the most exact).
+// The filter assumes the offset holds still; a sample that contradicts the estimate (their intervals do
+// not meet: either clock stepped) starts the member's samples afresh.
 //
 // The rule (Evaluate): among the members with an estimate, this node's clock is off when more than half
 // are "far": |offset| - uncertainty > max_offset (so only an offset certainly beyond the bound counts).
@@ -86,13 +88,19 @@ enum class ClockHealth : uint8_t {
 
 class ClockOffsets {
  public:
+  // How far apart a new sample's interval (offset ± half its round trip) may be from the estimate's before
+  // it is taken as a step of one of the clocks (Add): the drift of two free-running clocks over max_age.
+  static constexpr std::chrono::milliseconds kStepMargin{2};
+
   explicit ClockOffsets(ClockOffsetOptions options);
 
   ClockOffsets(const ClockOffsets&) = delete;
   ClockOffsets& operator=(const ClockOffsets&) = delete;
 
   // Records an exchange with `member` taken at `now`. Returns false (and keeps nothing) when its round
-  // trip is negative (the local wall clock stepped back) or longer than max_round_trip.
+  // trip is negative (the local wall clock stepped back) or longer than max_round_trip. A sample that
+  // cannot be reconciled with the member's estimate (their intervals apart by more than kStepMargin: a
+  // clock stepped) replaces the member's earlier samples (counted in steps()).
   bool Add(std::string_view member, MonoTime now, const ClockSample& sample);
 
   // Drops what is known of `member` (it died, left or restarted: its clock may have changed).
@@ -113,6 +121,8 @@ class ClockOffsets {
   // clocks are from this node's (positive: they run ahead of it).
   [[nodiscard]] std::chrono::nanoseconds median_offset() const { return median_; }
   [[nodiscard]] const ClockOffsetOptions& options() const { return options_; }
+  // Clock steps seen since construction (Add).
+  [[nodiscard]] uint64_t steps() const { return steps_; }
 
  private:
   struct Kept {
@@ -130,6 +140,7 @@ class ClockOffsets {
   // What reason() writes out, from the last Evaluate.
   size_t measured_ = 0;              // members with an estimate
   bool judged_from_skewed_ = false;  // the rule applied was the one for coming back (half the bound)
+  uint64_t steps_ = 0;
   std::vector<std::chrono::nanoseconds> offsets_;  // Evaluate's scratch, kept for its capacity
 };
 

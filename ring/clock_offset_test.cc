@@ -71,19 +71,44 @@ TEST(ClockOffsetsTest, ImpossibleOrSlowExchangesAreDropped) {
 }
 
 TEST(ClockOffsetsTest, OldSamplesAgeOutAndTheWindowIsBounded) {
+  // One offset throughout, each sample told apart by its round trip (its uncertainty).
   ClockOffsets clocks(ClockOffsetOptions{.window = 2, .max_age = milliseconds(1'000)});
-  ASSERT_TRUE(clocks.Add("n2", Mono(0), Exchange(seconds(5), microseconds(10), microseconds(10))));
-  ASSERT_TRUE(clocks.Add("n2", Mono(100), Exchange(seconds(1), milliseconds(5), milliseconds(5))));
-  EXPECT_EQ(clocks.Estimate("n2", Mono(200))->offset, seconds(5));  // the fastest
+  const nanoseconds truth = seconds(5);
+  ASSERT_TRUE(clocks.Add("n2", Mono(0), Exchange(truth, microseconds(10), microseconds(10))));
+  ASSERT_TRUE(clocks.Add("n2", Mono(100), Exchange(truth, milliseconds(5), milliseconds(5))));
+  EXPECT_EQ(clocks.Estimate("n2", Mono(200))->uncertainty, microseconds(10));  // the fastest
   // Past max_age the fast one no longer counts.
-  EXPECT_EQ(clocks.Estimate("n2", Mono(1'050))->offset, seconds(1));
+  EXPECT_EQ(clocks.Estimate("n2", Mono(1'050))->uncertainty, milliseconds(5));
   EXPECT_FALSE(clocks.Estimate("n2", Mono(1'200)).has_value());
   // Beyond the window the oldest goes even if fresher ones are slower.
-  ASSERT_TRUE(clocks.Add("n2", Mono(1'300), Exchange(seconds(2), milliseconds(9), milliseconds(9))));
-  ASSERT_TRUE(clocks.Add("n2", Mono(1'301), Exchange(seconds(3), milliseconds(8), milliseconds(8))));
-  EXPECT_EQ(clocks.Estimate("n2", Mono(1'302))->offset, seconds(3));
+  ASSERT_TRUE(clocks.Add("n2", Mono(1'300), Exchange(truth, milliseconds(7), milliseconds(7))));
+  ASSERT_TRUE(clocks.Add("n2", Mono(1'301), Exchange(truth, milliseconds(9), milliseconds(9))));
+  ASSERT_TRUE(clocks.Add("n2", Mono(1'302), Exchange(truth, milliseconds(8), milliseconds(8))));
+  EXPECT_EQ(clocks.Estimate("n2", Mono(1'303))->uncertainty, milliseconds(8));
+  EXPECT_EQ(clocks.steps(), 0u);
   clocks.Forget("n2");
   EXPECT_FALSE(clocks.Estimate("n2", Mono(1'302)).has_value());
+}
+
+TEST(ClockOffsetsTest, AStepOfEitherClockReplacesTheEarlierSamples) {
+  ClockOffsets clocks(ClockOffsetOptions{});
+  // Fast exchanges before the step; then the member's clock (or this one) steps by an hour.
+  ASSERT_TRUE(clocks.Add("n2", Mono(0), Exchange(milliseconds(3), microseconds(100), microseconds(100))));
+  ASSERT_TRUE(clocks.Add("n2", Mono(1), Exchange(milliseconds(3), microseconds(200), microseconds(200))));
+  // A slow exchange that still fits the estimate (a pause on one leg) is only a worse sample.
+  ASSERT_TRUE(clocks.Add("n2", Mono(2), Exchange(milliseconds(3), milliseconds(400), microseconds(100))));
+  EXPECT_EQ(clocks.Estimate("n2", Mono(3))->offset, milliseconds(3));
+  EXPECT_EQ(clocks.steps(), 0u);
+  // After the step, the min-RTT filter alone would keep the fast pre-step samples for max_age.
+  ASSERT_TRUE(clocks.Add("n2", Mono(4), Exchange(hours(-1), milliseconds(2), milliseconds(2))));
+  const OffsetEstimate after = *clocks.Estimate("n2", Mono(5));
+  EXPECT_EQ(after.offset, hours(-1));
+  EXPECT_EQ(after.uncertainty, milliseconds(2));
+  EXPECT_EQ(clocks.steps(), 1u);
+  // Drift within kStepMargin is no step.
+  ASSERT_TRUE(clocks.Add("n2", Mono(6),
+                         Exchange(hours(-1) + ClockOffsets::kStepMargin, milliseconds(1), milliseconds(1))));
+  EXPECT_EQ(clocks.steps(), 1u);
 }
 
 // Three nodes; n3's clock is an hour ahead. Each node's view of the two others.
