@@ -350,15 +350,9 @@ std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest
   if (request.sent_wall_ns() == 0 || request.wait_ms() == 0) return std::nullopt;
   const std::optional<ring::OffsetEstimate> offset = host_.ClockOffsetOf(request.from());
   if (!offset) return std::nullopt;
-  const int64_t wait_ns = static_cast<int64_t>(request.wait_ms()) * 1'000'000;
-  // An offset known only to more than a quarter of the wait cannot tell: not judged, as with no estimate.
-  // (A sender just back from a pause is measured first by an exchange that began during it: a round trip
-  // of hundreds of milliseconds, all of it on one side. Judged with that, every holder refused its checks
-  // as given up, and in the default failure mode it decided them alone -- ringlimit_sim grants_holder_pause
-  // seed 7.) Not judging costs at most a charge for an attempt the sender gave up on: never an admission.
-  if (offset->uncertainty.count() > wait_ns / 4) return std::nullopt;
   // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
   // that reading; a quarter of the wait is left for the answer's way back.
+  const int64_t wait_ns = static_cast<int64_t>(request.wait_ms()) * 1'000'000;
   return request.sent_wall_ns() - offset->offset.count() - offset->uncertainty.count() + wait_ns -
          wait_ns / 4;
 }

@@ -377,20 +377,6 @@ TEST_F(SimTest, ASwitchingOwnerLeavesAPassedOnCheckToItsNewOwner) {
   EXPECT_TRUE(tally.Failures("pause_closed").empty()) << "pauses hold checks legitimately: not bounded";
 }
 
-TEST_F(SimTest, ASenderBackFromAPauseIsNotRefusedAsHavingGivenUp) {
-  // n4 is paused 1.3 s, and the first clock sample its peers take of it after is an exchange begun during
-  // the pause (±246 ms). Judged by that sample, every holder refused n4's next forward as given up, and n4
-  // (default failure mode) decided it alone with an empty copy: key 2 admitted 21 for a limit of 20.
-  const RunResult r = RunSeed("grants_holder_pause", 7);
-  std::ostringstream out;
-  PrintRun(r, out);
-  EXPECT_FALSE(Fails(r)) << out.str();
-  for (const KeyVerdict& k : r.verdict.keys) {
-    EXPECT_LE(k.admitted, k.limit + k.bound) << out.str();
-    EXPECT_EQ(k.rollbacks, 0u) << out.str();
-  }
-}
-
 // Report-only classes: not held to their counts, but to everything else (answered share, floor, liveness).
 TEST_F(SimTest, ReportOnlyClassesAnswerEveryCheck) {
   for (const FaultClass& c : Classes()) {
