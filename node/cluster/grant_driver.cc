@@ -243,11 +243,15 @@ void GrantDriver::SendRelease(const cluster::SendRelease& r) {
              });
 }
 
+std::chrono::nanoseconds GrantDriver::RetryingSince(GrantId grant, std::chrono::nanoseconds now) {
+  return retry_since_.try_emplace(grant, now).first->second;
+}
+
 void GrantDriver::RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now) {
   for (const Unsent& u : unsent_) {
     if (u.release.grant == release.grant) return;  // already waiting
   }
-  unsent_.push_back({release, now + options_.planner.margin});
+  unsent_.push_back({release, now + options_.planner.margin, RetryingSince(release.grant, now)});
 }
 
 void GrantDriver::SendRecall(const cluster::SendRecall& r) {
@@ -287,7 +291,8 @@ void GrantDriver::Settle(const cluster::Settle& s) {
     std::lock_guard<std::mutex> lock(mu_);
     bool waiting = false;
     for (const Unsettled& u : unsettled_) waiting = waiting || u.settle.grant == s.grant;
-    if (!waiting) unsettled_.push_back({s, host_.SteadyNow() + options_.planner.margin});
+    const std::chrono::nanoseconds now = host_.SteadyNow();
+    if (!waiting) unsettled_.push_back({s, now + options_.planner.margin, RetryingSince(s.grant, now)});
     return;
   }
   (void)rows_.Settle(*key, s.grant, s.used, WallNow());
@@ -408,6 +413,7 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
 void GrantDriver::Tick() {
   const std::chrono::nanoseconds now = host_.SteadyNow();
   GrantActions actions;
+  std::vector<std::pair<std::string, GrantKey>> watched;  // (planner key, key): slices out to watch
   {
     std::lock_guard<std::mutex> lock(mu_);
     FenceIfPaused(now, actions);
@@ -415,20 +421,28 @@ void GrantDriver::Tick() {
     std::erase_if(rates_, [&](const auto& entry) {
       return now - entry.second.window_start >= 2 * options_.rate_window;
     });
-    // A key is forgotten well after anything of it can still be out: its slices' terms, the owner's
-    // reclaims (term + margin) and a late Release.
+    // A key is forgotten well after anything of it can still be out -- its slices' terms, the owner's
+    // reclaims (term + margin) and a late Release -- and not while this node has a grant of it unsettled
+    // or a Release or a settle of it waits to be tried again (for at most `keep` each).
     const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
-    std::erase_if(known_, [&](const auto& entry) { return now - entry.second.last_seen >= keep; });
-    // Releases that got no answer, again (SendRelease drops those of keys forgotten meanwhile).
+    std::set<std::string, std::less<>> busy = planner_.LentKeys();
+    std::erase_if(unsent_, [&](const Unsent& u) { return now - u.since >= keep; });
+    std::erase_if(unsettled_, [&](const Unsettled& u) { return now - u.since >= keep; });
+    for (const Unsent& u : unsent_) busy.insert(u.release.key);
+    for (const Unsettled& u : unsettled_) busy.insert(u.settle.key);
+    std::erase_if(known_, [&](const auto& entry) {
+      return now - entry.second.last_seen >= keep && !busy.contains(entry.first);
+    });
+    // (A grant's retries end `keep` after its first; its record outlives any retry in flight by `keep`.)
+    std::erase_if(retry_since_, [&](const auto& entry) { return now - entry.second >= 2 * keep; });
+    // Releases that got no answer, again (SendRelease puts one back, RetryRelease, when it fails again).
     for (auto it = unsent_.begin(); it != unsent_.end();) {
       if (now < it->next_try) {
         ++it;
         continue;
       }
-      if (known_.contains(it->release.key)) {
-        actions.releases.push_back(it->release);
-        releases_resent_.fetch_add(1, std::memory_order_relaxed);
-      }
+      actions.releases.push_back(it->release);
+      releases_resent_.fetch_add(1, std::memory_order_relaxed);
       it = unsent_.erase(it);
     }
     for (auto it = unsettled_.begin(); it != unsettled_.end();) {
@@ -436,9 +450,26 @@ void GrantDriver::Tick() {
         ++it;
         continue;
       }
-      if (known_.contains(it->settle.key)) actions.settles.push_back(it->settle);
+      actions.settles.push_back(it->settle);
       it = unsettled_.erase(it);
     }
+    for (const std::string& pkey : planner_.Watched()) {
+      if (auto it = known_.find(pkey); it != known_.end()) watched.emplace_back(pkey, it->second.key);
+    }
+  }
+  Execute(std::move(actions));
+  Watch(now, watched);
+}
+
+void GrantDriver::Watch(std::chrono::nanoseconds now,
+                        const std::vector<std::pair<std::string, GrantKey>>& keys) {
+  GrantActions actions;
+  for (const auto& [pkey, key] : keys) {
+    // A copy this node does not decide may miss a reset or another node's checks: it recalls nothing.
+    if (!Deciding(key.key)) continue;
+    const std::optional<KeyBudget> budget = rows_.Read(key, WallNow());  // not under mu_ (lock order)
+    std::lock_guard<std::mutex> lock(mu_);
+    Append(actions, planner_.OwnerChecked(now, pkey, budget.value_or(KeyBudget{})));
   }
   Execute(std::move(actions));
 }

@@ -19,13 +19,18 @@
 // What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
 // fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
 //
+// Recalls (owner): every Tick the owner reads the rows of the keys it has slices out of (GrantRows::Read)
+// while it decides them, and the planner recalls their slices when the key nears its limit, when its row is
+// gone (an admin DELETE) or does not lend any more, and when the key was reset or its spec changed (another
+// KeyBudget::generation: a Gubernator RESET_REMAINING, a policy reload); a slice request under a new
+// generation recalls the old slices too. So a recall follows the owner's own checks by one Tick (50 ms).
+//
 // An owner settles (from a Release, or reclaiming) only while it decides the key and its pause fence is down;
 // a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again; a
 // reclaim is put off (tried again every `margin` while the key is known).
 // A Release that gets no answer (its key's decider left, crashed or is unknown here yet) is sent again, at
-// most every `margin`, to whoever decides the key then, until it is answered or the key is forgotten: the
-// next owner settles it (it may never be asked a slice of the key again, which is when it would adopt and
-// reclaim it), so an owner that moves does not leave the slice counted for the rest of its window.
+// most every `margin`, to whoever decides the key then, for at most 4 x (term + margin): the next owner
+// settles it, so an owner that moves does not leave the slice counted for the rest of its window.
 //
 // Pause safety: a slice's term runs from when its request was sent, on the host's steady clock (the
 // planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
@@ -45,8 +50,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -96,6 +103,9 @@ class GrantRows {
   // charged.
   virtual uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
                           limiter::TimeNs now) = 0;
+  // The key's budget at wall time `now` as its row holds it (under the spec the row was last decided with:
+  // a policy change shows as another generation), without writing it; nullopt when it has no row (erased).
+  [[nodiscard]] virtual std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) = 0;
 };
 
 struct GrantDriverStats {
@@ -160,6 +170,11 @@ class GrantDriver {
   void SendRelease(const SendRelease& release);
   // Under mu_: `release` got no answer; sent again from Tick.
   void RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now);
+  // Under mu_: when the retries of `grant` began (now, for its first).
+  std::chrono::nanoseconds RetryingSince(GrantId grant, std::chrono::nanoseconds now);
+  // Owner: reads the rows of `keys` (planner key, key) -- the keys of its slices out -- that it decides and
+  // lets the planner recall (OwnerChecked). Not under mu_.
+  void Watch(std::chrono::nanoseconds now, const std::vector<std::pair<std::string, GrantKey>>& keys);
   void SendRecall(const SendRecall& recall);
   void Settle(const cluster::Settle& settle);
   void ServeRequest(const peer::GrantRequest& request, Respond respond);
@@ -185,13 +200,17 @@ class GrantDriver {
   struct Unsent {
     cluster::SendRelease release;
     std::chrono::nanoseconds next_try{};
+    std::chrono::nanoseconds since{};  // its grant's first retry (RetryingSince)
   };
   std::vector<Unsent> unsent_;  // Releases that got no answer, by grant at most once each
   struct Unsettled {
     cluster::Settle settle;
     std::chrono::nanoseconds next_try{};
+    std::chrono::nanoseconds since{};  // its grant's first retry (RetryingSince)
   };
   std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
+  // When each grant's Release or settle was first put off: its retries end `keep` (Tick) after that.
+  std::map<GrantId, std::chrono::nanoseconds> retry_since_;
 
   std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0}, releases_resent_{0};
 };

@@ -250,6 +250,70 @@ TEST_F(GrantDriverTest, AHotKeyIsDecidedFromSlicesAndNeverOverTheLimit) {
   }
 }
 
+TEST_F(GrantDriverTest, TheOwnerRecallsTheSlicesOutWhenTheKeyNearsItsLimitAndStaysExact) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  const Tally t = Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.recalls, 0u) << "far from the limit: nothing recalled";
+  // The owner decides checks of its own until what is left no longer covers the slices out; its Tick
+  // (the watch of the keys it lent) recalls them, and the holder gives back what it did not use.
+  uint64_t at_owner = 0;
+  while (owner_->stats().planner.recalls == 0 && OwnerDecides(spec)) {
+    ++at_owner;
+    if (at_owner % 10 == 0) Tick();
+  }
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, 0u);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u) << "every slice released on the recall";
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u);
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  EXPECT_GT(1000 - t.local - t.at_owner - at_owner, 0u) << "recalled before the budget was gone";
+  // The holder backs off: its checks go to the owner, which decides the last units exactly.
+  const Tally after = Offer(spec, 200);
+  EXPECT_EQ(after.local, 0u);
+  uint64_t rest = 0;
+  while (OwnerDecides(spec)) ++rest;
+  EXPECT_EQ(t.local + t.at_owner + at_owner + after.at_owner + rest, 1000u);
+}
+
+TEST_F(GrantDriverTest, AResetOrAPolicyChangeAtTheOwnerRecallsTheSlicesOut) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  // An admin DELETE at the owner: the row is gone, the slices lent from it are called back.
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(store_.Erase("hot", std::nullopt), 1u);
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, 0u);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  // A policy change: the owner decides a check under the new limit; the next Tick recalls the slices lent
+  // under the old one.
+  net_.now += milliseconds(1500);  // past the holder's back-off after the recall
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t recalls = owner_->stats().planner.recalls;
+  Tick();
+  EXPECT_EQ(owner_->stats().planner.recalls, recalls) << "same generation: nothing recalled";
+  limiter::LimitSpec lowered = spec;
+  lowered.limit = 50'000;
+  EXPECT_TRUE(OwnerDecides(lowered));
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, recalls);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  // A reset of the window (Gubernator's RESET_REMAINING at the owner): recalled too.
+  net_.now += milliseconds(1500);
+  Offer(lowered, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t before_reset = owner_->stats().planner.recalls;
+  const storage::Slot slot{"t", &lowered};
+  store_.Update("hot", std::span<const storage::Slot>(&slot, 1), owner_host_.WallNowNs(),
+                [&](std::span<limiter::MergeState* const> states) {
+                  limiter::ResetMerged(lowered, *states[0], hlc_.Now(owner_host_.WallNowNs()));
+                });
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, before_reset);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+}
+
 TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
   // Below the threshold: nothing asked.
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100);

@@ -19,9 +19,15 @@ namespace ringlimit::cluster {
 
 // What the owner lends from: the hard capacity C (token_bucket: burst, else limit; fixed_window: limit),
 // E = C - what a peek says remains (the merged state's consumption plus the slices out, limiter::GrantsOut),
-// the term cap and whether the state can lend now (DriverLends, and not written by another algorithm).
+// the slices out, the term cap, whether the state can lend now (DriverLends, and not written by another
+// algorithm) and the key's generation (GrantGeneration of `spec` and the state's reset stamp).
 [[nodiscard]] KeyBudget BudgetOf(const limiter::LimitSpec& spec, const limiter::MergeState& state,
                                  limiter::TimeNs now);
+
+// KeyBudget::generation: changes with the spec (limiter::Fingerprint) and, for the window algorithms, with
+// every reset of the state (its base's stamp, limiter::ResetMerged; a bucket's base is rebased by every
+// check, so its reset does not show); never 0.
+[[nodiscard]] uint64_t GrantGeneration(const limiter::LimitSpec& spec, const limiter::MergeState& state);
 
 class StoreGrantRows final : public GrantRows {
  public:
@@ -40,6 +46,7 @@ class StoreGrantRows final : public GrantRows {
   [[nodiscard]] GrantActions Lend(const GrantKey& key, limiter::TimeNs now, const Decide& decide) override;
   uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
                   limiter::TimeNs now) override;
+  [[nodiscard]] std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) override;
 
  private:
   storage::StateStore& store_;

@@ -133,6 +133,9 @@ class SimNode::Rows final : public cluster::GrantRows {
     }
     return charged;
   }
+  std::optional<cluster::KeyBudget> Read(const cluster::GrantKey& key, limiter::TimeNs now) override {
+    return rows_.Read(key, now);
+  }
 
  private:
   SimNode& node_;
