@@ -414,6 +414,7 @@ void GrantDriver::Tick() {
   const std::chrono::nanoseconds now = host_.SteadyNow();
   GrantActions actions;
   std::vector<std::pair<std::string, GrantKey>> watched;  // (planner key, key): slices out to watch
+  std::vector<ring::TokenRange> due;                      // ranges taken over, to scan now
   {
     std::lock_guard<std::mutex> lock(mu_);
     FenceIfPaused(now, actions);
@@ -456,9 +457,50 @@ void GrantDriver::Tick() {
     for (const std::string& pkey : planner_.Watched()) {
       if (auto it = known_.find(pkey); it != known_.end()) watched.emplace_back(pkey, it->second.key);
     }
+    NoteGainedRanges(now);
+    for (auto it = scans_.begin(); it != scans_.end();) {
+      if (now < it->second) {
+        ++it;
+        continue;
+      }
+      due.push_back(it->first);
+      it = scans_.erase(it);
+    }
   }
   Execute(std::move(actions));
   Watch(now, watched);
+  if (!due.empty()) AdoptScanned(now, due);
+}
+
+void GrantDriver::NoteGainedRanges(std::chrono::nanoseconds now) {
+  std::shared_ptr<const ring::RingView> ring = host_.routing().ring;
+  if (ring == nullptr || ring == scanned_ring_) return;
+  scanned_ring_ = ring;
+  std::vector<ring::TokenRange> arcs = ring->Arcs(host_.self_id());
+  for (const ring::TokenRange& arc : arcs) {
+    // An arc owned before, unchanged, holds nothing new; a grown or new one is scanned whole.
+    if (std::find(owned_arcs_.begin(), owned_arcs_.end(), arc) != owned_arcs_.end()) continue;
+    scans_.emplace_back(arc, now);
+    scans_.emplace_back(arc, now + options_.planner.term + options_.planner.margin);
+  }
+  owned_arcs_ = std::move(arcs);
+}
+
+void GrantDriver::AdoptScanned(std::chrono::nanoseconds now, const std::vector<ring::TokenRange>& ranges) {
+  for (const ring::TokenRange& range : ranges) {
+    for (GrantRows::UnsettledRow& row : rows_.Unsettled(range.first, range.last)) {
+      // Only what this node decides: another decider (a handoff still switching the range) adopts its own.
+      if (!Deciding(row.key.key)) continue;
+      const std::string pkey = PlannerKey(row.key.key, row.key.name);
+      std::lock_guard<std::mutex> lock(mu_);
+      Known& k = known_[pkey];
+      k.key = std::move(row.key);
+      k.owner = host_.self_id();
+      k.last_seen = std::max(k.last_seen, now);
+      // (Its actions are only the next wake-up: the reclaims come from Tick.)
+      static_cast<void>(planner_.Adopt(now, pkey, row.grants));
+    }
+  }
 }
 
 void GrantDriver::Watch(std::chrono::nanoseconds now,

@@ -32,6 +32,13 @@
 // most every `margin`, to whoever decides the key then, for at most 4 x (term + margin): the next owner
 // settles it, so an owner that moves does not leave the slice counted for the rest of its window.
 //
+// Taking over (owner): when this node's ring gives it token ranges it did not own (at its start, a join, a
+// failover, a leave), it scans their rows (GrantRows::Unsettled) at once and again term + margin later
+// (copies still on their way: a handoff, replication) and adopts the unsettled grants of the keys it then
+// decides: reclaimed term + margin after adoption unless their Release comes first. So a grant nobody will
+// release -- lent by an owner that crashed or stopped before its reply went out -- is settled by whoever
+// decides its key next, asked a slice of it or not.
+//
 // Pause safety: a slice's term runs from when its request was sent, on the host's steady clock (the
 // planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
 // stops asking until it is down.
@@ -61,6 +68,7 @@
 #include "node/cluster/forward_host.h"
 #include "node/cluster/grant_planner.h"
 #include "peer.pb.h"
+#include "ring/ring_view.h"
 
 namespace ringlimit::cluster {
 
@@ -106,6 +114,13 @@ class GrantRows {
   // The key's budget at wall time `now` as its row holds it (under the spec the row was last decided with:
   // a policy change shows as another generation), without writing it; nullopt when it has no row (erased).
   [[nodiscard]] virtual std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) = 0;
+  // The rows with ring tokens in [first, last] that hold unsettled grants, with their ids (a scan of the
+  // range: what a node that takes the range over adopts).
+  struct UnsettledRow {
+    GrantKey key;  // the row's spec: the one it was last decided with
+    std::vector<GrantId> grants;
+  };
+  [[nodiscard]] virtual std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) = 0;
 };
 
 struct GrantDriverStats {
@@ -175,6 +190,11 @@ class GrantDriver {
   // Owner: reads the rows of `keys` (planner key, key) -- the keys of its slices out -- that it decides and
   // lets the planner recall (OwnerChecked). Not under mu_.
   void Watch(std::chrono::nanoseconds now, const std::vector<std::pair<std::string, GrantKey>>& keys);
+  // Under mu_: notes the ranges this node's ring gives it that the last ring it looked at did not, to be
+  // scanned now and term + margin later.
+  void NoteGainedRanges(std::chrono::nanoseconds now);
+  // Scans `ranges` and adopts the unsettled grants of the keys this node decides. Not under mu_.
+  void AdoptScanned(std::chrono::nanoseconds now, const std::vector<ring::TokenRange>& ranges);
   void SendRecall(const SendRecall& recall);
   void Settle(const cluster::Settle& settle);
   void ServeRequest(const peer::GrantRequest& request, Respond respond);
@@ -211,6 +231,10 @@ class GrantDriver {
   std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
   // When each grant's Release or settle was first put off: its retries end `keep` (Tick) after that.
   std::map<GrantId, std::chrono::nanoseconds> retry_since_;
+  // Taking over: the ring last looked at, this node's arcs on it, and the scans due (range, when).
+  std::shared_ptr<const ring::RingView> scanned_ring_;
+  std::vector<ring::TokenRange> owned_arcs_;
+  std::vector<std::pair<ring::TokenRange, std::chrono::nanoseconds>> scans_;
 
   std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0}, releases_resent_{0};
 };

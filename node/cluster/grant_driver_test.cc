@@ -194,6 +194,27 @@ class GrantDriverTest : public ::testing::Test {
     net_.Pump();
   }
 
+  // The owner and the holder go away with slices out (the holder never releases them: it crashed too); a new
+  // driver on `host` takes the owner's rows (its replica's copy) and serves as "peer/<id>".
+  std::unique_ptr<GrantDriver> ReplaceOwner(FakeHost& host) {
+    net_.drivers.erase("peer/h");
+    net_.drivers.erase("peer/o");
+    owner_.reset();
+    host.table = owner_host_.table;
+    auto next = std::make_unique<GrantDriver>(host, options_, owner_rows_, AckAll());
+    net_.drivers["peer/" + host.self_id()] = next.get();
+    return next;
+  }
+
+  // Runs `driver` alone for a second: 20 ticks 50 ms apart.
+  void TickAlone(GrantDriver& driver) {
+    for (int i = 0; i < 20; ++i) {
+      net_.now += milliseconds(50);
+      driver.Tick();
+      net_.Pump();
+    }
+  }
+
   // Lets every slice come back: past term + margin, ticking.
   void Settle() {
     for (int i = 0; i < 20; ++i) {
@@ -377,15 +398,11 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
   Offer(spec, 100);
   ASSERT_GT(owner_->stats().planner.units_out, 0u);
-  // The owner dies with slices out and the holder never releases them (it crashed too). A new owner
-  // process on the same row (its replica's copy) is asked for a slice of the key by another holder.
-  net_.drivers.erase("peer/h");
-  net_.drivers.erase("peer/o");
-  owner_.reset();
+  // The owner dies with slices out. A new owner process on the same row is asked for a slice of the key by
+  // another holder.
   FakeHost next_host(net_, "o");
-  next_host.table = owner_host_.table;
-  GrantDriver next(next_host, options_, owner_rows_, AckAll());
-  net_.drivers["peer/o"] = &next;
+  std::unique_ptr<GrantDriver> owner = ReplaceOwner(next_host);
+  GrantDriver& next = *owner;
   peer::GrantRequest request;
   request.set_from("h2");
   request.set_key("hot");
@@ -402,13 +419,38 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   });
   ASSERT_TRUE(reply);
   EXPECT_GT(reply->units(), 0u);
-  for (int i = 0; i < 20; ++i) {
-    net_.now += milliseconds(50);
-    next.Tick();
-    net_.Pump();
-  }
+  TickAlone(next);
   for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+}
+
+// The simulator's grants_owner_pause_closed seed 93: the owner recorded a grant and stopped before its reply
+// went out; the holder gave up on the request, so nobody would ever release it, and the next owner was never
+// asked a slice of the key again: the grant stayed unsettled, its units counted as spent. A node whose ring
+// gives it ranges it did not own now scans them and adopts what is unsettled there, asked or not.
+TEST_F(GrantDriverTest, ANodeTakingOverARangeAdoptsItsUnsettledGrantsUnaskedAndReclaimsThem) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  // The owner and the holder go away with the slices out; node "n" holds the replica's copy of the row.
+  FakeHost next_host(net_, "n");
+  std::unique_ptr<GrantDriver> owner = ReplaceOwner(next_host);
+  GrantDriver& next = *owner;
+  // While "o" owns the key on n's ring, n adopts nothing (it scans the ranges it owns: none).
+  TickAlone(next);
+  EXPECT_EQ(next.stats().planner.grants_adopted, 0u);
+  EXPECT_GT(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+  // "o" is declared dead: n's ring gives it every range. Nobody asks it anything.
+  std::vector<ring::RingMember> members{{"n", 16}};
+  next_host.table.ring = ring::RingView::Build(2, std::move(members)).view;
+  next_host.table.version = 2;
+  next.Tick();
+  EXPECT_GT(next.stats().planner.grants_adopted, 0u);
+  // Reclaimed term + margin after the adoption.
+  TickAlone(next);
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+  EXPECT_EQ(next.stats().planner.grants_expired, next.stats().planner.grants_adopted);
 }
 
 // The simulator's grants_leave_closed seed 178: a key's owner left just after it lent a slice, the holder's

@@ -332,7 +332,7 @@ GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::
   GrantActions out;
   for (GrantId g : grants) {
     Lent adopted{std::string(key), std::string(), 0, now + options_.term + options_.margin, false, 0};
-    lent_.try_emplace(g, std::move(adopted));
+    if (lent_.try_emplace(g, std::move(adopted)).second) ++stats_.grants_adopted;
   }
   return Done(out);
 }

@@ -191,7 +191,8 @@ struct GrantStats {
   uint64_t grants_released = 0;  // settled from a Release
   uint64_t grants_expired = 0;   // reclaimed after term + margin
   uint64_t recalls = 0;
-  uint64_t units_out = 0;  // gauge: units lent and not settled
+  uint64_t grants_adopted = 0;  // unsettled grants of a key found in its row that this planner did not lend
+  uint64_t units_out = 0;       // gauge: units lent and not settled
 };
 
 class GrantPlanner {
@@ -238,8 +239,9 @@ class GrantPlanner {
   [[nodiscard]] GrantActions OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget);
   // Recall every slice of `key` (also those recalled already).
   [[nodiscard]] GrantActions Recall(MonoTime now, std::string_view key);
-  // This node became the owner of `key` whose ledger holds unsettled `grants` it did not lend (a failover):
-  // they are reclaimed term + margin from now unless released first.
+  // This node decides `key` whose ledger holds unsettled `grants` it may not have lent (a failover, a
+  // restart, a range taken over: found when asked a slice of the key, or scanning the ranges it took over):
+  // those it did not lend are reclaimed term + margin from now unless released first.
   [[nodiscard]] GrantActions Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants);
 
   // Both: releases expired and idle slices, forgets unanswered requests, reclaims overdue grants.

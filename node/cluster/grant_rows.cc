@@ -78,4 +78,18 @@ std::optional<KeyBudget> StoreGrantRows::Read(const GrantKey& key, limiter::Time
   return std::nullopt;
 }
 
+std::vector<GrantRows::UnsettledRow> StoreGrantRows::Unsettled(ring::Token first, ring::Token last) {
+  std::vector<UnsettledRow> out;
+  for (storage::EntityState& row : store_.ScanTokenRange(first, last)) {
+    std::vector<GrantId> grants;
+    for (const limiter::GrantRecord& g : row.state.state.grants.records) {
+      if (!g.settled) grants.push_back(g.id);
+    }
+    if (grants.empty()) continue;
+    out.push_back(UnsettledRow{GrantKey{std::move(row.entity), std::move(row.state.name), row.state.spec},
+                               std::move(grants)});
+  }
+  return out;
+}
+
 }  // namespace ringlimit::cluster

@@ -13,7 +13,7 @@
 #include "limiter/hlc.h"
 #include "limiter/merge.h"
 #include "node/cluster/grant_driver.h"
-#include "storage/state_store.h"
+#include "storage/store.h"
 
 namespace ringlimit::cluster {
 
@@ -37,7 +37,7 @@ class StoreGrantRows final : public GrantRows {
 
   // `contributor` and `hlc`: whom settled units are charged for, and the clock stamping them (the node's
   // own, as its checks use).
-  StoreGrantRows(storage::StateStore& store, limiter::ContributorId contributor, limiter::HybridClock& hlc)
+  StoreGrantRows(storage::Store& store, limiter::ContributorId contributor, limiter::HybridClock& hlc)
       : store_(store), contributor_(contributor), hlc_(hlc) {}
 
   StoreGrantRows(const StoreGrantRows&) = delete;
@@ -47,9 +47,10 @@ class StoreGrantRows final : public GrantRows {
   uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
                   limiter::TimeNs now) override;
   [[nodiscard]] std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) override;
+  [[nodiscard]] std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) override;
 
  private:
-  storage::StateStore& store_;
+  storage::Store& store_;
   const limiter::ContributorId contributor_;
   limiter::HybridClock& hlc_;  // thread-safe
 };

@@ -136,6 +136,17 @@ class SimNode::Rows final : public cluster::GrantRows {
   std::optional<cluster::KeyBudget> Read(const cluster::GrantKey& key, limiter::TimeNs now) override {
     return rows_.Read(key, now);
   }
+  std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) override {
+    std::vector<UnsettledRow> rows = rows_.Unsettled(first, last);
+    if (node_.world_.tracing()) {
+      for (const UnsettledRow& row : rows) {
+        node_.world_.Trace(node_.slot_, TraceKind::kNote,
+                           node_.id_ + " finds " + std::to_string(row.grants.size()) +
+                               " unsettled grants of " + row.key.key + " in a range it took over");
+      }
+    }
+    return rows;
+  }
 
  private:
   SimNode& node_;
