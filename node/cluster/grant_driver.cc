@@ -214,13 +214,20 @@ void GrantDriver::SendRequest(const cluster::SendRequest& r) {
 
 void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   peer::GrantRelease message;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = known_.find(r.key);
-    if (it == known_.end()) return;  // forgotten long after its term: the owner reclaimed it
-    message.set_key(it->second.key.key);
-    message.mutable_limit()->set_name(it->second.key.name);
-    limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
+    if (it != known_.end()) {
+      known = true;
+      message.set_key(it->second.key.key);
+      message.mutable_limit()->set_name(it->second.key.name);
+      limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
+    }
+  }
+  if (!known) {  // forgotten long after its term: the owner reclaimed it
+    Released(r.grant);
+    return;
   }
   // To whoever decides the key now: the ledger is in the key's row, which follows the key.
   const std::string decider(host_.routing().Decider(ring::RingToken(message.key())));
@@ -236,11 +243,43 @@ void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   message.set_used(r.used);
   host_.Call(address, peer::METHOD_GRANT_RELEASE, message.SerializeAsString(), options_.timeout,
              [this, r](peer::PeerResult result) {
-               if (result.ok()) return;
+               if (result.ok()) return Released(r.grant);
                send_failures_.fetch_add(1, std::memory_order_relaxed);
                std::lock_guard<std::mutex> lock(mu_);
                RetryRelease(r, host_.SteadyNow());
              });
+}
+
+void GrantDriver::Released(GrantId grant) {
+  std::function<void()> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!leaving_) return;
+    leaving_->releases.erase(grant);
+    done = LeftLocked(host_.SteadyNow());
+  }
+  if (done) done();
+}
+
+std::function<void()> GrantDriver::LeftLocked(std::chrono::nanoseconds now) {
+  if (!leaving_ || !leaving_->done || (!leaving_->releases.empty() && now < leaving_->until)) return nullptr;
+  return std::exchange(leaving_->done, nullptr);
+}
+
+void GrantDriver::Leave(std::function<void()> done) {
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  GrantActions actions;
+  std::function<void()> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    actions = planner_.Retire(now);
+    leaving_ = Leaving{{}, now + options_.planner.term + options_.planner.margin, std::move(done)};
+    for (const cluster::SendRelease& r : actions.releases) leaving_->releases.insert(r.grant);
+    left = LeftLocked(now);  // nothing to release
+  }
+  spdlog::info("grants: leaving; {} slices released to their owners", actions.releases.size());
+  Execute(std::move(actions));
+  if (left) left();
 }
 
 std::chrono::nanoseconds GrantDriver::RetryingSince(GrantId grant, std::chrono::nanoseconds now) {
@@ -467,8 +506,14 @@ void GrantDriver::Tick() {
       it = scans_.erase(it);
     }
   }
+  std::function<void()> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left = LeftLocked(now);
+  }
   Execute(std::move(actions));
   Watch(now, watched);
+  if (left) left();
   if (!due.empty()) AdoptScanned(now, due);
 }
 

@@ -158,6 +158,12 @@ class GrantDriver {
   // fence. Call periodically (the node: every 50 ms; the simulator: on its ticks).
   void Tick();
 
+  // The node leaves the cluster gracefully (before its handoff): releases every slice it holds to the
+  // decider of its key, asks for and decides from no slice again, and calls `done` once every one of those
+  // Releases was answered, or term + margin after the call (every slice is reclaimed by then); from a Tick
+  // or an answer, possibly on another thread. Call once.
+  void Leave(std::function<void()> done);
+
   [[nodiscard]] GrantDriverStats stats() const;
 
  private:
@@ -183,6 +189,11 @@ class GrantDriver {
   void Execute(GrantActions actions);
   void SendRequest(const SendRequest& request);
   void SendRelease(const SendRelease& release);
+  // A Release was answered, or cannot be sent any more (its key is forgotten): the leave may be done.
+  void Released(GrantId grant);
+  // Under mu_: the leave's `done` when it is due now (every Release of the leave answered, or its bound
+  // passed), once; else null.
+  std::function<void()> LeftLocked(std::chrono::nanoseconds now);
   // Under mu_: `release` got no answer; sent again from Tick.
   void RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now);
   // Under mu_: when the retries of `grant` began (now, for its first).
@@ -229,6 +240,12 @@ class GrantDriver {
     std::chrono::nanoseconds since{};  // its grant's first retry (RetryingSince)
   };
   std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
+  struct Leaving {                    // Leave was called
+    std::set<GrantId> releases;       // its Releases not answered yet
+    std::chrono::nanoseconds until{};
+    std::function<void()> done;  // null once called
+  };
+  std::optional<Leaving> leaving_;
   // When each grant's Release or settle was first put off: its retries end `keep` (Tick) after that.
   std::map<GrantId, std::chrono::nanoseconds> retry_since_;
   // Taking over: the ring last looked at, this node's arcs on it, and the scans due (range, when).

@@ -335,6 +335,44 @@ TEST_F(GrantDriverTest, AResetOrAPolicyChangeAtTheOwnerRecallsTheSlicesOut) {
   EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
 }
 
+TEST_F(GrantDriverTest, ALeavingNodeReleasesItsSlicesBeforeItGoes) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  ASSERT_GT(owner_->stats().planner.units_out, 0u);
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  EXPECT_FALSE(left) << "not before the owner has the Releases";
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  net_.Pump();
+  EXPECT_TRUE(left);
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u) << "settled from the Releases, not reclaimed";
+  EXPECT_EQ(owner_->stats().planner.grants_released, owner_->stats().planner.grants_made);
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  // From then on it decides nothing from a slice and asks for none.
+  const uint64_t sent = net_.sent;
+  const Tally after = Offer(spec, 200);
+  EXPECT_EQ(after.local, 0u);
+  EXPECT_EQ(net_.sent, sent);
+}
+
+TEST_F(GrantDriverTest, ALeaveWhoseReleasesGetNoAnswerGoesOnAfterTermAndMargin) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  net_.drivers.erase("peer/o");  // the owner does not answer: the Releases fail and wait to be resent
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  net_.Pump();
+  EXPECT_FALSE(left);
+  net_.now += options_.planner.term + options_.planner.margin - milliseconds(1);
+  holder_->Tick();
+  EXPECT_FALSE(left);
+  net_.now += milliseconds(1);
+  holder_->Tick();
+  EXPECT_TRUE(left) << "the owner has reclaimed every slice by now";
+}
+
 TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
   // Below the threshold: nothing asked.
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100);

@@ -233,15 +233,26 @@ GrantActions GrantPlanner::RecallReceived(MonoTime now, std::string_view key, Gr
   return Done(out);
 }
 
-GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
-  GrantActions out;
+void GrantPlanner::ReleaseAll(MonoTime until, ReleaseWhy why, GrantActions& out) {
   fenced_until_ = std::max(fenced_until_, until);
   for (auto it = held_.begin(); it != held_.end();) {
     for (const Slice& s : it->second.slices) {
-      ReleaseSlice(it->first, s, ReleaseWhy::kFenced, out);
+      ReleaseSlice(it->first, s, why, out);
     }
     it = held_.erase(it);  // requests in flight are forgotten: their replies are released as late
   }
+}
+
+GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
+  GrantActions out;
+  ReleaseAll(until, ReleaseWhy::kFenced, out);
+  (void)now;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::Retire(MonoTime now) {
+  GrantActions out;
+  ReleaseAll(MonoTime::max(), ReleaseWhy::kLeaving, out);
   (void)now;
   return Done(out);
 }

@@ -125,7 +125,7 @@ struct KeyBudget {
 };
 
 // --- Actions ---
-enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate, kSpent };
+enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate, kSpent, kLeaving };
 
 struct SendRequest {  // holder -> owner: lend `want` units of `key`
   std::string key;
@@ -222,6 +222,9 @@ class GrantPlanner {
   // The pause fence went up (the process was stopped): every slice is released and none is used or asked
   // for before `until`.
   [[nodiscard]] GrantActions Fence(MonoTime now, MonoTime until);
+  // This node leaves the cluster gracefully: every slice is released (kLeaving), to its key's decider
+  // while it still answers, and none is used or asked for again.
+  [[nodiscard]] GrantActions Retire(MonoTime now);
 
   // --- Owner ---
   // Holder `from` asks `want` units of `key` (this node owns it) for `term`, and `budget` is the key now.
@@ -288,6 +291,9 @@ class GrantPlanner {
   static constexpr size_t kMaxSlices = 2;
 
   void ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy why, GrantActions& out);
+  // Releases every slice (`why`), forgets every request (their replies are released as late) and keeps
+  // nothing used or asked for before `until`.
+  void ReleaseAll(MonoTime until, ReleaseWhy why, GrantActions& out);
   // Releases the slices of `h` that expired or went idle by `now`.
   void Expire(MonoTime now, std::string_view key, Held& h, GrantActions& out);
   void MaybeRequest(MonoTime now, std::string_view key, Held& h, double rate, GrantActions& out);

@@ -241,6 +241,27 @@ TEST(GrantPlanner, ThePauseFenceReleasesEverySliceAndStopsUseAndRequests) {
   EXPECT_EQ(p.Check(T(2000), "a", 1, 1000).requests.size(), 1u);  // after the fence: asks again
 }
 
+TEST(GrantPlanner, ALeavingHolderReleasesEverySliceAndNeverAsksAgain) {
+  GrantPlanner p(GrantOptions{});
+  GrantActions a = p.Check(T(0), "a", 1, 1000);
+  a = p.GrantReplied(T(1), "a", a.requests.at(0).request, 1, 100, 1s);
+  EXPECT_TRUE(p.Check(T(2), "a", 5, 1000).local);
+  const uint64_t pending_b = p.Check(T(3), "b", 1, 1000).requests.at(0).request;
+  a = p.Retire(T(4));
+  ASSERT_EQ(a.releases.size(), 1u);
+  EXPECT_EQ(a.releases[0].grant, 1u);
+  EXPECT_EQ(a.releases[0].used, 5u);
+  EXPECT_EQ(a.releases[0].why, ReleaseWhy::kLeaving);
+  EXPECT_EQ(p.stats().slices_held, 0u);
+  // The reply to the request in flight is given back unused; nothing is decided or asked from then on.
+  a = p.GrantReplied(T(5), "b", pending_b, 2, 50, 1s);
+  ASSERT_EQ(a.releases.size(), 1u);
+  EXPECT_EQ(a.releases[0].why, ReleaseWhy::kLate);
+  a = p.Check(T(100'000), "a", 1, 1000);
+  EXPECT_TRUE(a.forward);
+  EXPECT_TRUE(a.requests.empty());
+}
+
 TEST(GrantPlanner, OwnerRecallsNearTheLimitAndOnDemandAndSettlesEachGrantOnce) {
   GrantPlanner owner(GrantOptions{});
   GrantActions a = owner.GrantRequested(T(0), "h1", "k", 1, 100, 1s, Budget(1000, 0));

@@ -117,7 +117,9 @@ const std::vector<FaultClass> kClasses = {
     {"grants_owner_pause_closed", Promise::kExact, "grants_owner_pause, with sync + closed: exact"},
     {"grants_join", Promise::kExact, "grants_limit, a node joins under load (the hot key may move): exact"},
     {"grants_join_closed", Promise::kExact, "grants_join, with sync + closed: exact"},
-    {"grants_leave", Promise::kExact, "grants_limit, a node leaves gracefully under load: exact"},
+    {"grants_leave", Promise::kExact,
+     "grants_limit, a node leaves gracefully under load: it releases its slices first (none reclaimed, "
+     "asserted); exact"},
     {"grants_leave_closed", Promise::kExact, "grants_leave, with sync + closed: exact"},
     {"grants_lossy", Promise::kReport, "grants_limit on lossy's network (2% drop and duplicate, reordering)"},
     {"grants_lossy_closed", Promise::kExact, "grants_lossy, with sync + closed: exact"},
@@ -468,6 +470,8 @@ class Run {
         const int who = static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1));
         Note("leave " + SimCluster::IdOf(who));
         if (!Running(who) || cluster_.node(who)->leaving()) return false;
+        victim_ = who;
+        left_at_ = cluster_.world().now();
         cluster_.Leave(who);
         return true;
       });
@@ -664,6 +668,14 @@ class Run {
                            std::to_string(v.keys[kKeys].answered - v.keys[kKeys].admitted) +
                            " checks with its budget live");
     }
+    if (name == "grants_leave" && victim_ >= 0) {  // the leaving node gave its slices back before it went
+      for (const GrantEvent& g : checker.grants()) {
+        if (g.holder == victim_ && g.lent <= left_at_ && g.reclaimed) {
+          v.failures.push_back("grants: grant " + std::to_string(g.id) +
+                               " held by the leaving node was reclaimed, not released");
+        }
+      }
+    }
     if (name == "grants_holder_crash" && victim_ >= 0) {
       bool reclaimed = false;
       for (const GrantEvent& g : checker.grants()) {
@@ -798,6 +810,7 @@ class Run {
   MonoTime load_end_{};
   int victim_ = -1;
   MonoTime crashed_at_{};
+  MonoTime left_at_{};  // leave, grants_leave: when the victim was told to leave
   std::vector<int> side_;
   MonoTime paused_at_{};                // grants_holder_pause: when the victim was paused,
   std::optional<MonoTime> resumed_at_;  // and resumed

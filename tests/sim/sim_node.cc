@@ -310,7 +310,13 @@ void SimNode::Leave(std::function<void()> exited) {
   leaving_ = true;
   on_exit_ = std::move(exited);
   Apply(planner_->Leave(world_.now(), WallNow()));
-  handoff_->Leave([this](bool) { executor_->Post([this] { FinishLeave(); }); });
+  // node.cc's leave preparer: the slices this node holds go back to their owners, then the handoff.
+  auto hand_over = [this] { handoff_->Leave([this](bool) { executor_->Post([this] { FinishLeave(); }); }); };
+  if (grants_ != nullptr) {
+    grants_->Leave([this, hand_over] { executor_->Post(hand_over); });
+  } else {
+    hand_over();
+  }
 }
 
 // cluster.cc FinishLeave: announce `left` to every member, then (the process's drain) exit once the
