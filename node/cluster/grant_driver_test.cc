@@ -373,6 +373,30 @@ TEST_F(GrantDriverTest, ALeaveWhoseReleasesGetNoAnswerGoesOnAfterTermAndMargin) 
   EXPECT_TRUE(left) << "the owner has reclaimed every slice by now";
 }
 
+// A key nothing was charged to yet has an empty state, which a store does not keep: a grant lent from it
+// was dropped with it, and the owner went on to admit the whole limit beside the slice (here 1,000 + 300).
+// LendMerged gives such a state its spec's algorithm, so the record is kept and counted.
+TEST_F(GrantDriverTest, AGrantLentFromAKeyWithNoStateYetIsKeptAndCounted) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  const GrantKey key{"fresh", "t", spec};
+  const limiter::TimeNs now = owner_host_.WallNowNs();
+  const GrantId grant = (GrantId{1} << 32) | 1;
+  const GrantActions lent =
+      owner_rows_.Lend(key, now, [&](const KeyBudget& budget, const std::vector<GrantId>&) {
+        EXPECT_EQ(budget.effective, 0u);
+        GrantActions out;
+        out.lends.push_back(Lend{"h", "fresh", 1, grant, 300, milliseconds(500)});
+        return out;
+      });
+  ASSERT_EQ(lent.lends.size(), 1u);
+  const std::optional<KeyBudget> read = owner_rows_.Read(key, now);
+  ASSERT_TRUE(read.has_value()) << "the row holding the grant is kept";
+  EXPECT_EQ(read->out, 300u);
+  EXPECT_EQ(read->effective, 300u);
+  EXPECT_EQ(owner_rows_.Settle(key, grant, 120, now + 1000), 120u);
+  EXPECT_EQ(owner_rows_.Read(key, now + 2000)->effective, 120u) << "the used units charged, the rest back";
+}
+
 TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
   // Below the threshold: nothing asked.
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100);
