@@ -43,9 +43,13 @@
 // planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
 // stops asking until it is down.
 //
-// Thread safety: every method is safe for concurrent use. One mutex (mu_) serialises the planner; it is never
-// held while sending or while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes
-// mu_ -- inside its row update (lock order: the row, then mu_).
+// Thread safety: every method is safe for concurrent use. The holder's side is sharded by key: kShards
+// shards, each a mutex over its own GrantPlanner (holder events only), rate table and known keys, so checks
+// of keys in different shards never wait for each other and a check takes exactly one shard's mutex. The
+// owner's side -- one GrantPlanner (the one that mints grant ids), the retries, the leave, the ranges taken
+// over -- is under mu_. No thread holds two of these mutexes at once, and none is held while sending or
+// while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes the key's shard mutex,
+// then mu_ -- inside its row update (lock order: the row, then one of them).
 // Lifetime: the host, the rows and whatever `ack` calls must outlive the driver and every pending call.
 #ifndef RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
 #define RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
@@ -55,6 +59,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -178,12 +183,29 @@ class GrantDriver {
     std::chrono::nanoseconds last_seen{};
   };
 
+  // The holder's side of the keys hashed to it.
+  struct Shard {
+    explicit Shard(const GrantOptions& options) : planner(options) {}
+    std::mutex mu;
+    GrantPlanner planner;  // holder events only (it lends nothing)
+    std::map<std::string, Rate, std::less<>> rates;
+    std::map<std::string, Known, std::less<>> known;  // by planner key
+    bool fenced = false;                              // the fence was applied for the current pause
+  };
+  static constexpr size_t kShards = 16;
+
   // The planner's key for one limit of one entity key.
   [[nodiscard]] static std::string PlannerKey(std::string_view key, std::string_view name);
-  // Under mu_: the key's rate of checks here, counting `cost` now.
-  double ObserveRate(const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
-  // Under mu_: the pause fence, once per pause.
-  void FenceIfPaused(std::chrono::nanoseconds now, GrantActions& out);
+  [[nodiscard]] Shard& ShardOf(std::string_view pkey) const;
+  // The key of planner key `pkey` as last seen (and whom a holder asked, into `owner`), or nullopt.
+  [[nodiscard]] std::optional<GrantKey> KnownKey(std::string_view pkey, std::string* owner = nullptr) const;
+  // Notes `pkey` as known now (`owner`: unchanged when empty).
+  void NoteKnown(std::string_view pkey, const GrantKey& key, std::string_view owner,
+                 std::chrono::nanoseconds now);
+  // Under shard.mu: the key's rate of checks here, counting `cost` now.
+  double ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
+  // Under shard.mu: the pause fence, once per pause.
+  void FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out);
   // Carries out the actions that send (requests, releases, recalls); settles (owner) in the rows. Not under
   // mu_.
   void Execute(GrantActions actions);
@@ -222,12 +244,11 @@ class GrantDriver {
   GrantRows& rows_;
   const Ack ack_;
 
+  std::vector<std::unique_ptr<Shard>> shards_;  // kShards, constant after construction
+
   // --- Protected by mu_ ---
   mutable std::mutex mu_;
-  GrantPlanner planner_;
-  std::map<std::string, Rate, std::less<>> rates_;
-  std::map<std::string, Known, std::less<>> known_;  // by planner key
-  bool fenced_ = false;                              // the fence was applied for the current pause
+  GrantPlanner owner_;  // owner events: lends, settles, recalls, adoptions
   struct Unsent {
     cluster::SendRelease release;
     std::chrono::nanoseconds next_try{};

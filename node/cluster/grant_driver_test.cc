@@ -373,6 +373,36 @@ TEST_F(GrantDriverTest, ALeaveWhoseReleasesGetNoAnswerGoesOnAfterTermAndMargin) 
   EXPECT_TRUE(left) << "the owner has reclaimed every slice by now";
 }
 
+TEST_F(GrantDriverTest, ManyHotKeysAcrossTheShardsAreEachDecidedFromTheirOwnSlices) {
+  // The holder's side is sharded by key: 40 hot keys land in most of its 16 shards; each is lent its own
+  // slices and decided from them, the stats add up over the shards, and a leave releases every shard's.
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  constexpr int kKeys = 40;
+  uint64_t local = 0;
+  for (int i = 0; i < 200; ++i) {
+    net_.now += milliseconds(1);
+    for (int k = 0; k < kKeys; ++k) {
+      peer::ForwardedCheck c = Check(spec, static_cast<uint64_t>(i));
+      c.set_key("hot-" + std::to_string(k));
+      local += holder_->TryLocal(c, "o").has_value() ? 1 : 0;
+    }
+    net_.Pump();
+    if (i % 50 == 0) Tick();
+  }
+  const GrantDriverStats holder = holder_->stats();
+  EXPECT_EQ(holder.planner.local_checks, local);
+  EXPECT_GT(local, 40u * 100) << "most checks of every key decided where they entered";
+  EXPECT_EQ(holder.tracked_keys, static_cast<uint64_t>(kKeys));
+  EXPECT_GE(holder.planner.slices_held, static_cast<uint64_t>(kKeys));
+  EXPECT_GT(owner_->stats().planner.units_out, 0u);
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  net_.Pump();
+  EXPECT_TRUE(left);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u) << "every shard's slices released";
+}
+
 // A key nothing was charged to yet has an empty state, which a store does not keep: a grant lent from it
 // was dropped with it, and the owner went on to admit the whole limit beside the slice (here 1,000 + 300).
 // LendMerged gives such a state its spec's algorithm, so the record is kept and counted.
