@@ -764,7 +764,11 @@ Status LendMerged(const LimitSpec& spec, MergeState& state, GrantId id, uint64_t
   if (state.algorithm != Algorithm{} && state.algorithm != spec.algorithm) {
     return Status::InvalidArgument("grant", "the state was written by another algorithm");
   }
-  return AddGrant(state.grants, id, units, now);
+  Status added = AddGrant(state.grants, id, units, now);
+  // A state nothing was charged to yet is empty (Algorithm{}), and a store keeps no empty state: it takes
+  // the spec's algorithm, so the grant record is kept and counted.
+  if (added.ok()) state.algorithm = spec.algorithm;
+  return added;
 }
 
 uint64_t SettleMerged(const LimitSpec& spec, MergeState& state, GrantId id, std::optional<uint64_t> used,

@@ -161,8 +161,9 @@ void ResetMerged(const LimitSpec& spec, MergeState& state, Hlc stamp);
 [[nodiscard]] uint64_t GrantsOut(const LimitSpec& spec, const MergeState& state, TimeNs now);
 
 // The owner lends `units` of `state` as grant `id` at `now` (AddGrant into state.grants): from then on they
-// count against every decision (GrantsOut). Errors as AddGrant, and InvalidArgument when the state was
-// written by another algorithm than `spec`'s (a policy change: nothing is lent until it is charged anew).
+// count against every decision (GrantsOut). An empty state (nothing charged to it yet) takes `spec`'s
+// algorithm, so that a store keeps it. Errors as AddGrant, and InvalidArgument when the state was written by
+// another algorithm than `spec`'s (a policy change: nothing is lent until it is charged anew).
 [[nodiscard]] Status LendMerged(const LimitSpec& spec, MergeState& state, GrantId id, uint64_t units,
                                 TimeNs now);
 

@@ -211,13 +211,15 @@ namespace {
 void AppendGrantMetrics(const GrantDriverStats& g, std::string* out) {
   Metric(out, "ringlimit_grants_total", "counter",
          "Quota grants this node handled as a key's owner, by what happened: lent (made), refused, settled "
-         "from the holder's release (released), reclaimed whole after term + margin (expired), recalled.");
+         "from the holder's release (released), reclaimed whole after term + margin (expired), recalled, "
+         "and grants found unsettled in a key's row that another owner lent (adopted).");
   node::AppendSamplesBy(out, "ringlimit_grants_total", "event",
                         {{"made", g.planner.grants_made},
                          {"refused", g.planner.grants_refused},
                          {"released", g.planner.grants_released},
                          {"expired", g.planner.grants_expired},
-                         {"recalled", g.planner.recalls}});
+                         {"recalled", g.planner.recalls},
+                         {"adopted", g.planner.grants_adopted}});
   Metric(out, "ringlimit_grants_units_out", "gauge",
          "Units this node lent as an owner and has not settled: counted as spent in their keys' state.");
   Sample(out, "ringlimit_grants_units_out", "", g.planner.units_out);

@@ -58,7 +58,35 @@ GrantDriver::GrantDriver(ForwardHost& host, GrantDriverOptions options, GrantRow
       options_(std::move(options)),
       rows_(rows),
       ack_(std::move(ack)),
-      planner_(WithIncarnation(options_.planner, host.Random())) {}
+      owner_(WithIncarnation(options_.planner, host.Random())) {
+  shards_.reserve(kShards);
+  for (size_t i = 0; i < kShards; ++i) shards_.push_back(std::make_unique<Shard>(options_.planner));
+}
+
+GrantDriver::Shard& GrantDriver::ShardOf(std::string_view pkey) const {
+  return *shards_[std::hash<std::string_view>{}(pkey) % kShards];
+}
+
+std::optional<GrantKey> GrantDriver::KnownKey(std::string_view pkey, std::string* owner) const {
+  Shard& shard = ShardOf(pkey);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.known.find(pkey);
+  if (it == shard.known.end()) return std::nullopt;
+  if (owner != nullptr) *owner = it->second.owner;
+  return it->second.key;
+}
+
+void GrantDriver::NoteKnown(std::string_view pkey, const GrantKey& key, std::string_view owner,
+                            std::chrono::nanoseconds now) {
+  Shard& shard = ShardOf(pkey);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.known.find(pkey);
+  if (it == shard.known.end()) it = shard.known.emplace(std::string(pkey), Known{}).first;
+  Known& k = it->second;
+  k.key = key;
+  if (!owner.empty()) k.owner = std::string(owner);
+  k.last_seen = std::max(k.last_seen, now);
+}
 
 std::string GrantDriver::PlannerKey(std::string_view key, std::string_view name) {
   std::string out;
@@ -69,11 +97,12 @@ std::string GrantDriver::PlannerKey(std::string_view key, std::string_view name)
   return out;
 }
 
-double GrantDriver::ObserveRate(const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now) {
-  auto it = rates_.find(pkey);
-  if (it == rates_.end()) {
-    if (rates_.size() >= options_.max_tracked_keys) return 0;
-    it = rates_.emplace(pkey, Rate{now, 0, 0}).first;
+double GrantDriver::ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost,
+                                std::chrono::nanoseconds now) {
+  auto it = shard.rates.find(pkey);
+  if (it == shard.rates.end()) {
+    if (shard.rates.size() >= std::max<size_t>(1, options_.max_tracked_keys / kShards)) return 0;
+    it = shard.rates.emplace(pkey, Rate{now, 0, 0}).first;
   }
   Rate& r = it->second;
   const std::chrono::nanoseconds w = options_.rate_window;
@@ -91,14 +120,14 @@ double GrantDriver::ObserveRate(const std::string& pkey, uint64_t cost, std::chr
   return static_cast<double>(std::max(r.previous, r.current)) / seconds;
 }
 
-void GrantDriver::FenceIfPaused(std::chrono::nanoseconds now, GrantActions& out) {
+void GrantDriver::FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out) {
   if (!host_.Paused()) {
-    fenced_ = false;
+    shard.fenced = false;
     return;
   }
-  if (fenced_) return;
-  fenced_ = true;
-  Append(out, planner_.Fence(now, now + options_.planner.margin));
+  if (shard.fenced) return;
+  shard.fenced = true;
+  Append(out, shard.planner.Fence(now, now + options_.planner.margin));
 }
 
 std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::ForwardedCheck& check,
@@ -117,20 +146,26 @@ std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::Forwarded
   GrantActions actions;
   uint64_t left = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    FenceIfPaused(now, actions);
-    if (!fenced_) {
-      const double rate = ObserveRate(pkey, check.cost(), now);
-      GrantActions checked = planner_.Check(now, pkey, check.cost(), rate, true);
-      if (!checked.requests.empty() || known_.contains(pkey)) {
-        Known& k = known_[pkey];
+    // Only this key's shard: checks of keys in other shards go on in parallel.
+    Shard& shard = ShardOf(pkey);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    FenceIfPaused(shard, now, actions);
+    if (!shard.fenced) {
+      const double rate = ObserveRate(shard, pkey, check.cost(), now);
+      GrantActions checked = shard.planner.Check(now, pkey, check.cost(), rate, true);
+      auto known = shard.known.find(pkey);
+      if (!checked.requests.empty() && known == shard.known.end()) {
+        known = shard.known.emplace(pkey, Known{}).first;
+      }
+      if (known != shard.known.end()) {
+        Known& k = known->second;
         k.key = GrantKey{check.key(), limit.name(), spec.value()};
         k.owner = std::string(decider);
         k.last_seen = now;
       }
       actions.local = checked.local;
       Append(actions, std::move(checked));
-      if (actions.local) left = planner_.LocalUnits(now, pkey);
+      if (actions.local) left = shard.planner.LocalUnits(now, pkey);
     }
   }
   const bool local = actions.local.has_value();
@@ -163,23 +198,19 @@ std::string GrantDriver::AddressOf(std::string_view id) const {
 void GrantDriver::SendRequest(const cluster::SendRequest& r) {
   peer::GrantRequest message;
   std::string owner;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = known_.find(r.key);
-    if (it != known_.end()) {
-      owner = it->second.owner;
-      message.set_key(it->second.key.key);
-      message.mutable_limit()->set_name(it->second.key.name);
-      limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
-    }
+  if (std::optional<GrantKey> key = KnownKey(r.key, &owner)) {
+    message.set_key(key->key);
+    message.mutable_limit()->set_name(key->name);
+    limiter::SpecToProto(key->spec, message.mutable_limit()->mutable_spec());
   }
   const std::string address = owner.empty() ? "" : AddressOf(owner);
   auto failed = [this, key = r.key, request = r.request] {
     send_failures_.fetch_add(1, std::memory_order_relaxed);
     GrantActions a;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      a = planner_.GrantRefused(host_.SteadyNow(), key, request);
+      Shard& shard = ShardOf(key);
+      std::lock_guard<std::mutex> lock(shard.mu);
+      a = shard.planner.GrantRefused(host_.SteadyNow(), key, request);
     }
     Execute(std::move(a));
   };
@@ -201,12 +232,13 @@ void GrantDriver::SendRequest(const cluster::SendRequest& r) {
         }
         GrantActions a;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          Shard& shard = ShardOf(key);
+          std::lock_guard<std::mutex> lock(shard.mu);
           const std::chrono::nanoseconds now = host_.SteadyNow();
           a = reply.units() == 0 || reply.grant() == 0
-                  ? planner_.GrantRefused(now, key, request)
-                  : planner_.GrantReplied(now, key, request, reply.grant(), reply.units(),
-                                          std::chrono::nanoseconds(reply.term_ns()));
+                  ? shard.planner.GrantRefused(now, key, request)
+                  : shard.planner.GrantReplied(now, key, request, reply.grant(), reply.units(),
+                                               std::chrono::nanoseconds(reply.term_ns()));
         }
         Execute(std::move(a));
       });
@@ -214,13 +246,14 @@ void GrantDriver::SendRequest(const cluster::SendRequest& r) {
 
 void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   peer::GrantRelease message;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = known_.find(r.key);
-    if (it == known_.end()) return;  // forgotten long after its term: the owner reclaimed it
-    message.set_key(it->second.key.key);
-    message.mutable_limit()->set_name(it->second.key.name);
-    limiter::SpecToProto(it->second.key.spec, message.mutable_limit()->mutable_spec());
+  const std::optional<GrantKey> key = KnownKey(r.key);
+  if (key) {
+    message.set_key(key->key);
+    message.mutable_limit()->set_name(key->name);
+    limiter::SpecToProto(key->spec, message.mutable_limit()->mutable_spec());
+  } else {  // forgotten long after its term: the owner reclaimed it
+    Released(r.grant);
+    return;
   }
   // To whoever decides the key now: the ledger is in the key's row, which follows the key.
   const std::string decider(host_.routing().Decider(ring::RingToken(message.key())));
@@ -236,29 +269,65 @@ void GrantDriver::SendRelease(const cluster::SendRelease& r) {
   message.set_used(r.used);
   host_.Call(address, peer::METHOD_GRANT_RELEASE, message.SerializeAsString(), options_.timeout,
              [this, r](peer::PeerResult result) {
-               if (result.ok()) return;
+               if (result.ok()) return Released(r.grant);
                send_failures_.fetch_add(1, std::memory_order_relaxed);
                std::lock_guard<std::mutex> lock(mu_);
                RetryRelease(r, host_.SteadyNow());
              });
 }
 
+void GrantDriver::Released(GrantId grant) {
+  std::function<void()> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!leaving_) return;
+    leaving_->releases.erase(grant);
+    done = LeftLocked(host_.SteadyNow());
+  }
+  if (done) done();
+}
+
+std::function<void()> GrantDriver::LeftLocked(std::chrono::nanoseconds now) {
+  if (!leaving_ || !leaving_->done || (!leaving_->releases.empty() && now < leaving_->until)) return nullptr;
+  return std::exchange(leaving_->done, nullptr);
+}
+
+void GrantDriver::Leave(std::function<void()> done) {
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  GrantActions actions;
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    Append(actions, shard->planner.Retire(now));
+  }
+  std::function<void()> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leaving_ = Leaving{{}, now + options_.planner.term + options_.planner.margin, std::move(done)};
+    for (const cluster::SendRelease& r : actions.releases) leaving_->releases.insert(r.grant);
+    left = LeftLocked(now);  // nothing to release
+  }
+  spdlog::info("grants: leaving; {} slices released to their owners", actions.releases.size());
+  Execute(std::move(actions));
+  if (left) left();
+}
+
+std::chrono::nanoseconds GrantDriver::RetryingSince(GrantId grant, std::chrono::nanoseconds now) {
+  return retry_since_.try_emplace(grant, now).first->second;
+}
+
 void GrantDriver::RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now) {
   for (const Unsent& u : unsent_) {
     if (u.release.grant == release.grant) return;  // already waiting
   }
-  unsent_.push_back({release, now + options_.planner.margin});
+  unsent_.push_back({release, now + options_.planner.margin, RetryingSince(release.grant, now)});
 }
 
 void GrantDriver::SendRecall(const cluster::SendRecall& r) {
   peer::GrantRecall message;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = known_.find(r.key);
-    if (it == known_.end()) return;
-    message.set_key(it->second.key.key);
-    message.set_name(it->second.key.name);
-  }
+  const std::optional<GrantKey> key = KnownKey(r.key);
+  if (!key) return;
+  message.set_key(key->key);
+  message.set_name(key->name);
   const std::string address = AddressOf(r.to);
   if (address.empty()) return;
   message.set_from(host_.self_id());
@@ -270,12 +339,7 @@ void GrantDriver::SendRecall(const cluster::SendRecall& r) {
 }
 
 void GrantDriver::Settle(const cluster::Settle& s) {
-  std::optional<GrantKey> key;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = known_.find(s.key);
-    if (it != known_.end()) key = it->second.key;
-  }
+  const std::optional<GrantKey> key = KnownKey(s.key);
   if (!key) {
     spdlog::warn("grants: cannot settle grant {:#x}: its key is no longer known", s.grant);
     return;
@@ -287,7 +351,8 @@ void GrantDriver::Settle(const cluster::Settle& s) {
     std::lock_guard<std::mutex> lock(mu_);
     bool waiting = false;
     for (const Unsettled& u : unsettled_) waiting = waiting || u.settle.grant == s.grant;
-    if (!waiting) unsettled_.push_back({s, host_.SteadyNow() + options_.planner.margin});
+    const std::chrono::nanoseconds now = host_.SteadyNow();
+    if (!waiting) unsettled_.push_back({s, now + options_.planner.margin, RetryingSince(s.grant, now)});
     return;
   }
   (void)rows_.Settle(*key, s.grant, s.used, WallNow());
@@ -313,16 +378,13 @@ void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respon
   const std::chrono::nanoseconds now = host_.SteadyNow();
   GrantActions actions =
       rows_.Lend(key, WallNow(), [&](const KeyBudget& budget, const std::vector<GrantId>& unsettled) {
+        NoteKnown(pkey, key, self, now);
         std::lock_guard<std::mutex> lock(mu_);
-        Known& k = known_[pkey];
-        k.key = key;
-        k.owner = self;
-        k.last_seen = now;
         // Grants in the row this planner did not lend (a previous owner's, or this node's before a
         // restart) are reclaimed term + margin from now unless their Release comes first.
-        GrantActions out = planner_.Adopt(now, pkey, unsettled);
-        Append(out, planner_.GrantRequested(now, request.from(), pkey, request.request(), request.want(),
-                                            std::chrono::nanoseconds(request.term_ns()), budget));
+        GrantActions out = owner_.Adopt(now, pkey, unsettled);
+        Append(out, owner_.GrantRequested(now, request.from(), pkey, request.request(), request.want(),
+                                          std::chrono::nanoseconds(request.term_ns()), budget));
         return out;
       });
   std::vector<Lend> lends = std::move(actions.lends);
@@ -376,13 +438,12 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
         return bad("not deciding this key");
       }
       const std::string pkey = PlannerKey(release.key(), release.limit().name());
+      // Known also after a failover: this node may never have lent it.
+      NoteKnown(pkey, GrantKey{release.key(), release.limit().name(), spec.value()}, "", now);
       GrantActions a;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        Known& k = known_[pkey];  // also after a failover: this node may never have lent it
-        k.key = GrantKey{release.key(), release.limit().name(), spec.value()};
-        k.last_seen = std::max(k.last_seen, now);
-        a = planner_.ReleaseReceived(now, pkey, release.grant(), release.used());
+        a = owner_.ReleaseReceived(now, pkey, release.grant(), release.used());
       }
       Execute(std::move(a));
       respond(Encoded(peer::GrantAck()));
@@ -391,10 +452,12 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
     case peer::METHOD_GRANT_RECALL: {
       peer::GrantRecall recall;
       if (!recall.ParseFromString(payload)) return bad("bad grant recall");
+      const std::string pkey = PlannerKey(recall.key(), recall.name());
       GrantActions a;
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        a = planner_.RecallReceived(now, PlannerKey(recall.key(), recall.name()), recall.grant());
+        Shard& shard = ShardOf(pkey);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        a = shard.planner.RecallReceived(now, pkey, recall.grant());
       }
       Execute(std::move(a));
       respond(Encoded(peer::GrantAck()));
@@ -408,27 +471,32 @@ void GrantDriver::Serve(peer::Method method, std::string payload, Respond respon
 void GrantDriver::Tick() {
   const std::chrono::nanoseconds now = host_.SteadyNow();
   GrantActions actions;
+  std::vector<std::string> watched_keys;  // planner keys with slices out to watch (owner)
+  std::vector<ring::TokenRange> due;      // ranges taken over, to scan now
+  std::set<std::string, std::less<>> busy;
+  // A key is forgotten well after anything of it can still be out -- its slices' terms, the owner's
+  // reclaims (term + margin) and a late Release -- and not while this node has a grant of it unsettled
+  // or a Release or a settle of it waits to be tried again (for at most `keep` each).
+  const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
+  std::function<void()> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    FenceIfPaused(now, actions);
-    Append(actions, planner_.Timer(now));
-    std::erase_if(rates_, [&](const auto& entry) {
-      return now - entry.second.window_start >= 2 * options_.rate_window;
-    });
-    // A key is forgotten well after anything of it can still be out: its slices' terms, the owner's
-    // reclaims (term + margin) and a late Release.
-    const std::chrono::nanoseconds keep = 4 * (options_.planner.term + options_.planner.margin);
-    std::erase_if(known_, [&](const auto& entry) { return now - entry.second.last_seen >= keep; });
-    // Releases that got no answer, again (SendRelease drops those of keys forgotten meanwhile).
+    Append(actions, owner_.Timer(now));
+    busy = owner_.LentKeys();
+    std::erase_if(unsent_, [&](const Unsent& u) { return now - u.since >= keep; });
+    std::erase_if(unsettled_, [&](const Unsettled& u) { return now - u.since >= keep; });
+    for (const Unsent& u : unsent_) busy.insert(u.release.key);
+    for (const Unsettled& u : unsettled_) busy.insert(u.settle.key);
+    // (A grant's retries end `keep` after its first; its record outlives any retry in flight by `keep`.)
+    std::erase_if(retry_since_, [&](const auto& entry) { return now - entry.second >= 2 * keep; });
+    // Releases that got no answer, again (SendRelease puts one back, RetryRelease, when it fails again).
     for (auto it = unsent_.begin(); it != unsent_.end();) {
       if (now < it->next_try) {
         ++it;
         continue;
       }
-      if (known_.contains(it->release.key)) {
-        actions.releases.push_back(it->release);
-        releases_resent_.fetch_add(1, std::memory_order_relaxed);
-      }
+      actions.releases.push_back(it->release);
+      releases_resent_.fetch_add(1, std::memory_order_relaxed);
       it = unsent_.erase(it);
     }
     for (auto it = unsettled_.begin(); it != unsettled_.end();) {
@@ -436,9 +504,79 @@ void GrantDriver::Tick() {
         ++it;
         continue;
       }
-      if (known_.contains(it->settle.key)) actions.settles.push_back(it->settle);
+      actions.settles.push_back(it->settle);
       it = unsettled_.erase(it);
     }
+    watched_keys = owner_.Watched();
+    NoteGainedRanges(now);
+    for (auto it = scans_.begin(); it != scans_.end();) {
+      if (now < it->second) {
+        ++it;
+        continue;
+      }
+      due.push_back(it->first);
+      it = scans_.erase(it);
+    }
+    left = LeftLocked(now);
+  }
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    FenceIfPaused(*shard, now, actions);
+    Append(actions, shard->planner.Timer(now));
+    std::erase_if(shard->rates, [&](const auto& entry) {
+      return now - entry.second.window_start >= 2 * options_.rate_window;
+    });
+    std::erase_if(shard->known, [&](const auto& entry) {
+      return now - entry.second.last_seen >= keep && !busy.contains(entry.first);
+    });
+  }
+  std::vector<std::pair<std::string, GrantKey>> watched;  // (planner key, key)
+  for (std::string& pkey : watched_keys) {
+    if (std::optional<GrantKey> key = KnownKey(pkey)) watched.emplace_back(std::move(pkey), std::move(*key));
+  }
+  Execute(std::move(actions));
+  Watch(now, watched);
+  if (left) left();
+  if (!due.empty()) AdoptScanned(now, due);
+}
+
+void GrantDriver::NoteGainedRanges(std::chrono::nanoseconds now) {
+  std::shared_ptr<const ring::RingView> ring = host_.routing().ring;
+  if (ring == nullptr || ring == scanned_ring_) return;
+  scanned_ring_ = ring;
+  std::vector<ring::TokenRange> arcs = ring->Arcs(host_.self_id());
+  for (const ring::TokenRange& arc : arcs) {
+    // An arc owned before, unchanged, holds nothing new; a grown or new one is scanned whole.
+    if (std::find(owned_arcs_.begin(), owned_arcs_.end(), arc) != owned_arcs_.end()) continue;
+    scans_.emplace_back(arc, now);
+    scans_.emplace_back(arc, now + options_.planner.term + options_.planner.margin);
+  }
+  owned_arcs_ = std::move(arcs);
+}
+
+void GrantDriver::AdoptScanned(std::chrono::nanoseconds now, const std::vector<ring::TokenRange>& ranges) {
+  for (const ring::TokenRange& range : ranges) {
+    for (GrantRows::UnsettledRow& row : rows_.Unsettled(range.first, range.last)) {
+      // Only what this node decides: another decider (a handoff still switching the range) adopts its own.
+      if (!Deciding(row.key.key)) continue;
+      const std::string pkey = PlannerKey(row.key.key, row.key.name);
+      NoteKnown(pkey, row.key, host_.self_id(), now);
+      std::lock_guard<std::mutex> lock(mu_);
+      // (Its actions are only the next wake-up: the reclaims come from Tick.)
+      static_cast<void>(owner_.Adopt(now, pkey, row.grants));
+    }
+  }
+}
+
+void GrantDriver::Watch(std::chrono::nanoseconds now,
+                        const std::vector<std::pair<std::string, GrantKey>>& keys) {
+  GrantActions actions;
+  for (const auto& [pkey, key] : keys) {
+    // A copy this node does not decide may miss a reset or another node's checks: it recalls nothing.
+    if (!Deciding(key.key)) continue;
+    const std::optional<KeyBudget> budget = rows_.Read(key, WallNow());  // not under mu_ (lock order)
+    std::lock_guard<std::mutex> lock(mu_);
+    Append(actions, owner_.OwnerChecked(now, pkey, budget.value_or(KeyBudget{})));
   }
   Execute(std::move(actions));
 }
@@ -447,8 +585,17 @@ GrantDriverStats GrantDriver::stats() const {
   GrantDriverStats out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    out.planner = planner_.stats();
-    out.tracked_keys = rates_.size();
+    out.planner = owner_.stats();
+  }
+  for (const std::unique_ptr<Shard>& shard : shards_) {  // holders' figures: the shards' sum
+    std::lock_guard<std::mutex> lock(shard->mu);
+    const GrantStats& s = shard->planner.stats();
+    out.planner.local_checks += s.local_checks;
+    out.planner.forwarded_checks += s.forwarded_checks;
+    out.planner.requests += s.requests;
+    out.planner.slices_held += s.slices_held;
+    out.planner.released_units += s.released_units;
+    out.tracked_keys += shard->rates.size();
   }
   out.requests_served = requests_served_.load(std::memory_order_relaxed);
   out.not_acked = not_acked_.load(std::memory_order_relaxed);

@@ -19,21 +19,37 @@
 // What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
 // fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
 //
+// Recalls (owner): every Tick the owner reads the rows of the keys it has slices out of (GrantRows::Read)
+// while it decides them, and the planner recalls their slices when the key nears its limit, when its row is
+// gone (an admin DELETE) or does not lend any more, and when the key was reset or its spec changed (another
+// KeyBudget::generation: a Gubernator RESET_REMAINING, a policy reload); a slice request under a new
+// generation recalls the old slices too. So a recall follows the owner's own checks by one Tick (50 ms).
+//
 // An owner settles (from a Release, or reclaiming) only while it decides the key and its pause fence is down;
 // a Release that reaches another node, or an owner just resumed from a pause, is refused and sent again; a
 // reclaim is put off (tried again every `margin` while the key is known).
 // A Release that gets no answer (its key's decider left, crashed or is unknown here yet) is sent again, at
-// most every `margin`, to whoever decides the key then, until it is answered or the key is forgotten: the
-// next owner settles it (it may never be asked a slice of the key again, which is when it would adopt and
-// reclaim it), so an owner that moves does not leave the slice counted for the rest of its window.
+// most every `margin`, to whoever decides the key then, for at most 4 x (term + margin): the next owner
+// settles it, so an owner that moves does not leave the slice counted for the rest of its window.
+//
+// Taking over (owner): when this node's ring gives it token ranges it did not own (at its start, a join, a
+// failover, a leave), it scans their rows (GrantRows::Unsettled) at once and again term + margin later
+// (copies still on their way: a handoff, replication) and adopts the unsettled grants of the keys it then
+// decides: reclaimed term + margin after adoption unless their Release comes first. So a grant nobody will
+// release -- lent by an owner that crashed or stopped before its reply went out -- is settled by whoever
+// decides its key next, asked a slice of it or not.
 //
 // Pause safety: a slice's term runs from when its request was sent, on the host's steady clock (the
 // planner's check at every use), and the host's pause fence (ForwardHost::Paused) releases every slice and
 // stops asking until it is down.
 //
-// Thread safety: every method is safe for concurrent use. One mutex (mu_) serialises the planner; it is never
-// held while sending or while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes
-// mu_ -- inside its row update (lock order: the row, then mu_).
+// Thread safety: every method is safe for concurrent use. The holder's side is sharded by key: kShards
+// shards, each a mutex over its own GrantPlanner (holder events only), rate table and known keys, so checks
+// of keys in different shards never wait for each other and a check takes exactly one shard's mutex. The
+// owner's side -- one GrantPlanner (the one that mints grant ids), the retries, the leave, the ranges taken
+// over -- is under mu_. No thread holds two of these mutexes at once, and none is held while sending or
+// while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes the key's shard mutex,
+// then mu_ -- inside its row update (lock order: the row, then one of them).
 // Lifetime: the host, the rows and whatever `ack` calls must outlive the driver and every pending call.
 #ifndef RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
 #define RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
@@ -43,10 +59,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -54,6 +73,7 @@
 #include "node/cluster/forward_host.h"
 #include "node/cluster/grant_planner.h"
 #include "peer.pb.h"
+#include "ring/ring_view.h"
 
 namespace ringlimit::cluster {
 
@@ -96,6 +116,16 @@ class GrantRows {
   // charged.
   virtual uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
                           limiter::TimeNs now) = 0;
+  // The key's budget at wall time `now` as its row holds it (under the spec the row was last decided with:
+  // a policy change shows as another generation), without writing it; nullopt when it has no row (erased).
+  [[nodiscard]] virtual std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) = 0;
+  // The rows with ring tokens in [first, last] that hold unsettled grants, with their ids (a scan of the
+  // range: what a node that takes the range over adopts).
+  struct UnsettledRow {
+    GrantKey key;  // the row's spec: the one it was last decided with
+    std::vector<GrantId> grants;
+  };
+  [[nodiscard]] virtual std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) = 0;
 };
 
 struct GrantDriverStats {
@@ -133,6 +163,12 @@ class GrantDriver {
   // fence. Call periodically (the node: every 50 ms; the simulator: on its ticks).
   void Tick();
 
+  // The node leaves the cluster gracefully (before its handoff): releases every slice it holds to the
+  // decider of its key, asks for and decides from no slice again, and calls `done` once every one of those
+  // Releases was answered, or term + margin after the call (every slice is reclaimed by then); from a Tick
+  // or an answer, possibly on another thread. Call once.
+  void Leave(std::function<void()> done);
+
   [[nodiscard]] GrantDriverStats stats() const;
 
  private:
@@ -147,19 +183,51 @@ class GrantDriver {
     std::chrono::nanoseconds last_seen{};
   };
 
+  // The holder's side of the keys hashed to it.
+  struct Shard {
+    explicit Shard(const GrantOptions& options) : planner(options) {}
+    std::mutex mu;
+    GrantPlanner planner;  // holder events only (it lends nothing)
+    std::map<std::string, Rate, std::less<>> rates;
+    std::map<std::string, Known, std::less<>> known;  // by planner key
+    bool fenced = false;                              // the fence was applied for the current pause
+  };
+  static constexpr size_t kShards = 16;
+
   // The planner's key for one limit of one entity key.
   [[nodiscard]] static std::string PlannerKey(std::string_view key, std::string_view name);
-  // Under mu_: the key's rate of checks here, counting `cost` now.
-  double ObserveRate(const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
-  // Under mu_: the pause fence, once per pause.
-  void FenceIfPaused(std::chrono::nanoseconds now, GrantActions& out);
+  [[nodiscard]] Shard& ShardOf(std::string_view pkey) const;
+  // The key of planner key `pkey` as last seen (and whom a holder asked, into `owner`), or nullopt.
+  [[nodiscard]] std::optional<GrantKey> KnownKey(std::string_view pkey, std::string* owner = nullptr) const;
+  // Notes `pkey` as known now (`owner`: unchanged when empty).
+  void NoteKnown(std::string_view pkey, const GrantKey& key, std::string_view owner,
+                 std::chrono::nanoseconds now);
+  // Under shard.mu: the key's rate of checks here, counting `cost` now.
+  double ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
+  // Under shard.mu: the pause fence, once per pause.
+  void FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out);
   // Carries out the actions that send (requests, releases, recalls); settles (owner) in the rows. Not under
   // mu_.
   void Execute(GrantActions actions);
   void SendRequest(const SendRequest& request);
   void SendRelease(const SendRelease& release);
+  // A Release was answered, or cannot be sent any more (its key is forgotten): the leave may be done.
+  void Released(GrantId grant);
+  // Under mu_: the leave's `done` when it is due now (every Release of the leave answered, or its bound
+  // passed), once; else null.
+  std::function<void()> LeftLocked(std::chrono::nanoseconds now);
   // Under mu_: `release` got no answer; sent again from Tick.
   void RetryRelease(const cluster::SendRelease& release, std::chrono::nanoseconds now);
+  // Under mu_: when the retries of `grant` began (now, for its first).
+  std::chrono::nanoseconds RetryingSince(GrantId grant, std::chrono::nanoseconds now);
+  // Owner: reads the rows of `keys` (planner key, key) -- the keys of its slices out -- that it decides and
+  // lets the planner recall (OwnerChecked). Not under mu_.
+  void Watch(std::chrono::nanoseconds now, const std::vector<std::pair<std::string, GrantKey>>& keys);
+  // Under mu_: notes the ranges this node's ring gives it that the last ring it looked at did not, to be
+  // scanned now and term + margin later.
+  void NoteGainedRanges(std::chrono::nanoseconds now);
+  // Scans `ranges` and adopts the unsettled grants of the keys this node decides. Not under mu_.
+  void AdoptScanned(std::chrono::nanoseconds now, const std::vector<ring::TokenRange>& ranges);
   void SendRecall(const SendRecall& recall);
   void Settle(const cluster::Settle& settle);
   void ServeRequest(const peer::GrantRequest& request, Respond respond);
@@ -176,22 +244,35 @@ class GrantDriver {
   GrantRows& rows_;
   const Ack ack_;
 
+  std::vector<std::unique_ptr<Shard>> shards_;  // kShards, constant after construction
+
   // --- Protected by mu_ ---
   mutable std::mutex mu_;
-  GrantPlanner planner_;
-  std::map<std::string, Rate, std::less<>> rates_;
-  std::map<std::string, Known, std::less<>> known_;  // by planner key
-  bool fenced_ = false;                              // the fence was applied for the current pause
+  GrantPlanner owner_;  // owner events: lends, settles, recalls, adoptions
   struct Unsent {
     cluster::SendRelease release;
     std::chrono::nanoseconds next_try{};
+    std::chrono::nanoseconds since{};  // its grant's first retry (RetryingSince)
   };
   std::vector<Unsent> unsent_;  // Releases that got no answer, by grant at most once each
   struct Unsettled {
     cluster::Settle settle;
     std::chrono::nanoseconds next_try{};
+    std::chrono::nanoseconds since{};  // its grant's first retry (RetryingSince)
   };
   std::vector<Unsettled> unsettled_;  // settles put off while this node did not decide their key
+  struct Leaving {                    // Leave was called
+    std::set<GrantId> releases;       // its Releases not answered yet
+    std::chrono::nanoseconds until{};
+    std::function<void()> done;  // null once called
+  };
+  std::optional<Leaving> leaving_;
+  // When each grant's Release or settle was first put off: its retries end `keep` (Tick) after that.
+  std::map<GrantId, std::chrono::nanoseconds> retry_since_;
+  // Taking over: the ring last looked at, this node's arcs on it, and the scans due (range, when).
+  std::shared_ptr<const ring::RingView> scanned_ring_;
+  std::vector<ring::TokenRange> owned_arcs_;
+  std::vector<std::pair<ring::TokenRange, std::chrono::nanoseconds>> scans_;
 
   std::atomic<uint64_t> requests_served_{0}, not_acked_{0}, send_failures_{0}, releases_resent_{0};
 };

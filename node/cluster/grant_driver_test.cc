@@ -194,6 +194,27 @@ class GrantDriverTest : public ::testing::Test {
     net_.Pump();
   }
 
+  // The owner and the holder go away with slices out (the holder never releases them: it crashed too); a new
+  // driver on `host` takes the owner's rows (its replica's copy) and serves as "peer/<id>".
+  std::unique_ptr<GrantDriver> ReplaceOwner(FakeHost& host) {
+    net_.drivers.erase("peer/h");
+    net_.drivers.erase("peer/o");
+    owner_.reset();
+    host.table = owner_host_.table;
+    auto next = std::make_unique<GrantDriver>(host, options_, owner_rows_, AckAll());
+    net_.drivers["peer/" + host.self_id()] = next.get();
+    return next;
+  }
+
+  // Runs `driver` alone for a second: 20 ticks 50 ms apart.
+  void TickAlone(GrantDriver& driver) {
+    for (int i = 0; i < 20; ++i) {
+      net_.now += milliseconds(50);
+      driver.Tick();
+      net_.Pump();
+    }
+  }
+
   // Lets every slice come back: past term + margin, ticking.
   void Settle() {
     for (int i = 0; i < 20; ++i) {
@@ -248,6 +269,162 @@ TEST_F(GrantDriverTest, AHotKeyIsDecidedFromSlicesAndNeverOverTheLimit) {
                                            });
     net_.drivers["peer/o"] = owner_.get();
   }
+}
+
+TEST_F(GrantDriverTest, TheOwnerRecallsTheSlicesOutWhenTheKeyNearsItsLimitAndStaysExact) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  const Tally t = Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.recalls, 0u) << "far from the limit: nothing recalled";
+  // The owner decides checks of its own until what is left no longer covers the slices out; its Tick
+  // (the watch of the keys it lent) recalls them, and the holder gives back what it did not use.
+  uint64_t at_owner = 0;
+  while (owner_->stats().planner.recalls == 0 && OwnerDecides(spec)) {
+    ++at_owner;
+    if (at_owner % 10 == 0) Tick();
+  }
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, 0u);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u) << "every slice released on the recall";
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u);
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  EXPECT_GT(1000 - t.local - t.at_owner - at_owner, 0u) << "recalled before the budget was gone";
+  // The holder backs off: its checks go to the owner, which decides the last units exactly.
+  const Tally after = Offer(spec, 200);
+  EXPECT_EQ(after.local, 0u);
+  uint64_t rest = 0;
+  while (OwnerDecides(spec)) ++rest;
+  EXPECT_EQ(t.local + t.at_owner + at_owner + after.at_owner + rest, 1000u);
+}
+
+TEST_F(GrantDriverTest, AResetOrAPolicyChangeAtTheOwnerRecallsTheSlicesOut) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  // An admin DELETE at the owner: the row is gone, the slices lent from it are called back.
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(store_.Erase("hot", std::nullopt), 1u);
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, 0u);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  // A policy change: the owner decides a check under the new limit; the next Tick recalls the slices lent
+  // under the old one.
+  net_.now += milliseconds(1500);  // past the holder's back-off after the recall
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t recalls = owner_->stats().planner.recalls;
+  Tick();
+  EXPECT_EQ(owner_->stats().planner.recalls, recalls) << "same generation: nothing recalled";
+  limiter::LimitSpec lowered = spec;
+  lowered.limit = 50'000;
+  EXPECT_TRUE(OwnerDecides(lowered));
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, recalls);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  // A reset of the window (Gubernator's RESET_REMAINING at the owner): recalled too.
+  net_.now += milliseconds(1500);
+  Offer(lowered, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  const uint64_t before_reset = owner_->stats().planner.recalls;
+  const storage::Slot slot{"t", &lowered};
+  store_.Update("hot", std::span<const storage::Slot>(&slot, 1), owner_host_.WallNowNs(),
+                [&](std::span<limiter::MergeState* const> states) {
+                  limiter::ResetMerged(lowered, *states[0], hlc_.Now(owner_host_.WallNowNs()));
+                });
+  Tick();
+  EXPECT_GT(owner_->stats().planner.recalls, before_reset);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+}
+
+TEST_F(GrantDriverTest, ALeavingNodeReleasesItsSlicesBeforeItGoes) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  ASSERT_GT(owner_->stats().planner.units_out, 0u);
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  EXPECT_FALSE(left) << "not before the owner has the Releases";
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  net_.Pump();
+  EXPECT_TRUE(left);
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u) << "settled from the Releases, not reclaimed";
+  EXPECT_EQ(owner_->stats().planner.grants_released, owner_->stats().planner.grants_made);
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  // From then on it decides nothing from a slice and asks for none.
+  const uint64_t sent = net_.sent;
+  const Tally after = Offer(spec, 200);
+  EXPECT_EQ(after.local, 0u);
+  EXPECT_EQ(net_.sent, sent);
+}
+
+TEST_F(GrantDriverTest, ALeaveWhoseReleasesGetNoAnswerGoesOnAfterTermAndMargin) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  net_.drivers.erase("peer/o");  // the owner does not answer: the Releases fail and wait to be resent
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  net_.Pump();
+  EXPECT_FALSE(left);
+  net_.now += options_.planner.term + options_.planner.margin - milliseconds(1);
+  holder_->Tick();
+  EXPECT_FALSE(left);
+  net_.now += milliseconds(1);
+  holder_->Tick();
+  EXPECT_TRUE(left) << "the owner has reclaimed every slice by now";
+}
+
+TEST_F(GrantDriverTest, ManyHotKeysAcrossTheShardsAreEachDecidedFromTheirOwnSlices) {
+  // The holder's side is sharded by key: 40 hot keys land in most of its 16 shards; each is lent its own
+  // slices and decided from them, the stats add up over the shards, and a leave releases every shard's.
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100'000);
+  constexpr int kKeys = 40;
+  uint64_t local = 0;
+  for (int i = 0; i < 200; ++i) {
+    net_.now += milliseconds(1);
+    for (int k = 0; k < kKeys; ++k) {
+      peer::ForwardedCheck c = Check(spec, static_cast<uint64_t>(i));
+      c.set_key("hot-" + std::to_string(k));
+      local += holder_->TryLocal(c, "o").has_value() ? 1 : 0;
+    }
+    net_.Pump();
+    if (i % 50 == 0) Tick();
+  }
+  const GrantDriverStats holder = holder_->stats();
+  EXPECT_EQ(holder.planner.local_checks, local);
+  EXPECT_GT(local, 40u * 100) << "most checks of every key decided where they entered";
+  EXPECT_EQ(holder.tracked_keys, static_cast<uint64_t>(kKeys));
+  EXPECT_GE(holder.planner.slices_held, static_cast<uint64_t>(kKeys));
+  EXPECT_GT(owner_->stats().planner.units_out, 0u);
+  bool left = false;
+  holder_->Leave([&left] { left = true; });
+  net_.Pump();
+  EXPECT_TRUE(left);
+  EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
+  EXPECT_EQ(owner_->stats().planner.units_out, 0u) << "every shard's slices released";
+}
+
+// A key nothing was charged to yet has an empty state, which a store does not keep: a grant lent from it
+// was dropped with it, and the owner went on to admit the whole limit beside the slice (here 1,000 + 300).
+// LendMerged gives such a state its spec's algorithm, so the record is kept and counted.
+TEST_F(GrantDriverTest, AGrantLentFromAKeyWithNoStateYetIsKeptAndCounted) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  const GrantKey key{"fresh", "t", spec};
+  const limiter::TimeNs now = owner_host_.WallNowNs();
+  const GrantId grant = (GrantId{1} << 32) | 1;
+  const GrantActions lent =
+      owner_rows_.Lend(key, now, [&](const KeyBudget& budget, const std::vector<GrantId>&) {
+        EXPECT_EQ(budget.effective, 0u);
+        GrantActions out;
+        out.lends.push_back(Lend{"h", "fresh", 1, grant, 300, milliseconds(500)});
+        return out;
+      });
+  ASSERT_EQ(lent.lends.size(), 1u);
+  const std::optional<KeyBudget> read = owner_rows_.Read(key, now);
+  ASSERT_TRUE(read.has_value()) << "the row holding the grant is kept";
+  EXPECT_EQ(read->out, 300u);
+  EXPECT_EQ(read->effective, 300u);
+  EXPECT_EQ(owner_rows_.Settle(key, grant, 120, now + 1000), 120u);
+  EXPECT_EQ(owner_rows_.Read(key, now + 2000)->effective, 120u) << "the used units charged, the rest back";
 }
 
 TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
@@ -313,15 +490,11 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
   Offer(spec, 100);
   ASSERT_GT(owner_->stats().planner.units_out, 0u);
-  // The owner dies with slices out and the holder never releases them (it crashed too). A new owner
-  // process on the same row (its replica's copy) is asked for a slice of the key by another holder.
-  net_.drivers.erase("peer/h");
-  net_.drivers.erase("peer/o");
-  owner_.reset();
+  // The owner dies with slices out. A new owner process on the same row is asked for a slice of the key by
+  // another holder.
   FakeHost next_host(net_, "o");
-  next_host.table = owner_host_.table;
-  GrantDriver next(next_host, options_, owner_rows_, AckAll());
-  net_.drivers["peer/o"] = &next;
+  std::unique_ptr<GrantDriver> owner = ReplaceOwner(next_host);
+  GrantDriver& next = *owner;
   peer::GrantRequest request;
   request.set_from("h2");
   request.set_key("hot");
@@ -338,13 +511,38 @@ TEST_F(GrantDriverTest, TheNextOwnerAdoptsTheGrantsInTheRowAndReclaimsThem) {
   });
   ASSERT_TRUE(reply);
   EXPECT_GT(reply->units(), 0u);
-  for (int i = 0; i < 20; ++i) {
-    net_.now += milliseconds(50);
-    next.Tick();
-    net_.Pump();
-  }
+  TickAlone(next);
   for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
   EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+}
+
+// The simulator's grants_owner_pause_closed seed 93: the owner recorded a grant and stopped before its reply
+// went out; the holder gave up on the request, so nobody would ever release it, and the next owner was never
+// asked a slice of the key again: the grant stayed unsettled, its units counted as spent. A node whose ring
+// gives it ranges it did not own now scans them and adopts what is unsettled there, asked or not.
+TEST_F(GrantDriverTest, ANodeTakingOverARangeAdoptsItsUnsettledGrantsUnaskedAndReclaimsThem) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  Offer(spec, 100);
+  ASSERT_GT(limiter::GrantsOut(spec, Row(spec), owner_host_.WallNowNs()), 0u);
+  // The owner and the holder go away with the slices out; node "n" holds the replica's copy of the row.
+  FakeHost next_host(net_, "n");
+  std::unique_ptr<GrantDriver> owner = ReplaceOwner(next_host);
+  GrantDriver& next = *owner;
+  // While "o" owns the key on n's ring, n adopts nothing (it scans the ranges it owns: none).
+  TickAlone(next);
+  EXPECT_EQ(next.stats().planner.grants_adopted, 0u);
+  EXPECT_GT(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+  // "o" is declared dead: n's ring gives it every range. Nobody asks it anything.
+  std::vector<ring::RingMember> members{{"n", 16}};
+  next_host.table.ring = ring::RingView::Build(2, std::move(members)).view;
+  next_host.table.version = 2;
+  next.Tick();
+  EXPECT_GT(next.stats().planner.grants_adopted, 0u);
+  // Reclaimed term + margin after the adoption.
+  TickAlone(next);
+  for (const limiter::GrantRecord& g : Row(spec).grants.records) EXPECT_TRUE(g.settled) << g.id;
+  EXPECT_EQ(limiter::GrantsOut(spec, Row(spec), next_host.WallNowNs()), 0u);
+  EXPECT_EQ(next.stats().planner.grants_expired, next.stats().planner.grants_adopted);
 }
 
 // The simulator's grants_leave_closed seed 178: a key's owner left just after it lent a slice, the holder's

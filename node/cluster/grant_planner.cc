@@ -21,6 +21,7 @@ Status Validate(const GrantOptions& o) {
   if (!(o.reserve_pct >= 0 && o.reserve_pct <= 100))
     return Status::InvalidArgument("reserve_pct must be in [0, 100]");
   if (!(o.max_share > 0 && o.max_share <= 1)) return Status::InvalidArgument("max_share must be in (0, 1]");
+  if (!(o.recall_cover >= 0)) return Status::InvalidArgument("recall_cover must be >= 0");
   if (o.min_slice < 1) return Status::InvalidArgument("min_slice must be >= 1");
   if (o.refused_backoff < nanoseconds::zero()) return Status::InvalidArgument("refused_backoff must be >= 0");
   if (o.idle_release <= nanoseconds::zero()) return Status::InvalidArgument("idle_release must be > 0");
@@ -30,20 +31,53 @@ Status Validate(const GrantOptions& o) {
 
 GrantPlanner::GrantPlanner(GrantOptions options) : options_(std::move(options)) {}
 
+uint64_t GrantPlanner::Reserve(const KeyBudget& budget) const {
+  const auto c = static_cast<long double>(budget.capacity);
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c * options_.reserve_pct / 100.0L)));
+}
+
 uint64_t GrantPlanner::SliceSize(uint64_t want, const KeyBudget& budget) const {
   if (!budget.lends || budget.term_cap <= nanoseconds::zero() || budget.capacity == 0) {
     return 0;
   }
-  const auto c = static_cast<long double>(budget.capacity);
-  const uint64_t reserve =
-      std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c * options_.reserve_pct / 100.0L)));
+  const uint64_t reserve = Reserve(budget);
   if (budget.effective >= budget.capacity || budget.capacity - budget.effective <= reserve) {
     return 0;
   }
   const uint64_t avail = budget.capacity - budget.effective - reserve;
   const auto share = static_cast<uint64_t>(static_cast<long double>(avail) * options_.max_share);
-  const uint64_t g = std::min(want, share);
+  // What is left after the slice covers twice the cover of the slices out (KeyBudget):
+  // A - g >= 2 k (out + g), g <= (A - 2 k out) / (1 + 2 k).
+  const long double k = options_.recall_cover;
+  const long double spare = static_cast<long double>(avail) - 2 * k * static_cast<long double>(budget.out);
+  const uint64_t covered = spare > 0 ? static_cast<uint64_t>(spare / (1 + 2 * k)) : 0;
+  const uint64_t g = std::min({want, share, covered});
   return g < options_.min_slice ? 0 : g;
+}
+
+bool GrantPlanner::NearLimit(const KeyBudget& budget) const {
+  if (!budget.lends || budget.capacity == 0) return true;
+  const uint64_t reserve = Reserve(budget);
+  if (budget.effective >= budget.capacity || budget.capacity - budget.effective <= reserve) return true;
+  const uint64_t avail = budget.capacity - budget.effective - reserve;
+  return static_cast<long double>(avail) < options_.recall_cover * static_cast<long double>(budget.out) ||
+         static_cast<long double>(avail) * options_.max_share < static_cast<long double>(options_.min_slice);
+}
+
+std::vector<std::string> GrantPlanner::Watched() const {
+  std::vector<std::string> keys;
+  for (const auto& [grant, l] : lent_) {
+    if (!l.holder.empty() && !l.recalled) keys.push_back(l.key);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+std::set<std::string, std::less<>> GrantPlanner::LentKeys() const {
+  std::set<std::string, std::less<>> keys;
+  for (const auto& [grant, l] : lent_) keys.insert(l.key);
+  return keys;
 }
 
 uint64_t GrantPlanner::LocalUnits(MonoTime now, std::string_view key) const {
@@ -199,20 +233,42 @@ GrantActions GrantPlanner::RecallReceived(MonoTime now, std::string_view key, Gr
   return Done(out);
 }
 
-GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
-  GrantActions out;
+void GrantPlanner::ReleaseAll(MonoTime until, ReleaseWhy why, GrantActions& out) {
   fenced_until_ = std::max(fenced_until_, until);
   for (auto it = held_.begin(); it != held_.end();) {
     for (const Slice& s : it->second.slices) {
-      ReleaseSlice(it->first, s, ReleaseWhy::kFenced, out);
+      ReleaseSlice(it->first, s, why, out);
     }
     it = held_.erase(it);  // requests in flight are forgotten: their replies are released as late
   }
+}
+
+GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
+  GrantActions out;
+  ReleaseAll(until, ReleaseWhy::kFenced, out);
+  (void)now;
+  return Done(out);
+}
+
+GrantActions GrantPlanner::Retire(MonoTime now) {
+  GrantActions out;
+  ReleaseAll(MonoTime::max(), ReleaseWhy::kLeaving, out);
   (void)now;
   return Done(out);
 }
 
 // --- Owner -------------------------------------------------------------------------------------
+
+void GrantPlanner::RecallIf(std::string_view key, const std::function<bool(const Lent&)>& stale,
+                            GrantActions& out) {
+  for (auto& [grant, l] : lent_) {
+    if (l.key == key && !l.holder.empty() && !l.recalled && stale(l)) {
+      out.recalls.push_back({l.holder, l.key, grant});
+      l.recalled = true;
+      ++stats_.recalls;
+    }
+  }
+}
 
 void GrantPlanner::RecallKey(std::string_view key, GrantActions& out) {
   for (auto& [grant, l] : lent_) {
@@ -228,6 +284,10 @@ GrantActions GrantPlanner::GrantRequested(MonoTime now, std::string_view from, s
                                           uint64_t request, uint64_t want, nanoseconds term,
                                           const KeyBudget& budget) {
   GrantActions out;
+  if (budget.generation != 0) {  // slices lent before a reset or a policy change: called back
+    RecallIf(
+        key, [&](const Lent& l) { return l.generation != 0 && l.generation != budget.generation; }, out);
+  }
   const uint64_t units = SliceSize(want, budget);
   if (units == 0) {
     out.refusals.push_back({std::string(from), std::string(key), request});
@@ -237,7 +297,8 @@ GrantActions GrantPlanner::GrantRequested(MonoTime now, std::string_view from, s
   nanoseconds t = std::min(options_.term, budget.term_cap);
   if (term > nanoseconds::zero()) t = std::min(t, term);
   const GrantId grant = static_cast<GrantId>(options_.incarnation) << 32 | next_sequence_++;
-  lent_[grant] = Lent{std::string(key), std::string(from), units, now + t + options_.margin, false};
+  lent_[grant] =
+      Lent{std::string(key), std::string(from), units, now + t + options_.margin, false, budget.generation};
   out.lends.push_back({std::string(from), std::string(key), request, grant, units, t});
   ++stats_.grants_made;
   stats_.units_out += units;
@@ -258,17 +319,15 @@ GrantActions GrantPlanner::ReleaseReceived(MonoTime now, std::string_view key, G
 
 GrantActions GrantPlanner::OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget) {
   GrantActions out;
-  // Nothing above the reserve is left: the slices out hold the key's last lendable units; call them back
-  // so that what their holders do not use is decided here.
-  if (SliceSize(options_.min_slice, budget) == 0) {
-    for (auto& [grant, l] : lent_) {
-      if (l.key == key && !l.holder.empty() && !l.recalled) {
-        out.recalls.push_back({l.holder, l.key, grant});
-        l.recalled = true;
-        ++stats_.recalls;
-      }
-    }
-  }
+  // What is left no longer covers the slices out: they hold the key's last lendable units; call them back
+  // so that what their holders do not use is decided here. Or the key was reset or its limits changed.
+  const bool near = NearLimit(budget);
+  RecallIf(
+      key,
+      [&](const Lent& l) {
+        return near || (budget.generation != 0 && l.generation != 0 && l.generation != budget.generation);
+      },
+      out);
   (void)now;
   return Done(out);
 }
@@ -283,8 +342,8 @@ GrantActions GrantPlanner::Recall(MonoTime now, std::string_view key) {
 GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants) {
   GrantActions out;
   for (GrantId g : grants) {
-    lent_.try_emplace(g,
-                      Lent{std::string(key), std::string(), 0, now + options_.term + options_.margin, false});
+    Lent adopted{std::string(key), std::string(), 0, now + options_.term + options_.margin, false, 0};
+    if (lent_.try_emplace(g, std::move(adopted)).second) ++stats_.grants_adopted;
   }
   return Done(out);
 }

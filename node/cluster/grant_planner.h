@@ -12,6 +12,7 @@
 //                          \-> SendRequest ..........>      --> Lend (record, charge, ack, reply) | Refuse
 //   GrantReplied / GrantRefused / RequestFailed <........
 //   RecallReceived <...................................   Recall(key) / OwnerChecked(key, budget) -->
+//                                                         GrantRequested of another generation -->
 //   SendRecall Timer / Fence -----------> SendRelease ...........>   ReleaseReceived(grant, used) --> Settle
 //                                                         Timer --> Settle (reclaim: the whole slice used)
 //                                                         Adopt(key, grants) after a failover
@@ -43,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +72,13 @@ struct GrantOptions {
   // Owner: one slice takes at most this share of what is left above the reserve, so slices shrink as the
   // key nears its limit. REQUIRES: 0 < max_share <= 1. Default: 0.25.
   double max_share = 0.25;
+  // Owner: the slices out of a key are recalled once what is left above its reserve is below this share
+  // of them, and a slice is lent only while what is left after it is at least twice that (KeyBudget).
+  // 0: recalled only once nothing lendable is left. REQUIRES: >= 0. Default: 0.25 (grant_planner_test's
+  // little clusters, share of the admissions decided where they entered: a fixed_window key run to its
+  // limit, 97 % with 0 (recalled at the very end), 88 % with 0.25, 71 % with 1; a token bucket at 80 % of
+  // its rate, ~100 %, 97 %, 65 %: holders back off after a recall and forward meanwhile).
+  double recall_cover = 0.25;
   // Owner: a slice smaller than this is refused (the key is decided at the owner). REQUIRES: >= 1.
   // Default: 2.
   uint64_t min_slice = 2;
@@ -92,19 +101,31 @@ struct GrantOptions {
 // Returns nullopt when every REQUIRES of `options` holds, else what is wrong.
 [[nodiscard]] Status Validate(const GrantOptions& options);
 
-// What the owner's driver read of a key when a request or its own check came: the key's hard capacity C
-// (limit; bucket size; burst + 1 for GCRA), its effective consumption E (merged state + Outstanding of its
-// ledger), and how long a slice may live (limiter::GrantTermCap; 0: not lendable now). `lends`:
-// limiter::Lends(spec).
+// What the owner's driver read of a key when a request came or when it watches the keys it lent slices of:
+// the key's hard capacity C (limit; bucket size; burst + 1 for GCRA), its effective consumption E (merged
+// state + Outstanding of its ledger), and how long a slice may live (limiter::GrantTermCap; 0: not lendable
+// now). `lends`: limiter::Lends(spec). A key with no row (erased) is KeyBudget{}: not lendable.
+//
+// Near the limit: with the reserve R = max(1, ceil(C x reserve_pct / 100)), A = C - E - R what is left
+// above it and k = GrantOptions::recall_cover, a slice of g is lent only while A - g >= 2 k (out + g) (what
+// is left after it covers twice k of the slices out), and the slices out are recalled once A < k x out
+// (what is left no longer covers k of them) or A x max_share < min_slice: between the two, owner-decided
+// checks (or the window) use up half of that cover, so a lend never calls for a recall, and the last units
+// are decided at the owner.
 struct KeyBudget {
   uint64_t capacity = 0;
   uint64_t effective = 0;
   std::chrono::nanoseconds term_cap{0};
   bool lends = false;
+  // Of `effective`, the units out on unsettled grants (limiter::GrantsOut). Default 0.
+  uint64_t out = 0;
+  // Changes when the key is reset or its limits change (the driver's digest of the row's spec and reset
+  // stamp); 0: not known. A grant lent under one generation is recalled once the key is read at another.
+  uint64_t generation = 0;
 };
 
 // --- Actions ---
-enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate, kSpent };
+enum class ReleaseWhy { kExpired, kIdle, kRecalled, kFenced, kLate, kSpent, kLeaving };
 
 struct SendRequest {  // holder -> owner: lend `want` units of `key`
   std::string key;
@@ -170,7 +191,8 @@ struct GrantStats {
   uint64_t grants_released = 0;  // settled from a Release
   uint64_t grants_expired = 0;   // reclaimed after term + margin
   uint64_t recalls = 0;
-  uint64_t units_out = 0;  // gauge: units lent and not settled
+  uint64_t grants_adopted = 0;  // unsettled grants of a key found in its row that this planner did not lend
+  uint64_t units_out = 0;       // gauge: units lent and not settled
 };
 
 class GrantPlanner {
@@ -200,22 +222,29 @@ class GrantPlanner {
   // The pause fence went up (the process was stopped): every slice is released and none is used or asked
   // for before `until`.
   [[nodiscard]] GrantActions Fence(MonoTime now, MonoTime until);
+  // This node leaves the cluster gracefully: every slice is released (kLeaving), to its key's decider
+  // while it still answers, and none is used or asked for again.
+  [[nodiscard]] GrantActions Retire(MonoTime now);
 
   // --- Owner ---
   // Holder `from` asks `want` units of `key` (this node owns it) for `term`, and `budget` is the key now.
+  // Also recalls the key's slices lent under another generation (a reset or a policy change since).
   [[nodiscard]] GrantActions GrantRequested(MonoTime now, std::string_view from, std::string_view key,
                                             uint64_t request, uint64_t want, std::chrono::nanoseconds term,
                                             const KeyBudget& budget);
   // A Release of `grant` came (possibly twice, possibly after the reclaim: the ledger settles once).
   [[nodiscard]] GrantActions ReleaseReceived(MonoTime now, std::string_view key, GrantId grant,
                                              uint64_t used);
-  // The owner decided a check of `key` itself; `budget` as after it. Recalls the key's slices when what is
-  // left above the reserve is gone (the key nears its limit).
+  // The owner read `key`'s budget (after a check it decided, or watching the keys of its slices out: the
+  // driver's Tick). Recalls, once each, the key's slices when it nears its limit (KeyBudget) or is not
+  // lendable any more (erased, its spec changed to one that does not lend), and those lent under another
+  // generation (a reset or a policy change since). A recall is never unsafe: only budget back early.
   [[nodiscard]] GrantActions OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget);
-  // Recall every slice of `key` (a policy change, a reset).
+  // Recall every slice of `key` (also those recalled already).
   [[nodiscard]] GrantActions Recall(MonoTime now, std::string_view key);
-  // This node became the owner of `key` whose ledger holds unsettled `grants` it did not lend (a failover):
-  // they are reclaimed term + margin from now unless released first.
+  // This node decides `key` whose ledger holds unsettled `grants` it may not have lent (a failover, a
+  // restart, a range taken over: found when asked a slice of the key, or scanning the ranges it took over):
+  // those it did not lend are reclaimed term + margin from now unless released first.
   [[nodiscard]] GrantActions Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants);
 
   // Both: releases expired and idle slices, forgets unanswered requests, reclaims overdue grants.
@@ -223,6 +252,12 @@ class GrantPlanner {
 
   // The size of the slice GrantRequested would lend for `want` against `budget` (0: refused).
   [[nodiscard]] uint64_t SliceSize(uint64_t want, const KeyBudget& budget) const;
+  // Whether OwnerChecked recalls every slice of a key at `budget` (KeyBudget: near the limit).
+  [[nodiscard]] bool NearLimit(const KeyBudget& budget) const;
+  // Owner: the keys with slices out that it lent and has not recalled yet (the keys its driver watches).
+  [[nodiscard]] std::vector<std::string> Watched() const;
+  // Owner: the keys of the grants it lent or adopted and has not settled (recalled or not).
+  [[nodiscard]] std::set<std::string, std::less<>> LentKeys() const;
   // Units `key`'s slices here can still admit before they expire (holder).
   [[nodiscard]] uint64_t LocalUnits(MonoTime now, std::string_view key) const;
   [[nodiscard]] const GrantStats& stats() const { return stats_; }
@@ -249,16 +284,24 @@ class GrantPlanner {
     std::string holder;  // empty when adopted
     uint64_t units = 0;
     MonoTime reclaim_at{};
-    bool recalled = false;  // a recall was sent (OwnerChecked sends one once)
+    bool recalled = false;    // a recall was sent (OwnerChecked sends one once)
+    uint64_t generation = 0;  // KeyBudget::generation when lent (0: adopted, or not known)
   };
 
   static constexpr size_t kMaxSlices = 2;
 
   void ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy why, GrantActions& out);
+  // Releases every slice (`why`), forgets every request (their replies are released as late) and keeps
+  // nothing used or asked for before `until`.
+  void ReleaseAll(MonoTime until, ReleaseWhy why, GrantActions& out);
   // Releases the slices of `h` that expired or went idle by `now`.
   void Expire(MonoTime now, std::string_view key, Held& h, GrantActions& out);
   void MaybeRequest(MonoTime now, std::string_view key, Held& h, double rate, GrantActions& out);
   void RecallKey(std::string_view key, GrantActions& out);
+  // Recalls the key's slices not recalled yet for which `stale` holds.
+  void RecallIf(std::string_view key, const std::function<bool(const Lent&)>& stale, GrantActions& out);
+  // R, the reserve of `budget`'s key (KeyBudget).
+  [[nodiscard]] uint64_t Reserve(const KeyBudget& budget) const;
   // Drops the entry of a key with no slice, no request and no back-off left.
   void ForgetIfEmpty(MonoTime now, std::map<std::string, Held, std::less<>>::iterator it);
   // Every event ends here: gauges and the next wake-up.

@@ -71,6 +71,93 @@ TEST(GrantPlanner, SlicesShrinkNearTheLimitAndTheReserveStaysAtTheOwner) {
   EXPECT_EQ(a.refusals[0].request, 8u);
 }
 
+KeyBudget WithOut(KeyBudget b, uint64_t out, uint64_t generation = 0) {
+  b.out = out;
+  b.generation = generation;
+  return b;
+}
+
+GrantOptions CoverAll() {
+  GrantOptions o;
+  o.recall_cover = 1;  // recalled once what is left no longer covers the slices out
+  return o;
+}
+
+TEST(GrantPlanner, ALendLeavesTwiceTheSlicesOutAndTheyAreRecalledOnceWhatIsLeftNoLongerCoversThem) {
+  GrantPlanner p(CoverAll());  // reserve 10 of 1000
+  // A = 1000 - 500 - 10 = 490 with 100 out: a slice g leaves A - g >= 2 (100 + g), g <= 96.
+  EXPECT_EQ(p.SliceSize(500, WithOut(Budget(1000, 500), 100)), 96u);
+  EXPECT_EQ(p.SliceSize(50, WithOut(Budget(1000, 500), 100)), 50u);
+  EXPECT_EQ(p.SliceSize(500, WithOut(Budget(1000, 500), 0)), 122u);     // the share: 490 / 4
+  EXPECT_EQ(p.SliceSize(500, WithOut(Budget(1000, 500), 245)), 0u);     // A = 2 x out
+  EXPECT_EQ(p.SliceSize(500, WithOut(Budget(1000, 500), 10'000)), 0u);  // out above A
+  EXPECT_FALSE(p.NearLimit(WithOut(Budget(1000, 500), 245)));
+  EXPECT_FALSE(p.NearLimit(WithOut(Budget(1000, 500), 490)));  // A covers what is out
+  EXPECT_TRUE(p.NearLimit(WithOut(Budget(1000, 500), 491)));
+  EXPECT_TRUE(p.NearLimit(WithOut(Budget(1000, 990), 0)));  // only the reserve is left
+  EXPECT_TRUE(p.NearLimit(WithOut(Budget(1000, 983), 0)));  // 7 x 1/4 < min_slice
+  EXPECT_TRUE(p.NearLimit(KeyBudget{}));                    // no row (erased): nothing lends
+
+  // The default cover (1/4): recalled once what is left is below a quarter of what is out.
+  GrantPlanner quarter(GrantOptions{});
+  EXPECT_EQ(quarter.SliceSize(500, WithOut(Budget(1000, 500), 100)), 122u);  // the share
+  EXPECT_EQ(quarter.SliceSize(500, WithOut(Budget(1000, 500), 900)), 26u);   // (490 - 450) / 1.5
+  EXPECT_FALSE(quarter.NearLimit(WithOut(Budget(1000, 500), 1960)));
+  EXPECT_TRUE(quarter.NearLimit(WithOut(Budget(1000, 500), 1961)));
+  GrantOptions bad;
+  bad.recall_cover = -1;
+  EXPECT_FALSE(Validate(bad).ok());
+
+  // Lending never makes the recall rule hold: only the owner's own checks (or the window) do.
+  GrantPlanner owner(CoverAll());
+  uint64_t effective = 0, out = 0;
+  for (int h = 0; h < 20; ++h) {
+    const KeyBudget b = WithOut(Budget(1000, effective), out);
+    GrantActions a = owner.GrantRequested(T(0), "h" + std::to_string(h), "k", 1, 400, 1s, b);
+    if (a.lends.empty()) break;
+    effective += a.lends[0].units;
+    out += a.lends[0].units;
+    EXPECT_TRUE(owner.OwnerChecked(T(0), "k", WithOut(Budget(1000, effective), out)).recalls.empty()) << h;
+  }
+  EXPECT_GT(out, 300u);                                   // lent, and in several slices
+  EXPECT_GE(1000 - 10 - effective, 2 * out - 2 * 2 - 2);  // what is left covers about twice what is out
+  // The owner decides checks until what is left no longer covers the slices out: every slice is recalled,
+  // once.
+  while (!owner.NearLimit(WithOut(Budget(1000, effective), out))) ++effective;
+  const GrantActions a = owner.OwnerChecked(T(1), "k", WithOut(Budget(1000, effective), out));
+  EXPECT_EQ(a.recalls.size(), owner.stats().grants_made);
+  EXPECT_TRUE(owner.Watched().empty());
+  EXPECT_TRUE(owner.OwnerChecked(T(2), "k", WithOut(Budget(1000, effective + 5), out)).recalls.empty());
+  EXPECT_TRUE(owner.LentKeys().contains("k"));  // recalled, not settled yet
+}
+
+TEST(GrantPlanner, AResetOrAPolicyChangeRecallsTheSlicesLentUnderTheOldGeneration) {
+  GrantPlanner owner(GrantOptions{});
+  GrantActions a = owner.GrantRequested(T(0), "h1", "k", 1, 100, 1s, WithOut(Budget(1'000'000, 0), 0, 7));
+  const GrantId old = a.lends.at(0).grant;
+  EXPECT_EQ(owner.Watched(), std::vector<std::string>{"k"});
+  // Far from the limit, same generation: nothing.
+  EXPECT_TRUE(owner.OwnerChecked(T(1), "k", WithOut(Budget(1'000'000, 100), 100, 7)).recalls.empty());
+  // A request under a new generation (the key was reset, or came with other limits) calls the old slice
+  // back and lends under the new one.
+  a = owner.GrantRequested(T(2), "h2", "k", 2, 100, 1s, WithOut(Budget(1'000'000, 100), 100, 8));
+  ASSERT_EQ(a.recalls.size(), 1u);
+  EXPECT_EQ(a.recalls[0].grant, old);
+  EXPECT_EQ(a.recalls[0].to, "h1");
+  ASSERT_EQ(a.lends.size(), 1u);
+  const GrantId fresh = a.lends[0].grant;
+  // The owner's watch reads the key at generation 9 (reset again): the new slice is recalled too, once.
+  a = owner.OwnerChecked(T(3), "k", WithOut(Budget(1'000'000, 200), 200, 9));
+  ASSERT_EQ(a.recalls.size(), 1u);
+  EXPECT_EQ(a.recalls[0].grant, fresh);
+  EXPECT_TRUE(owner.OwnerChecked(T(4), "k", WithOut(Budget(1'000'000, 200), 200, 10)).recalls.empty());
+  // An unknown generation (0) recalls nothing by itself.
+  a = owner.GrantRequested(T(5), "h3", "k", 3, 100, 1s, WithOut(Budget(1'000'000, 200), 200, 10));
+  EXPECT_TRUE(owner.OwnerChecked(T(6), "k", WithOut(Budget(1'000'000, 300), 300, 0)).recalls.empty());
+  // The key's row is gone (an admin DELETE): KeyBudget{} recalls what is out.
+  EXPECT_EQ(owner.OwnerChecked(T(7), "k", KeyBudget{}).recalls.size(), 1u);
+}
+
 TEST(GrantPlanner, HolderAsksWhenHotDecidesFromTheSliceAndForwardsWhatDoesNotFit) {
   GrantPlanner p(GrantOptions{});
   GrantActions a = p.Check(T(0), "k", 1, 100);  // below the threshold: nothing kept, nothing asked
@@ -152,6 +239,27 @@ TEST(GrantPlanner, ThePauseFenceReleasesEverySliceAndStopsUseAndRequests) {
   ASSERT_EQ(a.releases.size(), 1u);
   EXPECT_EQ(a.releases[0].why, ReleaseWhy::kLate);
   EXPECT_EQ(p.Check(T(2000), "a", 1, 1000).requests.size(), 1u);  // after the fence: asks again
+}
+
+TEST(GrantPlanner, ALeavingHolderReleasesEverySliceAndNeverAsksAgain) {
+  GrantPlanner p(GrantOptions{});
+  GrantActions a = p.Check(T(0), "a", 1, 1000);
+  a = p.GrantReplied(T(1), "a", a.requests.at(0).request, 1, 100, 1s);
+  EXPECT_TRUE(p.Check(T(2), "a", 5, 1000).local);
+  const uint64_t pending_b = p.Check(T(3), "b", 1, 1000).requests.at(0).request;
+  a = p.Retire(T(4));
+  ASSERT_EQ(a.releases.size(), 1u);
+  EXPECT_EQ(a.releases[0].grant, 1u);
+  EXPECT_EQ(a.releases[0].used, 5u);
+  EXPECT_EQ(a.releases[0].why, ReleaseWhy::kLeaving);
+  EXPECT_EQ(p.stats().slices_held, 0u);
+  // The reply to the request in flight is given back unused; nothing is decided or asked from then on.
+  a = p.GrantReplied(T(5), "b", pending_b, 2, 50, 1s);
+  ASSERT_EQ(a.releases.size(), 1u);
+  EXPECT_EQ(a.releases[0].why, ReleaseWhy::kLate);
+  a = p.Check(T(100'000), "a", 1, 1000);
+  EXPECT_TRUE(a.forward);
+  EXPECT_TRUE(a.requests.empty());
 }
 
 TEST(GrantPlanner, OwnerRecallsNearTheLimitAndOnDemandAndSettlesEachGrantOnce) {
@@ -345,9 +453,11 @@ class Cluster {
     return used + limiter::Outstanding(o_.spec, ledger_, state_, peek.now);
   }
   KeyBudget BudgetNow() const {
+    const limiter::Request peek = Req(0);
     return KeyBudget{capacity_, Effective(),
                      std::chrono::nanoseconds(limiter::GrantTermCap(o_.spec, state_, kEpoch + now_.count())),
-                     limiter::Lends(o_.spec)};
+                     limiter::Lends(o_.spec),
+                     o_.charge_at_grant ? 0 : limiter::Outstanding(o_.spec, ledger_, state_, peek.now)};
   }
 
   // Ground truth: every admission, at its true instant, through one reference limiter.

@@ -13,15 +13,21 @@
 #include "limiter/hlc.h"
 #include "limiter/merge.h"
 #include "node/cluster/grant_driver.h"
-#include "storage/state_store.h"
+#include "storage/store.h"
 
 namespace ringlimit::cluster {
 
 // What the owner lends from: the hard capacity C (token_bucket: burst, else limit; fixed_window: limit),
 // E = C - what a peek says remains (the merged state's consumption plus the slices out, limiter::GrantsOut),
-// the term cap and whether the state can lend now (DriverLends, and not written by another algorithm).
+// the slices out, the term cap, whether the state can lend now (DriverLends, and not written by another
+// algorithm) and the key's generation (GrantGeneration of `spec` and the state's reset stamp).
 [[nodiscard]] KeyBudget BudgetOf(const limiter::LimitSpec& spec, const limiter::MergeState& state,
                                  limiter::TimeNs now);
+
+// KeyBudget::generation: changes with the spec (limiter::Fingerprint) and, for the window algorithms, with
+// every reset of the state (its base's stamp, limiter::ResetMerged; a bucket's base is rebased by every
+// check, so its reset does not show); never 0.
+[[nodiscard]] uint64_t GrantGeneration(const limiter::LimitSpec& spec, const limiter::MergeState& state);
 
 class StoreGrantRows final : public GrantRows {
  public:
@@ -31,7 +37,7 @@ class StoreGrantRows final : public GrantRows {
 
   // `contributor` and `hlc`: whom settled units are charged for, and the clock stamping them (the node's
   // own, as its checks use).
-  StoreGrantRows(storage::StateStore& store, limiter::ContributorId contributor, limiter::HybridClock& hlc)
+  StoreGrantRows(storage::Store& store, limiter::ContributorId contributor, limiter::HybridClock& hlc)
       : store_(store), contributor_(contributor), hlc_(hlc) {}
 
   StoreGrantRows(const StoreGrantRows&) = delete;
@@ -40,9 +46,11 @@ class StoreGrantRows final : public GrantRows {
   [[nodiscard]] GrantActions Lend(const GrantKey& key, limiter::TimeNs now, const Decide& decide) override;
   uint64_t Settle(const GrantKey& key, GrantId grant, std::optional<uint64_t> used,
                   limiter::TimeNs now) override;
+  [[nodiscard]] std::optional<KeyBudget> Read(const GrantKey& key, limiter::TimeNs now) override;
+  [[nodiscard]] std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) override;
 
  private:
-  storage::StateStore& store_;
+  storage::Store& store_;
   const limiter::ContributorId contributor_;
   limiter::HybridClock& hlc_;  // thread-safe
 };

@@ -331,11 +331,20 @@ std::optional<std::string> Node::StartCluster() {
   });
   // A member that became unreachable without a ring change yet releases what waits for it.
   p.cluster->SetMembersListener([&manager] { manager.OnMembersChanged(); });
-  p.cluster->SetLeavePreparer([&manager](std::function<void()> ready) {
-    manager.Leave([ready = std::move(ready)](bool ok) {
-      if (!ok) spdlog::warn("leave: not every range was handed over; leaving anyway");
-      ready();
-    });
+  // A graceful leave: the slices of hot keys this node holds go back to their owners (--grants on), then
+  // its ranges are handed over.
+  p.cluster->SetLeavePreparer([&manager, &p](std::function<void()> ready) {
+    auto hand_over = [&manager, ready = std::move(ready)] {
+      manager.Leave([ready](bool ok) {
+        if (!ok) spdlog::warn("leave: not every range was handed over; leaving anyway");
+        ready();
+      });
+    };
+    if (p.grants != nullptr) {
+      p.grants->Leave(std::move(hand_over));
+    } else {
+      hand_over();
+    }
   });
 
   ApiHandler& handler = p.handler;

@@ -94,6 +94,14 @@ void Checker::Settled(uint64_t id, int node, MonoTime at, std::optional<uint64_t
   }
 }
 
+void Checker::Recalled(uint64_t id, MonoTime at) {
+  for (auto it = grants_.rbegin(); it != grants_.rend(); ++it) {
+    if (it->id != id) continue;
+    if (!it->recalled.has_value()) it->recalled = at;
+    return;
+  }
+}
+
 std::optional<MonoTime> Checker::SliceUseBeyondLent(int node, size_t key, MonoTime after) const {
   std::vector<std::pair<MonoTime, int64_t>> events;  // (instant, +units lent / -1 admitted)
   for (const GrantEvent& g : grants_) {
@@ -306,6 +314,8 @@ Verdict Checker::Judge(const JudgeOptions& options) const {
     ++v.grants_made;
     v.grants_settled += g.settled.has_value() ? 1 : 0;
     v.grants_reclaimed += g.settled.has_value() && g.reclaimed ? 1 : 0;
+    v.grants_recalled += g.recalled.has_value() ? 1 : 0;
+    if (g.key < v.keys.size()) v.keys[g.key].grants_recalled += g.recalled.has_value() ? 1 : 0;
   }
 
   uint64_t beyond_bound = 0;

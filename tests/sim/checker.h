@@ -114,6 +114,7 @@ struct GrantEvent {
   std::optional<MonoTime> settled;        // its first settle at an owner
   int settled_by = -1;                    // the slot that settled it first
   bool reclaimed = false;                 // that first settle was a reclaim (counted wholly used)
+  std::optional<MonoTime> recalled;       // its owner's first recall of it (sent)
   std::optional<uint64_t> reported_used;  // what its holder's Release said it used (the largest seen)
 };
 
@@ -154,6 +155,7 @@ struct KeyVerdict {
   uint64_t charged_before_faults = 0;  // admitting charges before the first fault (live budget measure)
   uint64_t from_slices = 0;            // of `admitted`, decided by a holder from a quota grant's slice
   uint64_t grant_slack = 0;            // sum over epochs of the floor's allowance for slices (see above)
+  uint64_t grants_recalled = 0;        // grants of the key an owner recalled
 };
 
 // Checks in one cell of the answered share.
@@ -177,6 +179,7 @@ struct Verdict {
   uint64_t grants_made = 0;
   uint64_t grants_settled = 0;
   uint64_t grants_reclaimed = 0;
+  uint64_t grants_recalled = 0;  // recalled by an owner (GrantEvent::recalled)
   uint64_t from_slices = 0;
   uint64_t grant_slack = 0;
   // Keys with budget left when the first fault came (charged_before_faults < limit); all keys when
@@ -228,6 +231,8 @@ class Checker {
   // Node `node` settled grant `id` in its copy of the row: `used` from its holder's Release, nullopt
   // reclaimed.
   void Settled(uint64_t id, int node, MonoTime at, std::optional<uint64_t> used);
+  // An owner sent a recall of grant `id` to its holder.
+  void Recalled(uint64_t id, MonoTime at);
   // The first instant after `after` at which node `node` had admitted more checks of `key` from slices
   // (since `after`) than the units of the grants lent to it since `after`: a holder deciding from a slice
   // it held before `after` (a pause). nullopt: never.

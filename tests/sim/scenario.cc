@@ -95,8 +95,8 @@ const std::vector<FaultClass> kClasses = {
      "by the end; exact, no denial of the hot key"},
     {"grants_closed", Promise::kExact, "grants, with sync + closed: exact"},
     {"grants_limit", Promise::kExact,
-     "quota grants, the hot key's checks 1.5 x its limit: slices shrink near the limit, all settled; exact, "
-     "the floor less the slices' unused units (the owner's recall is not driven yet)"},
+     "quota grants, the hot key's checks 1.5 x its limit: slices shrink near the limit and are recalled "
+     "(asserted), all settled; exact, the floor less the slices' unused units"},
     {"grants_limit_closed", Promise::kExact, "grants_limit, with sync + closed: exact"},
     {"grants_holder_crash", Promise::kBounded,
      "grants_limit, kill -9 of a node holding a slice of the hot key: reclaimed, the floor less its unused "
@@ -117,7 +117,9 @@ const std::vector<FaultClass> kClasses = {
     {"grants_owner_pause_closed", Promise::kExact, "grants_owner_pause, with sync + closed: exact"},
     {"grants_join", Promise::kExact, "grants_limit, a node joins under load (the hot key may move): exact"},
     {"grants_join_closed", Promise::kExact, "grants_join, with sync + closed: exact"},
-    {"grants_leave", Promise::kExact, "grants_limit, a node leaves gracefully under load: exact"},
+    {"grants_leave", Promise::kExact,
+     "grants_limit, a node leaves gracefully under load: it releases its slices first (none reclaimed, "
+     "asserted); exact"},
     {"grants_leave_closed", Promise::kExact, "grants_leave, with sync + closed: exact"},
     {"grants_lossy", Promise::kReport, "grants_limit on lossy's network (2% drop and duplicate, reordering)"},
     {"grants_lossy_closed", Promise::kExact, "grants_lossy, with sync + closed: exact"},
@@ -468,6 +470,8 @@ class Run {
         const int who = static_cast<int>(cluster_.world().Uniform(0, kInitialNodes - 1));
         Note("leave " + SimCluster::IdOf(who));
         if (!Running(who) || cluster_.node(who)->leaving()) return false;
+        victim_ = who;
+        left_at_ = cluster_.world().now();
         cluster_.Leave(who);
         return true;
       });
@@ -631,8 +635,9 @@ class Run {
   }
 
   // What a quota-grant class asserts beyond the Checker's rules (added to the verdict's failures): grants
-  // were made, used and settled; every grant settled by the end (after an owner crash too: the holders'
-  // Releases reach the next owner, GrantDriver sends an unanswered one again); a crashed holder's
+  // were made, used and settled; every grant settled by the end (after an owner crash or pause too: the
+  // holders' Releases reach the next owner, GrantDriver sends an unanswered one again, and the node that
+  // takes a range over adopts the grants nobody will release); a crashed holder's
   // slice was reclaimed; a paused holder's slices were reclaimed during the pause and it decided nothing
   // from them after (its admissions from slices after the pause never exceed the units lent to it after).
   void GrantFailures(Verdict& v) const {
@@ -644,12 +649,9 @@ class Run {
     uint64_t unsettled = 0;          // grants never settled
     uint64_t asked_after_crash = 0;  // slices asked of another node than the crashed owner after the crash
     for (const GrantEvent& g : checker.grants()) {
-      // A grant the paused owner recorded just before it stopped, whose reply its holder stopped waiting
-      // for: nobody releases it, and the next owner adopts it only when asked a slice of the key again
-      // (docs/limiter.md "Not built yet"): counted, not a failure.
-      const bool orphan = name == "grants_owner_pause" && g.owner == victim_ && g.lent <= paused_at_ &&
-                          g.lent + Ms(500) >= paused_at_;
-      unsettled += g.settled.has_value() || orphan ? 0 : 1;
+      // Also a grant the paused owner recorded just before it stopped, whose reply its holder stopped
+      // waiting for: nobody releases it; the node that takes the key's range over adopts and reclaims it.
+      unsettled += g.settled.has_value() ? 0 : 1;
     }
     for (const Checker::Ask& a : checker.asks()) {
       asked_after_crash += a.key == kKeys && a.node != victim_ && a.at > crashed_at_ ? 1 : 0;
@@ -665,6 +667,14 @@ class Run {
       v.failures.push_back("grants: the hot key denied " +
                            std::to_string(v.keys[kKeys].answered - v.keys[kKeys].admitted) +
                            " checks with its budget live");
+    }
+    if (name == "grants_leave" && victim_ >= 0) {  // the leaving node gave its slices back before it went
+      for (const GrantEvent& g : checker.grants()) {
+        if (g.holder == victim_ && g.lent <= left_at_ && g.reclaimed) {
+          v.failures.push_back("grants: grant " + std::to_string(g.id) +
+                               " held by the leaving node was reclaimed, not released");
+        }
+      }
     }
     if (name == "grants_holder_crash" && victim_ >= 0) {
       bool reclaimed = false;
@@ -800,6 +810,7 @@ class Run {
   MonoTime load_end_{};
   int victim_ = -1;
   MonoTime crashed_at_{};
+  MonoTime left_at_{};  // leave, grants_leave: when the victim was told to leave
   std::vector<int> side_;
   MonoTime paused_at_{};                // grants_holder_pause: when the victim was paused,
   std::optional<MonoTime> resumed_at_;  // and resumed
@@ -918,6 +929,8 @@ void Tally::Add(const RunResult& r) {
   grants_made += v.grants_made;
   grants_settled += v.grants_settled;
   grants_reclaimed += v.grants_reclaimed;
+  grants_recalled += v.grants_recalled;
+  hot_recalled_seeds += v.keys.size() > kKeys && v.keys[kKeys].grants_recalled > 0 ? 1 : 0;
   from_slices += v.from_slices;
   grant_slack += v.grant_slack;
   fewest_grants = std::min(fewest_grants, v.grants_made);
@@ -975,6 +988,12 @@ std::vector<std::string> Tally::Failures(std::string_view fault_class) const {
         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*bound).count()) + " ms");
   }
   if (seeds < kShareSeeds) return out;
+  // grants_limit: the hot key nears its limit with slices out in most runs, and they are called back (in a
+  // few the slices out are spent and released before the owner's watch finds the key near its limit).
+  if (FaultOf(fault_class) == "grants_limit" && hot_recalled_seeds * 10 < seeds * 9) {
+    out.push_back(std::string(fault_class) + ": the hot key's slices were recalled in " +
+                  std::to_string(hot_recalled_seeds) + " of " + std::to_string(seeds) + " runs (< 90 %)");
+  }
   for (size_t p = 0; p < kPhases; ++p) {
     const ShareCount& s = share[p];
     if (s.answered * 10000 >= s.counted * floor.total[p]) continue;
@@ -1010,8 +1029,8 @@ void PrintRun(const RunResult& result, std::ostream& out, size_t max_lines) {
       << v.short_of_floor << ", wasted while healthy " << v.healthy_waste << "\n";
   if (v.grants_made > 0 || IsGrants(result.fault_class)) {
     out << "grants: made " << v.grants_made << ", settled " << v.grants_settled << " (reclaimed "
-        << v.grants_reclaimed << "), checks admitted from slices " << v.from_slices
-        << ", floor allowance for slices' unused units " << v.grant_slack << "\n";
+        << v.grants_reclaimed << ", recalled " << v.grants_recalled << "), checks admitted from slices "
+        << v.from_slices << ", floor allowance for slices' unused units " << v.grant_slack << "\n";
   }
   out << "answered share (counted checks answered allowed or denied; lowest entry node):";
   for (size_t p = 0; p < kPhases; ++p) {

@@ -104,6 +104,8 @@ struct Tally {
   uint64_t grants_made = 0;
   uint64_t grants_settled = 0;
   uint64_t grants_reclaimed = 0;
+  uint64_t grants_recalled = 0;
+  uint64_t hot_recalled_seeds = 0;  // runs in which a slice of the hot key was recalled
   uint64_t from_slices = 0;
   uint64_t admitted = 0;  // every key's admissions (the share of them from slices)
   uint64_t grant_slack = 0;

@@ -238,6 +238,10 @@ void SimCluster::Call(int from, std::string_view to_address, peer::Method method
                       std::chrono::milliseconds timeout, CallDone done) {
   if (world_.tracing() && method == peer::METHOD_FORWARD_CHECK)
     done = TracedForward(from, to_address, payload, std::move(done));
+  if (method == peer::METHOD_GRANT_RECALL) {  // an owner recalls a slice (sent: it may be lost)
+    peer::GrantRecall recall;
+    if (recall.ParseFromString(payload)) checker_.Recalled(recall.grant(), world_.now());
+  }
   if (world_.tracing() && (method == peer::METHOD_GRANT_REQUEST || method == peer::METHOD_GRANT_RELEASE ||
                            method == peer::METHOD_GRANT_RECALL)) {
     std::string text = std::string(MethodName(method)) + " " + IdOf(from) + "->" + std::string(to_address);
@@ -246,6 +250,12 @@ void SimCluster::Call(int from, std::string_view to_address, peer::Method method
       if (release.ParseFromString(payload)) {
         text += " of " + release.key() + " (grant " + std::to_string(release.grant()) + ", used " +
                 std::to_string(release.used()) + ")";
+      }
+    }
+    if (method == peer::METHOD_GRANT_RECALL) {
+      peer::GrantRecall recall;
+      if (recall.ParseFromString(payload)) {
+        text += " of " + recall.key() + " (grant " + std::to_string(recall.grant()) + ")";
       }
     }
     world_.Trace(from, TraceKind::kNote, text);

@@ -188,13 +188,14 @@ int main(int argc, char** argv) {
         shares[2].c_str(), live.c_str(), wait, result.c_str());
     if (tally.grants_made > 0) {
       std::printf(
-          "%-16s grants: %llu made (%.1f per run, fewest %llu), %llu settled (%llu reclaimed); %llu "
-          "of %llu admissions from slices; floor allowance for slices' unused units %llu\n",
+          "%-16s grants: %llu made (%.1f per run, fewest %llu), %llu settled (%llu reclaimed), %llu "
+          "recalled; %llu of %llu admissions from slices; floor allowance for slices' unused units %llu\n",
           "", static_cast<unsigned long long>(tally.grants_made),
           static_cast<double>(tally.grants_made) / static_cast<double>(args.seeds),
           static_cast<unsigned long long>(tally.fewest_grants),
           static_cast<unsigned long long>(tally.grants_settled),
           static_cast<unsigned long long>(tally.grants_reclaimed),
+          static_cast<unsigned long long>(tally.grants_recalled),
           static_cast<unsigned long long>(tally.from_slices), static_cast<unsigned long long>(tally.admitted),
           static_cast<unsigned long long>(tally.grant_slack));
     }

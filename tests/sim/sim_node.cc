@@ -133,6 +133,20 @@ class SimNode::Rows final : public cluster::GrantRows {
     }
     return charged;
   }
+  std::optional<cluster::KeyBudget> Read(const cluster::GrantKey& key, limiter::TimeNs now) override {
+    return rows_.Read(key, now);
+  }
+  std::vector<UnsettledRow> Unsettled(ring::Token first, ring::Token last) override {
+    std::vector<UnsettledRow> rows = rows_.Unsettled(first, last);
+    if (node_.world_.tracing()) {
+      for (const UnsettledRow& row : rows) {
+        node_.world_.Trace(node_.slot_, TraceKind::kNote,
+                           node_.id_ + " finds " + std::to_string(row.grants.size()) +
+                               " unsettled grants of " + row.key.key + " in a range it took over");
+      }
+    }
+    return rows;
+  }
 
  private:
   SimNode& node_;
@@ -296,7 +310,13 @@ void SimNode::Leave(std::function<void()> exited) {
   leaving_ = true;
   on_exit_ = std::move(exited);
   Apply(planner_->Leave(world_.now(), WallNow()));
-  handoff_->Leave([this](bool) { executor_->Post([this] { FinishLeave(); }); });
+  // node.cc's leave preparer: the slices this node holds go back to their owners, then the handoff.
+  auto hand_over = [this] { handoff_->Leave([this](bool) { executor_->Post([this] { FinishLeave(); }); }); };
+  if (grants_ != nullptr) {
+    grants_->Leave([this, hand_over] { executor_->Post(hand_over); });
+  } else {
+    hand_over();
+  }
 }
 
 // cluster.cc FinishLeave: announce `left` to every member, then (the process's drain) exit once the
