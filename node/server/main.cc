@@ -638,12 +638,12 @@ int main(int argc, char** argv) {
         spdlog::info("{} changed: rls config reloaded", flags.node.rls_config_path);
       }
     });
-    if (auto failed = rls_watcher->Start()) {
-      spdlog::warn("--rls-config is reloaded on SIGHUP only: {}", *failed);
+    if (ringlimit::Status watching = rls_watcher->Start(); !watching.ok()) {
+      spdlog::warn("--rls-config is reloaded on SIGHUP only: {}", watching.message());
     }
   }
-  if (auto started = node.Start(); !started) {
-    spdlog::critical("cannot start: {}", started.error());
+  if (ringlimit::Status started = node.Start(); !started.ok()) {
+    spdlog::critical("cannot start: {}", started.message());
     return kExitStartFailed;
   }
   spdlog::info("ringlimitd {} started, http port {} (ready once the cluster says so)", RINGLIMIT_VERSION,
