@@ -122,6 +122,13 @@ class [[nodiscard]] Status {
     return "unknown";  // a value with no enumerator (never built by the factories)
   }
 
+  // The same kind, with `context` before the message ("storage: cannot lock /data/LOCK"): how a layer
+  // says where a failure it passes on happened. OK stays OK.
+  [[nodiscard]] Status WithContext(std::string_view context) const {
+    if (ok()) return *this;
+    return Status(code_, context, message_);
+  }
+
   bool operator==(const Status&) const = default;
 
  private:

@@ -54,6 +54,15 @@ TEST(Status, TwoPartMessagesAreJoinedOnlyWhenBothAreGiven) {
   EXPECT_EQ(Status::IOError("dir", "").message(), "dir");
 }
 
+TEST(Status, WithContextKeepsTheKindAndPrefixesTheMessage) {
+  const Status s = Status::IOError("cannot lock", "/data/LOCK").WithContext("storage");
+  EXPECT_TRUE(s.IsIOError());
+  EXPECT_EQ(s.message(), "storage: cannot lock: /data/LOCK");
+  EXPECT_EQ(Status::InvalidArgument("vnodes").WithContext("").message(), "vnodes");
+  EXPECT_TRUE(Status::OK().WithContext("storage").ok());
+  EXPECT_EQ(Status::OK().WithContext("storage").message(), "");
+}
+
 TEST(Result, HoldsAValueOrAStatus) {
   Result<int> good = 42;
   ASSERT_TRUE(good.ok());

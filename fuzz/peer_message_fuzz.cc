@@ -60,9 +60,10 @@ void ForwardCheck(std::string_view payload) {
   peer::ForwardCheckRequest request;
   const bool parses = request.ParseFromArray(payload.data(), static_cast<int>(payload.size()));
   ringlimit::fuzz::ApiHarness harness;
-  const std::optional<std::string> answer = harness.handler().DecideForwarded(payload, "n1");
-  FUZZ_CHECK(answer.has_value() == parses, "DecideForwarded disagrees with the parser");
-  if (!answer) return;
+  const ringlimit::Result<std::string> answer = harness.handler().DecideForwarded(payload, "n1");
+  FUZZ_CHECK(answer.ok() == parses, "DecideForwarded disagrees with the parser");
+  FUZZ_CHECK(answer.ok() || answer.status().IsCorruption(), "an unparsable payload is not Corruption");
+  if (!answer.ok()) return;
   peer::ForwardCheckResponse response;
   FUZZ_CHECK(response.ParseFromString(*answer), "DecideForwarded's answer does not parse");
   FUZZ_CHECK(response.results_size() == request.checks_size(), "not one result per forwarded check");

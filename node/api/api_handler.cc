@@ -233,9 +233,10 @@ void ApiHandler::SetCluster(CheckRouter* router, ClusterInfo* cluster) {
   context_->cluster = cluster;
 }
 
-std::optional<std::string> ApiHandler::DecideForwarded(std::string_view payload, std::string_view self_id) {
+Result<std::string> ApiHandler::DecideForwarded(std::string_view payload, std::string_view self_id) {
   peer::ForwardCheckRequest request;
-  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return std::nullopt;
+  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    return Status::Corruption("forwarded checks", "the payload is no peer.ForwardCheckRequest");
   return node::DecideForwarded(*context_, request, self_id).SerializeAsString();
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
 #include "limiter/limiter.h"
 #include "limiter/merge.h"
 #include "node/api/gubernator_handlers.h"
@@ -122,9 +123,9 @@ class ApiHandler final : public RequestHandler {
   void SetNodeMetrics(std::function<void(std::string*)> append);
 
   // The owner's side of a forwarded batch (peer.ForwardCheckRequest, serialized): decides every check
-  // here and returns the serialized peer.ForwardCheckResponse, or nullopt when `payload` does not parse.
-  [[nodiscard]] std::optional<std::string> DecideForwarded(std::string_view payload,
-                                                           std::string_view self_id);
+  // here and returns the serialized peer.ForwardCheckResponse. Errors: Corruption when `payload` does
+  // not parse (nothing is decided).
+  [[nodiscard]] Result<std::string> DecideForwarded(std::string_view payload, std::string_view self_id);
   // The same, already parsed.
   [[nodiscard]] peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request,
                                                            std::string_view self_id);

@@ -56,9 +56,9 @@ class PairRouter final : public CheckRouter {
     request.set_from(self_.id);
     *request.add_checks() = std::move(check);
     auto decide = [this, payload = request.SerializeAsString(), done = std::move(done)] {
-      std::optional<std::string> answer = peer_.handler.DecideForwarded(payload, peer_.id);
+      Result<std::string> answer = peer_.handler.DecideForwarded(payload, peer_.id);
       peer::ForwardCheckResponse response;
-      if (!answer || !response.ParseFromString(*answer) || response.results_size() != 1)
+      if (!answer.ok() || !response.ParseFromString(*answer) || response.results_size() != 1)
         return done(std::nullopt);
       done(std::move(*response.mutable_results(0)));
     };
@@ -195,7 +195,7 @@ TEST_F(ForwardedTest, BadRequestsAreRefusedBeforeAnythingIsForwarded) {
 
 TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
   TestNode node("n2");
-  EXPECT_FALSE(node.handler.DecideForwarded("\xff\xff garbage", "n2"));
+  EXPECT_TRUE(node.handler.DecideForwarded("\xff\xff garbage", "n2").status().IsCorruption());
   peer::ForwardCheckRequest request;
   peer::ForwardedCheck* check = request.add_checks();
   check->set_key("k");
@@ -204,8 +204,8 @@ TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
   limit->set_name("default");
   limit->mutable_spec()->set_algorithm(state::ALGORITHM_FIXED_WINDOW);  // limit 0: invalid
   limit->mutable_spec()->set_window_ns(60 * limiter::kSecond);
-  auto answer = node.handler.DecideForwarded(request.SerializeAsString(), "n2");
-  ASSERT_TRUE(answer);
+  Result<std::string> answer = node.handler.DecideForwarded(request.SerializeAsString(), "n2");
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
   peer::ForwardCheckResponse response;
   ASSERT_TRUE(response.ParseFromString(*answer));
   ASSERT_EQ(response.results_size(), 1);

@@ -193,58 +193,64 @@ std::string GregorianKey(const gpb::RateLimitReq& req, limiter::TimeNs now) {
          std::to_string(period->start / limiter::kSecond);
 }
 
-// The per-item semantic checks Gubernator reports in RateLimitResp.error (not as an HTTP error).
-std::string ItemError(const gpb::RateLimitReq& req, limiter::TimeNs now, limiter::LimitSpec* spec) {
-  if (req.unique_key().empty()) return "field 'unique_key' cannot be empty";
-  if (req.name().empty()) return "field 'namespace' cannot be empty";
-  if (req.hits() < 0) return "field 'hits' cannot be negative";
-  if (req.limit() < 0) return "field 'limit' cannot be negative";
+// The item's spec, or InvalidArgument for what Gubernator reports in RateLimitResp.error (not as an HTTP
+// error). A spec with limit 0 is always over its limit and is not checked further.
+Result<limiter::LimitSpec> ItemSpec(const gpb::RateLimitReq& req, limiter::TimeNs now) {
+  limiter::LimitSpec spec;
+  if (req.unique_key().empty()) return Status::InvalidArgument("field 'unique_key' cannot be empty");
+  if (req.name().empty()) return Status::InvalidArgument("field 'namespace' cannot be empty");
+  if (req.hits() < 0) return Status::InvalidArgument("field 'hits' cannot be negative");
+  if (req.limit() < 0) return Status::InvalidArgument("field 'limit' cannot be negative");
   std::optional<Period> period;
   if (IsGregorian(req)) {
     // As Gubernator: `duration` names a calendar unit; TOKEN_BUCKET counts in that calendar period (UTC)
     // and resets at its end, LEAKY_BUCKET leaks `limit` per period.
     if (req.duration() == kWeeks)
-      return "`Duration = GregorianWeeks` not yet supported; consider making a PR!`";
+      return Status::InvalidArgument("`Duration = GregorianWeeks` not yet supported; consider making a PR!`");
     period = GregorianPeriod(req.duration(), now);
     if (!period)
-      return "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval";
+      return Status::InvalidArgument(
+          "behavior DURATION_IS_GREGORIAN is set; but `Duration` is not a valid gregorian interval");
   } else if (req.duration() <= 0) {
-    return "field 'duration' must be a positive number of milliseconds";
+    return Status::InvalidArgument("field 'duration' must be a positive number of milliseconds");
   }
-  if (req.burst() < 0) return "field 'burst' cannot be negative";
-  if (req.unique_key().size() > 1024) return "field 'unique_key' is longer than 1024 bytes";
-  if (req.name().size() > 256) return "field 'name' is longer than 256 bytes";
-  if (static_cast<uint64_t>(req.hits()) > limiter::kMaxCost) return "field 'hits' is too large";
+  if (req.burst() < 0) return Status::InvalidArgument("field 'burst' cannot be negative");
+  if (req.unique_key().size() > 1024)
+    return Status::InvalidArgument("field 'unique_key' is longer than 1024 bytes");
+  if (req.name().size() > 256) return Status::InvalidArgument("field 'name' is longer than 256 bytes");
+  if (static_cast<uint64_t>(req.hits()) > limiter::kMaxCost)
+    return Status::InvalidArgument("field 'hits' is too large");
   std::optional<limiter::Algorithm> algorithm = AlgorithmOf(req.algorithm());
-  if (!algorithm) return "field 'algorithm': unknown value";
-  spec->algorithm = *algorithm;
-  spec->limit = static_cast<uint64_t>(req.limit());
+  if (!algorithm) return Status::InvalidArgument("field 'algorithm': unknown value");
+  spec.algorithm = *algorithm;
+  spec.limit = static_cast<uint64_t>(req.limit());
   if (period) {
-    spec->window = period->end - period->start;
+    spec.window = period->end - period->start;
     // A calendar TOKEN_BUCKET is a window that starts over at the period's end. Minutes, hours and days:
     // the epoch-aligned fixed window of the period's length (UTC periods are such windows). Months and
     // years are not multiples of one length: each period counts under its own key (GregorianKey) in an
     // anchored window as long as the period, which cannot end before the period does.
     if (*algorithm == limiter::Algorithm::kAnchoredWindow && req.duration() < kMonths) {
-      spec->algorithm = limiter::Algorithm::kFixedWindow;
+      spec.algorithm = limiter::Algorithm::kFixedWindow;
     }
   } else {
-    if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond) return "field 'duration' is too large";
-    spec->window = req.duration() * limiter::kMillisecond;
+    if (req.duration() > limiter::kMaxWindow / limiter::kMillisecond)
+      return Status::InvalidArgument("field 'duration' is too large");
+    spec.window = req.duration() * limiter::kMillisecond;
   }
-  spec->burst = static_cast<uint64_t>(req.burst());
+  spec.burst = static_cast<uint64_t>(req.burst());
   // DRAIN_OVER_LIMIT: an over-limit hit empties what is left (Gubernator sets remaining to 0): the
   // limiter's count_denied charges a denied request, and a bucket never holds less than nothing.
-  spec->count_denied = (req.behavior() & gpb::DRAIN_OVER_LIMIT) != 0;
+  spec.count_denied = (req.behavior() & gpb::DRAIN_OVER_LIMIT) != 0;
   // LEAKY_BUCKET asked for more than its burst: Gubernator answers the bucket empty and keeps it so (a new
   // bucket starts full of those hits), so a whole burst is charged, denied or not (LeakyOverBurst).
-  if (LeakyOverBurst(req)) spec->count_denied = true;
-  if (spec->limit == 0) return "";  // always over the limit; no state needed
-  if (auto invalid = limiter::Validate(*spec)) {
+  if (LeakyOverBurst(req)) spec.count_denied = true;
+  if (spec.limit == 0) return spec;  // always over the limit; no state needed
+  if (auto invalid = limiter::Validate(spec)) {
     std::string field = invalid->field == "window" ? "duration" : invalid->field;
-    return "field '" + field + "': " + invalid->message;
+    return Status::InvalidArgument("field '" + field + "': " + invalid->message);
   }
-  return "";
+  return spec;
 }
 
 void AppendQuoted(JsonWriter* w, std::string_view key, int64_t v) {
@@ -300,13 +306,17 @@ std::optional<ApiError> Prepare(GubernatorJob* job) {
   const std::shared_ptr<const PolicySet> policies = job->context.policies.Current();
   for (size_t i = 0; i < n; ++i) {
     const gpb::RateLimitReq& req = request.requests(static_cast<int>(i));
-    limiter::LimitSpec spec;
-    job->errors[i] = ItemError(req, job->now, &spec);
-    if (job->errors[i].empty()) {
-      if (const Policy* owner = policies->Owning(req.name()))
-        job->errors[i] = ReservedName(req.name(), *owner).message;
+    Result<limiter::LimitSpec> item = ItemSpec(req, job->now);
+    if (!item.ok()) {
+      job->errors[i] = item.status().message();
+      continue;
     }
-    if (!job->errors[i].empty() || spec.limit == 0) continue;
+    if (const Policy* owner = policies->Owning(req.name())) {
+      job->errors[i] = ReservedName(req.name(), *owner).message;
+      continue;
+    }
+    const limiter::LimitSpec& spec = *item;
+    if (spec.limit == 0) continue;
     std::string_view key = req.unique_key();
     if (std::string calendar = GregorianKey(req, job->now); !calendar.empty()) {
       key = job->keys.emplace_front(std::move(calendar));

@@ -20,64 +20,45 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-// A scalar field as a string; error message in `error` when it is not a scalar.
-std::optional<std::string> Scalar(const YAML::Node& node, const std::string& where, std::string* error) {
-  if (!node.IsScalar()) {
-    *error = where + ": must be a scalar";
-    return std::nullopt;
-  }
+// A scalar field as a string. Errors: InvalidArgument when it is not a scalar.
+Result<std::string> Scalar(const YAML::Node& node, const std::string& where) {
+  if (!node.IsScalar()) return Status::InvalidArgument(where + ": must be a scalar");
   return node.Scalar();
 }
 
-std::optional<bool> Bool(const YAML::Node& node, const std::string& where, std::string* error) {
+// A boolean field. Errors: InvalidArgument when it is not true or false.
+Result<bool> Bool(const YAML::Node& node, const std::string& where) {
   bool b = false;
-  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, b)) {
-    *error = where + ": must be true or false";
-    return std::nullopt;
-  }
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, b))
+    return Status::InvalidArgument(where + ": must be true or false");
   return b;
 }
 
 // rate_limit.replaces: a list of maps with a non-empty name, none the limit's own.
-bool ParseReplaces(const YAML::Node& node, const std::string& where, std::vector<std::string>* replaces,
-                   std::string* error) {
-  if (!node.IsSequence()) {
-    *error = where + ": must be a list of {name: ...}";
-    return false;
-  }
+Status ParseReplaces(const YAML::Node& node, const std::string& where, std::vector<std::string>* replaces) {
+  if (!node.IsSequence()) return Status::InvalidArgument(where + ": must be a list of {name: ...}");
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     const YAML::Node entry = node[i];
-    if (!entry.IsMap()) {
-      *error = at + ": must be a map with a name";
-      return false;
-    }
+    if (!entry.IsMap()) return Status::InvalidArgument(at + ": must be a map with a name");
     std::string name;
     for (const auto& field : entry) {
-      if (field.first.as<std::string>() != "name") {
-        *error = at + "." + field.first.as<std::string>() + ": unknown field";
-        return false;
-      }
-      auto s = Scalar(field.second, at + ".name", error);
-      if (!s) return false;
-      name = *s;
+      if (field.first.as<std::string>() != "name")
+        return Status::InvalidArgument(at + "." + field.first.as<std::string>() + ": unknown field");
+      Result<std::string> s = Scalar(field.second, at + ".name");
+      if (!s.ok()) return s.status();
+      name = std::move(s).value();
     }
-    if (name.empty()) {
-      *error = at + ": should not have an empty replaces entry";
-      return false;
-    }
+    if (name.empty()) return Status::InvalidArgument(at + ": should not have an empty replaces entry");
     replaces->push_back(std::move(name));
   }
-  return true;
+  return Status::OK();
 }
 
 // rate_limit: sets rule->limit (and rule->unlimited for `unlimited: true`, envoyproxy/ratelimit's place
 // for it; such a limit keeps only its name and replaces).
-bool ParseRateLimit(const YAML::Node& node, const std::string& where, RlsRule* rule, std::string* error) {
-  if (!node.IsMap()) {
-    *error = where + ": must be a map";
-    return false;
-  }
+Status ParseRateLimit(const YAML::Node& node, const std::string& where, RlsRule* rule) {
+  if (!node.IsMap()) return Status::InvalidArgument(where + ": must be a map");
   RlsLimit limit;
   limit.spec.algorithm = limiter::Algorithm::kFixedWindow;
   bool has_unit = false;
@@ -87,91 +68,69 @@ bool ParseRateLimit(const YAML::Node& node, const std::string& where, RlsRule* r
     const std::string name = field.first.as<std::string>();
     const std::string at = where + "." + name;
     if (name == "unit") {
-      auto s = Scalar(field.second, at, error);
-      if (!s) return false;
-      auto unit = ParseUnit(*s);
-      if (!unit) {
-        *error = at + ": unknown unit '" + *s + "' (second, minute, hour, day, week, month or year)";
-        return false;
-      }
+      Result<std::string> s = Scalar(field.second, at);
+      if (!s.ok()) return s.status();
+      std::optional<Unit> unit = ParseUnit(*s);
+      if (!unit)
+        return Status::InvalidArgument(at + ": unknown unit '" + *s +
+                                       "' (second, minute, hour, day, week, month or year)");
       limit.unit = *unit;
       has_unit = true;
     } else if (name == "requests_per_unit") {
       uint64_t n = 0;
-      if (!field.second.IsScalar() || !YAML::convert<uint64_t>::decode(field.second, n) || n > UINT32_MAX) {
-        *error = at + ": must be an integer from 0 to 4294967295";
-        return false;
-      }
+      if (!field.second.IsScalar() || !YAML::convert<uint64_t>::decode(field.second, n) || n > UINT32_MAX)
+        return Status::InvalidArgument(at + ": must be an integer from 0 to 4294967295");
       limit.requests_per_unit = static_cast<uint32_t>(n);
       has_requests = true;
     } else if (name == "name") {
-      auto s = Scalar(field.second, at, error);
-      if (!s) return false;
-      limit.name = *s;
+      Result<std::string> s = Scalar(field.second, at);
+      if (!s.ok()) return s.status();
+      limit.name = std::move(s).value();
     } else if (name == "algorithm") {
-      auto s = Scalar(field.second, at, error);
-      if (!s) return false;
-      auto algorithm = limiter::ParseAlgorithm(*s);
-      if (!algorithm) {
-        *error = at + ": unknown algorithm '" + *s + "'";
-        return false;
-      }
+      Result<std::string> s = Scalar(field.second, at);
+      if (!s.ok()) return s.status();
+      std::optional<limiter::Algorithm> algorithm = limiter::ParseAlgorithm(*s);
+      if (!algorithm) return Status::InvalidArgument(at + ": unknown algorithm '" + *s + "'");
       limit.spec.algorithm = *algorithm;
     } else if (name == "unlimited") {
-      auto b = Bool(field.second, at, error);
-      if (!b) return false;
+      Result<bool> b = Bool(field.second, at);
+      if (!b.ok()) return b.status();
       unlimited = *b;
     } else if (name == "replaces") {
-      if (!ParseReplaces(field.second, at, &limit.replaces, error)) return false;
+      if (Status s = ParseReplaces(field.second, at, &limit.replaces); !s.ok()) return s;
     } else {
-      *error = at + ": unknown field";
-      return false;
+      return Status::InvalidArgument(at + ": unknown field");
     }
   }
-  if (std::find(limit.replaces.begin(), limit.replaces.end(), limit.name) != limit.replaces.end()) {
-    *error = where + ".replaces: should not contain the name of the same descriptor";
-    return false;
-  }
+  if (std::find(limit.replaces.begin(), limit.replaces.end(), limit.name) != limit.replaces.end())
+    return Status::InvalidArgument(where + ".replaces: should not contain the name of the same descriptor");
   if (unlimited) {
-    if (has_unit || has_requests) {
-      *error = where + ": should not specify unit or requests_per_unit when unlimited";
-      return false;
-    }
+    if (has_unit || has_requests)
+      return Status::InvalidArgument(where + ": should not specify unit or requests_per_unit when unlimited");
     rule->unlimited = true;
     rule->limit = std::move(limit);
-    return true;
+    return Status::OK();
   }
-  if (!has_unit || !has_requests) {
-    *error = where + ": needs unit and requests_per_unit";
-    return false;
-  }
+  if (!has_unit || !has_requests)
+    return Status::InvalidArgument(where + ": needs unit and requests_per_unit");
   limit.spec.limit = limit.requests_per_unit;
   limit.spec.window = UnitDuration(limit.unit);
   if (limit.requests_per_unit > 0) {
-    if (auto invalid = limiter::Validate(limit.spec)) {
-      *error = where + ": " + invalid->field + ": " + invalid->message;
-      return false;
-    }
+    if (auto invalid = limiter::Validate(limit.spec))
+      return Status::InvalidArgument(where + ": " + invalid->field + ": " + invalid->message);
   }
   rule->limit = std::move(limit);
-  return true;
+  return Status::OK();
 }
 
-bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<RlsRule>* rules,
-                std::string* error) {
-  if (!list.IsDefined() || list.IsNull()) return true;
-  if (!list.IsSequence()) {
-    *error = where + ": must be a list";
-    return false;
-  }
+Status ParseRules(const YAML::Node& list, const std::string& where, std::vector<RlsRule>* rules) {
+  if (!list.IsDefined() || list.IsNull()) return Status::OK();
+  if (!list.IsSequence()) return Status::InvalidArgument(where + ": must be a list");
   std::set<std::pair<std::string, std::optional<std::string>>> seen;
   for (size_t i = 0; i < list.size(); ++i) {
     const YAML::Node node = list[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
-    if (!node.IsMap()) {
-      *error = at + ": must be a map";
-      return false;
-    }
+    if (!node.IsMap()) return Status::InvalidArgument(at + ": must be a map");
     RlsRule rule;
     bool has_key = false;
     bool descriptor_unlimited = false;  // `unlimited: true` next to key (ringlimit's first form)
@@ -179,20 +138,20 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
       const std::string name = field.first.as<std::string>();
       const std::string field_at = at + "." + name;
       if (name == "key") {
-        auto s = Scalar(field.second, field_at, error);
-        if (!s) return false;
-        rule.key = *s;
+        Result<std::string> s = Scalar(field.second, field_at);
+        if (!s.ok()) return s.status();
+        rule.key = std::move(s).value();
         has_key = true;
       } else if (name == "value") {
-        auto s = Scalar(field.second, field_at, error);
-        if (!s) return false;
-        rule.value = *s;
+        Result<std::string> s = Scalar(field.second, field_at);
+        if (!s.ok()) return s.status();
+        rule.value = std::move(s).value();
       } else if (name == "rate_limit") {
-        if (!ParseRateLimit(field.second, field_at, &rule, error)) return false;
+        if (Status s = ParseRateLimit(field.second, field_at, &rule); !s.ok()) return s;
       } else if (name == "shadow_mode" || name == "quota_mode" || name == "unlimited" ||
                  name == "share_threshold" || name == "detailed_metric" || name == "value_to_metric") {
-        auto b = Bool(field.second, field_at, error);
-        if (!b) return false;
+        Result<bool> b = Bool(field.second, field_at);
+        if (!b.ok()) return b.status();
         bool& flag = name == "shadow_mode"       ? rule.shadow_mode
                      : name == "quota_mode"      ? rule.quota_mode
                      : name == "unlimited"       ? descriptor_unlimited
@@ -201,39 +160,30 @@ bool ParseRules(const YAML::Node& list, const std::string& where, std::vector<Rl
                                                  : rule.share_threshold;
         flag = *b;
       } else if (name == "descriptors") {
-        if (!ParseRules(field.second, field_at, &rule.children, error)) return false;
+        if (Status s = ParseRules(field.second, field_at, &rule.children); !s.ok()) return s;
       } else if (name == "metadata") {
         // Accepted for compatibility with envoyproxy/ratelimit files: response metadata, no effect here.
       } else {
-        *error = field_at + ": unknown field";
-        return false;
+        return Status::InvalidArgument(field_at + ": unknown field");
       }
     }
-    if (!has_key || rule.key.empty()) {
-      *error = at + ": needs a non-empty key";
-      return false;
-    }
+    if (!has_key || rule.key.empty()) return Status::InvalidArgument(at + ": needs a non-empty key");
     if (descriptor_unlimited) {
-      if (rule.limit && !rule.unlimited) {
-        *error = at + ": unlimited and a rate_limit exclude each other";
-        return false;
-      }
+      if (rule.limit && !rule.unlimited)
+        return Status::InvalidArgument(at + ": unlimited and a rate_limit exclude each other");
       rule.unlimited = true;
     }
     if (rule.value && rule.value->empty()) rule.value.reset();  // as envoyproxy/ratelimit: "" is no value
     rule.wildcard = rule.value && rule.value->find('*') != std::string::npos;
-    if (rule.share_threshold && !rule.wildcard) {
-      *error = at + ".share_threshold: only for a wildcard value (one with a '*')";
-      return false;
-    }
+    if (rule.share_threshold && !rule.wildcard)
+      return Status::InvalidArgument(at + ".share_threshold: only for a wildcard value (one with a '*')");
     if (!seen.emplace(rule.key, rule.value).second) {
-      *error =
-          at + ": duplicate descriptor (key " + rule.key + (rule.value ? ", value " + *rule.value : "") + ")";
-      return false;
+      return Status::InvalidArgument(at + ": duplicate descriptor (key " + rule.key +
+                                     (rule.value ? ", value " + *rule.value : "") + ")");
     }
     rules->push_back(std::move(rule));
   }
-  return true;
+  return Status::OK();
 }
 
 // The rule of `rules` for one entry: the one with its key and value, else the first with its key and a
@@ -314,21 +264,23 @@ class Progress : public YAML::EventHandler {
 
 // yaml-cpp 0.7's LoadAll never returns on some malformed text: a ',' where a document should start
 // yields empty documents forever, none consuming it (and memory grows with each). Walking the documents
-// with its parser first, text on which a document makes no progress is refused here, so that LoadAll is
-// only given text it finishes. Throws what the parser throws for text it rejects itself.
-std::optional<std::string> NeverEnds(const std::string& text) {
+// with its parser first, text on which a document makes no progress is refused here (InvalidArgument
+// naming the line and column), so that LoadAll is only given text it finishes. Throws what the parser
+// throws for text it rejects itself.
+Status RefuseNeverEnding(const std::string& text) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   Progress progress;
   int before = -1;
   while (parser.HandleNextDocument(progress)) {
     if (progress.furthest <= before) {
-      return "line " + std::to_string(progress.at.line + 1) + ", column " +
-             std::to_string(progress.at.column + 1) + ": unexpected text where a document should start";
+      return Status::InvalidArgument("line " + std::to_string(progress.at.line + 1) + ", column " +
+                                     std::to_string(progress.at.column + 1) +
+                                     ": unexpected text where a document should start");
     }
     before = progress.furthest;
   }
-  return std::nullopt;
+  return Status::OK();
 }
 
 }  // namespace
@@ -369,8 +321,8 @@ Result<std::shared_ptr<const RlsConfig>> RlsConfig::Parse(std::string_view yaml)
   std::vector<YAML::Node> documents;
   try {
     const std::string text(yaml);
-    if (std::optional<std::string> stuck = NeverEnds(text))
-      return Status::InvalidArgument("not valid YAML", *stuck);
+    if (Status stuck = RefuseNeverEnding(text); !stuck.ok())
+      return Status::InvalidArgument("not valid YAML", stuck.message());
     documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("not valid YAML", e.what());
@@ -381,24 +333,22 @@ Result<std::shared_ptr<const RlsConfig>> RlsConfig::Parse(std::string_view yaml)
     if (doc.IsNull()) continue;
     const std::string where = "document " + std::to_string(d + 1);
     if (!doc.IsMap()) return Status::InvalidArgument(where, "must be a map with domain and descriptors");
-    std::string error;
     std::string domain;
     std::vector<RlsRule> rules;
     try {
       for (const auto& field : doc) {
         const std::string name = field.first.as<std::string>();
         if (name == "domain") {
-          auto s = Scalar(field.second, where + ": domain", &error);
-          if (!s) return Status::InvalidArgument(error);
-          domain = *s;
+          Result<std::string> s = Scalar(field.second, where + ": domain");
+          if (!s.ok()) return s.status();
+          domain = std::move(s).value();
         } else if (name != "descriptors") {
           return Status::InvalidArgument(where, name + ": unknown field");
         }
       }
       if (domain.empty()) return Status::InvalidArgument(where, "needs a non-empty domain");
-      if (!ParseRules(doc["descriptors"], "descriptors", &rules, &error)) {
-        return Status::InvalidArgument("domain " + domain, error);
-      }
+      if (Status s = ParseRules(doc["descriptors"], "descriptors", &rules); !s.ok())
+        return Status::InvalidArgument("domain " + domain, s.message());
     } catch (const YAML::Exception& e) {
       return Status::InvalidArgument(where, e.what());
     }

@@ -160,6 +160,26 @@ TEST(RlsConfigTest, RejectsBadFilesWithThePlace) {
             std::string::npos);
 }
 
+// The whole message, as operators see it in the log on a bad reload, and its kind.
+TEST(RlsConfigTest, ErrorsAreInvalidArgumentNamingDomainAndPlace) {
+  auto nested = RlsConfig::Parse(
+      "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: "
+      "[{name: ''}]}\n");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_TRUE(nested.status().IsInvalidArgument());
+  EXPECT_EQ(nested.status().message(),
+            "domain d: descriptors[0].rate_limit.replaces[0]: should not have an empty replaces entry");
+  auto domain = RlsConfig::Parse("domain: [a]\n");
+  ASSERT_FALSE(domain.ok());
+  EXPECT_TRUE(domain.status().IsInvalidArgument());
+  EXPECT_EQ(domain.status().message(), "document 1: domain: must be a scalar");
+  auto stuck = RlsConfig::Parse(",");
+  ASSERT_FALSE(stuck.ok());
+  EXPECT_TRUE(stuck.status().IsInvalidArgument());
+  EXPECT_EQ(stuck.status().message().rfind("not valid YAML: line 1, column 1: ", 0), 0u)
+      << stuck.status().message();
+}
+
 TEST(RlsConfigTest, WildcardsMatchAsInEnvoysRatelimit) {
   EXPECT_TRUE(WildcardMatch("value*", "value"));
   EXPECT_TRUE(WildcardMatch("value*", "value123"));

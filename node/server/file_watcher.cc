@@ -19,19 +19,19 @@ FileWatcher::FileWatcher(boost::asio::io_context& io, std::string path, std::fun
 
 FileWatcher::~FileWatcher() { Stop(); }
 
-std::optional<std::string> FileWatcher::Start() {
+Status FileWatcher::Start() {
   const int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) return std::string("inotify_init1: ") + std::strerror(errno);
+  if (fd < 0) return Status::IOError("inotify_init1", std::strerror(errno));
   // Not IN_CREATE: a file is empty when created; its content is there once it is closed (or renamed in).
   constexpr uint32_t kMask = IN_CLOSE_WRITE | IN_MOVED_TO;
   if (inotify_add_watch(fd, directory_.c_str(), kMask) < 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
-    return "cannot watch " + directory_ + ": " + why;
+    return Status::IOError("cannot watch " + directory_, why);
   }
   stream_.assign(fd);
   Read();
-  return std::nullopt;
+  return Status::OK();
 }
 
 void FileWatcher::Stop() {

@@ -13,8 +13,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <functional>
-#include <optional>
 #include <string>
+
+#include "base/status.h"
 
 namespace ringlimit::node {
 
@@ -25,8 +26,8 @@ class FileWatcher {
   FileWatcher(const FileWatcher&) = delete;
   FileWatcher& operator=(const FileWatcher&) = delete;
 
-  // Starts watching; a message for humans when inotify cannot watch the directory.
-  [[nodiscard]] std::optional<std::string> Start();
+  // Starts watching. Errors: IOError when inotify cannot watch the directory.
+  [[nodiscard]] Status Start();
   void Stop();
 
  private:

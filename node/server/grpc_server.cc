@@ -145,8 +145,8 @@ GrpcServer::GrpcServer(GrpcServerOptions options, ApiHandler& handler, rls::RlsC
 
 GrpcServer::~GrpcServer() { Stop(); }
 
-std::optional<std::string> GrpcServer::Start() {
-  if (server_) return std::string("the gRPC server is already started");
+Status GrpcServer::Start() {
+  if (server_) return Status::AlreadyExists("the gRPC server is already started");
   const std::string host =
       options_.address.find(':') != std::string::npos ? "[" + options_.address + "]" : options_.address;
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -159,8 +159,10 @@ std::optional<std::string> GrpcServer::Start() {
       return true;
     };
     grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    if (!read(options_.tls_cert_file, &pair.cert_chain)) return "cannot read " + options_.tls_cert_file;
-    if (!read(options_.tls_key_file, &pair.private_key)) return "cannot read " + options_.tls_key_file;
+    if (!read(options_.tls_cert_file, &pair.cert_chain))
+      return Status::IOError("cannot read " + options_.tls_cert_file);
+    if (!read(options_.tls_key_file, &pair.private_key))
+      return Status::IOError("cannot read " + options_.tls_key_file);
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
     credentials = grpc::SslServerCredentials(ssl);
@@ -174,11 +176,11 @@ std::optional<std::string> GrpcServer::Start() {
   server_ = builder.BuildAndStart();
   if (!server_ || bound == 0) {
     server_.reset();
-    return "cannot listen for gRPC on " + host + ":" + std::to_string(options_.port);
+    return Status::IOError("cannot listen for gRPC on " + host + ":" + std::to_string(options_.port));
   }
   port_ = static_cast<uint16_t>(bound);
   spdlog::info("gRPC (Envoy rate limit service, Gubernator V1) listening on {}:{}", host, port_);
-  return std::nullopt;
+  return Status::OK();
 }
 
 void GrpcServer::Stop() {

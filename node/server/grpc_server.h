@@ -13,8 +13,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
+
+#include "base/status.h"
 
 namespace grpc {
 class Server;
@@ -54,8 +55,9 @@ class GrpcServer {
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;
 
-  // Binds and starts serving; a message for humans on failure (address in use, ...).
-  [[nodiscard]] std::optional<std::string> Start();
+  // Binds and starts serving. Errors: AlreadyExists (started before), IOError (cannot read the TLS
+  // files, cannot listen: address in use, ...).
+  [[nodiscard]] Status Start();
 
   // Stops accepting, lets calls in flight finish (up to drain_timeout), then stops. Idempotent.
   void Stop();

@@ -28,14 +28,17 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
         acceptor_(net::make_strand(io)),
         retry_(acceptor_.get_executor()) {}
 
-  boost::system::result<void> Open(const tcp::endpoint& endpoint) {
+  // Errors: IOError with the system's message (address in use, no permission, ...).
+  Status Open(const tcp::endpoint& endpoint) {
     error_code ec;
-    if (acceptor_.open(endpoint.protocol(), ec); ec) return ec;
-    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec) return ec;
-    if (acceptor_.bind(endpoint, ec); ec) return ec;
-    if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec) return ec;
+    if (acceptor_.open(endpoint.protocol(), ec); ec) return Status::IOError(ec.message());
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec)
+      return Status::IOError(ec.message());
+    if (acceptor_.bind(endpoint, ec); ec) return Status::IOError(ec.message());
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec)
+      return Status::IOError(ec.message());
     port_ = acceptor_.local_endpoint(ec).port();
-    return ec ? boost::system::result<void>(ec) : boost::system::result<void>();
+    return ec ? Status::IOError(ec.message()) : Status::OK();
   }
 
   uint16_t port() const { return port_; }
@@ -138,26 +141,27 @@ HttpServer::HttpServer(net::io_context& io, ServerOptions options, RequestHandle
 
 HttpServer::~HttpServer() { StopAccepting(); }
 
-boost::system::result<void> HttpServer::Start() {
+Status HttpServer::Start() {
   error_code ec;
   const auto address = net::ip::make_address(shared_->options.address, ec);
-  if (ec) return ec;
+  if (ec) return Status::InvalidArgument(ec.message());
   if (!shared_->options.tls_cert_file.empty() || !shared_->options.tls_key_file.empty()) {
     auto tls = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
     tls->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
                      net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
-    if (tls->use_certificate_chain_file(shared_->options.tls_cert_file, ec); ec) return ec;
-    if (tls->use_private_key_file(shared_->options.tls_key_file, net::ssl::context::pem, ec); ec) return ec;
+    if (tls->use_certificate_chain_file(shared_->options.tls_cert_file, ec); ec)
+      return Status::InvalidArgument(ec.message());
+    if (tls->use_private_key_file(shared_->options.tls_key_file, net::ssl::context::pem, ec); ec)
+      return Status::InvalidArgument(ec.message());
     shared_->tls = std::move(tls);
   }
   auto listener = std::make_shared<Listener>(io_, shared_);
-  if (auto opened = listener->Open(tcp::endpoint(address, shared_->options.port)); !opened) {
-    return opened.error();
-  }
+  if (Status opened = listener->Open(tcp::endpoint(address, shared_->options.port)); !opened.ok())
+    return opened;
   listener_ = std::move(listener);
   listener_->Accept();
-  return {};
+  return Status::OK();
 }
 
 uint16_t HttpServer::port() const { return listener_ ? listener_->port() : 0; }

@@ -15,7 +15,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/system/result.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "node/api/handler.h"
 
 namespace ringlimit::node {
@@ -95,8 +95,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds, listens and starts accepting. Errors (bad address, port in use) are returned.
-  [[nodiscard]] boost::system::result<void> Start();
+  // Binds, listens and starts accepting. Errors, with the system's message: InvalidArgument (an address
+  // that does not parse, a TLS certificate or key that cannot be used), IOError (cannot bind or listen:
+  // port in use, no permission).
+  [[nodiscard]] Status Start();
 
   // The bound port (the ephemeral one when options.port was 0). 0 before Start.
   [[nodiscard]] uint16_t port() const;

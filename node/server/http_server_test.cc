@@ -119,7 +119,7 @@ class HttpServerTest : public ::testing::TestWithParam<bool> {
           if (from_transport) transport_errors_.fetch_add(1);
           if (status == 200) ok_.fetch_add(1);
         });
-    ASSERT_TRUE(server_->Start());
+    ASSERT_TRUE(server_->Start().ok());
     ASSERT_NE(server_->port(), 0);
     work_.emplace(io_.get_executor());
     for (int i = 0; i < (GetParam() ? 1 : 2); ++i) threads_.emplace_back([this] { io_.run(); });
@@ -438,7 +438,7 @@ TEST_P(HttpServerTest, StartFailsOnAPortInUse) {
   ServerOptions options;
   options.port = server_->port();
   HttpServer second(io_, options, handler_, nullptr);
-  EXPECT_FALSE(second.Start());
+  EXPECT_TRUE(second.Start().IsIOError());
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, HttpServerTest, ::testing::Bool(),

@@ -110,28 +110,25 @@ Node::Node(NodeOptions options) : options_(std::move(options)) {}
 
 Node::~Node() { Stop(); }
 
-boost::system::result<void, std::string> Node::Start() {
-  if (started_) return std::string("the node is already started");
+Status Node::Start() {
+  if (started_) return Status::AlreadyExists("the node is already started");
   Result<std::unique_ptr<storage::Store>> opened = storage::OpenStateStore(options_.storage);
-  if (!opened.ok()) return "storage: " + opened.status().message();
+  if (!opened.ok()) return opened.status().WithContext("storage");
   parts_ = std::make_unique<Parts>(options_, std::move(opened).value());
-  if (Status loaded = Reload(ConfigFile::kPolicies); !loaded.ok()) {
-    parts_.reset();
-    return "policies " + options_.policies_path + ": " + loaded.message();
+  // Each step's failure names the step; the parts built so far are dropped (nothing runs yet).
+  Status status = Reload(ConfigFile::kPolicies).WithContext("policies " + options_.policies_path);
+  if (status.ok()) status = Reload(ConfigFile::kRlsConfig).WithContext("rls config");
+  if (status.ok()) {
+    status = parts_->server.Start().WithContext("cannot listen on " + options_.http.address + ":" +
+                                                std::to_string(options_.http.port));
   }
-  if (Status loaded = Reload(ConfigFile::kRlsConfig); !loaded.ok()) {
-    parts_.reset();
-    return "rls config: " + loaded.message();
+  if (status.ok()) {
+    node_id_ = options_.node_id.empty() ? DefaultNodeId(http_port()) : options_.node_id;
+    status = StartCluster();
   }
-  if (auto started = parts_->server.Start(); !started) {
+  if (!status.ok()) {
     parts_.reset();
-    return "cannot listen on " + options_.http.address + ":" + std::to_string(options_.http.port) + ": " +
-           started.error().message();
-  }
-  node_id_ = options_.node_id.empty() ? DefaultNodeId(http_port()) : options_.node_id;
-  if (auto error = StartCluster()) {
-    parts_.reset();
-    return *error;
+    return status;
   }
   parts_->handler.SetNodeMetrics([server = &parts_->server, store = parts_->store.get(),
                                   limits = options_.storage](std::string* out) {
@@ -162,11 +159,11 @@ boost::system::result<void, std::string> Node::Start() {
     // After the threads: a failure is undone by the ordinary Stop.
     parts_->grpc =
         std::make_unique<GrpcServer>(*options_.grpc, parts_->handler, parts_->rls_config, parts_->metrics);
-    if (auto error = parts_->grpc->Start()) {
+    if (Status grpc = parts_->grpc->Start(); !grpc.ok()) {
       parts_->grpc.reset();
       Stop();
       parts_.reset();
-      return *error;
+      return grpc;
     }
   }
   parts_->handler.SetReady(true);
@@ -174,7 +171,7 @@ boost::system::result<void, std::string> Node::Start() {
                node_id_, options_.http.tls_cert_file.empty() ? "http" : "https", options_.http.address,
                http_port(), threads, options_.storage.max_keys, options_.storage.max_bytes >> 20,
                options_.storage.data_dir.empty() ? "none (memory-only)" : options_.storage.data_dir);
-  return {};
+  return Status::OK();
 }
 
 void Node::Stop() {
@@ -269,7 +266,7 @@ void Node::ArmGrantTick() {
   });
 }
 
-std::optional<std::string> Node::StartCluster() {
+Status Node::StartCluster() {
   Parts& p = *parts_;
   cluster::ClusterOptions options = options_.cluster;
   options.node_id = node_id_;
@@ -305,12 +302,12 @@ std::optional<std::string> Node::StartCluster() {
   replication.ack_majority = closed;
   replication.contributor = p.handler.contributor();
   if (Status status = replication::Validate(replication); !status.ok())
-    return "replication: " + status.message();
+    return status.WithContext("replication");
   replication::HandoffOptions handoff = options_.handoff;
   handoff.replicas = replicas;
   handoff.majority_read = closed;
-  if (Status status = replication::Validate(handoff); !status.ok()) return "handoff: " + status.message();
-  if (Status status = cluster::Validate(options_.forward); !status.ok()) return status.message();
+  if (Status status = replication::Validate(handoff); !status.ok()) return status.WithContext("handoff");
+  if (Status status = cluster::Validate(options_.forward); !status.ok()) return status;
   p.link = std::make_unique<cluster::ReplicationLink>(*p.cluster);
   p.executor = std::make_unique<replication::AsioExecutor>(p.io);
   p.replicator = std::make_unique<replication::Replicator>(*p.store, *p.link, *p.executor, replication);
@@ -371,9 +368,11 @@ std::optional<std::string> Node::StartCluster() {
     // runs (seconds before a busy peer port is reported).
     p.handoff->Abandon();
     p.replicator->Abandon();
-    return started.error();
+    // Cluster::Start reports a message only (node/cluster keeps its own result type for now); what fails
+    // there is the peer port or the TLS files.
+    return Status::IOError(started.error());
   }
-  return std::nullopt;
+  return Status::OK();
 }
 
 }  // namespace ringlimit::node

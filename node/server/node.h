@@ -14,7 +14,6 @@
 #ifndef RINGLIMIT_NODE_SERVER_NODE_H_
 #define RINGLIMIT_NODE_SERVER_NODE_H_
 
-#include <boost/system/result.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -125,9 +124,11 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // Loads the policies, binds the HTTP port, starts the threads and reports ready. Returns a message
-  // for humans on failure (bad policies file, address in use, ...), leaving the node stopped.
-  [[nodiscard]] boost::system::result<void, std::string> Start();
+  // Loads the policies, binds the HTTP port, starts the threads and reports ready. On failure the node
+  // is left stopped and the error names the step ("storage: ...", "policies PATH: ...", "rls config:
+  // ...", "cannot listen on HOST:PORT: ...", "replication: ...", "handoff: ..."), with the step's kind:
+  // AlreadyExists (started before), InvalidArgument (a bad file or option), IOError (a port, a file).
+  [[nodiscard]] Status Start();
 
   // Graceful stop (see top). Idempotent.
   void Stop();
@@ -158,8 +159,9 @@ class Node {
  private:
   struct Parts;
 
-  // Builds and starts the cluster parts and joins them to the API handler; a message on failure.
-  std::optional<std::string> StartCluster();
+  // Builds and starts the cluster parts and joins them to the API handler. Errors: InvalidArgument
+  // (replication, handoff or forwarding options), IOError (the cluster cannot start: peer port, TLS).
+  [[nodiscard]] Status StartCluster();
   // Part of StartCluster with --grants on: the grant driver on the forwarder's host, its peer methods and
   // its periodic tick.
   void StartGrants();
