@@ -109,6 +109,7 @@ std::chrono::milliseconds SyncIntervalFor(const MembershipOptions& options, size
 Membership::Membership(const MembershipOptions& options, MemberInfo self)
     : options_(options),
       self_(std::move(self)),
+      dead_news_from_(self_.incarnation),
       rng_(options.random_seed != 0 ? options.random_seed : RingToken(self_.id)) {}
 
 // ---------------------------------------------------------------------------------------------------------
@@ -338,10 +339,14 @@ bool Membership::Merge(MonoTime now, const MemberInfo& update, MembershipOutput&
     const bool newer = update.incarnation > self_.incarnation;
     const bool contradicts = update.incarnation == self_.incarnation &&
                              (update.state != self_.state || !SameIdentity(update, self_));
-    if (newer || contradicts) {
-      if (update.state == MemberState::kDead) out.declared_dead = true;
-      Refute(update.incarnation);
+    // A member that declared us dead dropped us from its ring, whatever we refuted since: the rumour may
+    // come after we refuted an older suspicion (then it is stale here, yet true). Each such declaration of
+    // this life is reported once.
+    if (update.state == MemberState::kDead && update.incarnation >= dead_news_from_) {
+      out.declared_dead = true;
+      dead_news_from_ = update.incarnation + 1;
     }
+    if (newer || contradicts) Refute(update.incarnation);
     return false;
   }
   auto it = Lookup(update.id);

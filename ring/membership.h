@@ -164,8 +164,9 @@ struct MembershipOutput {
   std::vector<IdConflict> id_conflicts;
   std::vector<MemberEvent> events;
   bool ring_changed = false;  // RingMembers() differs from before the call: rebuild the RingView
-  // A rumour said this node is dead (it was paused or cut off long enough), and it refuted it: the others
-  // dropped it from their rings meanwhile and its ranges were decided elsewhere.
+  // A rumour said this node is dead (it was paused or cut off long enough): the others dropped it from their
+  // rings meanwhile and its ranges were decided elsewhere. Reported once per declaration of this life, also
+  // when it comes after the node refuted an older suspicion (the rumour is then stale, yet true).
   bool declared_dead = false;
 };
 
@@ -413,6 +414,9 @@ class Membership {
   MonoTime next_sync_at_{};  // anti-entropy
   MonoTime next_heal_at_{};  // healing offers
   bool started_ = false;
+  // Rumours of our death at an incarnation below this were reported (declared_dead) or are of an earlier
+  // life (below our incarnation at construction).
+  uint64_t dead_news_from_ = 0;
   std::mt19937_64 rng_;
   MembershipStats stats_;
 };

@@ -267,6 +267,21 @@ TEST_F(MembershipRulesTest, RefutesRumoursAboutItself) {
   }));
 }
 
+// A member that declared this node dead dropped it from its ring, even when this node had refuted an older
+// suspicion first (the usual order after a pause: the suspicion was sent earlier): the rumour is reported
+// once, stale or not; a rumour of an earlier life (below the incarnation at start) is not.
+TEST_F(MembershipRulesTest, ADeathRumourIsReportedOnceEvenWhenItComesAfterARefutation) {
+  Gossip({Info("a", 1)});
+  EXPECT_FALSE(Gossip({Info("self", 4, MemberState::kDead)}).declared_dead);  // an earlier life
+  EXPECT_FALSE(Gossip({Info("self", 5, MemberState::kSuspect)}).declared_dead);
+  EXPECT_EQ(m_.self().incarnation, 6u);
+  EXPECT_TRUE(Gossip({Info("self", 5, MemberState::kDead)}).declared_dead);
+  EXPECT_EQ(m_.self().incarnation, 6u) << "stale: nothing to refute";
+  EXPECT_FALSE(Gossip({Info("self", 5, MemberState::kDead)}).declared_dead) << "reported once";
+  EXPECT_TRUE(Gossip({Info("self", 6, MemberState::kDead)}).declared_dead);
+  EXPECT_EQ(m_.self().incarnation, 7u);
+}
+
 TEST_F(MembershipRulesTest, AcksEchoThePingsWallClock) {
   Gossip({Info("a", 1)});
   Message ping = Make(MessageType::kPing, 42, "a");

@@ -53,6 +53,18 @@ void ClusterPlanner::SetDiscovered(std::vector<std::string> addresses) {
 ClusterActions ClusterPlanner::Tick(MonoTime now, int64_t wall_ns) {
   ClusterActions actions;
   if (!membership_) return actions;
+  // A tick this late means the process was stopped or starved (ticks come every probe interval / 4): as
+  // long as a minority spell that asks for a catch-up (JudgeQuorum), the others may have declared this node
+  // dead meanwhile and decided its ranges, and it may never hear so -- the rumour can arrive after it
+  // refuted an older suspicion at a higher incarnation (then it is stale), or not at all. So it catches up as
+  // after its death: its ranges stay unsynced until a holder with their copy has pushed it, instead of being
+  // decided from what this node held before the pause once the pause fence lifts.
+  if (last_tick_ != MonoTime{} && now - last_tick_ >= options_.membership.suspicion_timeout / 2) {
+    spdlog::warn("cluster: {} ms since the last membership tick: catching up as after being declared dead",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - last_tick_).count());
+    catch_up_ = true;
+  }
+  last_tick_ = now;
   Process(now, wall_ns, membership_->Tick(now), actions);
   JudgeClock(now, wall_ns, actions);
   JudgeQuorum(now);

@@ -1,7 +1,8 @@
 // ClusterPlanner: the decisions of a node's membership in the cluster (cluster.h says what the Cluster
 // does) as a pure state machine -- the SWIM member table (ring/membership.h), the ring it builds from it,
 // when the ring's listener (the handoff) must take ranges in again (a member restarted without leaving the
-// ring, or this node was declared dead and refuted it), the clock judgement (the max-offset rule over the
+// ring, this node was declared dead and refuted it, or its ticks stopped long enough that it may have been),
+// the clock judgement (the max-offset rule over the
 // members' offsets), the quorum judgement (does this node reach a majority of the members it knows), and
 // the snapshot GET /v1/cluster shows.
 //
@@ -10,7 +11,8 @@
 // cluster.h, on its strand; the deterministic simulator's SimNode) sends, publishes and calls the listeners:
 //
 //   Start(now, wall, self, seeds)      the node starts: alone, or joining through the seeds
-//   Tick(now, wall)                    every probe_interval / 4: failure detection, clock and quorum judged
+//   Tick(now, wall)                    every probe_interval / 4: failure detection, clock and quorum judged;
+//                                      a tick half a suspicion timeout late catches the ranges up (paused)
 //   Receive(now, wall, message)        a membership message (`wall`: when it was received)
 //   SetDiscovered(addresses)           --join-dns resolved again
 //   Leave(now) / FinishLeave(now)      graceful leave: `leaving`, (the driver hands ranges over), `left`
@@ -175,6 +177,7 @@ class ClusterPlanner {
   size_t clock_ping_cursor_ = 0;            // where the next round of those pings starts
   bool catch_up_ = false;                   // back from a minority: take the ranges in again (FinishCall)
   ring::MonoTime minority_since_{};         // when the quorum judgement last turned to minority
+  ring::MonoTime last_tick_{};              // the last Tick's time (none yet: zero)
   QuorumView quorum_;
   bool leaving_ = false;
   std::map<std::string, ring::MonoTime> conflicts_logged_;  // id conflict -> when last logged

@@ -9,7 +9,10 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 namespace ringlimit::testing {
@@ -190,6 +193,12 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions options) {
 
 Cluster::~Cluster() {
   for (auto& m : nodes_) m.process.reset();  // SIGKILLs what still runs
+  // RINGLIMIT_KEEP_NODE_DIRS=1 keeps the nodes' directories (logs, data) for a post-mortem.
+  if (const char* keep = std::getenv("RINGLIMIT_KEEP_NODE_DIRS");
+      keep != nullptr && std::string_view(keep) == "1") {
+    std::fprintf(stderr, "cluster directory kept: %s\n", root_.c_str());
+    return;
+  }
   std::error_code ignored;
   fs::remove_all(root_, ignored);
 }

@@ -119,7 +119,9 @@ NodeProcess::NodeProcess(NodeProcessOptions options, bool owns_dir)
 
 NodeProcess::~NodeProcess() {
   if (running()) (void)Kill();
-  if (owns_dir_ && !options_.keep_dir) {
+  // RINGLIMIT_KEEP_NODE_DIRS=1 keeps every node's directory (log, data) for a post-mortem.
+  const char* keep = std::getenv("RINGLIMIT_KEEP_NODE_DIRS");
+  if (owns_dir_ && !options_.keep_dir && (keep == nullptr || std::string_view(keep) != "1")) {
     std::error_code ignored;
     fs::remove_all(options_.dir, ignored);
   }
