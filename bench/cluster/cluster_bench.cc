@@ -11,6 +11,10 @@
 //   cluster5    5 nodes (--replicas 3), connections spread over all nodes, random keys (about 4/5 forwarded)
 //   sync        3 nodes with --replication sync --failure-mode closed (exact mode: a check is answered once
 //               every other holder acknowledged its new state), connections spread over all nodes
+//   hot-single  1 node, every check of one key ("hot:0")
+//   hot, hot5   3 and 5 nodes (--replicas 3) with --grants on, every check of that key, connections spread
+//               over all nodes: entry nodes decide it from slices its owner lent them (issue 34); the share
+//               of its checks decided from slices is printed with issue 34's targets
 // Each node set starts fresh (single; cluster, local and forwarded on one 3-node cluster; cluster5; sync).
 // For each phase it prints checks/s, latency p50/p99/p99.9, the share of checks that were forwarded
 // (the RateLimit-Owner header against the node the check was sent to) and the servers' CPU time per
@@ -44,7 +48,8 @@
 // the single node's with gnuplot (chart.h), or says that gnuplot is missing and skips it.
 //
 //   cluster_bench [--seconds=S] [--warmup=S] [--connections=C] [--keys=K] [--threads=T] [--rate=R]
-//                 [--phases=single,cluster,local,forwarded,cluster5,sync] [--ringlimitd=PATH]
+//                 [--phases=single,cluster,local,forwarded,cluster5,sync,hot-single,hot,hot5]
+//                 [--ringlimitd=PATH]
 //                 [--node-args='FLAGS'] [--chart=FILE.svg] [--callgrind [--rounds=N] [--callgrind-dir=DIR]]
 #include <unistd.h>
 
@@ -73,6 +78,7 @@
 #include "ring/ring_view.h"
 #include "ring/token.h"
 #include "tests/cluster/cluster_harness.h"
+#include "tests/support/http_client.h"
 
 namespace ringlimit::bench {
 namespace {
@@ -89,7 +95,8 @@ struct Options {
   double rate = 0;       // --rate: checks per second while measuring (0: closed loop) (--callgrind: 40)
   int rounds = 3;        // --callgrind: measured intervals per phase (the median is reported)
   // Which phases to run (always in the order of NodeSets()).
-  std::vector<std::string> phases = {"single", "cluster", "local", "forwarded", "cluster5", "sync"};
+  std::vector<std::string> phases = {"single", "cluster",    "local", "forwarded", "cluster5",
+                                     "sync",   "hot-single", "hot",   "hot5"};
   // The ringlimitd to run; empty: the one the harness was built with.
   std::string ringlimitd;
   // Extra flags of every node (--node-args, split at spaces).
@@ -145,6 +152,27 @@ const std::vector<NodeSet>& NodeSets() {
        .idle = false,
        .callgrind_args = {"--probe-interval-ms", "6000", "--probe-timeout-ms", "5000",
                           "--replication-interval-ms", "2"}},
+      // One hot key (kHotKey) instead of --keys: a single node, then 3 and 5 nodes with quota grants (issue
+      // 34: entry nodes decide the key from slices its owner lent them). Under --callgrind the load (40
+      // checks/s over all nodes) is below the default threshold, hence a lower one there.
+      {.label = "hot-single",
+       .nodes = 1,
+       .args = {},
+       .phases = {"hot-single"},
+       .idle = false,
+       .callgrind_args = {}},
+      {.label = "hot",
+       .nodes = 3,
+       .args = {"--grants", "on"},
+       .phases = {"hot"},
+       .idle = false,
+       .callgrind_args = {"--grant-threshold", "4"}},
+      {.label = "hot5",
+       .nodes = 5,
+       .args = {"--replicas", "3", "--grants", "on"},
+       .phases = {"hot5"},
+       .idle = false,
+       .callgrind_args = {"--grant-threshold", "4"}},
   };
   return sets;
 }
@@ -450,6 +478,11 @@ constexpr std::array<RatioTarget, 5> kRatioTargets = {{
     {"forwarded", "local", 1.3},
     {"sync", "single", 1.6},  // exact mode: --replication sync --failure-mode closed
 }};
+// Issue 34's: one hot key through every node of a cluster with quota grants against one node.
+constexpr std::array<RatioTarget, 2> kHotTargets = {{
+    {"hot", "hot-single", 1.3},
+    {"hot5", "hot-single", 1.3},
+}};
 constexpr std::array<const char*, 2> kP99Targets = {"cluster", "sync"};
 constexpr double kP99TargetUs = 2000;
 
@@ -511,7 +544,7 @@ void PrintTargets(const std::vector<PhaseResult>& results, const Options& option
               options.callgrind ? "instructions per check of all nodes (median of the rounds)"
                                 : "CPU time per check of all nodes");
   auto verdict = [](bool met) { return met ? "MET" : "NOT MET"; };
-  for (const RatioTarget& target : kRatioTargets) {
+  auto print_ratio = [&](const RatioTarget& target) {
     const std::string name = std::string(target.phase) + " / " + target.base;
     const PhaseResult* r = Find(results, target.phase);
     const PhaseResult* base = Find(results, target.base);
@@ -519,11 +552,12 @@ void PrintTargets(const std::vector<PhaseResult>& results, const Options& option
     std::snprintf(limit, sizeof limit, "<= %gx", target.limit);
     if (!r || !base || Cost(*base, options) <= 0) {
       std::printf("  %-20s %10s   %-12s not measured\n", name.c_str(), "-", limit);
-      continue;
+      return;
     }
     const double ratio = Cost(*r, options) / Cost(*base, options);
     std::printf("  %-20s %9.3fx   %-12s %s\n", name.c_str(), ratio, limit, verdict(ratio <= target.limit));
-  }
+  };
+  for (const RatioTarget& target : kRatioTargets) print_ratio(target);
   if (!options.callgrind) {
     for (const char* phase : kP99Targets) {
       const std::string name = std::string("p99 ") + phase;
@@ -542,6 +576,15 @@ void PrintTargets(const std::vector<PhaseResult>& results, const Options& option
     if (r.name == "single" || TargetVsSingle(r.name) || !single || Cost(*single, options) <= 0) continue;
     std::printf("  %-20s %9.3fx   (no target)\n", (r.name + " / single").c_str(),
                 Cost(r, options) / Cost(*single, options));
+  }
+  std::printf("\nissue 34's targets (one hot key, quota grants on), %s:\n",
+              options.callgrind ? "instructions per check of all nodes" : "CPU time per check of all nodes");
+  for (const RatioTarget& target : kHotTargets) print_ratio(target);
+  for (const PhaseResult& r : results) {
+    if (r.slice_checks + r.owner_checks == 0) continue;
+    std::printf(
+        "  %-20s %8.1f %%   of the hot key's checks at nodes that asked for slices decided from one\n",
+        r.name.c_str(), 100.0 * r.slice_checks / (r.slice_checks + r.owner_checks));
   }
   if (options.callgrind) {
     std::printf("heap allocations per check, all nodes:");
@@ -629,11 +672,35 @@ KeyPicker From(const std::vector<std::vector<std::string>>& pools) {
   };
 }
 
+// The samples `name{labels}` of node `port`'s GET /metrics, 0 when absent or unreachable.
+double Sample(uint16_t port, std::string_view line_prefix) {
+  testing::HttpClient client(port, std::chrono::milliseconds(2000));
+  auto response = client.Get("/metrics");
+  if (!response || response->result_int() != 200) return 0;
+  std::istringstream lines(response->body());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(line_prefix)) return std::strtod(line.c_str() + line_prefix.size(), nullptr);
+  }
+  return 0;
+}
+
+// The grant figures of a hot phase, summed over its nodes (ringlimit_grants_checks_total since they started).
+void CountSliceChecks(Cluster& nodes, PhaseResult& result) {
+  for (size_t i : nodes.Running()) {
+    result.slice_checks += static_cast<uint64_t>(
+        Sample(nodes.http_port(i), "ringlimit_grants_checks_total{decided=\"local\"} "));
+    result.owner_checks += static_cast<uint64_t>(
+        Sample(nodes.http_port(i), "ringlimit_grants_checks_total{decided=\"forwarded\"} "));
+  }
+}
+
 int Main(const Options& options) {
   std::vector<std::string> keys;
   for (int k = 0; k < options.keys; ++k) keys.push_back("user:" + std::to_string(k));
   std::uniform_int_distribution<size_t> any(0, keys.size() - 1);
   auto uniform = [&](size_t, std::mt19937_64& rng) -> const std::string& { return keys[any(rng)]; };
+  const std::string hot_key = "hot:0";
+  auto hot = [&](size_t, std::mt19937_64&) -> const std::string& { return hot_key; };
 
   std::printf(
       "cluster_bench: %d connections, %d keys, %d s measured (+%d s warm-up) per phase, "
@@ -723,6 +790,7 @@ int Main(const Options& options) {
     for (const std::string& name : set.phases) {
       if (!options.Runs(name)) continue;
       KeyPicker pick = uniform;
+      if (name.starts_with("hot")) pick = hot;
       if (name == "local" || name == "forwarded") {
         if (!pools) {
           auto made = PoolsOf(nodes, targets, keys);
@@ -736,7 +804,9 @@ int Main(const Options& options) {
         }
         pick = From(name == "local" ? pools->owned : pools->not_owned);
       }
-      if (!record(RunPhase(name, targets, pick, options, counting), targets)) {
+      PhaseResult result = RunPhase(name, targets, pick, options, counting);
+      if (name.starts_with("hot") && result.failure.empty()) CountSliceChecks(nodes, result);
+      if (!record(std::move(result), targets)) {
         measured = false;
         break;
       }
@@ -760,7 +830,8 @@ int main(int argc, char** argv) {
   constexpr const char* kUsage =
       "usage: cluster_bench [--seconds=S] [--warmup=S] [--connections=C] [--keys=K] [--threads=T] "
       "[--rate=R]\n"
-      "                     [--phases=single,cluster,local,forwarded,cluster5,sync] [--ringlimitd=PATH]\n"
+      "                     [--phases=single,cluster,local,forwarded,cluster5,sync,hot-single,hot,hot5]\n"
+      "                     [--ringlimitd=PATH]\n"
       "                     [--node-args='FLAGS'] [--chart=FILE.svg] [--callgrind [--rounds=N] "
       "[--callgrind-dir=DIR]]\n";
   Options options;

@@ -50,6 +50,10 @@ struct PhaseResult {
   // --callgrind: all nodes' instructions / the checks answered, per round.
   std::vector<double> round_instructions_per_check;
   std::string failure;  // why the phase could not be measured ("" if it was)
+  // Hot phases (quota grants): the nodes' ringlimit_grants_checks_total at the end, decided from a slice
+  // here, and at the owner.
+  uint64_t slice_checks = 0;
+  uint64_t owner_checks = 0;
 
   // --callgrind: the median of the rounds' instructions per check.
   double InstructionsPerCheck() const {

@@ -121,7 +121,11 @@ double GrantDriver::ObserveRate(Shard& shard, const std::string& pkey, uint64_t 
 }
 
 void GrantDriver::FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out) {
-  if (!host_.Paused()) {
+  FenceIf(host_.Paused(), shard, now, out);
+}
+
+void GrantDriver::FenceIf(bool paused, Shard& shard, std::chrono::nanoseconds now, GrantActions& out) {
+  if (!paused) {
     shard.fenced = false;
     return;
   }
@@ -519,10 +523,12 @@ void GrantDriver::Tick() {
     }
     left = LeftLocked(now);
   }
+  const bool paused = host_.Paused();  // once for all shards
   for (const std::unique_ptr<Shard>& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
-    FenceIfPaused(*shard, now, actions);
-    Append(actions, shard->planner.Timer(now));
+    FenceIf(paused, *shard, now, actions);
+    // (A planner with no slice, request or back-off has nothing due: most shards, most ticks.)
+    if (!shard->planner.Idle()) Append(actions, shard->planner.Timer(now));
     std::erase_if(shard->rates, [&](const auto& entry) {
       return now - entry.second.window_start >= 2 * options_.rate_window;
     });

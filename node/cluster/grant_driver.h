@@ -206,6 +206,8 @@ class GrantDriver {
   double ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
   // Under shard.mu: the pause fence, once per pause.
   void FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out);
+  // The same with the pause judgement given (Tick judges it once for all shards).
+  void FenceIf(bool paused, Shard& shard, std::chrono::nanoseconds now, GrantActions& out);
   // Carries out the actions that send (requests, releases, recalls); settles (owner) in the rows. Not under
   // mu_.
   void Execute(GrantActions actions);

@@ -178,7 +178,8 @@ GrantActions GrantPlanner::Check(MonoTime now, std::string_view key, uint64_t co
     MaybeRequest(now, key, h, rate, out);
   }
   ForgetIfEmpty(now, it);
-  return out.requests.empty() && out.releases.empty() ? out : Done(out);
+  if (!out.requests.empty() || !out.releases.empty()) Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::GrantReplied(MonoTime now, std::string_view key, uint64_t request, GrantId grant,
@@ -190,7 +191,8 @@ GrantActions GrantPlanner::GrantReplied(MonoTime now, std::string_view key, uint
     // A reply nobody waits for (late, or a request forgotten at a fence): give it back unused.
     if (units > 0) out.releases.push_back({std::string(key), grant, 0, ReleaseWhy::kLate});
     stats_.released_units += units;
-    return Done(out);
+    Done(out);
+    return out;
   }
   Held& h = it->second;
   const MonoTime expires = h.pending->sent + std::min(term, options_.term);
@@ -205,7 +207,8 @@ GrantActions GrantPlanner::GrantReplied(MonoTime now, std::string_view key, uint
     ++stats_.slices_held;
   }
   ForgetIfEmpty(now, it);
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::GrantRefused(MonoTime now, std::string_view key, uint64_t request) {
@@ -215,14 +218,16 @@ GrantActions GrantPlanner::GrantRefused(MonoTime now, std::string_view key, uint
     it->second.pending.reset();
     it->second.no_request_before = now + options_.refused_backoff;
   }
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::RecallReceived(MonoTime now, std::string_view key, GrantId grant) {
   GrantActions out;
   auto it = held_.find(key);
   if (it == held_.end()) {
-    return Done(out);  // released already: the owner has (or will have) that Release
+    Done(out);  // released already: the owner has (or will have) that Release
+    return out;
   }
   std::erase_if(it->second.slices, [&](const Slice& s) {
     if (s.grant != grant) return false;
@@ -230,7 +235,8 @@ GrantActions GrantPlanner::RecallReceived(MonoTime now, std::string_view key, Gr
     return true;
   });
   it->second.no_request_before = now + options_.refused_backoff;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 void GrantPlanner::ReleaseAll(MonoTime until, ReleaseWhy why, GrantActions& out) {
@@ -247,14 +253,16 @@ GrantActions GrantPlanner::Fence(MonoTime now, MonoTime until) {
   GrantActions out;
   ReleaseAll(until, ReleaseWhy::kFenced, out);
   (void)now;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::Retire(MonoTime now) {
   GrantActions out;
   ReleaseAll(MonoTime::max(), ReleaseWhy::kLeaving, out);
   (void)now;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 // --- Owner -------------------------------------------------------------------------------------
@@ -292,7 +300,8 @@ GrantActions GrantPlanner::GrantRequested(MonoTime now, std::string_view from, s
   if (units == 0) {
     out.refusals.push_back({std::string(from), std::string(key), request});
     ++stats_.grants_refused;
-    return Done(out);
+    Done(out);
+    return out;
   }
   nanoseconds t = std::min(options_.term, budget.term_cap);
   if (term > nanoseconds::zero()) t = std::min(t, term);
@@ -302,7 +311,8 @@ GrantActions GrantPlanner::GrantRequested(MonoTime now, std::string_view from, s
   out.lends.push_back({std::string(from), std::string(key), request, grant, units, t});
   ++stats_.grants_made;
   stats_.units_out += units;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::ReleaseReceived(MonoTime now, std::string_view key, GrantId grant, uint64_t used) {
@@ -314,7 +324,8 @@ GrantActions GrantPlanner::ReleaseReceived(MonoTime now, std::string_view key, G
     lent_.erase(it);
   }
   (void)now;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::OwnerChecked(MonoTime now, std::string_view key, const KeyBudget& budget) {
@@ -329,14 +340,16 @@ GrantActions GrantPlanner::OwnerChecked(MonoTime now, std::string_view key, cons
       },
       out);
   (void)now;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::Recall(MonoTime now, std::string_view key) {
   GrantActions out;
   RecallKey(key, out);
   (void)now;
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants) {
@@ -345,7 +358,8 @@ GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::
     Lent adopted{std::string(key), std::string(), 0, now + options_.term + options_.margin, false, 0};
     if (lent_.try_emplace(g, std::move(adopted)).second) ++stats_.grants_adopted;
   }
-  return Done(out);
+  Done(out);
+  return out;
 }
 
 // --- Both --------------------------------------------------------------------------------------
@@ -373,10 +387,11 @@ GrantActions GrantPlanner::Timer(MonoTime now) {
       ++it;
     }
   }
-  return Done(out);
+  Done(out);
+  return out;
 }
 
-GrantActions& GrantPlanner::Done(GrantActions& out) {
+void GrantPlanner::Done(GrantActions& out) {
   std::optional<MonoTime> wake;
   auto at = [&](MonoTime t) { wake = wake ? std::min(*wake, t) : t; };
   for (const auto& [key, h] : held_) {
@@ -389,7 +404,6 @@ GrantActions& GrantPlanner::Done(GrantActions& out) {
     at(l.reclaim_at);
   }
   out.wake_at = wake;
-  return out;
 }
 
 }  // namespace ringlimit::cluster

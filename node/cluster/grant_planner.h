@@ -249,6 +249,8 @@ class GrantPlanner {
 
   // Both: releases expired and idle slices, forgets unanswered requests, reclaims overdue grants.
   [[nodiscard]] GrantActions Timer(MonoTime now);
+  // Nothing held, asked for, backed off from or lent: Timer has nothing to do (and its wake_at is none).
+  [[nodiscard]] bool Idle() const { return held_.empty() && lent_.empty(); }
 
   // The size of the slice GrantRequested would lend for `want` against `budget` (0: refused).
   [[nodiscard]] uint64_t SliceSize(uint64_t want, const KeyBudget& budget) const;
@@ -305,7 +307,7 @@ class GrantPlanner {
   // Drops the entry of a key with no slice, no request and no back-off left.
   void ForgetIfEmpty(MonoTime now, std::map<std::string, Held, std::less<>>::iterator it);
   // Every event ends here: gauges and the next wake-up.
-  GrantActions& Done(GrantActions& out);
+  void Done(GrantActions& out);
 
   // --- Constant after construction ---
   const GrantOptions options_;

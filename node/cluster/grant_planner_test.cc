@@ -189,6 +189,26 @@ TEST(GrantPlanner, HolderAsksWhenHotDecidesFromTheSliceAndForwardsWhatDoesNotFit
   EXPECT_EQ(p.stats().local_checks, 3u);
 }
 
+// Idle: nothing for Timer to do (the driver's tick skips such planners) -- and never while a slice is held,
+// a request waits or a back-off runs.
+TEST(GrantPlanner, IdleOnlyWithNothingHeldAskedOrLent) {
+  GrantPlanner p(GrantOptions{});
+  EXPECT_TRUE(p.Idle());
+  EXPECT_TRUE(p.Check(T(0), "k", 1, 100).requests.empty());  // not hot: nothing kept
+  EXPECT_TRUE(p.Idle());
+  GrantActions a = p.Check(T(0), "k", 1, 400);
+  ASSERT_EQ(a.requests.size(), 1u);
+  EXPECT_FALSE(p.Idle()) << "a request waits";
+  a = p.GrantReplied(T(3), "k", a.requests[0].request, 42, 5, 1s);
+  EXPECT_FALSE(p.Idle()) << "a slice is held";
+  a = p.Timer(T(2000));  // past the term: the slice is released
+  ASSERT_EQ(a.releases.size(), 1u);
+  EXPECT_TRUE(p.Idle());
+  EXPECT_FALSE(p.Timer(T(3000)).wake_at.has_value());
+  GrantPlanner owner(GrantOptions{});
+  EXPECT_TRUE(owner.Idle());
+}
+
 TEST(GrantPlanner, ThePausedHolderDecidesNothingFromAnExpiredSlice) {
   GrantPlanner p(GrantOptions{});
   GrantActions a = p.Check(T(0), "k", 1, 1000);
