@@ -926,7 +926,11 @@ void HandoffPlanner::UpdateReading(MonoTime now, const RingPtr& before, const Ri
       added.back().range.last = piece.last;
       continue;
     }
-    added.push_back({piece, before, std::move(was_holders), {}, now, false});
+    // A majority of one is this node itself (the range's only earlier holder): read already -- nobody else
+    // could have decided there, and no answer would ever complete it.
+    const bool read = was_holders.size() == 1 && was_holders[0] == self_;
+    if (read) ++stats_.reads_completed;
+    added.push_back({piece, before, std::move(was_holders), {}, now, read});
   }
   if (added.empty()) return;
   double share = 0;

@@ -1059,6 +1059,38 @@ TEST_F(HandoffPlannerTest, AMajorityReadWithoutAMajorityExpiresAtResyncTimeout) 
   EXPECT_GT(a.stats().reads_expired, 0u);
 }
 
+// A node that was a range's only earlier holder (a cluster that grew from it alone) has read it already: a
+// majority of one is itself, and nobody else could have decided there. Such a read completes at once (it
+// waited for resync_timeout before: an answer that could never come), and ends after read_hold.
+TEST_F(HandoffPlannerTest, AReadWhoseOnlyEarlierHolderIsThisNodeCompletesAtOnce) {
+  HandoffOptions options = Options();
+  options.replicas = 3;
+  options.majority_read = true;
+  HandoffPlanner a("a", options);
+  const RingPtr one = Ring({"a"}, 1);
+  const RingPtr two = Ring({"a", "b"}, 2);
+  static_cast<void>(a.RingChanged(now_, View("a"), nullptr, one));
+  static_cast<void>(a.Timer(now_ + options.read_hold, View("a")));
+  const MonoTime joined = now_ + 5s;
+  HandoffActions grown = a.RingChanged(joined, View("a"), one, two);
+  ASSERT_NE(grown.overrides, nullptr);
+  EXPECT_FALSE(grown.overrides->reading.empty()) << "held for read_hold: b may not decide meanwhile";
+  for (const PullSync& pull : grown.pull) {
+    for (const TokenRange& range : pull.ranges) {
+      // What a pulls from b is what it gained unsynced, never a read: a was the only earlier holder.
+      std::vector<std::string> before;
+      for (const ring::RingMember* m : one->PreferenceList(range.first, 3)) before.push_back(m->id);
+      EXPECT_EQ(before, std::vector<std::string>{"a"});
+    }
+  }
+  EXPECT_EQ(a.stats().reads_completed, a.stats().reading_ranges);
+  HandoffActions held = a.Timer(joined + options.read_hold, View("a"));
+  ASSERT_NE(held.overrides, nullptr);
+  EXPECT_TRUE(held.overrides->reading.empty());
+  EXPECT_EQ(a.stats().reading_ranges, 0u);
+  EXPECT_EQ(a.stats().reads_expired, 0u);
+}
+
 // Without majority_read nothing is read.
 TEST_F(HandoffPlannerTest, NoMajorityReadWithoutTheOption) {
   HandoffOptions options = Options();

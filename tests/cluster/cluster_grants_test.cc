@@ -2,6 +2,8 @@
 // one hot key with limit L, clients on every node. Entry nodes decide the key from slices its owner lent
 // them; once every slice came back (expired, idle or released), the key has admitted exactly L -- never
 // more -- and grants were really made and used (the test fails when no slice is ever lent).
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -31,15 +33,16 @@ std::optional<double> SumOver(Cluster& cluster, const std::string& name, const s
   return sum;
 }
 
-Result<std::unique_ptr<Cluster>> StartGrantCluster() {
-  return Cluster::Start(
-      {.nodes = kNodes,
-       .args = {"--threads", "2", "--grants", "on", "--grant-threshold", "20", "--grant-term-ms", "500"}});
+Result<std::unique_ptr<Cluster>> StartGrantCluster(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--threads",         "2",  "--grants",        "on",
+                                   "--grant-threshold", "20", "--grant-term-ms", "500"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Cluster::Start({.nodes = kNodes, .args = std::move(args)});
 }
 
-// The index of the node that owns `key`, or -1.
-int OwnerIndex(Cluster& cluster, const std::string& key) {
-  auto ring = FetchRing(cluster.http_port(0), key);
+// The index of the node that owns `key` as node `asked` sees it, or -1.
+int OwnerIndex(Cluster& cluster, const std::string& key, int asked = 0) {
+  auto ring = FetchRing(cluster.http_port(asked), key);
   if (!ring) return -1;
   for (int i = 0; i < kNodes; ++i) {
     if ("n" + std::to_string(i + 1) == ring->owner) return i;
@@ -80,49 +83,110 @@ uint64_t DrainAtOwner(Cluster& cluster, int owner, const std::string& key, const
   return admitted;
 }
 
+// Phase 1's load: kClients clients spread over every node, each checking `key` until `total` checks were
+// sent in all. An answer other than 200 is a failure (the first one kept), except a 503 when `count_503`
+// (counted apart). Once Kill(node) marked a node dead, its clients send no more: a check of theirs left
+// without an answer (or with an error) is unknown (it may have been admitted).
+class HotLoad {
+ public:
+  HotLoad(Cluster& cluster, const std::string& key, const CheckSpec& spec, uint64_t total,
+          std::chrono::seconds timeout, bool count_503 = false) {
+    for (int c = 0; c < kClients; ++c) {
+      clients_.emplace_back([&, key, spec, total, timeout, count_503, c] {
+        const int node = c % kNodes;
+        HttpClient client(cluster.http_port(node), timeout);
+        while (sent.fetch_add(1) < total) {
+          auto outcome = PostCheck(client, key, spec);
+          if (node == dead_.load()) {
+            if (!outcome || outcome->status != 200) unknown.fetch_add(1);
+            if (outcome && outcome->status == 200 && outcome->allowed) admitted.fetch_add(1);
+            return;
+          }
+          if (count_503 && outcome && outcome->status == 503) {
+            if (unavailable.fetch_add(1) == 0) Note(first_unavailable_, outcome->body);
+            continue;
+          }
+          if (!outcome || outcome->status != 200) {
+            failed.fetch_add(1);
+            Note(first_failure_, outcome ? outcome->body : outcome.error());
+            continue;
+          }
+          if (outcome->allowed) admitted.fetch_add(1);
+        }
+      });
+    }
+  }
+  ~HotLoad() { Join(); }
+
+  // Node `node` is about to die: its clients stop after their check in flight.
+  void Dying(int node) { dead_.store(node); }
+  void Join() {
+    for (auto& t : clients_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  std::string first_failure() {
+    std::lock_guard lock(mu_);
+    return first_failure_;
+  }
+  std::string first_unavailable() {
+    std::lock_guard lock(mu_);
+    return first_unavailable_;
+  }
+
+  std::atomic<uint64_t> admitted{0}, sent{0}, unknown{0}, unavailable{0}, failed{0};
+
+ private:
+  void Note(std::string& first, const std::string& what) {
+    std::lock_guard lock(mu_);
+    if (first.empty()) first = what;
+  }
+
+  std::atomic<int> dead_{-1};
+  std::mutex mu_;
+  std::string first_failure_, first_unavailable_;  // guarded by mu_
+  std::vector<std::thread> clients_;
+};
+
 struct Case {
   const char* algorithm;
   int64_t window_ms;  // long: nothing refills or rolls over during the test
 };
 
+// A grant cluster (StartGrantCluster with `extra` flags), the test's key (`prefix` + the algorithm) and the
+// index of its owner.
+struct Bed {
+  std::unique_ptr<Cluster> cluster;
+  CheckSpec spec;
+  std::string key;
+  int owner = -1;
+};
+Result<Bed> StartBed(const Case& c, const std::string& prefix, std::vector<std::string> extra = {}) {
+  auto started = StartGrantCluster(std::move(extra));
+  if (!started) return started.error();
+  Bed bed{.cluster = std::move(*started),
+          .spec = CheckSpec{.algorithm = c.algorithm, .limit = kLimit, .window_ms = c.window_ms},
+          .key = prefix + c.algorithm};
+  bed.owner = OwnerIndex(*bed.cluster, bed.key);
+  if (bed.owner < 0) return std::string("no owner of ") + bed.key;
+  return bed;
+}
+
 class ClusterGrantsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ClusterGrantsTest, AHotKeyThroughAllNodesAdmitsExactlyTheLimitOnceTheSlicesAreBack) {
-  auto started = StartGrantCluster();
-  ASSERT_TRUE(started) << started.error();
-  Cluster& cluster = **started;
-  const CheckSpec spec{.algorithm = GetParam().algorithm, .limit = kLimit, .window_ms = GetParam().window_ms};
-  const std::string key = std::string("hot-") + GetParam().algorithm;
-  const int owner = OwnerIndex(cluster, key);
-  ASSERT_GE(owner, 0);
-
-  std::atomic<uint64_t> admitted{0}, sent{0}, failed{0};
-  std::mutex failure_mutex;
-  std::string first_failure;  // guarded by failure_mutex
-  auto note_failure = [&](const std::string& what) {
-    failed.fetch_add(1);
-    std::lock_guard lock(failure_mutex);
-    if (first_failure.empty()) first_failure = what;
-  };
+  auto bed = StartBed(GetParam(), "hot-");
+  ASSERT_TRUE(bed) << bed.error();
+  Cluster& cluster = *bed->cluster;
+  const CheckSpec& spec = bed->spec;
+  const std::string& key = bed->key;
+  const int owner = bed->owner;
 
   // Phase 1: nine tenths of the limit, from clients spread over every node.
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      HttpClient client(cluster.http_port(c % kNodes), std::chrono::seconds(10 * kSlowdown));
-      while (sent.fetch_add(1) < kFirstPhase) {
-        auto outcome = PostCheck(client, key, spec);
-        if (!outcome || outcome->status != 200) {
-          note_failure(outcome ? outcome->body : outcome.error());
-          continue;
-        }
-        if (outcome->allowed) admitted.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
-  ASSERT_EQ(failed.load(), 0u) << first_failure;
-  EXPECT_LE(admitted.load(), kLimit) << "over the limit while slices were out";
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown));
+  load.Join();
+  ASSERT_EQ(load.failed.load(), 0u) << load.first_failure();
+  EXPECT_LE(load.admitted.load(), kLimit) << "over the limit while slices were out";
 
   // Grants were made and used: the run exercised the protocol, not only forwarding.
   const std::optional<double> made = SumOver(cluster, "ringlimit_grants_total", "event=\"made\"");
@@ -153,93 +217,216 @@ TEST_P(ClusterGrantsTest, AHotKeyThroughAllNodesAdmitsExactlyTheLimitOnceTheSlic
       "forwarded by holders); grants made %.0f, released %.0f, expired %.0f, units returned %.0f; "
       "phase 2 at the owner admitted %llu; total %llu (limit %llu); asked %.0f, refused %.0f, "
       "unanswered %.0f\n",
-      GetParam().algorithm, static_cast<unsigned long long>(admitted.load()),
+      GetParam().algorithm, static_cast<unsigned long long>(load.admitted.load()),
       static_cast<unsigned long long>(kFirstPhase), kNodes, *local, forwarded.value_or(-1),
       made_after.value_or(-1), released.value_or(-1), expired.value_or(-1), returned.value_or(-1),
-      static_cast<unsigned long long>(second), static_cast<unsigned long long>(admitted.load() + second),
+      static_cast<unsigned long long>(second), static_cast<unsigned long long>(load.admitted.load() + second),
       static_cast<unsigned long long>(kLimit), asked.value_or(-1), refused.value_or(-1),
       send_failed.value_or(-1));
   ASSERT_TRUE(made_after && released && expired);
   EXPECT_EQ(*released + *expired, *made_after) << "every grant made was settled";
-  EXPECT_EQ(admitted.load() + second, kLimit)
-      << admitted.load() << " admitted through every node, then " << second << " at the owner; grants made "
-      << *made << ", checks decided from slices " << *local;
+  EXPECT_EQ(load.admitted.load() + second, kLimit)
+      << load.admitted.load() << " admitted through every node, then " << second
+      << " at the owner; grants made " << *made << ", checks decided from slices " << *local;
 }
 
 TEST_P(ClusterGrantsTest, AHolderKilledWithSlicesLosesAtMostThemAndNothingIsOverAdmitted) {
-  auto started = StartGrantCluster();
-  ASSERT_TRUE(started) << started.error();
-  Cluster& cluster = **started;
-  const CheckSpec spec{.algorithm = GetParam().algorithm, .limit = kLimit, .window_ms = GetParam().window_ms};
-  const std::string key = std::string("crash-") + GetParam().algorithm;
-  const int owner = OwnerIndex(cluster, key);
-  ASSERT_GE(owner, 0);
+  auto bed = StartBed(GetParam(), "crash-");
+  ASSERT_TRUE(bed) << bed.error();
+  Cluster& cluster = *bed->cluster;
+  const CheckSpec& spec = bed->spec;
+  const std::string& key = bed->key;
+  const int owner = bed->owner;
   const int victim = (owner + 1) % kNodes;  // a holder, not the owner
 
   // Phase 1 as above, except that the victim is SIGKILLed under load once a third of it was sent. Its
   // clients stop at their first failure; a check it was deciding when it died is unknown to its client
   // (counted apart: it may have been admitted from a slice).
-  std::atomic<uint64_t> admitted{0}, sent{0}, unknown{0}, failed{0};
-  std::atomic<bool> victim_dead{false};
-  std::mutex failure_mutex;
-  std::string first_failure;  // guarded by failure_mutex
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      const int node = c % kNodes;
-      HttpClient client(cluster.http_port(node), std::chrono::seconds(10 * kSlowdown));
-      while (sent.fetch_add(1) < kFirstPhase) {
-        auto outcome = PostCheck(client, key, spec);
-        if (node == victim && victim_dead.load()) {
-          if (!outcome || outcome->status != 200) unknown.fetch_add(1);
-          if (outcome && outcome->status == 200 && outcome->allowed) admitted.fetch_add(1);
-          return;
-        }
-        if (!outcome || outcome->status != 200) {
-          failed.fetch_add(1);
-          std::lock_guard lock(failure_mutex);
-          if (first_failure.empty()) first_failure = outcome ? outcome->body : outcome.error();
-          continue;
-        }
-        if (outcome->allowed) admitted.fetch_add(1);
-      }
-    });
-  }
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown));
   auto third = WaitFor("a third of phase 1 sent", std::chrono::milliseconds(30'000 * kSlowdown),
-                       [&](std::string*) { return sent.load() >= kFirstPhase / 3; });
+                       [&](std::string*) { return load.sent.load() >= kFirstPhase / 3; });
   ASSERT_TRUE(third) << third.error();
   // What it can lose at most: every unit out on grant when it dies (its own slices are among them).
   const std::optional<double> held = MetricSample(cluster.http_port(victim), "ringlimit_grants_slices_held");
   const std::optional<double> out_before =
       MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
-  victim_dead.store(true);
+  load.Dying(victim);
   ASSERT_TRUE(cluster.Kill(victim));
   const std::optional<double> out_after =
       MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
-  for (auto& t : clients) t.join();
-  ASSERT_EQ(failed.load(), 0u) << first_failure;
+  load.Join();
+  ASSERT_EQ(load.failed.load(), 0u) << load.first_failure();
   ASSERT_TRUE(held && out_before && out_after);
-  EXPECT_LE(admitted.load(), kLimit);
+  EXPECT_LE(load.admitted.load(), kLimit);
 
   auto back = WaitSlicesBack(cluster);
   ASSERT_TRUE(back) << back.error();
   const uint64_t second = DrainAtOwner(cluster, owner, key, spec);
-  const uint64_t total = admitted.load() + second;
+  const uint64_t total = load.admitted.load() + second;
   const std::optional<double> expired = SumOver(cluster, "ringlimit_grants_total", "event=\"expired\"");
   ASSERT_TRUE(expired);
-  const double lost_bound = std::max(*out_before, *out_after) + static_cast<double>(unknown.load());
+  const double lost_bound = std::max(*out_before, *out_after) + static_cast<double>(load.unknown.load());
   std::printf(
       "%s, holder n%d killed holding %.0f slices (%.0f-%.0f units out at the owner): admitted %llu "
       "of limit %llu, %llu checks unknown to their clients, %.0f grants reclaimed\n",
       GetParam().algorithm, victim + 1, *held, *out_before, *out_after,
       static_cast<unsigned long long>(total), static_cast<unsigned long long>(kLimit),
-      static_cast<unsigned long long>(unknown.load()), *expired);
+      static_cast<unsigned long long>(load.unknown.load()), *expired);
   EXPECT_LE(total, kLimit) << "over the limit";
   EXPECT_GE(static_cast<double>(total), static_cast<double>(kLimit) - lost_bound)
       << "lost more than what was out on grant when the holder died";
   // The fault happened as planned: the victim held slices, and the owner reclaimed them.
   EXPECT_GT(*held, 0) << "the victim held no slice when it was killed: the scenario did not happen";
   EXPECT_GT(*expired, 0) << "no grant was reclaimed";
+}
+
+// A holder stopped (SIGSTOP) while it holds slices, until the owner reclaimed them (term + margin on the
+// owner's clock), then resumed: nothing is over-admitted, what the owner reclaimed whole (the units out on
+// grant when it stopped) is lost at most, and its clients' checks wait out the pause and are answered after
+// it (none fails). That the resumed holder decides nothing from a reclaimed slice is asserted by the
+// simulator (grants_holder_pause: SliceUseBeyondLent), which sees every decision; from outside, the owner
+// counting a reclaimed slice as spent whole makes such a use invisible in the totals.
+TEST_P(ClusterGrantsTest, AHolderPausedPastItsTermLosesAtMostItsSlicesAndNothingIsOverAdmitted) {
+  auto bed = StartBed(GetParam(), "pause-");
+  ASSERT_TRUE(bed) << bed.error();
+  Cluster& cluster = *bed->cluster;
+  const CheckSpec& spec = bed->spec;
+  const std::string& key = bed->key;
+  const int owner = bed->owner;
+  const int victim = (owner + 1) % kNodes;  // a holder, not the owner
+
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(30 * kSlowdown));
+  // Once a third was sent and the victim holds a slice, stop it.
+  std::optional<double> held;
+  auto holding = WaitFor("a third of phase 1 sent and the victim holding a slice",
+                         std::chrono::milliseconds(30'000 * kSlowdown), [&](std::string* why) {
+                           held = MetricSample(cluster.http_port(victim), "ringlimit_grants_slices_held");
+                           *why = "sent " + std::to_string(load.sent.load()) + ", slices held " +
+                                  std::to_string(held.value_or(-1));
+                           return load.sent.load() >= kFirstPhase / 3 && held.value_or(0) > 0;
+                         });
+  const std::optional<double> out_before =
+      MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
+  const std::optional<double> expired_before =
+      MetricSample(cluster.http_port(owner), "ringlimit_grants_total", "event=\"expired\"");
+  if (!holding) {
+    load.Join();
+    FAIL() << holding.error() << ": the scenario did not happen";
+  }
+  ASSERT_TRUE(out_before && expired_before);
+  ASSERT_TRUE(cluster.node(victim).Signal(SIGSTOP));  // returns once the kernel reports it stopped
+  // (A slice lent between the sample above and the stop is out too.)
+  const std::optional<double> out_stopped =
+      MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
+  // Stopped until the owner reclaimed what it lent the victim (the fault lasts past term + margin).
+  std::optional<double> expired_during;
+  auto reclaimed = WaitFor("the owner reclaiming the stopped holder's grants",
+                           std::chrono::milliseconds(20'000 * kSlowdown), [&](std::string* why) {
+                             expired_during = MetricSample(cluster.http_port(owner), "ringlimit_grants_total",
+                                                           "event=\"expired\"");
+                             *why = "expired " + std::to_string(expired_during.value_or(-1));
+                             return expired_during.value_or(0) > *expired_before;
+                           });
+  ASSERT_TRUE(cluster.node(victim).Signal(SIGCONT));
+  load.Join();
+  ASSERT_TRUE(reclaimed) << reclaimed.error() << ": the scenario did not happen";
+  ASSERT_TRUE(out_stopped);
+  EXPECT_EQ(load.failed.load(), 0u) << "a check failed: " << load.first_failure();
+  EXPECT_LE(load.admitted.load(), kLimit);
+
+  auto back = WaitSlicesBack(cluster);
+  ASSERT_TRUE(back) << back.error();
+  const uint64_t second = DrainAtOwner(cluster, owner, key, spec);
+  const uint64_t total = load.admitted.load() + second;
+  const std::optional<double> expired = SumOver(cluster, "ringlimit_grants_total", "event=\"expired\"");
+  const std::optional<double> local_at_victim =
+      MetricSample(cluster.http_port(victim), "ringlimit_grants_checks_total", "decided=\"local\"");
+  ASSERT_TRUE(expired && local_at_victim);
+  std::printf(
+      "%s, holder n%d stopped holding %.0f slices (%.0f units out at the owner) until %.0f grants were "
+      "reclaimed: admitted %llu of limit %llu (%.0f decided from slices at n%d), %.0f grants reclaimed in "
+      "all\n",
+      GetParam().algorithm, victim + 1, *held, *out_before, *expired_during - *expired_before,
+      static_cast<unsigned long long>(total), static_cast<unsigned long long>(kLimit), *local_at_victim,
+      victim + 1, *expired);
+  EXPECT_LE(total, kLimit) << "over the limit";
+  EXPECT_GE(static_cast<double>(total), static_cast<double>(kLimit) - std::max(*out_before, *out_stopped))
+      << "lost more than what was out on grant when the holder stopped";
+}
+
+// Exact mode (--replication sync --failure-mode closed): the owner is SIGKILLed while its slices are out.
+// Its grant records were acknowledged by a majority of the key's holders, so the next owner knows them and
+// never lends the same budget twice: nothing is over-admitted, and at most what was out on grant when it
+// died is lost (reclaimed whole), plus the checks the owner was deciding when it died. The holders ask the
+// next owner for slices and keep deciding; the checks sent to the dead node fail (their clients stop), and
+// the others are answered -- a refusal while the take-over reads its majority (503) is counted and bounded.
+TEST_P(ClusterGrantsTest, TheOwnerKilledWithSlicesOutInExactModeAdmitsNoMoreThanTheLimit) {
+  auto bed = StartBed(GetParam(), "owner-crash-",
+                      {"--replication", "sync", "--failure-mode", "closed", "--replicas", "3"});
+  ASSERT_TRUE(bed) << bed.error();
+  Cluster& cluster = *bed->cluster;
+  const CheckSpec& spec = bed->spec;
+  const std::string& key = bed->key;
+  const int owner = bed->owner;
+  // A settled cluster: for read_hold (2 s) after each join a node's decisions also need a majority of the
+  // ring before it, which for the ranges of the first two nodes is both of them -- a crash then refuses
+  // their keys until the crashed node is declared dead (a known limit of two earlier holders, not what
+  // this test is about).
+  auto settled = WaitFor("no take-over read under way", std::chrono::milliseconds(20'000 * kSlowdown),
+                         [&](std::string* why) {
+                           const std::optional<double> reading = SumOver(cluster, "ringlimit_takeover_reads");
+                           *why = "ranges being read: " + std::to_string(reading.value_or(-1));
+                           return reading.value_or(1) == 0;
+                         });
+  ASSERT_TRUE(settled) << settled.error();
+
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown), /*count_503=*/true);
+  std::optional<double> out_before;
+  auto lent = WaitFor("a third of phase 1 sent and slices out", std::chrono::milliseconds(30'000 * kSlowdown),
+                      [&](std::string* why) {
+                        out_before = MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
+                        *why = "sent " + std::to_string(load.sent.load()) + ", units out " +
+                               std::to_string(out_before.value_or(-1));
+                        return load.sent.load() >= kFirstPhase / 3 && out_before.value_or(0) > 0;
+                      });
+  if (!lent) {
+    load.Join();
+    FAIL() << lent.error() << ": the scenario did not happen";
+  }
+  load.Dying(owner);
+  ASSERT_TRUE(cluster.Kill(owner));
+  load.Join();
+  EXPECT_EQ(load.failed.load(), 0u) << load.first_failure();
+  EXPECT_LE(load.unavailable.load() * 10, kFirstPhase)
+      << "more than a tenth of the checks refused with 503; the first: " << load.first_unavailable();
+  EXPECT_LE(load.admitted.load(), kLimit);
+
+  // The survivors see the owner dead (and take its keys over) before the rest is drained at the next owner.
+  auto converged = cluster.WaitConverged();
+  ASSERT_TRUE(converged) << converged.error();
+  const int survivor = (owner + 1) % kNodes;
+  int next_owner = -1;
+  auto taken_over = WaitFor("the survivors' ring without the dead owner",
+                            std::chrono::milliseconds(20'000 * kSlowdown), [&](std::string*) {
+                              next_owner = OwnerIndex(cluster, key, survivor);
+                              return next_owner >= 0 && next_owner != owner;
+                            });
+  ASSERT_TRUE(taken_over) << taken_over.error();
+  auto back = WaitSlicesBack(cluster);
+  ASSERT_TRUE(back) << back.error();
+  const uint64_t second = DrainAtOwner(cluster, next_owner, key, spec);
+  const uint64_t total = load.admitted.load() + second;
+  // A check refused with 503 was decided and may have been charged before its acknowledgements failed.
+  const double lost_bound = *out_before + static_cast<double>(load.unknown.load() + load.unavailable.load());
+  std::printf(
+      "%s, exact mode, owner n%d killed with %.0f units out: admitted %llu of limit %llu (%llu unknown to "
+      "their clients, %llu refused with 503 during the take-over)\n",
+      GetParam().algorithm, owner + 1, *out_before, static_cast<unsigned long long>(total),
+      static_cast<unsigned long long>(kLimit), static_cast<unsigned long long>(load.unknown.load()),
+      static_cast<unsigned long long>(load.unavailable.load()));
+  EXPECT_LE(total, kLimit) << "over the limit";
+  EXPECT_GE(static_cast<double>(total), static_cast<double>(kLimit) - lost_bound)
+      << "lost more than what was out on grant when the owner died";
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ClusterGrantsTest,
