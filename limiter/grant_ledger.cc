@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "limiter/arith.h"
+#include "limiter/judge.h"
 
 namespace ringlimit::limiter {
 namespace {
@@ -64,6 +65,8 @@ bool Lends(const LimitSpec& spec) {
   }
   return false;
 }
+
+uint64_t LendableCapacity(const LimitSpec& spec) { return internal::ComputeCapacities(spec, 0.).base; }
 
 DurationNs GrantTermCap(const LimitSpec& spec, const State& plain, TimeNs now) {
   if (!Lends(spec)) {

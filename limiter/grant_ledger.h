@@ -60,6 +60,10 @@ struct GrantLedger {
 // (slices come out of the hard capacity only); never in shadow mode.
 [[nodiscard]] bool Lends(const LimitSpec& spec);
 
+// The hard capacity slices come out of: the limit, the bucket size of token_bucket and leaky_bucket (burst,
+// or the limit when 0), burst + 1 for gcra. REQUIRES: Validate(spec) is nullopt.
+[[nodiscard]] uint64_t LendableCapacity(const LimitSpec& spec);
+
 // How long a slice granted at `now` may be used at most, given `plain` (the key's materialised state): the
 // window algorithms' slices end with the window they are counted in -- fixed_window: the rest of the
 // epoch-aligned window of now' = max(now, newest instant in `plain`); anchored_window: the rest of the

@@ -48,9 +48,7 @@ GrantOptions WithIncarnation(GrantOptions options, uint64_t random) {
 }  // namespace
 
 bool DriverLends(const limiter::LimitSpec& spec) {
-  return (spec.algorithm == limiter::Algorithm::kTokenBucket ||
-          spec.algorithm == limiter::Algorithm::kFixedWindow) &&
-         spec.mode == limiter::Mode::kHard && !spec.count_denied && limiter::Lends(spec);
+  return spec.mode == limiter::Mode::kHard && !spec.count_denied && limiter::Lends(spec);
 }
 
 GrantDriver::GrantDriver(ForwardHost& host, GrantDriverOptions options, GrantRows& rows, Ack ack)

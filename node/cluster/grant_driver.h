@@ -16,8 +16,9 @@
 // settles it there (limiter::SettleMerged). The ledger lives in the row, so replicas and the next owner carry
 // it, and every decision made from the row counts the slices out (limiter::GrantsOut).
 //
-// What is lent (this step): checks of one limit, of cost > 0, without reset, whose spec is token_bucket or
-// fixed_window in hard mode without count_denied; everything else is forwarded as before (owner-decided).
+// What is lent: checks of one limit, of cost > 0, without reset, whose spec lends (limiter::Lends:
+// token_bucket, gcra, leaky_bucket without a shaper, fixed_window, anchored_window) in hard mode without
+// count_denied; everything else is forwarded as before (owner-decided).
 //
 // Recalls (owner): every Tick the owner reads the rows of the keys it has slices out of (GrantRows::Read)
 // while it decides them, and the planner recalls their slices when the key nears its limit, when its row is
@@ -91,7 +92,7 @@ struct GrantDriverOptions {
   std::chrono::milliseconds timeout{500};
 };
 
-// Whether `spec` is lent by this step of the driver (see the header comment).
+// Whether `spec` is lent by the driver (see the header comment).
 [[nodiscard]] bool DriverLends(const limiter::LimitSpec& spec);
 
 // One lendable limit of one key, as the wire names it.

@@ -13,7 +13,7 @@ KeyBudget BudgetOf(const limiter::LimitSpec& spec, const limiter::MergeState& st
       DriverLends(spec) && (state.algorithm == limiter::Algorithm{} || state.algorithm == spec.algorithm);
   b.generation = GrantGeneration(spec, state);
   if (!b.lends) return b;
-  b.capacity = spec.algorithm == limiter::Algorithm::kTokenBucket && spec.burst > 0 ? spec.burst : spec.limit;
+  b.capacity = limiter::LendableCapacity(spec);
   const limiter::Decision peek =
       limiter::PeekMerged(spec, state, limiter::Request{.cost = 0, .now = now, .headroom = 0.});
   b.effective = b.capacity - std::min(b.capacity, peek.remaining);

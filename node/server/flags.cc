@@ -277,8 +277,8 @@ std::vector<FlagSpec> MakeTable() {
       {"grants", G::kCluster, "RINGLIMIT_GRANTS",
        "quota grants of hot keys (docs/limiter.md \"Quota grants\"): on lets a node that sees a key's checks "
        "at --grant-threshold or more ask the key's owner for a slice of its budget and decide them itself "
-       "from it, never over the limit (token_bucket and fixed_window in hard mode; others stay "
-       "owner-decided); off forwards every check",
+       "from it, never over the limit (token_bucket, gcra, leaky_bucket without max_delay, fixed_window and "
+       "anchored_window in hard mode; the sliding algorithms stay owner-decided); off forwards every check",
        [](RawFlags& r) { return po::value(&r.grants_mode)->default_value("off"); }},
       {"grant-threshold", G::kCluster, "RINGLIMIT_GRANT_THRESHOLD",
        "--grants on: a key's checks per second entering a node from which it asks the owner for a slice",

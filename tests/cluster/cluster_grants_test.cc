@@ -151,6 +151,7 @@ class HotLoad {
 struct Case {
   const char* algorithm;
   int64_t window_ms;  // long: nothing refills or rolls over during the test
+  uint64_t burst = 0;
 };
 
 // A grant cluster (StartGrantCluster with `extra` flags), the test's key (`prefix` + the algorithm) and the
@@ -164,9 +165,11 @@ struct Bed {
 Result<Bed> StartBed(const Case& c, const std::string& prefix, std::vector<std::string> extra = {}) {
   auto started = StartGrantCluster(std::move(extra));
   if (!started) return started.error();
-  Bed bed{.cluster = std::move(*started),
-          .spec = CheckSpec{.algorithm = c.algorithm, .limit = kLimit, .window_ms = c.window_ms},
-          .key = prefix + c.algorithm};
+  Bed bed{
+      .cluster = std::move(*started),
+      .spec =
+          CheckSpec{.algorithm = c.algorithm, .limit = kLimit, .window_ms = c.window_ms, .burst = c.burst},
+      .key = prefix + c.algorithm};
   bed.owner = OwnerIndex(*bed.cluster, bed.key);
   if (bed.owner < 0) return std::string("no owner of ") + bed.key;
   return bed;
@@ -429,12 +432,13 @@ TEST_P(ClusterGrantsTest, TheOwnerKilledWithSlicesOutInExactModeAdmitsNoMoreThan
       << "lost more than what was out on grant when the owner died";
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, ClusterGrantsTest,
-                         ::testing::Values(Case{"fixed_window", 86'400'000},
-                                           Case{"token_bucket", 30LL * 86'400'000}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.algorithm);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, ClusterGrantsTest,
+    ::testing::Values(Case{"fixed_window", 86'400'000}, Case{"token_bucket", 30LL * 86'400'000},
+                      // Capacity burst + 1 = the limit.
+                      Case{"gcra", 30LL * 86'400'000, kLimit - 1}, Case{"leaky_bucket", 30LL * 86'400'000},
+                      Case{"anchored_window", 86'400'000}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.algorithm); });
 
 }  // namespace
 }  // namespace ringlimit::testing

@@ -48,7 +48,8 @@ struct CheckSpec {
   std::string algorithm = "fixed_window";
   uint64_t limit = 1000;
   int64_t window_ms = 3'600'000;
-  uint64_t cost = 1;  // POST only; 0 = peek (read without charging)
+  uint64_t cost = 1;   // POST only; 0 = peek (read without charging)
+  uint64_t burst = 0;  // POST only, sent when > 0 (a bucket's size; gcra: extra units at once)
 };
 
 // POST /v1/check with one check of `key` (state name "t").
@@ -56,7 +57,9 @@ inline Result<CheckOutcome> PostCheck(HttpClient& client, const std::string& key
                                       const CheckSpec& spec = {}) {
   const std::string body = R"({"checks":[{"key":")" + key + R"(","name":"t","algorithm":")" + spec.algorithm +
                            R"(","limit":)" + std::to_string(spec.limit) + R"(,"window_ms":)" +
-                           std::to_string(spec.window_ms) + R"(,"cost":)" + std::to_string(spec.cost) + "}]}";
+                           std::to_string(spec.window_ms) + R"(,"cost":)" + std::to_string(spec.cost) +
+                           (spec.burst > 0 ? R"(,"burst":)" + std::to_string(spec.burst) : std::string()) +
+                           "}]}";
   auto response = client.Post("/v1/check", body);
   if (!response) return "POST /v1/check " + key + ": " + response.error().message();
   CheckOutcome out;

@@ -236,7 +236,7 @@ class Run {
       }
       keys.push_back(std::move(key));
     }
-    if (IsGrants(fault_class)) {  // the hot key: fixed_window or token_bucket by the seed
+    if (IsGrants(fault_class)) {  // the hot key: an algorithm that lends, by the seed
       SimKey key;
       key.key = "hot-" + std::to_string(seed);
       // grants: a live budget; grants_owner_crash: as many units as checks (the budget outlives the take-over
@@ -245,9 +245,16 @@ class Run {
       key.spec.limit = name == "grants"                                               ? 2 * kHotChecks
                        : name == "grants_owner_crash" || name == "grants_owner_pause" ? kHotChecks
                                                                                       : kHotChecks * 2 / 3;
-      key.spec.algorithm =
-          seed % 2 == 0 ? limiter::Algorithm::kFixedWindow : limiter::Algorithm::kTokenBucket;
-      key.spec.window = seed % 2 == 0 ? 24LL * 3600 * limiter::kSecond : limiter::kMaxWindow;
+      // Every algorithm that lends, by the seed: the windows over one day, the buckets refilling under one
+      // unit per week (gcra with a burst making its capacity the limit).
+      constexpr std::array<limiter::Algorithm, 5> kLending = {
+          limiter::Algorithm::kFixedWindow, limiter::Algorithm::kTokenBucket, limiter::Algorithm::kGcra,
+          limiter::Algorithm::kLeakyBucket, limiter::Algorithm::kAnchoredWindow};
+      key.spec.algorithm = kLending[seed % kLending.size()];
+      const bool window = key.spec.algorithm == limiter::Algorithm::kFixedWindow ||
+                          key.spec.algorithm == limiter::Algorithm::kAnchoredWindow;
+      key.spec.window = window ? 24LL * 3600 * limiter::kSecond : limiter::kMaxWindow;
+      if (key.spec.algorithm == limiter::Algorithm::kGcra) key.spec.burst = key.spec.limit - 1;
       keys.push_back(std::move(key));
     }
     return keys;
