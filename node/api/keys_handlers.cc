@@ -60,6 +60,10 @@ HttpResponse HandleKeysGet(const ApiContext& context, std::string_view encoded_k
     w.FieldInt("reset_ms", CeilMs(d.reset_after));
     w.FieldUint("version", s.version);
     w.Field("mode", limiter::ModeName(s.spec.mode));
+    uint32_t unsettled = 0;
+    for (const limiter::GrantRecord& g : s.state.grants.records) unsettled += g.settled ? 0 : 1;
+    w.FieldUint("grant_units_out", limiter::GrantsOut(s.spec, s.state, now));
+    w.FieldUint("grants_unsettled", unsettled);
     w.EndObject();
   }
   w.EndArray();

@@ -43,6 +43,26 @@ TEST_F(KeysTest, GetListsEveryStateWithCurrentFigures) {
   EXPECT_EQ(Json(Get("/v1/keys/user:1")).at("states").at(1).at("reset_ms").to_number<int64_t>(), 45000);
 }
 
+// A key's grants on record in this copy (--grants on): units lent and not settled, and how many grants.
+TEST_F(KeysTest, GetShowsTheGrantsOut) {
+  Charge("hot", "a", 2);
+  EXPECT_EQ(Json(Get("/v1/keys/hot")).at("states").at(0).at("grant_units_out").to_number<uint64_t>(), 0u);
+  limiter::LimitSpec spec;
+  spec.algorithm = limiter::Algorithm::kFixedWindow;
+  spec.limit = 10;
+  spec.window = 60 * limiter::kSecond;
+  const storage::Slot slot{"a", &spec};
+  store_.Update("hot", std::span<const storage::Slot>(&slot, 1), now_,
+                [&](std::span<limiter::MergeState* const> states) {
+                  ASSERT_TRUE(limiter::LendMerged(spec, *states[0], 7, 3, now_).ok());
+                  ASSERT_TRUE(limiter::LendMerged(spec, *states[0], 8, 2, now_).ok());
+                });
+  const json::value state = Json(Get("/v1/keys/hot")).at("states").at(0);
+  EXPECT_EQ(state.at("grant_units_out").to_number<uint64_t>(), 5u);
+  EXPECT_EQ(state.at("grants_unsettled").to_number<uint64_t>(), 2u);
+  EXPECT_EQ(state.at("remaining").to_number<uint64_t>(), 3u) << "lent units count as spent";
+}
+
 TEST_F(KeysTest, UnknownKeyHasNoStates) {
   json::value v = Json(Get("/v1/keys/nobody"));
   EXPECT_EQ(v.at("key").as_string(), "nobody");
