@@ -926,11 +926,10 @@ void HandoffPlanner::UpdateReading(MonoTime now, const RingPtr& before, const Ri
       added.back().range.last = piece.last;
       continue;
     }
-    // A majority of one is this node itself (the range's only earlier holder): read already -- nobody else
-    // could have decided there, and no answer would ever complete it.
-    const bool read = was_holders.size() == 1 && was_holders[0] == self_;
-    if (read) ++stats_.reads_completed;
-    added.push_back({piece, before, std::move(was_holders), {}, now, read});
+    added.push_back({piece, before, std::move(was_holders), {}, now, false});
+    // Read already when this node alone is a majority of them (their only earlier holder): no answer would
+    // ever come to complete it.
+    MarkReadIfMajority(added.back());
   }
   if (added.empty()) return;
   double share = 0;
@@ -982,13 +981,17 @@ bool HandoffPlanner::ReadPulled(MonoTime /*now*/, uint64_t round, std::string_vi
     if (std::find(r.answered.begin(), r.answered.end(), from) == r.answered.end()) {
       r.answered.emplace_back(from);
     }
-    const bool self_held = std::find(r.holders.begin(), r.holders.end(), self_) != r.holders.end();
-    if (r.answered.size() + (self_held ? 1 : 0) >= r.holders.size() / 2 + 1) {
-      r.read = true;
-      ++stats_.reads_completed;
-    }
+    MarkReadIfMajority(r);
   }
   return true;
+}
+
+void HandoffPlanner::MarkReadIfMajority(ReadingRange& r) {
+  const bool self_held = std::find(r.holders.begin(), r.holders.end(), self_) != r.holders.end();
+  if (!r.read && r.answered.size() + (self_held ? 1 : 0) >= r.holders.size() / 2 + 1) {
+    r.read = true;
+    ++stats_.reads_completed;
+  }
 }
 
 void HandoffPlanner::EndReads(MonoTime now, HandoffActions& out) {

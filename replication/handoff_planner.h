@@ -505,6 +505,8 @@ class HandoffPlanner {
   void StartReads(MonoTime now, const ClusterView& view, HandoffActions& out);
   // The answer to a read's PullSync; false when `round` is not one.
   bool ReadPulled(MonoTime now, uint64_t round, std::string_view from, bool answered);
+  // Marks `r` read once its answers, this node counted when it is one of its holders, are a majority of them.
+  void MarkReadIfMajority(ReadingRange& r);
   // Ends the reads past read_hold and expires those past resync_timeout; publishes when that changed them.
   void EndReads(MonoTime now, HandoffActions& out);
   void StartSyncRound(MonoTime now, const ClusterView& view, HandoffActions& out);
