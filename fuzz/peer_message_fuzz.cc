@@ -1,10 +1,10 @@
 // Fuzz target: the decoders of the peer messages a node receives (transport.Envelope.payload, by
 // peer.Method): membership (ring/membership_wire.h, then a real ring::Membership receives it), forwarded
 // checks (ApiHandler::DecideForwarded, the owner's side) and their answers (node/api/forwarded.h:
-// DecisionFromProto, the entry node's side), and the state batches of replication and handoff
-// (storage::StateFromProto for each state, and the in-place reader of the receiver's hot path,
-// replication::ReadStateUpdateBatch with storage::DecodeStateValue). The input is one byte choosing the
-// method, then the payload.
+// DecisionFromProto, and node/cluster/forward_wire.h's in-place reader, the entry node's side), and the state
+// batches of replication and handoff (storage::StateFromProto for each state, and the in-place reader of the
+// receiver's hot path, replication::ReadStateUpdateBatch with storage::DecodeStateValue). The input is one
+// byte choosing the method, then the payload.
 //
 // Invariants: no crash or sanitizer report; a membership message that decodes encodes and decodes back
 // to itself; a forwarded batch that parses is answered with one result per check, in order, and a
@@ -21,6 +21,7 @@
 #include "fuzz/fuzz_util.h"
 #include "fuzz/proto_util.h"
 #include "node/api/forwarded.h"
+#include "node/cluster/forward_wire.h"
 #include "peer.pb.h"
 #include "replication/update_wire.h"
 #include "ring/membership.h"
@@ -77,6 +78,12 @@ void ForwardCheck(std::string_view payload) {
 }
 
 void ForwardAnswer(std::string_view payload) {
+  // The entry node's in-place reading of the answer (node/cluster/forward_wire.h) reads what Protobuf reads.
+  const std::optional<peer::ForwardedResult> fast = ringlimit::cluster::DecidedResultOf(payload);
+  const std::optional<peer::ForwardedResult> slow = ringlimit::cluster::DecidedResultByProtobuf(payload);
+  FUZZ_CHECK(fast.has_value() == slow.has_value(), "the in-place answer reader disagrees with Protobuf");
+  FUZZ_CHECK(!fast || fast->SerializeAsString() == slow->SerializeAsString(),
+             "the in-place answer reader reads another result");
   peer::ForwardCheckResponse response;
   if (!response.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return;
   for (const peer::ForwardedResult& result : response.results()) {

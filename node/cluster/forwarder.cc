@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "node/cluster/forward_wire.h"
 #include "node/cluster/grant_driver.h"
 #include "node/cluster/mutation.h"
 #include "node/peer/block_arena.h"
@@ -95,15 +96,7 @@ std::string DeadlineStamp(int64_t wall_now_ns, std::chrono::milliseconds wait) {
 // does not parse as one result.
 std::optional<peer::ForwardedResult> DecidedResult(const peer::PeerResult& result) {
   if (!result.ok()) return std::nullopt;
-  // Parsed onto a stack arena: only the result copied out allocates.
-  peer::BlockArena<1024> arena;
-  peer::ForwardCheckResponse& response = *arena.Create<peer::ForwardCheckResponse>();
-  if (!response.ParseFromString(result.payload()) || response.results_size() != 1 ||
-      (response.results(0).status() != peer::CHECK_OK &&
-       response.results(0).status() != peer::CHECK_UNACKED)) {
-    return std::nullopt;
-  }
-  return peer::ForwardedResult(response.results(0));  // a copy off the arena
+  return DecidedResultOf(result.payload());
 }
 
 RequestId IdOf(const peer::ForwardedCheck& check) {

@@ -1,0 +1,34 @@
+// The entry node's reading of a forward's answer (METHOD_FORWARD_CHECK's ForwardCheckResponse, which
+// carries one ForwardedResult: Forwarder sends one check per request), without parsing the response
+// message: the bytes of its one `results` entry are found in place (storage/proto_read.h) and only they
+// are parsed, straight into the result handed on. Protobuf's route -- the response parsed onto an arena,
+// then its result copied out -- cost the entry node ~1.4 k instructions more per forwarded check
+// (cluster_bench --callgrind, forwarded phase). Nothing changes on the wire.
+//
+// Whatever the in-place reader does not fully understand (a malformed tag, a group, a `from` that is not
+// plain ASCII) goes to Protobuf's own parser, whose verdict stands: fuzz/peer_message_fuzz.cc compares the
+// two routes on every input.
+//
+// Thread safety: pure functions.
+#ifndef RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
+#define RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
+
+#include <optional>
+#include <string_view>
+
+#include "peer.pb.h"
+
+namespace ringlimit::cluster {
+
+// The one decided result of a ForwardCheckResponse's bytes: its only result when that is CHECK_OK or
+// CHECK_UNACKED (charged, answered 503, not to be tried elsewhere); nullopt when the bytes do not parse,
+// hold no result or several, or the one result is a refusal (CHECK_UNAVAILABLE, CHECK_INVALID, ...).
+[[nodiscard]] std::optional<peer::ForwardedResult> DecidedResultOf(std::string_view payload);
+
+// The same answer by Protobuf's route alone (the whole response parsed): the reference the fuzz target
+// holds DecidedResultOf to.
+[[nodiscard]] std::optional<peer::ForwardedResult> DecidedResultByProtobuf(std::string_view payload);
+
+}  // namespace ringlimit::cluster
+
+#endif  // RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_

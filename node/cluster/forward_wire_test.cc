@@ -1,0 +1,88 @@
+#include "node/cluster/forward_wire.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace ringlimit::cluster {
+namespace {
+
+peer::ForwardedResult Result(peer::CheckStatus status) {
+  peer::ForwardedResult result;
+  result.set_check_id(7);
+  result.set_status(status);
+  result.set_owner("n2");
+  result.set_allowed(status == peer::CHECK_OK);
+  peer::LimitDecision* d = result.add_decisions();
+  d->set_allowed(true);
+  d->set_limit(100);
+  d->set_remaining(99);
+  d->set_reset_after_ns(1'000'000'000);
+  d->set_retry_after_ns(INT64_MAX);
+  if (status != peer::CHECK_OK) result.set_error("why");
+  return result;
+}
+
+std::string Response(std::initializer_list<peer::ForwardedResult> results, std::string from = "n2") {
+  peer::ForwardCheckResponse response;
+  response.set_from(from);
+  response.set_ring_fingerprint(0x1234'5678'9abc'def0ULL);
+  for (const peer::ForwardedResult& r : results) *response.add_results() = r;
+  return response.SerializeAsString();
+}
+
+// Both routes give the same answer; returns it.
+std::optional<peer::ForwardedResult> Both(const std::string& payload) {
+  const std::optional<peer::ForwardedResult> fast = DecidedResultOf(payload);
+  const std::optional<peer::ForwardedResult> slow = DecidedResultByProtobuf(payload);
+  EXPECT_EQ(fast.has_value(), slow.has_value());
+  if (fast && slow) {
+    EXPECT_EQ(fast->SerializeAsString(), slow->SerializeAsString());
+  }
+  return fast;
+}
+
+TEST(ForwardWireTest, ReadsTheOneDecidedResult) {
+  const peer::ForwardedResult ok = Result(peer::CHECK_OK);
+  const std::optional<peer::ForwardedResult> got = Both(Response({ok}));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->SerializeAsString(), ok.SerializeAsString());
+  EXPECT_EQ(got->owner(), "n2");
+  ASSERT_EQ(got->decisions_size(), 1);
+  EXPECT_EQ(got->decisions(0).remaining(), 99u);
+}
+
+TEST(ForwardWireTest, AnUnackedResultIsDecidedARefusalIsNot) {
+  EXPECT_TRUE(Both(Response({Result(peer::CHECK_UNACKED)})).has_value());
+  EXPECT_FALSE(Both(Response({Result(peer::CHECK_UNAVAILABLE)})).has_value());
+  EXPECT_FALSE(Both(Response({Result(peer::CHECK_INVALID)})).has_value());
+}
+
+TEST(ForwardWireTest, NoResultOrSeveralIsNoAnswer) {
+  EXPECT_FALSE(Both(Response({})).has_value());
+  EXPECT_FALSE(Both(Response({Result(peer::CHECK_OK), Result(peer::CHECK_OK)})).has_value());
+}
+
+TEST(ForwardWireTest, UnknownFieldsAreSkippedAsProtobufKeepsThem) {
+  std::string payload = Response({Result(peer::CHECK_OK)});
+  payload += std::string("\x48\x05", 2);                       // field 9, varint 5
+  payload += std::string("\x52\x02xy", 4);                     // field 10, 2 bytes
+  payload += std::string("\x59", 1) + std::string(8, '\x01');  // field 11, fixed64
+  EXPECT_TRUE(Both(payload).has_value());
+}
+
+TEST(ForwardWireTest, WhatTheReaderLeavesToProtobufGetsProtobufsVerdict) {
+  // A sender id that is not plain ASCII: valid UTF-8 parses, invalid UTF-8 does not.
+  EXPECT_TRUE(Both(Response({Result(peer::CHECK_OK)}, "n\xc3\xa9")).has_value());
+  Both(Response({Result(peer::CHECK_OK)}, "n\xff"));
+  // Truncated, a bad tag, a group.
+  const std::string good = Response({Result(peer::CHECK_OK)});
+  for (size_t n = 0; n < good.size(); ++n) Both(good.substr(0, n));
+  EXPECT_FALSE(Both(std::string("\x00\x01", 2)).has_value());
+  Both(std::string("\x0b\x0c", 2) + good);
+  // A result whose own bytes are malformed.
+  EXPECT_FALSE(Both(std::string("\x1a\x02\x08\x80", 4)).has_value());
+}
+
+}  // namespace
+}  // namespace ringlimit::cluster
