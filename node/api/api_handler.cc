@@ -153,6 +153,11 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     *endpoint = Endpoint::kCluster;
     return ReadableAnywhere(HandleClusterGet(context));
   }
+  if (path == "/v1/grants") {
+    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
+    *endpoint = Endpoint::kCluster;
+    return ReadableAnywhere(HandleGrants(context));
+  }
   if (path == "/v1/ring/arcs") {
     if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
     *endpoint = Endpoint::kRing;

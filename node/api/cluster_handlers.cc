@@ -175,6 +175,48 @@ HttpResponse HandleRingArcs(const ApiContext& context) {
   return Json(http::status::ok, std::move(body));
 }
 
+HttpResponse HandleGrants(const ApiContext& context) {
+  if (context.cluster == nullptr) return NoCluster();
+  constexpr size_t kMaxHotKeys = 100;
+  const HotKeysView view = context.cluster->HotKeys(kMaxHotKeys);
+  std::string body;
+  JsonWriter w(&body);
+  w.BeginObject();
+  w.Field("node_id", context.router != nullptr ? std::string_view(context.router->self_id()) : "");
+  w.Field("grants", view.enabled ? "on" : "off");
+  w.Key("lent");
+  w.BeginArray();
+  for (const HotKeysView::Lent& l : view.lent) {
+    w.BeginObject();
+    w.Field("key", l.key);
+    w.Field("name", l.name);
+    w.FieldUint("units_out", l.units_out);
+    w.FieldUint("grants", l.grants);
+    w.Key("holders");
+    w.BeginArray();
+    for (const std::string& holder : l.holders) w.String(holder);
+    w.EndArray();
+    w.FieldBool("recalled", l.recalled);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("held");
+  w.BeginArray();
+  for (const HotKeysView::Held& h : view.held) {
+    w.BeginObject();
+    w.Field("key", h.key);
+    w.Field("name", h.name);
+    w.Field("owner", h.owner);
+    w.FieldUint("units_left", h.units_left);
+    w.FieldUint("slices", h.slices);
+    w.FieldDouble("expires_in_ms", h.expires_in_ms);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(http::status::ok, std::move(body));
+}
+
 HttpResponse HandleClusterLeave(const ApiContext& context) {
   if (context.cluster == nullptr) return NoCluster();
   context.cluster->Leave();

@@ -22,6 +22,10 @@ struct ApiContext;
 [[nodiscard]] HttpResponse HandleRingGet(const ApiContext& context, std::string_view query);
 // 200 {"arcs":[{"owner","from","to"},...]}: every member's owned ranges as fractions of the token space.
 [[nodiscard]] HttpResponse HandleRingArcs(const ApiContext& context);
+// 200 {"node_id":..,"grants":"on"|"off","lent":[{"key","name","units_out","grants","holders":[..],
+// "recalled"},...],"held":[{"key","name","owner","units_left","slices","expires_in_ms"},...]}: the hot keys
+// this node lent slices of (it owns them) and holds slices of (quota grants), at most 100 of each.
+[[nodiscard]] HttpResponse HandleGrants(const ApiContext& context);
 // 202 {"node_id":..,"state":"leaving"}; the node leaves the cluster and exits.
 [[nodiscard]] HttpResponse HandleClusterLeave(const ApiContext& context);
 

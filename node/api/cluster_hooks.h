@@ -170,6 +170,26 @@ struct RingArcView {
   double to = 0;
 };
 
+// GET /v1/grants: the hot keys as one node sees them (quota grants, node/cluster/grant_driver.h).
+struct HotKeysView {
+  bool enabled = false;  // --grants on
+  struct Lent {          // this node owns the key and has lent slices of it
+    std::string key, name;
+    uint64_t units_out = 0;  // lent and not settled
+    uint32_t grants = 0;
+    std::vector<std::string> holders;
+    bool recalled = false;  // every one of its slices recalled
+  };
+  struct Held {  // this node holds slices of the key
+    std::string key, name, owner;
+    uint64_t units_left = 0;
+    uint32_t slices = 0;
+    double expires_in_ms = 0;
+  };
+  std::vector<Lent> lent;  // most units first
+  std::vector<Held> held;  // most units left first
+};
+
 // What the cluster endpoints and /readyz need.
 class ClusterInfo {
  public:
@@ -188,6 +208,11 @@ class ClusterInfo {
   }
   // Every member's owned ranges on the current ring (empty without one), by owner then position.
   [[nodiscard]] virtual std::vector<RingArcView> RingArcs() const = 0;
+  // The hot keys (at most `max` lent and `max` held); not enabled without quota grants.
+  [[nodiscard]] virtual HotKeysView HotKeys(size_t max) const {
+    (void)max;
+    return {};
+  }
   // Starts a graceful leave (asynchronous; the node exits when done).
   virtual void Leave() = 0;
   // Appends the cluster's metrics (Prometheus text) to `out`.

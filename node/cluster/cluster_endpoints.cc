@@ -392,4 +392,21 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_peer_connections_open", "side=\"client\"", cluster_.ClientStats().connections_open);
 }
 
+node::HotKeysView ClusterEndpoints::HotKeys(size_t max) const {
+  node::HotKeysView out;
+  if (grants_ == nullptr) return out;
+  out.enabled = true;
+  GrantDriver::HotKeys hot = grants_->Hot(max);
+  for (GrantDriver::HotKeys::Lent& l : hot.lent) {
+    out.lent.push_back(node::HotKeysView::Lent{std::move(l.key), std::move(l.name), l.units, l.grants,
+                                               std::move(l.holders), l.recalled});
+  }
+  for (GrantDriver::HotKeys::Held& h : hot.held) {
+    out.held.push_back(
+        node::HotKeysView::Held{std::move(h.key), std::move(h.name), std::move(h.owner), h.units_left,
+                                h.slices, std::chrono::duration<double, std::milli>(h.expires_in).count()});
+  }
+  return out;
+}
+
 }  // namespace ringlimit::cluster

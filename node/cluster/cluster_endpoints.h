@@ -41,6 +41,7 @@ class ClusterEndpoints final : public node::ClusterInfo {
   [[nodiscard]] std::string HttpAddressOf(std::string_view id) const override;
   [[nodiscard]] node::KeyPlacementView Place(std::string_view key) const override;
   [[nodiscard]] std::vector<node::RingArcView> RingArcs() const override;
+  [[nodiscard]] node::HotKeysView HotKeys(size_t max) const override;
   void Leave() override;
   void AppendMetrics(std::string* out) const override;
 

@@ -1,6 +1,7 @@
 #include "node/cluster/grant_driver.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -605,6 +606,58 @@ GrantDriverStats GrantDriver::stats() const {
   out.not_acked = not_acked_.load(std::memory_order_relaxed);
   out.send_failures = send_failures_.load(std::memory_order_relaxed);
   out.releases_resent = releases_resent_.load(std::memory_order_relaxed);
+  return out;
+}
+
+namespace {
+
+// A planner key's entity key and limit name (PlannerKey's two parts).
+std::pair<std::string, std::string> SplitPlannerKey(std::string_view pkey) {
+  const size_t nul = pkey.find('\0');
+  if (nul == std::string_view::npos) return {std::string(pkey), std::string()};
+  return {std::string(pkey.substr(0, nul)), std::string(pkey.substr(nul + 1))};
+}
+
+}  // namespace
+
+GrantDriver::HotKeys GrantDriver::Hot(size_t max) const {
+  HotKeys out;
+  std::vector<GrantPlanner::LentKey> lent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lent = owner_.LentSummary();
+  }
+  for (GrantPlanner::LentKey& l : lent) {
+    HotKeys::Lent k;
+    std::tie(k.key, k.name) = SplitPlannerKey(l.key);
+    k.units = l.units;
+    k.grants = l.grants;
+    k.holders = std::move(l.holders);
+    k.recalled = l.recalled;
+    out.lent.push_back(std::move(k));
+  }
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    for (GrantPlanner::HeldKey& h : shard->planner.HeldSummary(now)) {
+      HotKeys::Held k;
+      std::tie(k.key, k.name) = SplitPlannerKey(h.key);
+      if (auto known = shard->known.find(h.key); known != shard->known.end()) k.owner = known->second.owner;
+      k.units_left = h.units_left;
+      k.slices = h.slices;
+      k.expires_in = h.expires_in;
+      out.held.push_back(std::move(k));
+    }
+  }
+  std::sort(out.lent.begin(), out.lent.end(), [](const HotKeys::Lent& a, const HotKeys::Lent& b) {
+    return a.units != b.units ? a.units > b.units : std::tie(a.key, a.name) < std::tie(b.key, b.name);
+  });
+  std::sort(out.held.begin(), out.held.end(), [](const HotKeys::Held& a, const HotKeys::Held& b) {
+    return a.units_left != b.units_left ? a.units_left > b.units_left
+                                        : std::tie(a.key, a.name) < std::tie(b.key, b.name);
+  });
+  if (out.lent.size() > max) out.lent.resize(max);
+  if (out.held.size() > max) out.held.resize(max);
   return out;
 }
 

@@ -172,6 +172,28 @@ class GrantDriver {
 
   [[nodiscard]] GrantDriverStats stats() const;
 
+  // The hot keys as this node sees them now (GET /v1/grants, the console): the keys it lent slices of
+  // (owner) and those it holds slices of (holder), each by entity key and limit name, at most `max` of each.
+  struct HotKeys {
+    struct Lent {
+      std::string key, name;
+      uint64_t units = 0;  // lent and not settled
+      uint32_t grants = 0;
+      std::vector<std::string> holders;
+      bool recalled = false;
+    };
+    struct Held {
+      std::string key, name;
+      std::string owner;  // whom it asked
+      uint64_t units_left = 0;
+      uint32_t slices = 0;
+      std::chrono::nanoseconds expires_in{};
+    };
+    std::vector<Lent> lent;  // most units first
+    std::vector<Held> held;  // most units left first
+  };
+  [[nodiscard]] HotKeys Hot(size_t max) const;
+
  private:
   struct Rate {
     std::chrono::nanoseconds window_start{};

@@ -92,6 +92,48 @@ uint64_t GrantPlanner::LocalUnits(MonoTime now, std::string_view key) const {
   return units;
 }
 
+std::vector<GrantPlanner::LentKey> GrantPlanner::LentSummary() const {
+  std::map<std::string_view, LentKey> by_key;
+  for (const auto& [grant, l] : lent_) {
+    LentKey& k = by_key[l.key];
+    if (k.grants == 0) {
+      k.key = l.key;
+      k.recalled = true;
+    }
+    k.units += l.units;
+    ++k.grants;
+    k.recalled = k.recalled && l.recalled;
+    if (!l.holder.empty() && std::find(k.holders.begin(), k.holders.end(), l.holder) == k.holders.end()) {
+      k.holders.push_back(l.holder);
+    }
+  }
+  std::vector<LentKey> out;
+  out.reserve(by_key.size());
+  for (auto& [key, k] : by_key) {
+    std::sort(k.holders.begin(), k.holders.end());
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::vector<GrantPlanner::HeldKey> GrantPlanner::HeldSummary(MonoTime now) const {
+  std::vector<HeldKey> out;
+  if (now < fenced_until_) return out;
+  for (const auto& [key, h] : held_) {
+    HeldKey k;
+    for (const Slice& s : h.slices) {
+      if (now >= s.expires) continue;
+      k.units_left += s.units - s.used;
+      ++k.slices;
+      k.expires_in = std::max(k.expires_in, s.expires - now);
+    }
+    if (k.slices == 0) continue;
+    k.key = key;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
 // --- Holder ------------------------------------------------------------------------------------
 
 void GrantPlanner::ReleaseSlice(std::string_view key, const Slice& s, ReleaseWhy why, GrantActions& out) {

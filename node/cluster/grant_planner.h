@@ -262,6 +262,23 @@ class GrantPlanner {
   [[nodiscard]] std::set<std::string, std::less<>> LentKeys() const;
   // Units `key`'s slices here can still admit before they expire (holder).
   [[nodiscard]] uint64_t LocalUnits(MonoTime now, std::string_view key) const;
+
+  // What an operator sees of the hot keys (GET /v1/grants, the console), by key:
+  struct LentKey {  // owner: a key with grants lent (or adopted) and not settled
+    std::string key;
+    uint64_t units = 0;  // lent and not settled
+    uint32_t grants = 0;
+    std::vector<std::string> holders;  // sorted, each once; an adopted grant's holder is not known
+    bool recalled = false;             // every one of them recalled
+  };
+  struct HeldKey {  // holder: a key with live slices here
+    std::string key;
+    uint64_t units_left = 0;  // what they can still admit (LocalUnits)
+    uint32_t slices = 0;
+    std::chrono::nanoseconds expires_in{};  // the last slice's term left
+  };
+  [[nodiscard]] std::vector<LentKey> LentSummary() const;              // by key
+  [[nodiscard]] std::vector<HeldKey> HeldSummary(MonoTime now) const;  // by key; none while fenced
   [[nodiscard]] const GrantStats& stats() const { return stats_; }
 
  private:

@@ -189,6 +189,50 @@ TEST(GrantPlanner, HolderAsksWhenHotDecidesFromTheSliceAndForwardsWhatDoesNotFit
   EXPECT_EQ(p.stats().local_checks, 3u);
 }
 
+// What GET /v1/grants and the console show: the owner's keys with slices out, by key, and the holder's
+// live slices, by key; recalled, settled and expired ones drop out.
+TEST(GrantPlanner, SummariesShowTheKeysLentAndHeldUntilTheyComeBack) {
+  GrantPlanner owner(GrantOptions{});
+  EXPECT_TRUE(owner.LentSummary().empty());
+  const GrantActions a1 = owner.GrantRequested(T(0), "h2", "hot", 1, 100, 1s, Budget(100000, 0));
+  const GrantActions a2 = owner.GrantRequested(T(0), "h1", "hot", 1, 50, 1s, Budget(100000, 100));
+  const GrantActions a3 = owner.GrantRequested(T(0), "h1", "warm", 2, 10, 1s, Budget(100000, 0));
+  ASSERT_EQ(a1.lends.size(), 1u);
+  ASSERT_EQ(a2.lends.size(), 1u);
+  ASSERT_EQ(a3.lends.size(), 1u);
+  std::vector<GrantPlanner::LentKey> lent = owner.LentSummary();
+  ASSERT_EQ(lent.size(), 2u);
+  EXPECT_EQ(lent[0].key, "hot");
+  EXPECT_EQ(lent[0].units, a1.lends[0].units + a2.lends[0].units);
+  EXPECT_EQ(lent[0].grants, 2u);
+  EXPECT_EQ(lent[0].holders, (std::vector<std::string>{"h1", "h2"}));
+  EXPECT_FALSE(lent[0].recalled);
+  EXPECT_EQ(lent[1].key, "warm");
+  EXPECT_EQ(lent[1].holders, (std::vector<std::string>{"h1"}));
+  (void)owner.Recall(T(1), "warm");
+  lent = owner.LentSummary();
+  ASSERT_EQ(lent.size(), 2u);
+  EXPECT_TRUE(lent[1].recalled) << "recalled, not settled yet: still out";
+  (void)owner.ReleaseReceived(T(2), "warm", a3.lends[0].grant, 3);
+  lent = owner.LentSummary();
+  ASSERT_EQ(lent.size(), 1u);
+  EXPECT_EQ(lent[0].key, "hot");
+
+  GrantPlanner holder(GrantOptions{});
+  GrantActions a = holder.Check(T(0), "hot", 1, 400);
+  ASSERT_EQ(a.requests.size(), 1u);
+  EXPECT_TRUE(holder.HeldSummary(T(1)).empty()) << "asked, nothing held yet";
+  (void)holder.GrantReplied(T(3), "hot", a.requests[0].request, 42, 5, 1s);
+  EXPECT_EQ(holder.Check(T(4), "hot", 2, 400).local, std::optional<GrantId>(42));
+  std::vector<GrantPlanner::HeldKey> held = holder.HeldSummary(T(10));
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].key, "hot");
+  EXPECT_EQ(held[0].units_left, 3u);
+  EXPECT_EQ(held[0].slices, 1u);
+  EXPECT_EQ(held[0].expires_in, 990ms) << "the term runs from the request (T(0)) + 1 s";
+  EXPECT_TRUE(holder.HeldSummary(T(1000)).empty()) << "expired";
+}
+
 // Idle: nothing for Timer to do (the driver's tick skips such planners) -- and never while a slice is held,
 // a request waits or a back-off runs.
 TEST(GrantPlanner, IdleOnlyWithNothingHeldAskedOrLent) {

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <boost/json/serialize.hpp>
+
 #include "tests/cluster/cluster_test_util.h"
 
 namespace ringlimit::testing {
@@ -435,6 +437,75 @@ TEST_P(ClusterGrantsTest, TheOwnerKilledWithSlicesOutInExactModeAdmitsNoMoreThan
 // Under-admission (issue 34): demand at 80 % of a key's rate (limit / window), paced and spread over the
 // three nodes for five windows -- hot enough at every node for slices -- is admitted at least 95 %, and
 // once the demand stops, the idle slices come back within 2 x the term (plus one poll of the metrics).
+// GET /v1/grants while a hot key is checked through every node: its owner lists the key with the slices
+// out and their holders, the holders list their live slices and whom they asked; once the load stops and
+// every slice is back, both lists are empty again. A node without --grants says so.
+TEST(ClusterGrantsViewTest, TheGrantsEndpointShowsTheHotKeyAtItsOwnerAndItsHoldersUntilTheSlicesAreBack) {
+  auto bed = StartBed(Case{"fixed_window", 3'600'000}, "view-");
+  ASSERT_TRUE(bed) << bed.error();
+  Cluster& cluster = *bed->cluster;
+  CheckSpec spec = bed->spec;
+  spec.limit = 1'000'000'000;  // never near the limit: slices keep being lent while the load runs
+  const std::string& key = bed->key;
+  const int owner = bed->owner;
+  const std::string owner_id = "n" + std::to_string(owner + 1);
+  auto grants_of = [&](int node) -> std::optional<boost::json::value> {
+    HttpClient client(cluster.http_port(node), std::chrono::seconds(5 * kSlowdown));
+    auto response = client.Get("/v1/grants");
+    if (!response || response->result_int() != 200) return std::nullopt;
+    return JsonBody(*response);
+  };
+  auto lists = [](const boost::json::value& v, const char* list, const std::string& k) {
+    for (const boost::json::value& e : v.at(list).as_array()) {
+      if (e.at("key").as_string() == k) return e;
+    }
+    return boost::json::value();
+  };
+
+  const uint64_t kEndless = uint64_t{1} << 40;
+  HotLoad load(cluster, key, spec, kEndless, std::chrono::seconds(10 * kSlowdown));
+  std::string seen_lent, seen_held;
+  auto shown = WaitFor("the hot key on /v1/grants", std::chrono::milliseconds(20'000 * kSlowdown),
+                       [&](std::string* why) {
+                         const auto at_owner = grants_of(owner);
+                         if (!at_owner) return false;
+                         const boost::json::value lent = lists(*at_owner, "lent", key);
+                         if (!lent.is_null() && lent.at("units_out").to_number<uint64_t>() > 0 &&
+                             !lent.at("holders").as_array().empty()) {
+                           seen_lent = boost::json::serialize(lent);
+                         }
+                         for (int node = 0; node < kNodes && seen_held.empty(); ++node) {
+                           if (node == owner) continue;
+                           const auto at_holder = grants_of(node);
+                           if (!at_holder) continue;
+                           const boost::json::value held = lists(*at_holder, "held", key);
+                           if (!held.is_null() && held.at("owner").as_string() == owner_id &&
+                               held.at("slices").to_number<uint64_t>() > 0) {
+                             seen_held = boost::json::serialize(held);
+                           }
+                         }
+                         *why = "owner " + boost::json::serialize(*at_owner) + "; held seen: " + seen_held;
+                         return !seen_lent.empty() && !seen_held.empty();
+                       });
+  load.sent.store(kEndless);  // every client stops after its check in flight
+  load.Join();
+  ASSERT_EQ(load.failed.load(), 0u) << load.first_failure();
+  ASSERT_TRUE(shown) << shown.error();
+  std::printf("at the owner %s: %s; at a holder: %s\n", owner_id.c_str(), seen_lent.c_str(),
+              seen_held.c_str());
+
+  auto back = WaitSlicesBack(cluster);
+  ASSERT_TRUE(back) << back.error();
+  for (int node = 0; node < kNodes; ++node) {
+    const auto view = grants_of(node);
+    ASSERT_TRUE(view.has_value());
+    EXPECT_EQ(view->at("grants").as_string(), "on");
+    EXPECT_EQ(view->at("node_id").as_string(), "n" + std::to_string(node + 1));
+    EXPECT_TRUE(view->at("lent").as_array().empty()) << boost::json::serialize(*view);
+    EXPECT_TRUE(view->at("held").as_array().empty()) << boost::json::serialize(*view);
+  }
+}
+
 struct RateCase {
   const char* algorithm;
   uint64_t limit;

@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -131,6 +133,7 @@ TEST_F(ConsoleTest, ShowsTheMembersTheRingAndAKeyAndFollowsJoinsAndDeaths) {
   EXPECT_NE(dom.find(R"(id="owner">)" + ring->owner + "<"), std::string::npos) << "the key's owner";
   EXPECT_NE(dom.find(R"(<tr data-name="t")"), std::string::npos) << "the key's state as its owner has it";
   EXPECT_NE(dom.find(R"(id="status" class="live")"), std::string::npos);
+  EXPECT_NE(dom.find("quota grants are off"), std::string::npos) << "the hot keys' section without --grants";
   (void)RunBrowser(base + "?key=console-key", "--screenshot=" + Shot("1-three-nodes"));
 
   auto added = cluster.AddNode();
@@ -157,6 +160,57 @@ TEST_F(ConsoleTest, ShowsTheMembersTheRingAndAKeyAndFollowsJoinsAndDeaths) {
   EXPECT_TRUE(state == "suspect" || state == "dead") << "n2 shown " << state;
   EXPECT_NE(dom.find(R"(<b>n2</b>)"), std::string::npos) << "an event for n2 in the timeline";
   (void)RunBrowser(base, "--screenshot=" + Shot("3-one-killed"));
+}
+
+// With --grants on and one key checked hard through every node, the page marks it hot: a row in the hot
+// keys' table with its owner (data-hot-key, data-owner), and the looked-up key's mark (#hot.hot).
+TEST_F(ConsoleTest, MarksAHotKeyWithSlicesOutAndItsOwner) {
+  auto started = Cluster::Start(
+      {.nodes = 3,
+       .args = {"--threads", "2", "--grants", "on", "--grant-threshold", "20", "--grant-term-ms", "2000"}});
+  ASSERT_TRUE(started) << started.error();
+  Cluster& cluster = **started;
+  const std::string key = "console-hot";
+  auto ring = FetchRing(cluster.http_port(0), key);
+  ASSERT_TRUE(ring) << ring.error();
+
+  // The load: two clients per node, until the page has been read.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> failed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.emplace_back([&, c] {
+      HttpClient client(cluster.http_port(c % 3), std::chrono::seconds(10 * kSlowdown));
+      while (!stop.load()) {
+        auto outcome =
+            PostCheck(client, key,
+                      CheckSpec{.algorithm = "fixed_window", .limit = 1'000'000'000, .window_ms = 3'600'000});
+        if (!outcome || outcome->status != 200) failed.fetch_add(1);
+      }
+    });
+  }
+  // Slices are out before the page is read (the page itself is not the test's clock).
+  auto lent = WaitFor("slices of the hot key out", milliseconds(20'000 * kSlowdown), [&](std::string* why) {
+    const std::optional<double> out =
+        MetricSample(cluster.http_port(std::stoi(ring->owner.substr(1)) - 1), "ringlimit_grants_units_out");
+    *why = "units out at the owner: " + std::to_string(out.value_or(-1));
+    return out.value_or(0) > 0;
+  });
+  const std::string base = "http://127.0.0.1:" + std::to_string(cluster.http_port(0)) + "/ui";
+  std::string dom;
+  if (lent) dom = RunBrowser(base + "?key=" + key, "--dump-dom");
+  if (lent) (void)RunBrowser(base + "?key=" + key, "--screenshot=" + Shot("4-hot-key"));
+  stop.store(true);
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(lent) << lent.error();
+  EXPECT_EQ(failed.load(), 0u);
+  ASSERT_FALSE(dom.empty()) << "the browser printed nothing";
+  std::string owner_shown;
+  for (auto& [k, owner] : AttributePairs(dom, "data-hot-key", "data-owner")) {
+    if (k == key) owner_shown = owner;
+  }
+  EXPECT_EQ(owner_shown, ring->owner) << "the hot key's row and its owner\n" << dom.substr(0, 6000);
+  EXPECT_NE(dom.find(R"(id="hot" class="hot")"), std::string::npos) << "the looked-up key is marked hot";
 }
 
 }  // namespace
