@@ -1,13 +1,40 @@
 #include "node/cluster/forward_wire.h"
 
+#include <algorithm>
+
 #include "node/peer/block_arena.h"
+#include "storage/proto_append.h"
 #include "storage/proto_read.h"
 
 namespace ringlimit::cluster {
 
-namespace {
-
+namespace pa = storage::proto_append;
 namespace pr = storage::proto_read;
+
+void AppendForwardRequestHead(std::string_view from, std::string_view owner, uint64_t ring_fingerprint,
+                              std::string& out) {
+  if (!from.empty()) pa::Bytes(out, 1, from);
+  if (!owner.empty()) pa::Bytes(out, 2, owner);
+  if (ring_fingerprint != 0) {
+    pa::Tag(out, 3, pa::kVarint);
+    pa::Varint(out, ring_fingerprint);
+  }
+}
+
+void AppendDeadlineStamp(int64_t sent_wall_ns, std::chrono::milliseconds wait, std::string& out) {
+  if (sent_wall_ns != 0) pa::Fixed64(out, 5, static_cast<uint64_t>(sent_wall_ns));  // sfixed64
+  const auto wait_ms = static_cast<uint32_t>(std::clamp<int64_t>(wait.count(), 0, UINT32_MAX));
+  if (wait_ms != 0) {
+    pa::Tag(out, 6, pa::kVarint);
+    pa::Varint(out, wait_ms);
+  }
+}
+
+void AppendTried(std::span<const std::string> tried, std::string& out) {
+  for (const std::string& id : tried) pa::Bytes(out, 8, id);
+}
+
+namespace {
 
 bool Decided(const peer::ForwardedResult& result) {
   return result.status() == peer::CHECK_OK || result.status() == peer::CHECK_UNACKED;

@@ -1,4 +1,12 @@
-// The entry node's reading of a forward's answer (METHOD_FORWARD_CHECK's ForwardCheckResponse, which
+// The forwarded check's request and answer without Protobuf messages on the entry node's hot path.
+//
+// Writing (Forwarder::ForwardBefore and Call): the request's own fields, its deadline stamp and the holders
+// tried, appended as Protobuf writes them (field-number order, proto3 zero values left out), so an encoded
+// ForwardedCheck appended between the head and the stamp makes the bytes Protobuf would serialize for the
+// whole ForwardCheckRequest (forward_wire_test compares them). A stamp appended again later sets the
+// fields anew (the last value of a scalar field wins), which is how a retry restamps a request.
+//
+// Reading: the entry node's reading of a forward's answer (METHOD_FORWARD_CHECK's ForwardCheckResponse, which
 // carries one ForwardedResult: Forwarder sends one check per request), without parsing the response
 // message: the bytes of its one `results` entry are found in place (storage/proto_read.h) and only they
 // are parsed, straight into the result handed on. Protobuf's route -- the response parsed onto an arena,
@@ -13,12 +21,25 @@
 #ifndef RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
 #define RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "peer.pb.h"
 
 namespace ringlimit::cluster {
+
+// ForwardCheckRequest { from = 1; owner = 2; ring_fingerprint = 3 }, appended to `out`.
+void AppendForwardRequestHead(std::string_view from, std::string_view owner, uint64_t ring_fingerprint,
+                              std::string& out);
+// ForwardCheckRequest { sent_wall_ns = 5; wait_ms = 6 }: an attempt's deadline, appended to `out` (a wait
+// beyond UINT32_MAX ms is written as UINT32_MAX).
+void AppendDeadlineStamp(int64_t sent_wall_ns, std::chrono::milliseconds wait, std::string& out);
+// ForwardCheckRequest { repeated tried = 8 }, appended to `out`.
+void AppendTried(std::span<const std::string> tried, std::string& out);
 
 // The one decided result of a ForwardCheckResponse's bytes: its only result when that is CHECK_OK or
 // CHECK_UNACKED (charged, answered 503, not to be tried elsewhere); nullopt when the bytes do not parse,

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace ringlimit::cluster {
 namespace {
@@ -82,6 +84,55 @@ TEST(ForwardWireTest, WhatTheReaderLeavesToProtobufGetsProtobufsVerdict) {
   Both(std::string("\x0b\x0c", 2) + good);
   // A result whose own bytes are malformed.
   EXPECT_FALSE(Both(std::string("\x1a\x02\x08\x80", 4)).has_value());
+}
+
+// The writers make the bytes Protobuf serializes for the same request, whatever is left out or set.
+TEST(ForwardWireTest, TheRequestWritersMakeProtobufsBytes) {
+  peer::ForwardedCheck check;
+  check.set_check_id(3);
+  check.set_key("user:42");
+  check.set_cost(1);
+  check.set_hops(1);
+  check.add_limits()->set_name("api/minute");
+  struct Case {
+    std::string from, owner;
+    uint64_t fingerprint;
+    int64_t sent;
+    int64_t wait_ms;
+    std::vector<std::string> tried;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"n1", "n2", 0xfedc'ba98'7654'3210ULL, 1'790'000'000'123'456'789, 2000, {}},
+           {"", "", 0, 0, 0, {}},                                 // every field at its zero value
+           {"n1", "n3", 1, -5, int64_t{1} << 40, {"n2", ""}},     // a negative stamp, a wait clamped
+           {std::string(300, 'x'), "n2", 7, 1, 1, {"n3", "n4"}},  // a length of two varint bytes
+       }) {
+    peer::ForwardCheckRequest request;
+    request.set_from(c.from);
+    request.set_owner(c.owner);
+    request.set_ring_fingerprint(c.fingerprint);
+    *request.add_checks() = check;
+    request.set_sent_wall_ns(c.sent);
+    request.set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(c.wait_ms, UINT32_MAX)));
+    for (const std::string& t : c.tried) request.add_tried(t);
+
+    std::string bytes;
+    AppendForwardRequestHead(c.from, c.owner, c.fingerprint, bytes);
+    std::string entry;
+    check.SerializeToString(&entry);
+    bytes += std::string(1, '\x22') + static_cast<char>(entry.size()) + entry;  // checks = 4, short entry
+    AppendDeadlineStamp(c.sent, std::chrono::milliseconds(c.wait_ms), bytes);
+    AppendTried(c.tried, bytes);
+    EXPECT_EQ(bytes, request.SerializeAsString()) << c.from.size() << " " << c.sent;
+
+    // A second stamp sets the fields anew.
+    AppendDeadlineStamp(99, std::chrono::milliseconds(5), bytes);
+    peer::ForwardCheckRequest parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes));
+    EXPECT_EQ(parsed.sent_wall_ns(), 99);
+    EXPECT_EQ(parsed.wait_ms(), 5u);
+    EXPECT_EQ(parsed.checks_size(), 1);
+  }
 }
 
 }  // namespace

@@ -82,13 +82,12 @@ DedupOptions EffectiveDedup(const ForwarderOptions& options) {
   return dedup;
 }
 
-// An attempt's deadline stamp: fields of ForwardCheckRequest encoded alone, so that appended to the
-// encoded request they set (or, on a retry, reset) those fields without encoding the request again.
+// An attempt's deadline stamp alone (AppendDeadlineStamp): appended to an encoded request it sets (or, on a
+// retry, resets) those fields without encoding the request again.
 std::string DeadlineStamp(int64_t wall_now_ns, std::chrono::milliseconds wait) {
-  peer::ForwardCheckRequest stamp;
-  stamp.set_sent_wall_ns(wall_now_ns);
-  stamp.set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(wait.count(), UINT32_MAX)));
-  return stamp.SerializeAsString();
+  std::string stamp;
+  AppendDeadlineStamp(wall_now_ns, wait, stamp);
+  return stamp;
 }
 
 // The one decided result in a forward's answer (CHECK_OK, or CHECK_UNACKED: charged, answered 503, not
@@ -482,11 +481,7 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     check.set_request_id_lo(next_request_.fetch_add(1, std::memory_order_relaxed));
   }
   // The request's own fields, then the check appended as its one `checks` entry (not moved into it).
-  peer::ForwardCheckRequest request;
-  request.set_from(self);
-  request.set_owner(attempt->targets[0]);
-  request.set_ring_fingerprint(fingerprint);
-  attempt->payload = request.SerializeAsString();
+  AppendForwardRequestHead(self, attempt->targets[0], fingerprint, attempt->payload);
   peer::AppendMessageField(peer::ForwardCheckRequest::kChecksFieldNumber, check, attempt->payload);
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   Try(std::move(attempt));
@@ -575,12 +570,11 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   const std::chrono::milliseconds wait = *waits;
   // The payload is needed again if this attempt fails: send a copy, stamped with this attempt's deadline
   // and, from the second target on, the targets tried before (the receiver does not pass it back to them).
-  std::string payload = attempt->payload + DeadlineStamp(host_.WallNowNs(), wait);
-  if (index > 0) {
-    peer::ForwardCheckRequest tried;
-    for (size_t i = 0; i < index; ++i) tried.add_tried(attempt->targets[i]);
-    payload += tried.SerializeAsString();
-  }
+  std::string payload;
+  payload.reserve(attempt->payload.size() + 16);
+  payload = attempt->payload;
+  AppendDeadlineStamp(host_.WallNowNs(), wait, payload);
+  if (index > 0) AppendTried(std::span<const std::string>(attempt->targets.data(), index), payload);
   const std::chrono::nanoseconds sent = host_.SteadyNow();
   host_.Call(attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload), wait,
              [this, attempt, index, sent](peer::PeerResult result) mutable {
