@@ -526,18 +526,20 @@ std::optional<ring::OffsetEstimate> Cluster::ClockOffsetOf(std::string_view memb
   return it->second;
 }
 
-std::optional<std::string> Cluster::MinorityRefusal() const {
-  if (!core_->in_minority.load(std::memory_order_acquire)) return std::nullopt;
-  return "this node reaches " + std::to_string(core_->minority_reached.load(std::memory_order_relaxed)) +
-         " of the " + std::to_string(core_->minority_known.load(std::memory_order_relaxed)) +
-         " members it knows, a minority, so it does not decide (--failure-mode closed)";
+Status Cluster::MinorityRefusal() const {
+  if (!core_->in_minority.load(std::memory_order_acquire)) return Status::OK();
+  return Status::Unavailable(
+      "this node reaches " + std::to_string(core_->minority_reached.load(std::memory_order_relaxed)) +
+      " of the " + std::to_string(core_->minority_known.load(std::memory_order_relaxed)) +
+      " members it knows, a minority, so it does not decide (--failure-mode closed)");
 }
 
 bool Cluster::ClockSkewed() const { return core_->clock_skewed.load(std::memory_order_acquire); }
 
-std::optional<std::string> Cluster::ClockRefusal() const {
-  if (!ClockSkewed()) return std::nullopt;
-  return "this node's clock is off from the cluster's, so it does not decide: " + Snapshot()->clock.reason;
+Status Cluster::ClockRefusal() const {
+  if (!ClockSkewed()) return Status::OK();
+  return Status::Unavailable("this node's clock is off from the cluster's, so it does not decide: " +
+                             Snapshot()->clock.reason);
 }
 
 peer::PeerStats Cluster::ServerStats() const { return core_->server.Stats(); }

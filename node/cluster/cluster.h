@@ -194,7 +194,7 @@ class Cluster {
   // Why this node must not decide now -- its clock is off from the cluster's beyond the maximum offset
   // -- or nullopt when it may. One atomic load when it may. It still takes checks and passes them on
   // (Forwarder, "Clock").
-  [[nodiscard]] std::optional<std::string> ClockRefusal() const;
+  [[nodiscard]] Status ClockRefusal() const;
   // Whether ClockRefusal has a reason now. One atomic load.
   [[nodiscard]] bool ClockSkewed() const;
 
@@ -215,7 +215,7 @@ class Cluster {
   // suspects the others, before it declares them dead and its ring makes it the holder of their keys (the
   // majority side declares it dead no sooner: a suspicion timeout after suspecting it). One atomic load when
   // it is not.
-  [[nodiscard]] std::optional<std::string> MinorityRefusal() const;
+  [[nodiscard]] Status MinorityRefusal() const;
 
   // The last estimate of `member`'s clock offset (member minus this node), refreshed every membership
   // tick; nullopt when it has not been measured (or not lately). Thread-safe, lock-free: one atomic load of

@@ -119,14 +119,14 @@ std::string ClusterEndpoints::HttpAddressOf(std::string_view id) const {
 node::ClusterFenceView ClusterEndpoints::Fence() const {
   node::ClusterFenceView fence;
   fence.paused = cluster_.Paused();
-  fence.minority = cluster_.MinorityRefusal().value_or("");
-  std::optional<std::string> clock = cluster_.ClockRefusal();
+  fence.minority = cluster_.MinorityRefusal().message();
+  const Status clock = cluster_.ClockRefusal();
   if (fence.paused) {
     fence.reason = "paused";
     fence.detail = "just resumed from a process pause: catching up before it decides again";
-  } else if (clock) {
+  } else if (!clock.ok()) {
     fence.reason = "clock_offset";
-    fence.detail = std::move(*clock);
+    fence.detail = clock.message();
   } else if (!fence.minority.empty() && forwarder_.failure_mode() == FailureMode::kClosed) {
     fence.reason = "minority";
     fence.detail = fence.minority;
@@ -274,7 +274,7 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_fenced", "reason=\"paused\"", cluster_.Paused() ? 1 : 0);
   Sample(out, "ringlimit_fenced", "reason=\"clock_offset\"", cluster_.ClockSkewed() ? 1 : 0);
   Sample(out, "ringlimit_fenced", "reason=\"minority\"",
-         forwarder_.failure_mode() == FailureMode::kClosed && cluster_.MinorityRefusal() ? 1 : 0);
+         forwarder_.failure_mode() == FailureMode::kClosed && !cluster_.MinorityRefusal().ok() ? 1 : 0);
 
   Metric(out, "ringlimit_clock_offset_seconds", "gauge",
          "Each member's wall clock minus this node's, measured from membership traffic (min-RTT filtered).");

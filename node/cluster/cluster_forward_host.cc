@@ -46,11 +46,11 @@ const replication::RoutingTable& ClusterForwardHost::routing() const { return cl
 
 bool ClusterForwardHost::Paused() const { return cluster_.Paused(); }
 
-std::optional<std::string> ClusterForwardHost::ClockRefusal() const { return cluster_.ClockRefusal(); }
+Status ClusterForwardHost::ClockRefusal() const { return cluster_.ClockRefusal(); }
 
 bool ClusterForwardHost::ClockSkewed() const { return cluster_.ClockSkewed(); }
 
-std::optional<std::string> ClusterForwardHost::MinorityRefusal() const { return cluster_.MinorityRefusal(); }
+Status ClusterForwardHost::MinorityRefusal() const { return cluster_.MinorityRefusal(); }
 
 std::optional<ring::OffsetEstimate> ClusterForwardHost::ClockOffsetOf(std::string_view member) const {
   return cluster_.ClockOffsetOf(member);

@@ -39,9 +39,9 @@ class ClusterForwardHost final : public ForwardHost {
   [[nodiscard]] uint32_t replicas() const override;
   [[nodiscard]] const replication::RoutingTable& routing() const override;
   [[nodiscard]] bool Paused() const override;
-  [[nodiscard]] std::optional<std::string> ClockRefusal() const override;
+  [[nodiscard]] Status ClockRefusal() const override;
   [[nodiscard]] bool ClockSkewed() const override;
-  [[nodiscard]] std::optional<std::string> MinorityRefusal() const override;
+  [[nodiscard]] Status MinorityRefusal() const override;
   [[nodiscard]] std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const override;
   [[nodiscard]] int64_t WallNowNs() const override;
   [[nodiscard]] std::chrono::nanoseconds SteadyNow() const override;

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
 #include "node/peer/peer_status.h"
 #include "peer.pb.h"
 #include "replication/routing_table.h"
@@ -40,12 +41,12 @@ class ForwardHost {
   [[nodiscard]] virtual const replication::RoutingTable& routing() const = 0;
   // The pause fence (Cluster::Paused).
   [[nodiscard]] virtual bool Paused() const = 0;
-  // Why this node's clock forbids it to decide, or nullopt (Cluster::ClockRefusal).
-  [[nodiscard]] virtual std::optional<std::string> ClockRefusal() const = 0;
+  // Unavailable with why this node's clock forbids it to decide, or OK (Cluster::ClockRefusal).
+  [[nodiscard]] virtual Status ClockRefusal() const = 0;
   // Whether it does (ClockRefusal().has_value(), without building the message; Cluster::ClockSkewed).
   [[nodiscard]] virtual bool ClockSkewed() const = 0;
-  // Why this node is on the minority side, or nullopt (Cluster::MinorityRefusal).
-  [[nodiscard]] virtual std::optional<std::string> MinorityRefusal() const = 0;
+  // Unavailable with why this node is on the minority side, or OK (Cluster::MinorityRefusal).
+  [[nodiscard]] virtual Status MinorityRefusal() const = 0;
   // The last estimate of `member`'s clock offset (member minus this node), or nullopt.
   [[nodiscard]] virtual std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const = 0;
 

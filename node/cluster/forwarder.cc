@@ -137,13 +137,15 @@ Forwarder::Forwarder(ForwardHost& host, ForwarderOptions options, LocalDecider d
 void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>& request_ptr,
                                const Reply& reply) {
   const peer::ForwardCheckRequest& request = *request_ptr;
-  std::optional<std::string> why = DecideRefusal();
-  if (!why && SenderGaveUp(request)) why = "the sender gave up on this attempt before it was decided";
-  if (!why && host_.Paused()) {
-    paused_.fetch_add(1, std::memory_order_relaxed);
-    why = "this node was just paused and is catching up: it does not decide yet";
+  Status why = DecideRefusal();
+  if (why.ok() && SenderGaveUp(request)) {
+    why = Status::Unavailable("the sender gave up on this attempt before it was decided");
   }
-  if (why) {
+  if (why.ok() && host_.Paused()) {
+    paused_.fetch_add(1, std::memory_order_relaxed);
+    why = Status::Unavailable("this node was just paused and is catching up: it does not decide yet");
+  }
+  if (!why.ok()) {
     // A skewed clock or a pause: every check answered CHECK_UNAVAILABLE, so the sender goes on to the next
     // holder.
     peer::ForwardCheckResponse response;
@@ -153,7 +155,7 @@ void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>&
       result->set_check_id(check.check_id());
       result->set_status(peer::CHECK_UNAVAILABLE);
       result->set_owner(self_id());
-      result->set_error(*why);
+      result->set_error(why.message());
     }
     reply.Decline(response.SerializeAsString());
     return;
@@ -358,19 +360,19 @@ bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
 
 std::optional<node::CheckRouter::Refusal> Forwarder::RefusesChecks() const {
   if (options_.failure_mode != FailureMode::kClosed) return std::nullopt;
-  std::optional<std::string> why = host_.MinorityRefusal();
-  if (!why) return std::nullopt;
+  const Status why = host_.MinorityRefusal();
+  if (why.ok()) return std::nullopt;
   minority_refusals_.fetch_add(1, std::memory_order_relaxed);
-  return Refusal{Refusal::Reason::kMinority, std::move(*why)};
+  return Refusal{Refusal::Reason::kMinority, why.message()};
 }
 
-std::optional<std::string> Forwarder::DecideRefusal() const {
-  if (std::optional<std::string> why = host_.ClockRefusal()) {
+Status Forwarder::DecideRefusal() const {
+  if (Status why = host_.ClockRefusal(); !why.ok()) {
     clock_refusals_.fetch_add(1, std::memory_order_relaxed);
     return why;
   }
-  if (std::optional<Refusal> refusal = RefusesChecks()) return std::move(refusal->message);
-  return std::nullopt;
+  if (std::optional<Refusal> refusal = RefusesChecks()) return Status::Unavailable(refusal->message);
+  return Status::OK();
 }
 
 uint32_t Forwarder::EnterDecisions() const { return handoff_ != nullptr ? handoff_->EnterDecision() : 0; }
@@ -520,11 +522,11 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of
     // keys it has no copy of.
     // (A node just paused still decides here when no other holder answered: see ForwardBefore.)
-    if (std::optional<std::string> why = DecideRefusal()) {
+    if (const Status why = DecideRefusal(); !why.ok()) {
       peer::ForwardedResult refused;
       refused.set_status(peer::CHECK_UNAVAILABLE);
       refused.set_owner(host_.self_id());
-      refused.set_error(std::move(*why));
+      refused.set_error(why.message());
       attempt->done(std::move(refused));
       return;
     }

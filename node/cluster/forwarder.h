@@ -223,7 +223,7 @@ class Forwarder final : public node::CheckRouter {
   struct Served;
   class Reply;
   // Why this node must not decide a check now (its clock is off, or RefusesChecks), or nullopt; counts it.
-  [[nodiscard]] std::optional<std::string> DecideRefusal() const;
+  [[nodiscard]] Status DecideRefusal() const;
   // Tries the attempt's next target (or decides here when none is left).
   // Forward, for a check whose upstream sender gives up at `deadline_wall_ns` (this node's wall clock; 0:
   // none): no attempt waits past it, and none starts after it.

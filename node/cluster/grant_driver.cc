@@ -368,8 +368,7 @@ bool GrantDriver::Deciding(std::string_view key) const {
 void GrantDriver::ServeRequest(const peer::GrantRequest& request, Respond respond) {
   const std::string& self = host_.self_id();
   Result<limiter::LimitSpec> spec = limiter::SpecFromProto(request.limit().spec());
-  const bool deciding =
-      Deciding(request.key()) && !host_.ClockSkewed() && !host_.MinorityRefusal().has_value();
+  const bool deciding = Deciding(request.key()) && !host_.ClockSkewed() && host_.MinorityRefusal().ok();
   if (!spec.ok() || !DriverLends(spec.value()) || !deciding || request.want() == 0 ||
       request.term_ns() <= 0) {
     respond(Refused(request.request(), self));

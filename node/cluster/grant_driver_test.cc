@@ -33,9 +33,9 @@ class FakeHost final : public ForwardHost {
   uint32_t replicas() const override { return 1; }
   const replication::RoutingTable& routing() const override { return table; }
   bool Paused() const override { return paused; }
-  std::optional<std::string> ClockRefusal() const override { return std::nullopt; }
+  Status ClockRefusal() const override { return Status::OK(); }
   bool ClockSkewed() const override { return false; }
-  std::optional<std::string> MinorityRefusal() const override { return std::nullopt; }
+  Status MinorityRefusal() const override { return Status::OK(); }
   std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view) const override { return std::nullopt; }
   int64_t WallNowNs() const override;
   nanoseconds SteadyNow() const override;

@@ -54,14 +54,15 @@ class SimNode::Host final : public cluster::ForwardHost {
   uint32_t replicas() const override { return node_.options_.replication.replicas; }
   const replication::RoutingTable& routing() const override { return node_.handoff_->routing().Current(); }
   bool Paused() const override { return node_.fence_->Paused(node_.world_.now()); }
-  std::optional<std::string> ClockRefusal() const override {
-    if (!node_.planner_->clock_skewed()) return std::nullopt;
-    return "this node's clock is off from the cluster's: " + node_.planner_->clock_reason();
+  Status ClockRefusal() const override {
+    if (!node_.planner_->clock_skewed()) return Status::OK();
+    return Status::Unavailable("this node's clock is off from the cluster's: " +
+                               node_.planner_->clock_reason());
   }
   bool ClockSkewed() const override { return node_.planner_->clock_skewed(); }
-  std::optional<std::string> MinorityRefusal() const override {
-    if (!node_.planner_->quorum().minority) return std::nullopt;
-    return "this node reaches only a minority of the members it knows";
+  Status MinorityRefusal() const override {
+    if (!node_.planner_->quorum().minority) return Status::OK();
+    return Status::Unavailable("this node reaches only a minority of the members it knows");
   }
   std::optional<ring::OffsetEstimate> ClockOffsetOf(std::string_view member) const override {
     const auto& offsets = node_.planner_->offsets();
