@@ -59,7 +59,7 @@ class Runner {
     server_options.framing.coalesce_max_messages = mode.max_messages;
     server_ = std::make_unique<PeerServer>(server_io_, server_options);
     server_->Register(kEcho, [](std::string payload, PeerResponder r) { r.Reply(std::move(payload)); });
-    if (!server_->Start()) std::abort();
+    if (!server_->Start().ok()) std::abort();
     PeerClientOptions client_options;
     client_options.framing.coalesce_max_messages = mode.max_messages;
     client_options.framing.coalesce_delay = mode.delay;

@@ -243,8 +243,8 @@ void Cluster::Core::ArmDns() {
       std::vector<std::string> found;
       for (const std::string& name : self->options.join_dns) {
         auto resolved = ResolvePeers(name);
-        if (!resolved) {
-          spdlog::warn("cluster: --join-dns {}: {}", name, resolved.error());
+        if (!resolved.ok()) {
+          spdlog::warn("cluster: --join-dns {}: {}", name, resolved.status().message());
           continue;
         }
         found.insert(found.end(), resolved->begin(), resolved->end());
@@ -395,16 +395,16 @@ Cluster::~Cluster() { Stop(); }
 peer::PeerServer& Cluster::server() { return core_->server; }
 peer::PeerClient& Cluster::client() { return core_->client; }
 
-boost::system::result<std::vector<std::string>, std::string> ResolvePeers(std::string_view name_and_port) {
+Result<std::vector<std::string>> ResolvePeers(std::string_view name_and_port) {
   const size_t colon = name_and_port.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == name_and_port.size()) {
-    return std::string("expected NAME:PORT");
+    return Status::InvalidArgument("expected NAME:PORT");
   }
   net::io_context io;
   net::ip::tcp::resolver resolver(io);
   boost::system::error_code ec;
   const auto results = resolver.resolve(name_and_port.substr(0, colon), name_and_port.substr(colon + 1), ec);
-  if (ec) return ec.message();
+  if (ec) return Status::Unavailable(ec.message());
   std::vector<std::string> out;
   for (const auto& entry : results) {
     const net::ip::tcp::endpoint endpoint = entry.endpoint();
@@ -429,11 +429,11 @@ std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port) {
   return std::string(host_or_address) + ":" + std::to_string(port);
 }
 
-boost::system::result<void, std::string> Cluster::Start() {
-  if (Status status = Validate(options_); !status.ok()) return status.message();
-  if (auto started = core_->server.Start(); !started) {
-    return "cannot listen for peers on " + options_.peer_host + ":" + std::to_string(options_.peer_port) +
-           ": " + started.error().message();
+Status Cluster::Start() {
+  if (Status status = Validate(options_); !status.ok()) return status;
+  if (Status started = core_->server.Start(); !started.ok()) {
+    return started.WithContext("cannot listen for peers on " + options_.peer_host + ":" +
+                               std::to_string(options_.peer_port));
   }
   peer_address_ = AdvertisedAddress(
       options_.advertise_peer.empty() ? options_.peer_host : options_.advertise_peer, core_->server.port());
@@ -449,8 +449,8 @@ boost::system::result<void, std::string> Cluster::Start() {
   std::vector<std::string> discovered;
   for (const std::string& name : options_.join_dns) {
     auto resolved = ResolvePeers(name);
-    if (!resolved) {
-      spdlog::warn("cluster: --join-dns {}: {} (tried again every {} ms)", name, resolved.error(),
+    if (!resolved.ok()) {
+      spdlog::warn("cluster: --join-dns {}: {} (tried again every {} ms)", name, resolved.status().message(),
                    options_.dns_refresh.count());
       continue;
     }
@@ -465,7 +465,7 @@ boost::system::result<void, std::string> Cluster::Start() {
     core->Begin(std::move(self), std::move(seeds), std::move(discovered));
   });
   started_ = true;
-  return {};
+  return Status::OK();
 }
 
 void Cluster::Stop() {

@@ -5,7 +5,7 @@
 //
 //   Cluster cluster(io, options);
 //   forwarder.RegisterHandlers(cluster.server());     // other peer methods, before Start
-//   if (auto started = cluster.Start(); !started) ...started.error()...
+//   if (Status started = cluster.Start(); !started.ok()) ...started.message()...
 //   cluster.ring().Current()->Owner(RingToken(key));  // from any thread
 //   cluster.Leave([] { /* left: exit */ });
 //
@@ -29,7 +29,6 @@
 #define RINGLIMIT_NODE_CLUSTER_CLUSTER_H_
 
 #include <boost/asio/io_context.hpp>
-#include <boost/system/result.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -117,8 +116,7 @@ struct ClusterOptions {
 [[nodiscard]] std::string AdvertisedAddress(std::string_view host_or_address, uint16_t port);
 
 // The "ip:port" addresses `name_and_port` ("NAME:PORT") resolves to now, each once, or what went wrong.
-[[nodiscard]] boost::system::result<std::vector<std::string>, std::string> ResolvePeers(
-    std::string_view name_and_port);
+[[nodiscard]] Result<std::vector<std::string>> ResolvePeers(std::string_view name_and_port);
 
 // Returns nullopt when `id` is 1..64 bytes of [A-Za-z0-9._-], else what is wrong.
 [[nodiscard]] Status ValidateNodeId(std::string_view id);
@@ -139,9 +137,9 @@ class Cluster {
   [[nodiscard]] peer::PeerServer& server();
   [[nodiscard]] peer::PeerClient& client();
 
-  // Binds the peer port and starts the membership (alone, or joining through the seeds). Returns a
-  // message for humans on failure.
-  [[nodiscard]] boost::system::result<void, std::string> Start();
+  // Binds the peer port and starts the membership (alone, or joining through the seeds). InvalidArgument
+  // for bad options, IOError when the peer port cannot be bound; the message is for humans.
+  [[nodiscard]] Status Start();
 
   // Stops the timer and the transport without telling anyone (a crash, as far as the others can tell,
   // unless Leave completed first). Blocks until the strand has stopped. Idempotent.

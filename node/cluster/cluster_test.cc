@@ -87,8 +87,8 @@ std::unique_ptr<Member> StartMember(IoThreads& io, const std::string& id,
   m->forwarder = std::make_unique<Forwarder>(*m->host, ForwarderOptions{.timeout = milliseconds(300)},
                                              EchoDecider(id, &m->served));
   m->host->RegisterHandler(*m->forwarder);
-  auto started = m->cluster->Start();
-  EXPECT_TRUE(started) << started.error();
+  const Status started = m->cluster->Start();
+  EXPECT_TRUE(started.ok()) << started.ToString();
   return m;
 }
 

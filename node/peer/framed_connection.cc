@@ -306,19 +306,16 @@ namespace ringlimit::peer {
 
 namespace asio = boost::asio;
 
-std::shared_ptr<asio::ssl::context> MakeTlsContext(bool server, const std::string& cert_file,
-                                                   const std::string& key_file, const std::string& ca_file,
-                                                   std::string* error) {
+Result<std::shared_ptr<asio::ssl::context>> MakeTlsContext(bool server, const std::string& cert_file,
+                                                           const std::string& key_file,
+                                                           const std::string& ca_file) {
   auto tls = std::make_shared<asio::ssl::context>(server ? asio::ssl::context::tls_server
                                                          : asio::ssl::context::tls_client);
   tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                    asio::ssl::context::no_tlsv1_1);
   boost::system::error_code ec;
-  auto failed = [&](const std::string& what) {
-    *error = what + ": " + ec.message();
-    return nullptr;
-  };
+  auto failed = [&](const std::string& what) { return Status::InvalidArgument(what, ec.message()); };
   if (tls->use_certificate_chain_file(cert_file, ec); ec) return failed("peer TLS certificate " + cert_file);
   if (tls->use_private_key_file(key_file, asio::ssl::context::pem, ec); ec) {
     return failed("peer TLS key " + key_file);

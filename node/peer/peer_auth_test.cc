@@ -37,7 +37,7 @@ class PeerAuthTest : public ::testing::Test {
       handled_.fetch_add(1);
       r.Reply(payload);
     });
-    ASSERT_TRUE(server_->Start());
+    ASSERT_TRUE(server_->Start().ok());
     peer_ = Address(server_->port());
   }
 
@@ -97,7 +97,7 @@ TEST_F(PeerAuthTest, MissingSecretIsRefusedEitherWay) {
   PeerServerOptions open_options;
   PeerServer open_server(io_.io(), open_options);
   open_server.Register(kEcho, [](std::string p, PeerResponder r) { r.Reply(p); });
-  ASSERT_TRUE(open_server.Start());
+  ASSERT_TRUE(open_server.Start().ok());
   PeerClient strict(io_.io(), WithSecret(kSecret));
   EXPECT_EQ(CallSync(strict, Address(open_server.port()), kEcho, "").kind(), PeerErrorKind::kAuthFailed);
 }

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
+
 namespace boost::asio::ssl {
 class context;
 }
@@ -54,10 +56,11 @@ struct FramingOptions {
 // (PEM), which every peer's certificate must chain to -- on both sides (mutual TLS): a server refuses a
 // client without such a certificate, a client a server. Peers are addressed by IP, so no host name is
 // checked: the CA is the trust anchor (and --cluster-secret still authenticates each peer). TLS 1.2+.
-// Returns null and sets `error` when a file cannot be read or the key does not match the certificate.
-std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(bool server, const std::string& cert_file,
-                                                          const std::string& key_file,
-                                                          const std::string& ca_file, std::string* error);
+// InvalidArgument when a file cannot be read or the key does not match the certificate.
+[[nodiscard]] Result<std::shared_ptr<boost::asio::ssl::context>> MakeTlsContext(bool server,
+                                                                                const std::string& cert_file,
+                                                                                const std::string& key_file,
+                                                                                const std::string& ca_file);
 
 struct PeerServerOptions {
   // --- Affects behaviour ---

@@ -278,18 +278,20 @@ class ServerListener : public std::enable_shared_from_this<ServerListener> {
         retry_timer_(acceptor_.get_executor()) {}
 
   // Before any asynchronous operation: no concurrency yet.
-  boost::system::result<void> Open() {
+  // InvalidArgument for an address that does not parse, IOError when the socket cannot listen.
+  Status Open() {
     boost::system::error_code ec;
     const auto address = asio::ip::make_address(shared_->options.address, ec);
-    if (ec) return ec;
+    if (ec) return Status::InvalidArgument("peer listen address " + shared_->options.address, ec.message());
     const tcp::endpoint endpoint(address, shared_->options.port);
-    if (acceptor_.open(endpoint.protocol(), ec); ec) return ec;
-    if (acceptor_.set_option(asio::socket_base::reuse_address(true), ec); ec) return ec;
-    if (acceptor_.bind(endpoint, ec); ec) return ec;
-    if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) return ec;
+    auto failed = [&](std::string_view step) { return Status::IOError(step, ec.message()); };
+    if (acceptor_.open(endpoint.protocol(), ec); ec) return failed("open");
+    if (acceptor_.set_option(asio::socket_base::reuse_address(true), ec); ec) return failed("reuse_address");
+    if (acceptor_.bind(endpoint, ec); ec) return failed("bind");
+    if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) return failed("listen");
     port_ = acceptor_.local_endpoint(ec).port();
-    if (ec) return ec;
-    return {};
+    if (ec) return failed("local_endpoint");
+    return Status::OK();
   }
 
   uint16_t port() const { return port_; }
@@ -363,14 +365,14 @@ void PeerServer::Register(uint32_t method, PeerHandler handler) {
   shared_->handlers[method] = std::move(handler);
 }
 
-boost::system::result<void> PeerServer::Start() {
+Status PeerServer::Start() {
   auto listener = std::make_shared<internal::ServerListener>(io_, shared_);
-  if (auto opened = listener->Open(); !opened) return opened;
+  if (Status opened = listener->Open(); !opened.ok()) return opened;
   listener_ = std::move(listener);
   listener_->Accept();
   spdlog::info("peer: listening on {}:{}{}", shared_->options.address, listener_->port(),
                shared_->options.cluster_secret.empty() ? "" : " (cluster secret required)");
-  return {};
+  return Status::OK();
 }
 
 uint16_t PeerServer::port() const { return listener_ ? listener_->port() : 0; }

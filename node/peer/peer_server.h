@@ -8,7 +8,7 @@
 //   server.Register(kMethodCheck, [](std::string payload, PeerResponder responder) {
 //     ... responder.Reply(answer.SerializeAsString());  // or responder.Fail("why")
 //   });
-//   if (auto started = server.Start(); !started) ...;   // server.port() is the bound port
+//   if (Status started = server.Start(); !started.ok()) ...;   // server.port() is the bound port
 //
 // Thread safety: Register must be called before Start (handlers are then immutable). Start, Stop,
 // port() and Stats() may be called from any thread. The server runs on an io_context the caller owns
@@ -22,12 +22,12 @@
 #define RINGLIMIT_NODE_PEER_PEER_SERVER_H_
 
 #include <boost/asio/io_context.hpp>
-#include <boost/system/result.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "node/peer/peer_options.h"
 #include "node/peer/peer_stats.h"
 
@@ -73,8 +73,9 @@ class PeerServer {
   // REQUIRES: before Start; method != 0. A later registration for the same method replaces it.
   void Register(uint32_t method, PeerHandler handler);
 
-  // Binds, listens and starts accepting. Errors (bad address, port in use) are returned.
-  [[nodiscard]] boost::system::result<void> Start();
+  // Binds, listens and starts accepting. Errors are returned: InvalidArgument for an address that does not
+  // parse, IOError when the port cannot be bound (in use, not permitted).
+  [[nodiscard]] Status Start();
 
   // The bound port (the ephemeral one when options.port was 0); 0 before Start.
   [[nodiscard]] uint16_t port() const;

@@ -66,7 +66,7 @@ class PeerTest : public ::testing::TestWithParam<bool> {
     server->Register(kFail, [](std::string, PeerResponder r) { r.Fail("nope"); });
     server->Register(kThrow, [](std::string, PeerResponder) -> void { throw std::runtime_error("boom"); });
     server->Register(kDrop, [](std::string, PeerResponder) {});
-    EXPECT_TRUE(server->Start());
+    EXPECT_TRUE(server->Start().ok());
     EXPECT_NE(server->port(), 0);
     return server;
   }
@@ -312,7 +312,7 @@ TEST_P(PeerTest, ServerKilledThenClientReconnectsToNewServerOnSamePort) {
   ASSERT_TRUE(WaitFor([&] {
     reborn = std::make_unique<PeerServer>(io_.io(), same_port);
     reborn->Register(kEcho, [](std::string payload, PeerResponder r) { r.Reply("echo:" + payload); });
-    return reborn->Start().has_value();
+    return reborn->Start().ok();
   }));
   ASSERT_EQ(reborn->port(), port);
   ASSERT_TRUE(WaitFor([&] { return CallSync(client, peer, kEcho, "after").ok(); }));

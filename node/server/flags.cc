@@ -514,15 +514,11 @@ Result<Flags> ValidateFlags(RawFlags raw) {
   if (!raw.peer_tls_cert.empty() || !raw.peer_tls_key.empty() || !raw.peer_tls_ca.empty()) {
     if (raw.peer_tls_cert.empty() || raw.peer_tls_key.empty() || raw.peer_tls_ca.empty())
       return bad("give all of --peer-tls-cert, --peer-tls-key and --peer-tls-ca (or none)");
-    // MakeTlsContext (node/peer) still reports through a string out-parameter.
-    std::string error;
-    n.cluster.peer_tls_server =
-        peer::MakeTlsContext(true, raw.peer_tls_cert, raw.peer_tls_key, raw.peer_tls_ca, &error);
-    if (n.cluster.peer_tls_server != nullptr) {
-      n.cluster.peer_tls_client =
-          peer::MakeTlsContext(false, raw.peer_tls_cert, raw.peer_tls_key, raw.peer_tls_ca, &error);
+    for (const bool server : {true, false}) {
+      auto tls = peer::MakeTlsContext(server, raw.peer_tls_cert, raw.peer_tls_key, raw.peer_tls_ca);
+      if (!tls.ok()) return tls.status();
+      (server ? n.cluster.peer_tls_server : n.cluster.peer_tls_client) = std::move(*tls);
     }
-    if (n.cluster.peer_tls_client == nullptr) return bad(error);
   }
   n.http.read_timeout = std::chrono::milliseconds(raw.read_timeout_ms);
   n.http.idle_timeout = std::chrono::milliseconds(raw.idle_timeout_ms);

@@ -362,15 +362,13 @@ Status Node::StartCluster() {
   p.endpoints->SetGrants(p.grants.get());
   // Before the threads run: no request is handled yet.
   p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
-  if (auto started = p.cluster->Start(); !started) {
+  if (Status started = p.cluster->Start(); !started.ok()) {
     // Nothing has run yet (the io threads start after this), so the replicator and the handoff have
     // nothing to ship or wait for: dropped at once. Stopping them would wait for an executor that never
     // runs (seconds before a busy peer port is reported).
     p.handoff->Abandon();
     p.replicator->Abandon();
-    // Cluster::Start reports a message only (node/cluster keeps its own result type for now); what fails
-    // there is the peer port or the TLS files.
-    return Status::IOError(started.error());
+    return started;
   }
   return Status::OK();
 }
