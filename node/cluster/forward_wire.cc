@@ -30,9 +30,7 @@ void AppendDeadlineStamp(int64_t sent_wall_ns, std::chrono::milliseconds wait, s
   }
 }
 
-void AppendTried(std::span<const std::string> tried, std::string& out) {
-  for (const std::string& id : tried) pa::Bytes(out, 8, id);
-}
+void AppendTried(std::string_view tried, std::string& out) { pa::Bytes(out, 8, tried); }
 
 namespace {
 

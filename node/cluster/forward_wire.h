@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,8 +37,8 @@ void AppendForwardRequestHead(std::string_view from, std::string_view owner, uin
 // ForwardCheckRequest { sent_wall_ns = 5; wait_ms = 6 }: an attempt's deadline, appended to `out` (a wait
 // beyond UINT32_MAX ms is written as UINT32_MAX).
 void AppendDeadlineStamp(int64_t sent_wall_ns, std::chrono::milliseconds wait, std::string& out);
-// ForwardCheckRequest { repeated tried = 8 }, appended to `out`.
-void AppendTried(std::span<const std::string> tried, std::string& out);
+// One entry of ForwardCheckRequest { repeated tried = 8 }, appended to `out`.
+void AppendTried(std::string_view tried, std::string& out);
 
 // The one decided result of a ForwardCheckResponse's bytes: its only result when that is CHECK_OK or
 // CHECK_UNACKED (charged, answered 503, not to be tried elsewhere); nullopt when the bytes do not parse,

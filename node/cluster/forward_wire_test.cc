@@ -122,7 +122,7 @@ TEST(ForwardWireTest, TheRequestWritersMakeProtobufsBytes) {
     check.SerializeToString(&entry);
     bytes += std::string(1, '\x22') + static_cast<char>(entry.size()) + entry;  // checks = 4, short entry
     AppendDeadlineStamp(c.sent, std::chrono::milliseconds(c.wait_ms), bytes);
-    AppendTried(c.tried, bytes);
+    for (const std::string& t : c.tried) AppendTried(t, bytes);
     EXPECT_EQ(bytes, request.SerializeAsString()) << c.from.size() << " " << c.sent;
 
     // A second stamp sets the fields anew.

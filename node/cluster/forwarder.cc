@@ -17,8 +17,7 @@ namespace ringlimit::cluster {
 
 struct Forwarder::Attempt {
   std::string payload;                 // serialized ForwardCheckRequest
-  std::vector<std::string> targets;    // ids, in the order to try
-  std::vector<std::string> addresses;  // their peer addresses
+  std::vector<ForwardTarget> targets;  // ids and peer addresses, in the order to try
   size_t next = 0;                     // the next target to try
   uint32_t timeout_retries = 0;        // of the current target
   ring::Token token = 0;               // the key's
@@ -446,14 +445,8 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
   std::span<const ring::MemberInfo> members;
   if (table.members != nullptr) members = *table.members;
-  std::vector<ForwardTarget> targets = ForwardTargets(token, self, route_override, table.ring.get(), members,
-                                                      host_.replicas(), options_.max_attempts);
-  attempt->targets.reserve(targets.size());
-  attempt->addresses.reserve(targets.size());
-  for (ForwardTarget& target : targets) {
-    attempt->targets.push_back(std::move(target.id));
-    attempt->addresses.push_back(std::move(target.peer_address));
-  }
+  attempt->targets = ForwardTargets(token, self, route_override, table.ring.get(), members, host_.replicas(),
+                                    options_.max_attempts);
   const uint64_t fingerprint = table.ring != nullptr ? table.ring->fingerprint() : 0;
   const bool skewed = host_.ClockSkewed();
   const bool paused = host_.Paused();
@@ -463,10 +456,10 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     // decided meanwhile; or it holds the key's range without its copy yet. Its turn is skipped: when no
     // other holder answers, a skewed node refuses (Try), a paused node still decides, an unsynced one as
     // --failure-mode says (below, or in Try).
-    auto self_at = std::find(attempt->targets.begin(), attempt->targets.end(), self);
+    auto self_at = std::find_if(attempt->targets.begin(), attempt->targets.end(),
+                                [&](const ForwardTarget& t) { return t.id == self; });
     if (self_at != attempt->targets.end()) {
       (skewed ? clock_skips_ : paused ? paused_ : unsynced_skips_).fetch_add(1, std::memory_order_relaxed);
-      attempt->addresses.erase(attempt->addresses.begin() + (self_at - attempt->targets.begin()));
       attempt->targets.erase(self_at);
     }
   }
@@ -474,7 +467,7 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     Try(std::move(attempt));  // no other holder to ask: refused (skewed, or closed) or decided here (open)
     return;
   }
-  if (attempt->targets.empty() || attempt->targets[0] == self) {
+  if (attempt->targets.empty() || attempt->targets[0].id == self) {
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
   }
@@ -483,7 +476,8 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     check.set_request_id_lo(next_request_.fetch_add(1, std::memory_order_relaxed));
   }
   // The request's own fields, then the check appended as its one `checks` entry (not moved into it).
-  AppendForwardRequestHead(self, attempt->targets[0], fingerprint, attempt->payload);
+  attempt->payload.reserve(256);  // a request of one check with a few limits: one allocation
+  AppendForwardRequestHead(self, attempt->targets[0].id, fingerprint, attempt->payload);
   peer::AppendMessageField(peer::ForwardCheckRequest::kChecksFieldNumber, check, attempt->payload);
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   Try(std::move(attempt));
@@ -506,7 +500,7 @@ void Forwarder::Decided(std::span<const std::string_view> keys, std::function<vo
 }
 
 void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
-  if (attempt->next + 1 < attempt->targets.size() && attempt->targets[attempt->next] == host_.self_id()) {
+  if (attempt->next + 1 < attempt->targets.size() && attempt->targets[attempt->next].id == host_.self_id()) {
     // This node's turn, with holders after it, but its clock was judged off or it was paused since the
     // check came in (ForwardBefore skips its turn only when that held then): those holders are asked first,
     // as they would have been. (Skewed, it would refuse; just paused, its copy may be behind theirs.)
@@ -514,10 +508,9 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     if (skewed || host_.Paused()) {
       (skewed ? clock_skips_ : paused_).fetch_add(1, std::memory_order_relaxed);
       attempt->targets.erase(attempt->targets.begin() + static_cast<std::ptrdiff_t>(attempt->next));
-      attempt->addresses.erase(attempt->addresses.begin() + static_cast<std::ptrdiff_t>(attempt->next));
     }
   }
-  if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next] == host_.self_id()) {
+  if (attempt->next >= attempt->targets.size() || attempt->targets[attempt->next].id == host_.self_id()) {
     // This node's turn, perhaps seconds after the check came in (timeouts, retries): judged again now. A
     // node cut off meanwhile reaches only a minority by now, and its ring may already make it the holder of
     // keys it has no copy of.
@@ -576,9 +569,9 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
   payload.reserve(attempt->payload.size() + 16);
   payload = attempt->payload;
   AppendDeadlineStamp(host_.WallNowNs(), wait, payload);
-  if (index > 0) AppendTried(std::span<const std::string>(attempt->targets.data(), index), payload);
+  for (size_t i = 0; i < index; ++i) AppendTried(attempt->targets[i].id, payload);
   const std::chrono::nanoseconds sent = host_.SteadyNow();
-  host_.Call(attempt->addresses[index], peer::METHOD_FORWARD_CHECK, std::move(payload), wait,
+  host_.Call(attempt->targets[index].peer_address, peer::METHOD_FORWARD_CHECK, std::move(payload), wait,
              [this, attempt, index, sent](peer::PeerResult result) mutable {
                if (std::optional<peer::ForwardedResult> decided = DecidedResult(result)) {
                  host_.ObserveRoundTrip(host_.SteadyNow() - sent);
@@ -586,7 +579,7 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
                  return;
                }
                failures_.fetch_add(1, std::memory_order_relaxed);
-               const std::string& target = attempt->targets[index];
+               const std::string& target = attempt->targets[index].id;
                spdlog::debug("forward to {} failed: {}", target,
                              result.ok() ? std::string("unusable answer") : result.status().ToString());
                // Timed out: the node may be paused or slow and may have charged the check. The same node
@@ -613,11 +606,11 @@ void Forwarder::Call(std::shared_ptr<Attempt> attempt, size_t index) {
 void Forwarder::Relay(std::shared_ptr<Attempt> attempt) {
   attempt->relay_tried = true;
   const std::string& self = host_.self_id();
-  const std::string decider = attempt->targets[0];
+  const std::string decider = attempt->targets[0].id;
   // The next holder when it is another node (it would be tried next anyway), else any other alive member.
   std::string relay_address;
-  if (attempt->targets.size() > 1 && attempt->targets[1] != self) {
-    relay_address = attempt->addresses[1];
+  if (attempt->targets.size() > 1 && attempt->targets[1].id != self) {
+    relay_address = attempt->targets[1].peer_address;
   } else {
     const replication::RoutingTable& table = host_.routing();
     if (table.members != nullptr) {
