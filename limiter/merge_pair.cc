@@ -10,7 +10,7 @@
 //            (a tombstone's `last` is the one its `expires` implies); records have no cells or stamps.
 //   windows  base.stamp (64), newest - the newer version's ms (32), anchored_window: the two window starts
 //            s0 <= s1 the records' cells have (64 each; one start: twice), then per record: version -
-//            base.stamp (48), the counts of its cells s0 and s1 (anchored_window) or k and k - 1 (the
+//            base.stamp (48, signed), the counts of its cells s0 and s1 (anchored_window) or k and k - 1 (the
 //            others), 32 bits each, 0: no such cell                           fixed, approx 352; anchored 480
 //            implied: the spec's cell width, an empty base level, no base entries.
 #include "limiter/merge_pair.h"
@@ -79,6 +79,20 @@ class Bits {
   int segment_ = 0;
   int offset_ = 0;
 };
+
+// `value - anchor` as 48 bits of two's complement, when it fits (a window's records may predate its base:
+// the base is the newer copy's, whose stamp is its first charge's).
+bool SignedDelta48(uint64_t value, uint64_t anchor, uint64_t& out) {
+  const i128 delta = static_cast<i128>(value) - static_cast<i128>(anchor);
+  if (delta < -(i128{1} << 47) || delta >= (i128{1} << 47)) return false;
+  out = static_cast<uint64_t>(static_cast<int64_t>(delta)) & Low(48);
+  return true;
+}
+
+uint64_t FromSignedDelta48(uint64_t bits, uint64_t anchor) {
+  const auto delta = static_cast<int64_t>(bits << 16) >> 16;  // sign-extended
+  return static_cast<uint64_t>(static_cast<i128>(anchor) + delta);
+}
 
 bool NoGrants(const MergeState& s) {
   return s.grants.records.empty() && s.grants.floor == GrantLedger{}.floor;
@@ -201,7 +215,7 @@ bool PackWindows(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
   for (const Contribution& c : m.contributions) {
     uint64_t version = 0;
     if (c.version == 0 || c.width != width || !c.stamps.empty() || c.epoch != 0 || c.consumed != 0 ||
-        c.last != 0 || c.cells.empty() || c.cells.size() > 2 || !GapWithin(c.version, b.stamp, 48, version) ||
+        c.last != 0 || c.cells.empty() || c.cells.size() > 2 || !SignedDelta48(c.version, b.stamp, version) ||
         (c.cells.size() == 2 && c.cells[0].index >= c.cells[1].index)) {
       return false;
     }
@@ -328,7 +342,7 @@ void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<Cont
   std::array<Hlc, 2> versions{};
   std::array<uint64_t, 4> counts{};  // per record: anchored, of starts[0] and [1]; else of cells k, k - 1
   for (size_t i = 0; i < 2; ++i) {
-    versions[i] = b.stamp + bits.Get(48);
+    versions[i] = FromSignedDelta48(bits.Get(48), b.stamp);
     counts[2 * i] = bits.Get(32);
     counts[2 * i + 1] = bits.Get(32);
   }

@@ -18,7 +18,7 @@
 //    physical time of the base stamp (buckets) or of the newer record's version (windows); bucket records:
 //    version within 2^40 HLC ticks (~4.6 hours) below the base stamp, epoch within 2^40 ticks below the
 //    version, `consumed` below 2^31, `last` within 2^31 ns of its version's physical time; window records:
-//    version within 2^48 ticks above the base stamp, counts below 2^32.
+//    version within 2^47 ticks of the base stamp, counts below 2^32.
 #ifndef RINGLIMIT_LIMITER_MERGE_PAIR_H_
 #define RINGLIMIT_LIMITER_MERGE_PAIR_H_
 

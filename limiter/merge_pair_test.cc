@@ -228,6 +228,16 @@ TEST(PairForm, PromotionAndCompactionShapes) {
       Collect(spec, m);
       EXPECT_TRUE(ExpectPairRoundTrip(spec, m, reused, "rebased"));
     } else {
+      // B's own copy, started apart (its base: its first charge, newer than A's record), merged into A's:
+      // a record older than the base packs too.
+      MergeState apart;
+      (void)CheckMerged(spec, apart, kIds[1], b_clock.Now(kT0 + 2 * kMillisecond),
+                        At(kT0 + 2 * kMillisecond, 1));
+      MergeState joined = m;
+      MergeInto(joined, apart);
+      Collect(spec, joined);
+      ASSERT_GT(joined.base.stamp, joined.contributions[0].version);
+      EXPECT_EQ(ExpectPairRoundTrip(spec, joined, reused, "apart"), Pairable(a));
       m = b_copy;
     }
     // Three windows later A charges: B's record has drained or expired.
