@@ -350,25 +350,10 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
   const limiter::ContributorId id = limiter::PackCandidate(state);
   limiter::PackedState packed;
   uint16_t tag = 0;
-  std::array<limiter::ContributorId, 2> ids{};
-  std::array<uint16_t, 2> tags{};
-  limiter::PackedPair pair;
   if (id != 0 && TagOf(id, tag) && limiter::PackState(spec, state, tag, packed)) {
     if (e.packed.word[0] == 0 || IsPair(e)) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
     e.packed = packed;
-  } else if (limiter::PairCandidates(spec, state, ids) && TagOf(ids[0], tags[0]) && TagOf(ids[1], tags[1]) &&
-             limiter::PackPair(spec, state, tags, pair)) {
-    uint32_t cell = 0;
-    if (IsPair(e)) {
-      cell = PairIndex(e);
-    } else {
-      if (e.packed.word[0] == 0) ReleaseHeap(e);  // (packed first, as above)
-      cell = AllocatePair();
-      e.meta |= kPair;
-    }
-    std::copy(pair.word, pair.word + 4, e.packed.word);
-    e.packed.word[3] |= uint64_t{cell} << 32;
-    std::copy(pair.word + 4, pair.word + 8, PairAt(cell).begin());
+  } else if (KeepPair(e, spec, state)) {
   } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
     ReleaseHeap(e);
   } else {
@@ -386,6 +371,28 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
     if (heap != &state) *heap = state;
   }
   Account(index);
+}
+
+bool MemoryShard::KeepPair(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state) {
+  std::array<limiter::ContributorId, 2> ids{};
+  std::array<uint16_t, 2> tags{};
+  limiter::PackedPair pair;
+  if (!limiter::PairCandidates(spec, state, ids) || !TagOf(ids[0], tags[0]) || !TagOf(ids[1], tags[1]) ||
+      !limiter::PackPair(spec, state, tags, pair)) {
+    return false;
+  }
+  uint32_t cell = 0;
+  if (IsPair(e)) {
+    cell = PairIndex(e);
+  } else {
+    if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+    cell = AllocatePair();
+    e.meta |= kPair;
+  }
+  std::copy(pair.word, pair.word + 4, e.packed.word);
+  e.packed.word[3] |= uint64_t{cell} << 32;
+  std::copy(pair.word + 4, pair.word + 8, PairAt(cell).begin());
+  return true;
 }
 
 uint32_t MemoryShard::FindHead(EntityKey key) const {

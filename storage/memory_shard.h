@@ -189,6 +189,8 @@ class MemoryShard {
   // when limiter::PackState accepts it, else in the pair form when limiter::PackPair does (the heap object
   // or the pair cell, if any and no longer needed, goes), else in a heap MergeState. Accounts.
   void Keep(uint32_t index, const limiter::MergeState& state);
+  // Keep's pair form: false (nothing changed) when limiter::PackPair does not take `state`.
+  bool KeepPair(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state);
   // The entry's heap MergeState (if any) goes to the spares or is freed, or its pair cell to the free list.
   void ReleaseHeap(Entry& e);
   // The second half of a pair-packed state (limiter::PackedPair word[4..7]).
