@@ -354,6 +354,7 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
     if (e.packed.word[0] == 0 || IsPair(e)) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
     e.packed = packed;
   } else if (KeepPair(e, spec, state)) {
+    // (in the pair form)
   } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
     ReleaseHeap(e);
   } else {
