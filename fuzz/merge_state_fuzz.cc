@@ -9,7 +9,9 @@
 //  - charging it, collecting it and reading it under a valid spec of its algorithm neither crashes nor
 //    trips a sanitizer, and what results encodes and parses back to itself;
 //  - whatever of these PackState accepts, UnpackState restores exactly, and the packed idle instant
-//    (PackedIdleAt, PackedIdleBy) is the merged one.
+//    (PackedIdleAt, PackedIdleBy) is the merged one; whatever PackPair accepts, UnpackPair restores
+//    exactly (whatever the caller's 32 bits hold), and no state is accepted by both.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "limiter/hlc.h"
 #include "limiter/limiter.h"
 #include "limiter/merge.h"
+#include "limiter/merge_pair.h"
 
 namespace {
 
@@ -34,7 +37,22 @@ void CheckRoundTrip(const MergeState& state, const char* what) {
   FUZZ_CHECK(*again == state, what);
 }
 
+void CheckPair(const LimitSpec& spec, const MergeState& state) {
+  std::array<ContributorId, 2> ids{};
+  PackedPair pair;
+  if (!PairCandidates(spec, state, ids) || !PackPair(spec, state, {5, 7}, pair)) return;
+  FUZZ_CHECK(pair.word[3] >> 32 == 0 && PairTags(pair) == (std::array<uint16_t, 2>{5, 7}),
+             "a pair uses the caller's bits or lost its tags");
+  pair.word[3] |= uint64_t{0xfeedface} << 32;
+  MergeState back;
+  UnpackPair(spec, pair, ids, back);
+  FUZZ_CHECK(back == state, "a pair-packed state does not unpack to itself");
+  PackedState packed;
+  FUZZ_CHECK(!PackState(spec, state, 3, packed), "a state accepted by both packed forms");
+}
+
 void CheckPacked(const LimitSpec& spec, const MergeState& state) {
+  CheckPair(spec, state);
   PackedState packed;
   if (!PackState(spec, state, 3, packed)) return;
   FUZZ_CHECK(packed.word[0] != 0 && PackedTag(packed) == 3, "a packed state without its version or tag");

@@ -25,39 +25,16 @@ namespace {
 using internal::CellWidth;
 using internal::ExpiresOf;
 using internal::FloorDiv;
+using internal::GapWithin;
 using internal::i128;
+using internal::InstantDelta;
+using internal::InstantFrom;
+using internal::IsBucket;
 using internal::u128;
 
 constexpr uint64_t kLow48 = (uint64_t{1} << 48) - 1;
 constexpr uint64_t kLow32 = (uint64_t{1} << 32) - 1;
 constexpr uint64_t kLow31 = (uint64_t{1} << 31) - 1;
-
-bool IsBucket(Algorithm a) {
-  return a == Algorithm::kTokenBucket || a == Algorithm::kLeakyBucket || a == Algorithm::kGcra;
-}
-
-// The physical time of an HLC stamp in ns (wide: the stamp's 48 bits of ms overflow 64 bits of ns).
-i128 PhysicalNs(Hlc version) { return static_cast<i128>(HlcWallMs(version)) * 1'000'000; }
-
-// `newest` relative to the version's physical time, when it fits 32 bits.
-bool InstantDelta(TimeNs newest, Hlc version, uint64_t& out) {
-  const i128 delta = static_cast<i128>(newest) - PhysicalNs(version);
-  if (delta < std::numeric_limits<int32_t>::min() || delta > std::numeric_limits<int32_t>::max())
-    return false;
-  out = static_cast<uint32_t>(static_cast<int32_t>(delta));
-  return true;
-}
-
-TimeNs InstantFrom(uint64_t delta, Hlc version) {
-  return static_cast<TimeNs>(PhysicalNs(version) + static_cast<int32_t>(static_cast<uint32_t>(delta)));
-}
-
-// `later - earlier` when it is below 2^48 (and later >= earlier).
-bool Gap48(Hlc later, Hlc earlier, uint64_t& out) {
-  if (earlier > later || later - earlier > kLow48) return false;
-  out = later - earlier;
-  return true;
-}
 
 bool PackBucket(const LimitSpec& spec, const MergeState& m, const Contribution& c, uint16_t tag,
                 PackedState& out) {
@@ -65,7 +42,7 @@ bool PackBucket(const LimitSpec& spec, const MergeState& m, const Contribution& 
   uint64_t epoch_gap = 0, delta = 0;
   if (c.width != 0 || !c.cells.empty() || !c.stamps.empty() || c.epoch == 0 || c.consumed > kLow31 ||
       c.last != m.newest || b.stamp < c.version || b.stamp - c.version > 1 || b.at != m.newest ||
-      b.included.size() != 1 || !Gap48(c.version, c.epoch, epoch_gap) ||
+      b.included.size() != 1 || !GapWithin(c.version, c.epoch, 48, epoch_gap) ||
       !InstantDelta(m.newest, c.version, delta)) {
     return false;
   }
@@ -88,7 +65,7 @@ bool PackWindow(const LimitSpec& spec, const MergeState& m, const Contribution& 
   uint64_t base_gap = 0, delta = 0;
   if (c.width != width || !c.stamps.empty() || c.epoch != 0 || c.consumed != 0 || c.last != 0 ||
       b.level_whole != 0 || b.level_frac != 0 || b.at != 0 || !b.included.empty() || b.stamp == 0 ||
-      c.cells.empty() || c.cells.size() > 2 || !Gap48(c.version, b.stamp, base_gap) ||
+      c.cells.empty() || c.cells.size() > 2 || !GapWithin(c.version, b.stamp, 48, base_gap) ||
       !InstantDelta(m.newest, c.version, delta)) {
     return false;
   }

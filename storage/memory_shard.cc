@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "limiter/merge_pair.h"
 #include "storage/key_codec.h"
 
 namespace ringlimit::storage {
@@ -14,6 +15,9 @@ namespace {
 constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kChunkBits = 10;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
+// Pair cells (the second halves of pair-packed states) per chunk of the pair slab: 32 KiB a chunk.
+constexpr uint32_t kPairChunkBits = 10;
+constexpr uint32_t kPairChunkSize = 1u << kPairChunkBits;
 
 // Entry::meta: version in the high 48 bits, then the key's size byte (kHeapKey: on the heap), then the
 // flags byte.
@@ -54,6 +58,7 @@ size_t SlotBytes(std::string_view name) { return 64 + sizeof(limiter::LimitSpec)
 constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
 constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
 constexpr uint64_t kHead = 4;    // the first entry of its entity's chain (in heads_): counted once per key
+constexpr uint64_t kPair = 8;    // the state is in the pair form: half in `packed`, half in a pair cell
 constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
 
 uint64_t Version(uint64_t meta) { return meta >> 16; }
@@ -109,10 +114,12 @@ const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
 }  // namespace
 
 // 80 bytes. The entity key is in `key` when it fits (its size in meta), else `key` holds a pointer to a heap
-// block of its size (uint32) and its bytes. The state is packed in `packed` (limiter::PackState: one
-// contributor, packed.word[0] != 0, the contributor as a tag of this shard) or, with packed.word[0] == 0,
-// packed.word[1] is a pointer to a heap MergeState (null: the empty state). Owned by the shard: Free
-// releases both.
+// block of its size (uint32) and its bytes. The state is, in this order of preference: packed in `packed`
+// (limiter::PackState: one contributor, packed.word[0] != 0, the contributor as a tag of this shard); in
+// the pair form (kPair in meta; limiter::PackPair: two contributors, tags of this shard) with its first
+// half in `packed` and its second in the pair cell whose index is the high half of packed.word[3]; or, with
+// packed.word[0] == 0, packed.word[1] is a pointer to a heap MergeState (null: the empty state). Owned by
+// the shard: Free releases the key, the pair cell and the heap state.
 struct MemoryShard::Entry {
   char key[kInlineKey] = {};
   ring::Token token = 0;  // ring::RingToken(entity), as the caller computed it: never hashed again here
@@ -166,8 +173,12 @@ void FreeKey(MemoryShard::Entry& e) {
   e.meta &= ~(uint64_t{0xff} << kKeyShift);
 }
 
+bool IsPair(const MemoryShard::Entry& e) { return (e.meta & kPair) != 0; }
+uint32_t PairIndex(const MemoryShard::Entry& e) { return static_cast<uint32_t>(e.packed.word[3] >> 32); }
+
 limiter::MergeState* HeapOf(const MemoryShard::Entry& e) {
-  return e.packed.word[0] != 0 ? nullptr : reinterpret_cast<limiter::MergeState*>(e.packed.word[1]);
+  return e.packed.word[0] != 0 || IsPair(e) ? nullptr
+                                            : reinterpret_cast<limiter::MergeState*>(e.packed.word[1]);
 }
 
 void SetHeap(MemoryShard::Entry& e, limiter::MergeState* state) {
@@ -243,7 +254,32 @@ uint32_t MemoryShard::Allocate() {
   return fresh_++;
 }
 
+MemoryShard::PairCell& MemoryShard::PairAt(uint32_t index) const {
+  return pair_chunks_[index >> kPairChunkBits][index & (kPairChunkSize - 1)];
+}
+
+uint32_t MemoryShard::AllocatePair() {
+  if (pair_free_ != kNil) {
+    const uint32_t index = pair_free_;
+    pair_free_ = static_cast<uint32_t>(PairAt(index)[0]);
+    return index;
+  }
+  if (pair_fresh_ == pair_chunks_.size() * kPairChunkSize) {
+    pair_chunks_.push_back(std::make_unique<PairCell[]>(kPairChunkSize));
+    bytes_.fetch_add(kPairChunkSize * sizeof(PairCell), std::memory_order_relaxed);
+  }
+  return pair_fresh_++;
+}
+
 void MemoryShard::ReleaseHeap(Entry& e) {
+  if (IsPair(e)) {  // the pair cell goes to the free list
+    const uint32_t cell = PairIndex(e);
+    PairAt(cell)[0] = pair_free_;
+    pair_free_ = cell;
+    e.meta &= ~kPair;
+    e.packed = limiter::PackedState{};
+    return;
+  }
   std::unique_ptr<limiter::MergeState> state(HeapOf(e));
   SetHeap(e, nullptr);
   if (state != nullptr && spare_states_.size() < kSpareStates && SmallState(*state)) {
@@ -291,6 +327,15 @@ bool MemoryShard::TagOf(limiter::ContributorId id, uint16_t& tag) {
 
 const limiter::MergeState& MemoryShard::StateOf(uint32_t index, limiter::MergeState& scratch) const {
   const Entry& e = At(index);
+  if (IsPair(e)) {
+    limiter::PackedPair pair;
+    std::copy(std::begin(e.packed.word), std::end(e.packed.word), pair.word);
+    const PairCell& cell = PairAt(PairIndex(e));
+    std::copy(cell.begin(), cell.end(), pair.word + 4);
+    const std::array<uint16_t, 2> tags = limiter::PairTags(pair);
+    limiter::UnpackPair(slots_[e.slot].spec, pair, {tag_ids_[tags[0]], tag_ids_[tags[1]]}, scratch);
+    return scratch;
+  }
   if (e.packed.word[0] == 0) {
     const limiter::MergeState* heap = HeapOf(e);
     return heap != nullptr ? *heap : kEmptyState;
@@ -301,15 +346,19 @@ const limiter::MergeState& MemoryShard::StateOf(uint32_t index, limiter::MergeSt
 
 void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
   Entry& e = At(index);
+  const limiter::LimitSpec& spec = slots_[e.slot].spec;
   const limiter::ContributorId id = limiter::PackCandidate(state);
   limiter::PackedState packed;
   uint16_t tag = 0;
-  if (id != 0 && TagOf(id, tag) && limiter::PackState(slots_[e.slot].spec, state, tag, packed)) {
-    if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+  if (id != 0 && TagOf(id, tag) && limiter::PackState(spec, state, tag, packed)) {
+    if (e.packed.word[0] == 0 || IsPair(e)) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
     e.packed = packed;
+  } else if (KeepPair(e, spec, state)) {
+    // (in the pair form)
   } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
     ReleaseHeap(e);
   } else {
+    if (IsPair(e)) ReleaseHeap(e);  // the pair cell goes (`state` is a scratch copy, never in the cell)
     limiter::MergeState* heap = HeapOf(e);
     if (heap == nullptr) {  // promoted: a heap object, a spare one when there is one
       if (spare_states_.empty()) {
@@ -323,6 +372,28 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
     if (heap != &state) *heap = state;
   }
   Account(index);
+}
+
+bool MemoryShard::KeepPair(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state) {
+  std::array<limiter::ContributorId, 2> ids{};
+  std::array<uint16_t, 2> tags{};
+  limiter::PackedPair pair;
+  if (!limiter::PairCandidates(spec, state, ids) || !TagOf(ids[0], tags[0]) || !TagOf(ids[1], tags[1]) ||
+      !limiter::PackPair(spec, state, tags, pair)) {
+    return false;
+  }
+  uint32_t cell = 0;
+  if (IsPair(e)) {
+    cell = PairIndex(e);
+  } else {
+    if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+    cell = AllocatePair();
+    e.meta |= kPair;
+  }
+  std::copy(pair.word, pair.word + 4, e.packed.word);
+  e.packed.word[3] |= uint64_t{cell} << 32;
+  std::copy(pair.word + 4, pair.word + 8, PairAt(cell).begin());
+  return true;
 }
 
 uint32_t MemoryShard::FindHead(EntityKey key) const {
@@ -474,10 +545,8 @@ StoredState MemoryShard::Copy(uint32_t index) const {
   StoredState out;
   out.name = slots_[e.slot].name;
   out.spec = slots_[e.slot].spec;
-  if (e.packed.word[0] == 0) {
-    out.state = StateOf(index, out.state);
-  } else {
-    (void)StateOf(index, out.state);  // unpacked into it
+  if (const limiter::MergeState& state = StateOf(index, out.state); &state != &out.state) {
+    out.state = state;  // (packed and pair-packed states are unpacked into it)
   }
   out.version = Version(e.meta);
   return out;
@@ -721,7 +790,9 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head
     const bool judge = now != std::numeric_limits<limiter::TimeNs>::min();
     const limiter::MergeState* heap = HeapOf(e);
     bool idle;
-    if (e.packed.word[0] != 0) {
+    if (IsPair(e)) {
+      idle = judge && limiter::MergedIdleAt(spec, StateOf(index, sweep_scratch_)) <= now;
+    } else if (e.packed.word[0] != 0) {
       idle = judge && limiter::PackedIdleBy(spec, e.packed, tag_ids_[limiter::PackedTag(e.packed)],
                                             sweep_scratch_, now);
     } else {
@@ -777,7 +848,8 @@ uint64_t MemoryShard::CountChunk(ring::Token first, ring::Token last, ScanCursor
 
 void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
   std::lock_guard lock(mutex_);
-  out.slab_bytes += chunks_.size() * kChunkSize * (sizeof(Entry) + sizeof(uint32_t));
+  out.slab_bytes += chunks_.size() * kChunkSize * (sizeof(Entry) + sizeof(uint32_t)) +
+                    pair_chunks_.size() * kPairChunkSize * sizeof(PairCell);
   // boost::unordered_flat_set: a slot per element and 16 bytes of metadata per group of 15 slots.
   const size_t slots = heads_->bucket_count();
   out.index_bytes += slots * sizeof(uint32_t) + (slots / 15 + 1) * 16;
@@ -785,7 +857,8 @@ void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
     const Entry& e = At(index);
     if (e.slot == kNil) continue;
     ++out.states;
-    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t);
+    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t) + (IsPair(e) ? sizeof(PairCell) : 0);
+    out.pair_states += IsPair(e) ? 1 : 0;
     if (KeyHeapBytes(e) > 0) {
       out.key_heap_bytes += sizeof(uint32_t) + KeyOf(e).size();
       ++out.heap_blocks;

@@ -112,8 +112,9 @@ struct DirtyRecord {
 // store asked the allocator for; the allocator adds its own header and rounding to every heap block.
 struct MemoryBreakdown {
   uint64_t states = 0;              // states held
-  uint64_t entry_bytes = 0;         // per state: its slab entry and its accounting word (slab in use)
-  uint64_t slab_bytes = 0;          // slab chunks allocated (entries in use, free and never used)
+  uint64_t pair_states = 0;         // states in the pair form (two contributors: entry + a 32-byte pair cell)
+  uint64_t entry_bytes = 0;         // per state: its slab entry and its accounting word, and its pair cell
+  uint64_t slab_bytes = 0;          // slab and pair slab chunks allocated (in use, free and never used)
   uint64_t index_bytes = 0;         // the hash sets of entity heads (slots and group metadata)
   uint64_t key_heap_bytes = 0;      // keys too long to be stored in their entry
   uint64_t state_objects = 0;       // heap MergeState objects (states not held in their entry)

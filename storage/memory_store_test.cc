@@ -466,22 +466,25 @@ TEST(MemoryStoreTest, AbsorbMergesCopiesAndKeepsEveryAdmission) {
   EXPECT_EQ(store.Get("k")[0].version, ClockVersion(kT0) + 100);
 }
 
-// Packed states (issue 39): a key decided by one contributor lives packed in its entry (no heap state), is
-// promoted to a heap MergeState when a second contributor's copy is absorbed, and packed again once that
-// record has expired (window algorithms; a bucket keeps the other's base entry and stays on the heap).
-// At every step the store holds exactly the state the plain merge rules give (a reference merged and
-// collected alongside): packing, promoting and compacting lose no admission and add none.
+// Packed states (issue 39): a key decided by one contributor lives packed in its entry (no heap state); a
+// second contributor's copy moves it to the pair form (entry + a 32-byte pair cell, still no heap state), a
+// third one's promotes it to a heap MergeState; once the others' records have expired it goes back to the
+// one-contributor form (window algorithms; a bucket keeps the others' base entries as tombstones: with one
+// other contributor that is the pair form again, with two the heap). At every step the store holds exactly
+// the state the plain merge rules give (a reference merged and collected alongside): packing, promoting and
+// compacting lose no admission and add none; the accounting follows each move.
 TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
   for (Algorithm algorithm :
        {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
         Algorithm::kAnchoredWindow, Algorithm::kSlidingWindowApprox}) {
     SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
-    LimitSpec spec = Spec(algorithm, 5, kSecond);
-    if (algorithm == Algorithm::kGcra) spec.burst = 4;
+    LimitSpec spec = Spec(algorithm, 6, kSecond);
+    if (algorithm == Algorithm::kGcra) spec.burst = 5;
     MemoryStore store;
-    limiter::HybridClock a_clock(0), b_clock(0);
+    limiter::HybridClock a_clock(0), b_clock(0), c_clock(0);
     limiter::MergeState reference;
-    constexpr limiter::ContributorId kA = (uint64_t{1} << 32) | 1, kB = (uint64_t{2} << 32) | 1;
+    constexpr limiter::ContributorId kA = (uint64_t{1} << 32) | 1, kB = (uint64_t{2} << 32) | 1,
+                                     kC = (uint64_t{3} << 32) | 1;
     // Contributor A charges through the store and the reference alike (one stamp for both).
     auto charge = [&](limiter::TimeNs now, uint64_t cost) {
       const limiter::Hlc stamp = a_clock.Now(now);
@@ -494,35 +497,90 @@ TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
       limiter::Collect(spec, reference);
       return allowed;
     };
-    auto heap_states = [&] { return store.Breakdown().state_objects; };
+    // Another contributor's copy of 2 units, absorbed.
+    auto absorb = [&](limiter::ContributorId id, limiter::HybridClock& clock, limiter::TimeNs now) {
+      StoredState copy{"n", spec, {}, 1};
+      ASSERT_TRUE(limiter::CheckMerged(spec, copy.state, id, clock.Now(now), {2, now, 0.}).allowed);
+      EXPECT_TRUE(store.Absorb("key", copy));
+      limiter::MergeInto(reference, copy.state);
+      limiter::Collect(spec, reference);
+    };
+    // (heap states, pair states)
+    auto forms = [&] {
+      const MemoryBreakdown b = store.Breakdown();
+      return std::pair<uint64_t, uint64_t>(b.state_objects, b.pair_states);
+    };
+    using Forms = std::pair<uint64_t, uint64_t>;
+    const uint64_t empty_bytes = store.Stats().bytes;
     EXPECT_TRUE(charge(kT0, 1));
     EXPECT_TRUE(charge(kT0 + kMillisecond, 1));
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(heap_states(), 0u);  // packed
-    // B's copy: 2 units it admitted.
-    StoredState copy{"n", spec, {}, 1};
-    ASSERT_TRUE(limiter::CheckMerged(spec, copy.state, kB, b_clock.Now(kT0 + 2 * kMillisecond),
-                                     {2, kT0 + 2 * kMillisecond, 0.})
-                    .allowed);
-    EXPECT_TRUE(store.Absorb("key", copy));
-    limiter::MergeInto(reference, copy.state);
-    limiter::Collect(spec, reference);
-    EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(heap_states(), 1u);  // promoted
-    const uint64_t promoted_bytes = store.Stats().bytes;
-    EXPECT_TRUE(charge(kT0 + 3 * kMillisecond, 1));   // 5 of 5
-    EXPECT_FALSE(charge(kT0 + 3 * kMillisecond, 1));  // B's units count
-    EXPECT_EQ(store.Get("key")[0].state, reference);
-    // Three windows later B's record has expired.
-    EXPECT_TRUE(charge(kT0 + 3 * kSecond, 1));
+    EXPECT_EQ(forms(), Forms(0, 0));  // packed
+    const uint64_t single_bytes = store.Stats().bytes;
+    absorb(kB, b_clock, kT0 + 2 * kMillisecond);
     EXPECT_EQ(store.Get("key")[0].state, reference);
     const bool bucket = algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra ||
                         algorithm == Algorithm::kLeakyBucket;
-    EXPECT_EQ(heap_states(), bucket ? 1u : 0u);  // compacted back (windows)
-    // The accounting follows: the heap state is no longer counted.
+    // A bucket's absorbed copy is newer than the base: on the heap until the next charge rebases it.
+    EXPECT_EQ(forms(), bucket ? Forms(1, 0) : Forms(0, 1));
+    EXPECT_TRUE(charge(kT0 + 3 * kMillisecond, 1));  // 5 of 6
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(forms(), Forms(0, 1));  // the pair form: no heap state
+    // The pair slab's first chunk is accounted (32 KiB), nothing per state beyond it.
+    EXPECT_EQ(store.Stats().bytes, single_bytes + 1024 * 32);
+    absorb(kC, c_clock, kT0 + 4 * kMillisecond);  // 7 of 6: over
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(forms(), Forms(1, 0));  // three contributors: the heap
+    const uint64_t heap_bytes = store.Stats().bytes;
+    EXPECT_GT(heap_bytes, single_bytes + 1024 * 32 + sizeof(limiter::MergeState));
+    EXPECT_FALSE(charge(kT0 + 4 * kMillisecond, 1));  // B's and C's units count
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    // Three windows later B's and C's records have expired (buckets: drained, kept as tombstones).
+    EXPECT_TRUE(charge(kT0 + 3 * kSecond, 1));
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(forms(), Forms(bucket ? 1 : 0, 0));
     if (!bucket) {
-      EXPECT_LE(store.Stats().bytes + sizeof(limiter::MergeState), promoted_bytes);
+      // Back to the one-contributor form: the heap state is no longer counted.
+      EXPECT_EQ(store.Stats().bytes, single_bytes + 1024 * 32);
     }
+    EXPECT_GT(store.Stats().bytes, empty_bytes);
+  }
+}
+
+// Two contributors only: the pair form until the other's record expires, then one contributor (windows)
+// or one record with the other's tombstone (buckets: the pair form stays until the key goes idle). A freed
+// pair cell is reused by the next pair.
+TEST(MemoryStoreTest, PairFormCompactsBackAndItsCellsAreReused) {
+  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kAnchoredWindow}) {
+    SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
+    LimitSpec spec = Spec(algorithm, 6, kSecond);
+    MemoryStoreOptions options;
+    options.shards = 1;
+    MemoryStore store(options);
+    limiter::HybridClock a_clock(0), b_clock(0);
+    constexpr limiter::ContributorId kA = 11, kB = 12;
+    auto charge = [&](std::string_view key, limiter::ContributorId id, limiter::HybridClock& clock,
+                      limiter::TimeNs now) {
+      Slot slot{"n", &spec};
+      store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
+        (void)limiter::CheckMerged(spec, *s[0], id, clock.Now(now), {1, now, 0.});
+      });
+    };
+    charge("k1", kA, a_clock, kT0);
+    charge("k1", kB, b_clock, kT0 + kMillisecond);
+    EXPECT_EQ(store.Breakdown().pair_states, 1u);
+    const uint64_t bytes = store.Stats().bytes;
+    charge("k1", kA, a_clock, kT0 + 3 * kSecond);
+    const bool bucket = algorithm == Algorithm::kTokenBucket;
+    EXPECT_EQ(store.Breakdown().pair_states, bucket ? 1u : 0u);
+    EXPECT_EQ(store.Breakdown().state_objects, 0u);
+    EXPECT_EQ(store.Stats().bytes, bytes);  // the pair chunk stays allocated (and counted), as the slab's
+    // A second key in the pair form takes the freed cell (windows) or a fresh one: no new chunk either way.
+    charge("k2", kA, a_clock, kT0 + 3 * kSecond);
+    const uint64_t single = store.Stats().bytes;
+    charge("k2", kB, b_clock, kT0 + 3 * kSecond + kMillisecond);
+    EXPECT_EQ(store.Breakdown().pair_states, bucket ? 2u : 1u);
+    EXPECT_EQ(store.Stats().bytes, single);
   }
 }
 

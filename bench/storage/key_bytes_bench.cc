@@ -3,10 +3,11 @@
 //
 // Each algorithm runs in a child process of its own (a fresh heap): it inserts --keys keys of --key-bytes
 // bytes, one check each, then checks every key once more as a second contributor (a second deciding
-// node's copy merged in). For both phases it prints bytes per key from the resident set
-// (/proc/self/statm delta), from the store's own accounting (StoreStats::bytes, what
-// ringlimit_state_bytes reports) and their ratio (the --max-memory bound is only as good as it); then
-// where the bytes go (MemoryStore::Breakdown, and the allocator's in-use delta from mallinfo2).
+// node's copy merged in: the pair form, limiter/merge_pair.h, where it fits). For both phases it prints
+// bytes per key from the resident set (/proc/self/statm delta), from the store's own accounting
+// (StoreStats::bytes, what ringlimit_state_bytes reports) and their ratio (the --max-memory bound is only as
+// good as it); then where the bytes go (MemoryStore::Breakdown, and the allocator's in-use delta from
+// mallinfo2).
 //
 // --check-path: instead, inserts --keys token_bucket keys and then runs --checks checks on them in
 // RunChecks (not inlined), for `valgrind --tool=callgrind --toggle-collect='*RunChecks*'`: instructions
@@ -167,12 +168,13 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
     const double requested =
         static_cast<double>(b.key_heap_bytes + b.state_object_bytes + b.state_vector_bytes);
     std::printf(
-        "  %-8s per key: entry %.1f | slab slack %.1f | index %.1f | key heap %.1f | MergeState objects %.1f "
-        "(%.2f per key) | vectors %.1f | allocator headers+rounding %.1f (%.1f blocks)\n",
-        phase, static_cast<double>(b.entry_bytes) / k, static_cast<double>(b.slab_bytes - b.entry_bytes) / k,
-        static_cast<double>(b.index_bytes) / k, static_cast<double>(b.key_heap_bytes) / k,
-        static_cast<double>(b.state_object_bytes) / k, static_cast<double>(b.state_objects) / k,
-        static_cast<double>(b.state_vector_bytes) / k,
+        "  %-8s per key: entry %.1f (pair form %.2f per key) | slab slack %.1f | index %.1f "
+        "| key heap %.1f | MergeState objects %.1f (%.2f per key) | vectors %.1f "
+        "| allocator headers+rounding %.1f (%.1f blocks)\n",
+        phase, static_cast<double>(b.entry_bytes) / k, static_cast<double>(b.pair_states) / k,
+        static_cast<double>(b.slab_bytes - b.entry_bytes) / k, static_cast<double>(b.index_bytes) / k,
+        static_cast<double>(b.key_heap_bytes) / k, static_cast<double>(b.state_object_bytes) / k,
+        static_cast<double>(b.state_objects) / k, static_cast<double>(b.state_vector_bytes) / k,
         (static_cast<double>(heap - heap0) - requested - static_cast<double>(b.slab_bytes + b.index_bytes)) /
             k,
         static_cast<double>(b.heap_blocks) / k);
