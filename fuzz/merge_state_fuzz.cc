@@ -3,6 +3,7 @@
 // from disk and from peers.
 //
 // Invariants, for every input that parses:
+//  - ParseMergeStateInto, into a state reused across inputs, answers what ParseMergeState answers;
 //  - the encoding is canonical: EncodeMergeState(ParseMergeState(b)) == b (merge.h: the parser rejects
 //    anything the encoder cannot have written);
 //  - Merge is idempotent: Merge(s, s) == s;
@@ -28,6 +29,7 @@ namespace {
 
 using namespace ringlimit::limiter;
 using ringlimit::Result;
+using ringlimit::Status;
 
 void CheckRoundTrip(const MergeState& state, const char* what) {
   const std::string bytes = EncodeMergeState(state);
@@ -90,7 +92,13 @@ LimitSpec SpecFor(Algorithm algorithm, uint8_t choice) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   Result<MergeState> parsed = ParseMergeState(bytes);
+  // Into one state reused for every input (what a replica's decoder does): the same answer.
+  static MergeState reused;
+  const Status into = ParseMergeStateInto(bytes, reused);
+  FUZZ_CHECK(into.ok() == parsed.ok(),
+             "ParseMergeStateInto accepts what ParseMergeState does not, or refuses");
   if (!parsed.ok()) return 0;
+  FUZZ_CHECK(reused == *parsed, "ParseMergeStateInto reads another state into a reused one");
   const MergeState& state = *parsed;
   FUZZ_CHECK(EncodeMergeState(state) == bytes, "the encoding is not canonical");
   FUZZ_CHECK(Merge(state, state) == state, "Merge(s, s) != s");

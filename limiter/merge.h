@@ -254,6 +254,9 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
 // trailing bytes) with kCorruption; it never allocates more than the input's size allows.
 [[nodiscard]] std::string EncodeMergeState(const MergeState& state);
 [[nodiscard]] Result<MergeState> ParseMergeState(std::string_view bytes);
+// The same into `out`, whose vectors keep their storage (a replica's decoder reuses one state per slot of
+// its batch, allocating nothing for a state that fits). On failure `out` holds an unspecified state.
+[[nodiscard]] Status ParseMergeStateInto(std::string_view bytes, MergeState& out);
 
 // Worst-case encoded size under `spec` with `contributors` records and base entries (after Collect;
 // a bucket's base also keeps entries of dropped records, at most kMaxContributors).

@@ -223,7 +223,7 @@ void EncodeBody(Writer& w, const MergeState& s) {
 }
 
 // The end of a state: format 2's ledger, then nothing.
-Result<MergeState> Finish(Reader& r, uint8_t format, MergeState s) {
+Status Finish(Reader& r, uint8_t format, MergeState& s) {
   if (format == kFormatWithGrants) {
     uint32_t n = 0;
     std::string_view ledger;
@@ -242,12 +242,13 @@ Result<MergeState> Finish(Reader& r, uint8_t format, MergeState s) {
   if (!r.AtEnd()) {
     return Corrupt("trailing bytes");
   }
-  return s;
+  return Status::OK();
 }
 
 }  // namespace
 
-Result<MergeState> ParseMergeState(std::string_view bytes) {
+Status ParseMergeStateInto(std::string_view bytes, MergeState& s) {
+  Clear(s);
   Reader r(bytes);
   uint8_t format = 0, algorithm = 0;
   if (!r.U8(format) || !r.U8(algorithm)) {
@@ -259,10 +260,9 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
   if (algorithm > static_cast<uint8_t>(Algorithm::kAnchoredWindow)) {
     return Corrupt("unknown algorithm " + std::to_string(algorithm));
   }
-  MergeState s;
   s.algorithm = static_cast<Algorithm>(algorithm);
   if (s.algorithm == Algorithm{}) {
-    return Finish(r, format, std::move(s));
+    return Finish(r, format, s);
   }
   uint32_t n = 0;
   if (!r.I64(s.newest) || !r.U64(s.base.stamp) || !r.I64(s.base.level_whole) || !r.I64(s.base.level_frac) ||
@@ -342,7 +342,13 @@ Result<MergeState> ParseMergeState(std::string_view bytes) {
       return Corrupt("truncated bucket record");
     }
   }
-  return Finish(r, format, std::move(s));
+  return Finish(r, format, s);
+}
+
+Result<MergeState> ParseMergeState(std::string_view bytes) {
+  MergeState s;
+  if (Status parsed = ParseMergeStateInto(bytes, s); !parsed.ok()) return parsed;
+  return s;
 }
 
 size_t MergeStateMaxBytes(const LimitSpec& spec, size_t contributors) {

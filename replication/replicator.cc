@@ -450,7 +450,7 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       for (const StateUpdateView& update : view.updates) {
         ApplyUpdate(
             update.key, update.erased, view.want_newer, view.contributor, update.count,
-            [&](uint32_t i) { return std::move(view.states[update.first + i]); }, ack, applied, ignored);
+            [&](uint32_t i) { return view.State(update.first + i); }, ack, applied, ignored);
       }
       received_updates.fetch_add(view.updates.size(), std::memory_order_relaxed);
     } else {
@@ -491,13 +491,14 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     std::vector<storage::StoredState> held;
     if (want_newer) held = store.Get(key);
     for (uint32_t i = 0; i < count; ++i) {
-      std::optional<storage::StoredState> s = state(i);
-      if (s.has_value() && store.Absorb(key, *s)) {
+      // A pointer into the batch's view, or a state Protobuf's route decoded: empty when not valid.
+      const auto s = state(i);
+      if (s && store.Absorb(key, *s)) {
         ++applied;
       } else {
         ++ignored;
       }
-      if (s.has_value() && !newer_here) {
+      if (s && !newer_here) {
         // Merged with what was held, the state is the update's own unless the held copy had more.
         for (const storage::StoredState& h : held) {
           if (h.name == s->name && limiter::HoldsOthersNewer(h.state, s->state, contributor))

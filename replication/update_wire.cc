@@ -63,9 +63,15 @@ bool ReadNamedState(std::string_view bytes, BatchView& batch) {
     }
   }
   if (!r.done()) return false;
-  Result<storage::StoredState> s = storage::ReadStateValue(name, state);
-  if (!s.ok() && s.status().IsCorruption()) return false;  // Protobuf refuses the whole batch
-  batch.states.push_back(s.ok() ? std::optional<storage::StoredState>(std::move(*s)) : std::nullopt);
+  if (batch.state_count == batch.states.size()) {
+    batch.states.emplace_back();
+    batch.valid.push_back(0);
+  }
+  const size_t at = batch.state_count;
+  const Status read = storage::ReadStateValueInto(name, state, batch.states[at]);
+  if (!read.ok() && read.IsCorruption()) return false;  // Protobuf refuses the whole batch
+  batch.valid[at] = read.ok() ? 1 : 0;
+  ++batch.state_count;
   return true;
 }
 
@@ -73,7 +79,7 @@ bool ReadNamedState(std::string_view bytes, BatchView& batch) {
 bool ReadUpdate(std::string_view bytes, BatchView& batch) {
   pr::Reader r(bytes);
   StateUpdateView update;
-  update.first = static_cast<uint32_t>(batch.states.size());
+  update.first = static_cast<uint32_t>(batch.state_count);
   uint64_t token = 0;
   while (r.Next()) {
     switch (r.field()) {
@@ -96,7 +102,7 @@ bool ReadUpdate(std::string_view bytes, BatchView& batch) {
     }
   }
   if (!r.done()) return false;
-  update.count = static_cast<uint32_t>(batch.states.size()) - update.first;
+  update.count = static_cast<uint32_t>(batch.state_count) - update.first;
   batch.updates.push_back(update);
   return true;
 }
@@ -109,7 +115,7 @@ bool ReadStateUpdateBatch(std::string_view payload, BatchView& out) {
   out.want_newer = false;
   out.contributor = 0;
   out.updates.clear();
-  out.states.clear();
+  out.state_count = 0;
   if (!pr::Reader::Fits(payload)) return false;
   pr::Reader r(payload);
   while (r.Next()) {

@@ -35,12 +35,20 @@ struct BatchView {
   bool want_newer = false;
   uint64_t contributor = 0;
   std::vector<StateUpdateView> updates;
-  // nullopt: a state message without a valid state (an invalid spec, bad merged bytes), ignored as
+  // The batch's states: the first `state_count` entries. Those past it are kept with their storage, so a
+  // view read batch after batch decodes a state into a slot that already has its vectors (no allocation
+  // for a state that fits).
+  std::vector<storage::StoredState> states;
+  // valid[i] false: a state message without a valid state (an invalid spec, bad merged bytes), ignored as
   // Protobuf's route ignores it.
-  std::vector<std::optional<storage::StoredState>> states;
+  std::vector<uint8_t> valid;
+  size_t state_count = 0;
+
+  // The i-th state of the batch (i < state_count), or nullptr when it is not valid.
+  [[nodiscard]] const storage::StoredState* State(size_t i) const { return valid[i] ? &states[i] : nullptr; }
 };
 
-// Reads `payload` into `out` (cleared first; its vectors keep their capacity) -- what Protobuf's parser
+// Reads `payload` into `out` (emptied first; its vectors keep their storage) -- what Protobuf's parser
 // would read, without a message or a copy of the bytes (the receiver's hot path). false: bytes this
 // reader leaves to Protobuf's parser (malformed input, a group, a string that is not plain ASCII, a
 // NamedState whose state comes in two parts), which then decides (compared on every input by

@@ -37,6 +37,9 @@ inline constexpr uint64_t kLegacyContributor = 1;
 // The same, telling why not: Corruption when the bytes are no state::StoredState message at all (Protobuf's
 // parser refuses them), InvalidArgument when they are one without a valid state.
 [[nodiscard]] Result<StoredState> ReadStateValue(std::string_view name, std::string_view value);
+// The same into `out`, whose vectors keep their storage (the replication receiver reuses one state per slot
+// of its batch). On failure `out` holds an unspecified state.
+[[nodiscard]] Status ReadStateValueInto(std::string_view name, std::string_view value, StoredState& out);
 // The same through Protobuf's parser and StateFromProto.
 [[nodiscard]] std::optional<StoredState> DecodeStateValueByProtobuf(std::string_view name,
                                                                     std::string_view value);
