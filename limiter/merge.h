@@ -253,6 +253,8 @@ void UnpackState(const LimitSpec& spec, const PackedState& packed, ContributorId
 // written (bad version, unknown algorithm, counts above the caps, unsorted or duplicate ids,
 // trailing bytes) with kCorruption; it never allocates more than the input's size allows.
 [[nodiscard]] std::string EncodeMergeState(const MergeState& state);
+// The same bytes appended to `out` (an encoder writing into a buffer it reuses allocates nothing).
+void AppendMergeState(const MergeState& state, std::string& out);
 [[nodiscard]] Result<MergeState> ParseMergeState(std::string_view bytes);
 // The same into `out`, whose vectors keep their storage (a replica's decoder reuses one state per slot of
 // its batch, allocating nothing for a state that fits). On failure `out` holds an unspecified state.

@@ -57,10 +57,10 @@ uint64_t LoadLe(const char* at) {
   return v;
 }
 
-// Writes into a string sized up front (EncodedSize is exact); grows it should the size be short.
+// Appends to a string, grown up front by `capacity` (EncodedSize is exact); grows it should that be short.
 class Writer {
  public:
-  explicit Writer(size_t capacity) { out_.resize(capacity); }
+  Writer(std::string& out, size_t capacity) : out_(out), pos_(out.size()) { out_.resize(pos_ + capacity); }
   void U8(uint8_t v) { Put<1>(v); }
   void U32(uint32_t v) { Put<4>(v); }
   void U64(uint64_t v) { Put<8>(v); }
@@ -70,10 +70,8 @@ class Writer {
     std::memcpy(out_.data() + pos_, v.data(), v.size());
     pos_ += v.size();
   }
-  std::string Take() {
-    out_.resize(pos_);
-    return std::move(out_);
-  }
+  // Cuts what was grown up front and not written.
+  void Finish() { out_.resize(pos_); }
 
  private:
   template <size_t N>
@@ -82,7 +80,7 @@ class Writer {
     StoreLe<N>(out_.data() + pos_, v);
     pos_ += N;
   }
-  std::string out_;
+  std::string& out_;
   size_t pos_ = 0;
 };
 
@@ -166,8 +164,14 @@ void EncodeBody(Writer& w, const MergeState& s);
 }  // namespace
 
 std::string EncodeMergeState(const MergeState& s) {
+  std::string out;
+  AppendMergeState(s, out);
+  return out;
+}
+
+void AppendMergeState(const MergeState& s, std::string& out) {
   const bool grants = HasLedger(s.grants);
-  Writer w(EncodedSize(s) + (grants ? 4 + 13 + s.grants.records.size() * 41 : 0));
+  Writer w(out, EncodedSize(s) + (grants ? 4 + 13 + s.grants.records.size() * 41 : 0));
   w.U8(grants ? kFormatWithGrants : kFormat);
   EncodeBody(w, s);
   if (grants) {
@@ -175,7 +179,7 @@ std::string EncodeMergeState(const MergeState& s) {
     w.U32(static_cast<uint32_t>(ledger.size()));
     w.Bytes(ledger);
   }
-  return w.Take();
+  w.Finish();
 }
 
 namespace {
@@ -383,7 +387,8 @@ Status CorruptLedger(std::string_view what) { return Status::Corruption("grant l
 }  // namespace
 
 std::string EncodeGrantLedger(const GrantLedger& ledger) {
-  Writer w(1 + 8 + 4 + ledger.records.size() * kGrantRecordBytes);
+  std::string out;
+  Writer w(out, 1 + 8 + 4 + ledger.records.size() * kGrantRecordBytes);
   w.U8(kFormat);
   w.I64(ledger.floor);
   w.U32(static_cast<uint32_t>(ledger.records.size()));
@@ -395,7 +400,8 @@ std::string EncodeGrantLedger(const GrantLedger& ledger) {
     w.I64(r.at);
     w.U8(r.settled ? 1 : 0);
   }
-  return w.Take();
+  w.Finish();
+  return out;
 }
 
 Result<GrantLedger> ParseGrantLedger(std::string_view bytes) {

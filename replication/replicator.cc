@@ -318,14 +318,18 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         for (const DirtyKey& k : b.keys) {
           auto [it, inserted] = bytes.try_emplace(k.key);
           if (inserted) {
-            const std::vector<storage::StoredState> states = store.Get(k.key);
+            store.GetInto(k.key, ship_states);
             // A key with no states left that was not erased needs nothing from its replicas.
-            if (k.erased || !states.empty()) AppendStateUpdate(k.key, k.erased, states, it->second);
+            if (k.erased || !ship_states.empty()) AppendStateUpdate(k.key, k.erased, ship_states, it->second);
           }
           if (it->second.empty()) continue;
           if (payloads.back().size() > empty.size() &&
               payloads.back().size() + it->second.size() > kMaxBatchBytes) {
             payloads.push_back(empty);
+          }
+          if (payloads.back().size() == empty.size()) {  // grown once for the batch's keys, as this one
+            payloads.back().reserve(
+                std::min(kMaxBatchBytes, empty.size() + (it->second.size() + 4) * b.keys.size()));
           }
           AppendUpdate(payloads.back(), it->second);
         }
@@ -568,6 +572,8 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   uint64_t next_id = 0;
   std::map<uint64_t, std::function<void(bool)>> waiters;  // Decided calls, by planner waiter id
   std::map<uint64_t, std::function<void(bool)>> flushes;  // Flush calls, by planner flush id
+  // The states of the key Apply is shipping, kept from key to key for their storage.
+  std::vector<storage::StoredState> ship_states;
 };
 
 // ------------------------------------------------------------------------------------------ Replicator

@@ -11,18 +11,22 @@ namespace ringlimit::replication {
 void AppendStateUpdate(std::string_view entity, bool erased, std::span<const storage::StoredState> states,
                        std::string& out) {
   namespace pa = storage::proto_append;
+  // Grown once: a state of one contributor is ~100 bytes, its spec and name included.
+  out.reserve(out.size() + entity.size() + 16 + states.size() * 160);
   if (!entity.empty()) pa::Bytes(out, 1, entity);  // key
   if (const uint64_t token = ring::RingToken(entity); token != 0) pa::Fixed64(out, 2, token);
-  // Each NamedState { name = 1; state = 2 (always set) }, built in scratch kept for its capacity.
+  // Each NamedState { name = 1; state = 2 (always set) }: its state built in scratch kept for its
+  // capacity, then the NamedState written straight into `out` (its size is known from its two fields).
   thread_local std::string state_bytes;
-  thread_local std::string named;
   for (const storage::StoredState& s : states) {
     state_bytes.clear();
     storage::AppendStateMessage(s, 0, state_bytes);  // no expiry on the wire (ToNamedState)
-    named.clear();
-    if (!s.name.empty()) pa::Bytes(named, 1, s.name);
-    pa::Bytes(named, 2, state_bytes);
-    pa::Bytes(out, 3, named);
+    const size_t name_field = s.name.empty() ? 0 : 1 + pa::VarintSize(s.name.size()) + s.name.size();
+    const size_t state_field = 1 + pa::VarintSize(state_bytes.size()) + state_bytes.size();
+    pa::Tag(out, 3, pa::kLengthDelimited);
+    pa::Varint(out, name_field + state_field);
+    if (!s.name.empty()) pa::Bytes(out, 1, s.name);
+    pa::Bytes(out, 2, state_bytes);
   }
   if (erased) {
     pa::Tag(out, 4, pa::kVarint);

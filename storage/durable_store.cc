@@ -445,6 +445,10 @@ void DurableStore::Update(std::string_view entity, std::span<const Slot> slots, 
 
 std::vector<StoredState> DurableStore::Get(std::string_view entity) { return memory_->Get(entity); }
 
+void DurableStore::GetInto(std::string_view entity, std::vector<StoredState>& out) {
+  memory_->GetInto(entity, out);
+}
+
 size_t DurableStore::Erase(std::string_view entity, std::optional<std::string_view> name) {
   return memory_->Erase(entity, name);
 }

@@ -55,6 +55,7 @@ class DurableStore final : public Store {
   void Update(std::string_view entity, std::span<const Slot> slots, limiter::TimeNs now,
               const std::function<void(std::span<limiter::MergeState* const>)>& fn) override;
   [[nodiscard]] std::vector<StoredState> Get(std::string_view entity) override;
+  void GetInto(std::string_view entity, std::vector<StoredState>& out) override;
   size_t Erase(std::string_view entity, std::optional<std::string_view> name) override;
   [[nodiscard]] StoreStats Stats() const override;
 

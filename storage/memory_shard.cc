@@ -541,15 +541,19 @@ void MemoryShard::MarkDirty(uint32_t index) {
 }
 
 StoredState MemoryShard::Copy(uint32_t index) const {
-  const Entry& e = At(index);
   StoredState out;
+  CopyInto(index, out);
+  return out;
+}
+
+void MemoryShard::CopyInto(uint32_t index, StoredState& out) const {
+  const Entry& e = At(index);
   out.name = slots_[e.slot].name;
   out.spec = slots_[e.slot].spec;
   if (const limiter::MergeState& state = StateOf(index, out.state); &state != &out.state) {
     out.state = state;  // (packed and pair-packed states are unpacked into it)
   }
   out.version = Version(e.meta);
-  return out;
 }
 
 bool MemoryShard::Tombstoned(EntityKey key, std::string_view name) const {
@@ -705,20 +709,29 @@ uint64_t MemoryShard::Epoch() {
 
 std::optional<std::vector<StoredState>> MemoryShard::Get(EntityKey key, const Loaded& on_disk) {
   std::vector<StoredState> out;
+  if (!GetInto(key, on_disk, out)) return std::nullopt;
+  return out;
+}
+
+bool MemoryShard::GetInto(EntityKey key, const Loaded& on_disk, std::vector<StoredState>& out) {
   std::lock_guard lock(mutex_);
   if (on_disk.valid) {
-    if (on_disk.epoch != epoch_) return std::nullopt;
+    if (on_disk.epoch != epoch_) return false;
     for (const StoredState& s : on_disk.states) {
       if (FindInChain(FindHead(key), s.name) == kNil && !Tombstoned(key, s.name)) {
         Insert(key, s.name, s.spec, s.version, s.state, true);
       }
     }
   }
-  for (uint32_t i = FindHead(key); i != kNil; i = At(i).entity_next) out.push_back(Copy(i));
+  size_t n = 0;
+  for (uint32_t i = FindHead(key); i != kNil; i = At(i).entity_next) ++n;
+  out.resize(n);
+  n = 0;
+  for (uint32_t i = FindHead(key); i != kNil; i = At(i).entity_next) CopyInto(i, out[n++]);
   std::sort(out.begin(), out.end(),
             [](const StoredState& a, const StoredState& b) { return a.name < b.name; });
   Trim(std::numeric_limits<limiter::TimeNs>::min());
-  return out;
+  return true;
 }
 
 std::optional<std::vector<std::string>> MemoryShard::Erase(EntityKey key,

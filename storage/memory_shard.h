@@ -98,6 +98,9 @@ class MemoryShard {
   // Every state of the entity in memory, merged with `on_disk` (inserted as clean entries when the name
   // is neither in memory nor pending delete). Returns nullopt when `on_disk` is stale (epoch moved).
   std::optional<std::vector<StoredState>> Get(EntityKey key, const Loaded& on_disk);
+  // The same into `out` (resized to the count; its states keep their storage where they can). false: as
+  // Get's nullopt (`out` unspecified).
+  bool GetInto(EntityKey key, const Loaded& on_disk, std::vector<StoredState>& out);
 
   // Removes the named state (or all); `on_disk` names get a pending delete too. Returns the names removed
   // or nullopt when `on_disk` is stale.
@@ -207,6 +210,7 @@ class MemoryShard {
   void Changed(uint32_t index, uint64_t version);  // sets the version (and algorithm), marks dirty
   void MarkDirty(uint32_t index);
   StoredState Copy(uint32_t index) const;
+  void CopyInto(uint32_t index, StoredState& out) const;
   bool Tombstoned(EntityKey key, std::string_view name) const;
   // Resolves `names` to entry indices (kNil when absent), inserting loaded states. Returns need-load.
   std::optional<NeedLoad> Resolve(EntityKey key, std::span<const std::string_view> names,

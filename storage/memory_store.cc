@@ -140,11 +140,15 @@ void MemoryStore::Released(size_t bytes) {
 }
 
 std::vector<StoredState> MemoryStore::Get(std::string_view entity) {
+  std::vector<StoredState> out;
+  GetInto(entity, out);
+  return out;
+}
+
+void MemoryStore::GetInto(std::string_view entity, std::vector<StoredState>& out) {
   EntityKey key{entity, ring::RingToken(entity)};
   MemoryShard& shard = ShardFor(key.token);
-  for (;;) {
-    auto states = shard.Get(key, LoadEntity(options_.loader, shard, key));
-    if (states) return std::move(*states);
+  while (!shard.GetInto(key, LoadEntity(options_.loader, shard, key), out)) {
   }
 }
 

@@ -24,6 +24,9 @@ inline void Varint(std::string& out, uint64_t v) {
   out.append(reinterpret_cast<const char*>(buffer), static_cast<size_t>(end - buffer));
 }
 
+// The bytes Varint(v) appends.
+inline size_t VarintSize(uint64_t v) { return google::protobuf::io::CodedOutputStream::VarintSize64(v); }
+
 inline void Tag(std::string& out, uint32_t field, uint32_t wire_type) {
   Varint(out, (field << 3) | wire_type);
 }

@@ -256,7 +256,9 @@ void AppendStateMessage(const StoredState& s, limiter::TimeNs expiry, std::strin
     pa::Tag(out, 7, pa::kVarint);
     pa::Varint(out, static_cast<uint64_t>(expiry));
   }
-  const std::string merged = limiter::EncodeMergeState(s.state);
+  thread_local std::string merged;  // kept for its capacity
+  merged.clear();
+  limiter::AppendMergeState(s.state, merged);
   if (!merged.empty()) pa::Bytes(out, 8, merged);
 }
 

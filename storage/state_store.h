@@ -61,6 +61,9 @@ class StateStore {
 
   // Every stored state of `entity`, in name order.
   [[nodiscard]] virtual std::vector<StoredState> Get(std::string_view entity) = 0;
+  // The same into `out` (resized to the count), whose states keep their storage where they can: a caller
+  // that reads key after key into one vector (the replication sender) allocates nothing for states that fit.
+  virtual void GetInto(std::string_view entity, std::vector<StoredState>& out) { out = Get(entity); }
 
   // Removes the state `name` of `entity`, or all of them when `name` is nullopt.
   // Returns how many states were removed.
