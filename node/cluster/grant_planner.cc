@@ -365,7 +365,7 @@ GrantActions GrantPlanner::ReleaseReceived(MonoTime now, std::string_view key, G
     ++stats_.grants_released;
     lent_.erase(it);
   }
-  (void)now;
+  Settled(now, grant);
   Done(out);
   return out;
 }
@@ -397,6 +397,7 @@ GrantActions GrantPlanner::Recall(MonoTime now, std::string_view key) {
 GrantActions GrantPlanner::Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants) {
   GrantActions out;
   for (GrantId g : grants) {
+    if (auto it = settled_.find(g); it != settled_.end() && now < it->second) continue;
     Lent adopted{std::string(key), std::string(), 0, now + options_.term + options_.margin, false, 0};
     if (lent_.try_emplace(g, std::move(adopted)).second) ++stats_.grants_adopted;
   }
@@ -424,6 +425,7 @@ GrantActions GrantPlanner::Timer(MonoTime now) {
       out.settles.push_back({it->second.key, it->first, std::nullopt});
       stats_.units_out -= it->second.units;
       ++stats_.grants_expired;
+      Settled(now, it->first);
       it = lent_.erase(it);
     } else {
       ++it;
@@ -431,6 +433,21 @@ GrantActions GrantPlanner::Timer(MonoTime now) {
   }
   Done(out);
   return out;
+}
+
+void GrantPlanner::Settled(MonoTime now, GrantId grant) {
+  // Forget what is past (in the order settled: every entry lives term + margin), so the map holds only
+  // the grants settled within the last term + margin.
+  while (!settled_order_.empty() && now >= settled_order_.front().first) {
+    if (auto it = settled_.find(settled_order_.front().second);
+        it != settled_.end() && it->second == settled_order_.front().first) {
+      settled_.erase(it);
+    }
+    settled_order_.pop_front();
+  }
+  const MonoTime until = now + options_.term + options_.margin;
+  settled_[grant] = until;
+  settled_order_.emplace_back(until, grant);
 }
 
 void GrantPlanner::Done(GrantActions& out) {

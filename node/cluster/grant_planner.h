@@ -47,6 +47,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -244,7 +245,9 @@ class GrantPlanner {
   [[nodiscard]] GrantActions Recall(MonoTime now, std::string_view key);
   // This node decides `key` whose ledger holds unsettled `grants` it may not have lent (a failover, a
   // restart, a range taken over: found when asked a slice of the key, or scanning the ranges it took over):
-  // those it did not lend are reclaimed term + margin from now unless released first.
+  // those it did not lend are reclaimed term + margin from now unless released first. A grant this planner
+  // settled within the last term + margin is not adopted again: the driver writes a Settle after the event
+  // that made it, so a row read meanwhile still shows the grant unsettled (it would be settled twice).
   [[nodiscard]] GrantActions Adopt(MonoTime now, std::string_view key, const std::vector<GrantId>& grants);
 
   // Both: releases expired and idle slices, forgets unanswered requests, reclaims overdue grants.
@@ -323,6 +326,8 @@ class GrantPlanner {
   [[nodiscard]] uint64_t Reserve(const KeyBudget& budget) const;
   // Drops the entry of a key with no slice, no request and no back-off left.
   void ForgetIfEmpty(MonoTime now, std::map<std::string, Held, std::less<>>::iterator it);
+  // `grant` was settled at `now`: remembered (not adopted again) until term + margin later.
+  void Settled(MonoTime now, GrantId grant);
   // Every event ends here: gauges and the next wake-up.
   void Done(GrantActions& out);
 
@@ -332,6 +337,9 @@ class GrantPlanner {
   // --- State ---
   std::map<std::string, Held, std::less<>> held_;
   std::map<GrantId, Lent> lent_;
+  // Grants settled here and when they may be forgotten (Adopt skips them until then).
+  std::map<GrantId, MonoTime> settled_;
+  std::deque<std::pair<MonoTime, GrantId>> settled_order_;  // the same, oldest first
   uint64_t next_request_ = 1;
   uint32_t next_sequence_ = 1;
   MonoTime fenced_until_{std::chrono::nanoseconds::min()};

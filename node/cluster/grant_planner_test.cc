@@ -369,6 +369,17 @@ TEST(GrantPlanner, OwnerRecallsNearTheLimitAndOnDemandAndSettlesEachGrantOnce) {
   EXPECT_EQ(owner.stats().grants_expired, 1u);
   EXPECT_EQ(owner.stats().units_out, 0u);
 
+  // A row read before these settles were written still shows both grants unsettled: the owner that
+  // settled them does not adopt them again (it would settle each twice), until term + margin has passed.
+  a = owner.Adopt(T(1251), "k", {g1, g2});
+  EXPECT_EQ(owner.stats().grants_adopted, 0u);
+  EXPECT_EQ(a.wake_at, std::nullopt);
+  EXPECT_TRUE(owner.Idle());
+  EXPECT_TRUE(owner.Timer(T(3000)).settles.empty());
+  a = owner.Adopt(T(3000), "k", {g2});  // settled at 1250: forgotten from 2500 on
+  EXPECT_EQ(owner.stats().grants_adopted, 1u);
+  EXPECT_EQ(owner.Timer(T(4250)).settles.size(), 1u);
+
   // After a failover the new owner reclaims the grants it finds unsettled in the ledger.
   GrantPlanner next(GrantOptions{.incarnation = 2});
   a = next.Adopt(T(100), "k", {g1, g2});
