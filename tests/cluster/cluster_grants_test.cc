@@ -204,6 +204,52 @@ Result<Bed> StartBed(const Case& c, const std::string& prefix, std::vector<std::
 
 class ClusterGrantsTest : public ::testing::TestWithParam<Case> {};
 
+// The victim caught holding a slice: what was read just before it was stopped.
+struct Caught {
+  double held = 0;            // the victim's slices
+  double out_before = 0;      // the owner's units out on grant
+  double expired_before = 0;  // the owner's grants reclaimed so far
+};
+
+// Once a third of `load` was sent and `victim` holds a slice of `key`, stops it (SIGSTOP: it releases
+// nothing then) and leaves it stopped if the owner still lists it among the key's holders; else it
+// released the slice between the sample and the stop, and is resumed and caught again. On failure the
+// victim is left running.
+Result<Caught> StopWhileHolding(Cluster& cluster, const HotLoad& load, int owner, int victim,
+                                const std::string& key) {
+  Caught caught;
+  auto stopped = WaitFor(
+      "a third of phase 1 sent and the victim stopped while the owner lists it holding a slice",
+      std::chrono::milliseconds(30'000 * kSlowdown), [&](std::string* why) {
+        const std::optional<double> held =
+            MetricSample(cluster.http_port(victim), "ringlimit_grants_slices_held");
+        *why =
+            "sent " + std::to_string(load.sent.load()) + ", slices held " + std::to_string(held.value_or(-1));
+        if (load.sent.load() < kFirstPhase / 3 || held.value_or(0) <= 0) return false;
+        const std::optional<double> out =
+            MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
+        const std::optional<double> expired =
+            MetricSample(cluster.http_port(owner), "ringlimit_grants_total", "event=\"expired\"");
+        if (!out || !expired) {
+          *why += ", the owner's metrics unreadable";
+          return false;
+        }
+        caught = Caught{*held, *out, *expired};
+        if (!cluster.node(victim).Signal(SIGSTOP)) {  // returns once the kernel reports it stopped
+          *why = "could not stop the victim";
+          return false;
+        }
+        if (OwnerListsHolder(cluster, owner, key, victim)) return true;
+        *why += ", but the owner no longer listed it as a holder once it was stopped";
+        return !cluster.node(victim).Signal(SIGCONT);  // (a victim that cannot be resumed ends the wait)
+      });
+  if (!stopped) {
+    static_cast<void>(cluster.node(victim).Signal(SIGCONT));
+    return stopped.error();
+  }
+  return caught;
+}
+
 TEST_P(ClusterGrantsTest, AHotKeyThroughAllNodesAdmitsExactlyTheLimitOnceTheSlicesAreBack) {
   auto bed = StartBed(GetParam(), "hot-");
   ASSERT_TRUE(bed) << bed.error();
@@ -280,30 +326,13 @@ TEST_P(ClusterGrantsTest, AHolderKilledWithSlicesLosesAtMostThemAndNothingIsOver
   // at their first failure; a check it was deciding when it died is unknown to its client (counted apart:
   // it may have been admitted from a slice).
   HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown));
-  std::optional<double> held;
-  std::optional<double> out_before;
-  auto caught = WaitFor(
-      "the victim stopped while the owner lists it holding a slice of the key",
-      std::chrono::milliseconds(30'000 * kSlowdown), [&](std::string* why) {
-        held = MetricSample(cluster.http_port(victim), "ringlimit_grants_slices_held");
-        *why =
-            "sent " + std::to_string(load.sent.load()) + ", slices held " + std::to_string(held.value_or(-1));
-        if (load.sent.load() < kFirstPhase / 3 || held.value_or(0) <= 0) return false;
-        if (!cluster.node(victim).Signal(SIGSTOP)) {
-          *why = "could not stop the victim";
-          return false;
-        }
-        // What it can lose at most: every unit out on grant when it dies (its own slices are among them).
-        out_before = MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
-        if (OwnerListsHolder(cluster, owner, key, victim)) return true;
-        *why += ", but the owner no longer lists it as a holder once it was stopped";
-        return !cluster.node(victim).Signal(SIGCONT);  // (a victim that cannot be resumed ends the wait)
-      });
+  auto caught = StopWhileHolding(cluster, load, owner, victim, key);
   if (!caught) {
-    static_cast<void>(cluster.node(victim).Signal(SIGCONT));
     load.Join();
     FAIL() << caught.error() << ": the scenario did not happen";
   }
+  const std::optional<double> held = caught->held;
+  const std::optional<double> out_before = caught->out_before;
   load.Dying(victim);
   ASSERT_TRUE(cluster.Kill(victim));
   const std::optional<double> out_after =
@@ -353,32 +382,14 @@ TEST_P(ClusterGrantsTest, AHolderPausedPastItsTermLosesAtMostItsSlicesAndNothing
   // Once a third was sent and the victim holds a slice, stop it -- and keep it stopped if the owner still
   // lists it among the key's holders (else it released the slice between the sample and the stop: it is
   // resumed and caught again).
-  std::optional<double> held;
-  std::optional<double> out_before;
-  std::optional<double> expired_before;
-  auto holding = WaitFor(
-      "a third of phase 1 sent and the victim stopped while the owner lists it holding a slice",
-      std::chrono::milliseconds(30'000 * kSlowdown), [&](std::string* why) {
-        held = MetricSample(cluster.http_port(victim), "ringlimit_grants_slices_held");
-        *why =
-            "sent " + std::to_string(load.sent.load()) + ", slices held " + std::to_string(held.value_or(-1));
-        if (load.sent.load() < kFirstPhase / 3 || held.value_or(0) <= 0) return false;
-        out_before = MetricSample(cluster.http_port(owner), "ringlimit_grants_units_out");
-        expired_before =
-            MetricSample(cluster.http_port(owner), "ringlimit_grants_total", "event=\"expired\"");
-        if (!cluster.node(victim).Signal(SIGSTOP)) {  // returns once the kernel reports it stopped
-          *why = "could not stop the victim";
-          return false;
-        }
-        if (OwnerListsHolder(cluster, owner, key, victim)) return true;
-        *why += ", but the owner no longer lists it as a holder once it was stopped";
-        return !cluster.node(victim).Signal(SIGCONT);  // (a victim that cannot be resumed ends the wait)
-      });
+  auto holding = StopWhileHolding(cluster, load, owner, victim, key);
   if (!holding) {
-    static_cast<void>(cluster.node(victim).Signal(SIGCONT));
     load.Join();
     FAIL() << holding.error() << ": the scenario did not happen";
   }
+  const std::optional<double> held = holding->held;
+  const std::optional<double> out_before = holding->out_before;
+  const std::optional<double> expired_before = holding->expired_before;
   ASSERT_TRUE(out_before && expired_before);
   // (A slice lent between the sample above and the stop is out too.)
   const std::optional<double> out_stopped =
