@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -504,6 +505,15 @@ void Cluster::SetLeavePreparer(LeavePreparer preparer) { core_->leave_preparer =
 void Cluster::Leave(std::function<void()> on_left) {
   net::post(core_->strand,
             [core = core_, on_left = std::move(on_left)]() mutable { core->DoLeave(std::move(on_left)); });
+}
+
+void Cluster::After(std::chrono::nanoseconds delay, std::function<void()> fn) {
+  auto timer = std::make_shared<net::steady_timer>(core_->io, delay);
+  timer->async_wait(net::bind_executor(
+      core_->strand, [core = core_, timer, fn = std::move(fn)](const boost::system::error_code& ec) {
+        if (ec || core->stopped) return;
+        fn();
+      }));
 }
 
 const ring::RingHolder& Cluster::ring() const { return core_->ring; }

@@ -150,6 +150,8 @@ class Cluster {
   // announcement is acknowledged or leave_timeout has passed (on an io_context thread, once). A second
   // call while leaving is ignored (its callback is dropped).
   void Leave(std::function<void()> on_left);
+  // Runs `fn` on the cluster's strand `delay` from now, unless Stop() came first (never after Stop returns).
+  void After(std::chrono::nanoseconds delay, std::function<void()> fn);
 
   // Told about every ring this node publishes, with the one it replaces (null for the first), in ring
   // version order, on the cluster's strand: it must not block. Set before Start. A listener takes over

@@ -324,6 +324,11 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
       "open; part of ringlimit_forward_checks_total{outcome=\"fallback_local\"}): merged into the holders' "
       "count when they are back.");
   Sample(out, "ringlimit_forward_fallback_open_total", "", f.fallback_open);
+  Metric(out, "ringlimit_forward_copy_waits_total", "counter",
+         "Waits of 10 ms for a key's copy by checks no other holder answered, at a holder whose range is "
+         "still waiting for its copy (--failure-mode closed): decided here once it came, refused if it did "
+         "not within a forward timeout.");
+  Sample(out, "ringlimit_forward_copy_waits_total", "", f.copy_waits);
   Metric(out, "ringlimit_forward_attempts_total", "counter",
          "Forwarding attempts beyond the first of each check: attempts that got no usable answer (failed), "
          "sent to the next holder after a failure (next_node), timed out and sent again to the same node "

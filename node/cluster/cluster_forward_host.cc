@@ -78,4 +78,8 @@ void ClusterForwardHost::Call(const std::string& address, peer::Method method, s
                          peer::CallOptions{.timeout = timeout});
 }
 
+void ClusterForwardHost::After(std::chrono::nanoseconds delay, std::function<void()> fn) {
+  cluster_.After(delay, std::move(fn));
+}
+
 }  // namespace ringlimit::cluster

@@ -48,6 +48,7 @@ class ClusterForwardHost final : public ForwardHost {
   [[nodiscard]] uint64_t Random() override;
   void Call(const std::string& address, peer::Method method, std::string payload,
             std::chrono::milliseconds timeout, CallDone done) override;
+  void After(std::chrono::nanoseconds delay, std::function<void()> fn) override;
   void ObserveRoundTrip(std::chrono::nanoseconds round_trip) override { round_trips_.Observe(round_trip); }
 
   // Round trips of forwarded checks answered with a decision: from sending to the answer.

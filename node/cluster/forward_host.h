@@ -67,6 +67,11 @@ class ForwardHost {
   virtual void Call(const std::string& address, peer::Method method, std::string payload,
                     std::chrono::milliseconds timeout, CallDone done) = 0;
 
+  // --- Timers ---
+  // Runs `fn` once, `delay` from now, on a thread of the node's event loop -- or never, once the node
+  // stops (its cluster was stopped, its simulated life ended).
+  virtual void After(std::chrono::nanoseconds delay, std::function<void()> fn) = 0;
+
   // --- Observations ---
   // A forwarded check (or relay) answered with a decision after `round_trip`.
   virtual void ObserveRoundTrip(std::chrono::nanoseconds round_trip) { (void)round_trip; }

@@ -23,6 +23,8 @@ struct Forwarder::Attempt {
   ring::Token token = 0;               // the key's
   int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
   bool relay_tried = false;            // the decider was tried through another member (see "Relays")
+  // Closed mode, at this node's turn: how long it waits for the key's copy (steady clock; 0: not yet).
+  std::chrono::nanoseconds copy_wait_until{0};
   ForwardDone done;
 };
 
@@ -527,6 +529,7 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
       // No holder answered and this node has no copy of the key (its turn in the preference list, if it
       // has one, is past the holders').
       if (options_.failure_mode == FailureMode::kClosed) {
+        if (WaitForCopy(attempt)) return;
         closed_.fetch_add(1, std::memory_order_relaxed);
         peer::ForwardedResult refused;
         refused.set_status(peer::CHECK_UNAVAILABLE);
@@ -686,6 +689,28 @@ void Forwarder::RelayOn(const std::shared_ptr<peer::ForwardCheckRequest>& reques
              });
 }
 
+bool Forwarder::WaitForCopy(const std::shared_ptr<Attempt>& attempt) {
+  // A holder of the key whose range is waiting for its copy (handoffs in after a resume or a join, a
+  // take-over read) is asked again every kCopyPoll until one forward timeout has passed (or the sender's
+  // deadline): the copy usually comes within a handoff's round trips, and the check is then decided here
+  // rather than refused. Only while no other holder answered: they were asked first.
+  const replication::RoutingTable& table = host_.routing();
+  std::optional<std::string> route_override;
+  if (std::optional<std::string_view> decider = table.Override(attempt->token))
+    route_override.emplace(*decider);
+  if (!table.Unsynced(attempt->token) ||
+      !HoldsKey(attempt->token, host_.self_id(), route_override, table.ring.get(), host_.replicas())) {
+    return false;
+  }
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  if (attempt->copy_wait_until.count() == 0) attempt->copy_wait_until = now + options_.timeout;
+  const std::optional<std::chrono::milliseconds> sender_left = WaitBefore(attempt->deadline_wall_ns);
+  if (now + kCopyPoll >= attempt->copy_wait_until || !sender_left || *sender_left <= kCopyPoll) return false;
+  copy_waits_.fetch_add(1, std::memory_order_relaxed);
+  host_.After(kCopyPoll, [this, attempt] { Try(attempt); });
+  return true;
+}
+
 bool Forwarder::HoldsCopy(ring::Token token) const {
   const replication::RoutingTable& table = host_.routing();
   std::optional<std::string> route_override;
@@ -712,6 +737,7 @@ ForwarderStats Forwarder::stats() const {
   s.fallback_local = fallback_local_.load(std::memory_order_relaxed);
   s.fallback_open = fallback_open_.load(std::memory_order_relaxed);
   s.closed = closed_.load(std::memory_order_relaxed);
+  s.copy_waits = copy_waits_.load(std::memory_order_relaxed);
   s.paused = paused_.load(std::memory_order_relaxed);
   s.unsynced = unsynced_skips_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);

@@ -145,14 +145,16 @@ struct ForwarderOptions {
 [[nodiscard]] Status Validate(const ForwarderOptions& options);
 
 struct ForwarderStats {
-  uint64_t forwarded = 0;          // keys sent to another node (first attempts)
-  uint64_t failures = 0;           // attempts that got no usable answer
-  uint64_t fallback_next = 0;      // attempts sent to the next node after a failure
-  uint64_t fallback_local = 0;     // keys decided here because no other node answered
-  uint64_t fallback_open = 0;      // ... of which this node held no copy (--failure-mode open)
-  uint64_t closed = 0;             // keys refused because no holder answered (--failure-mode closed)
-  uint64_t paused = 0;             // checks sent on (or declined) because this node was just paused
-  uint64_t unsynced = 0;           // checks sent on because this node holds their range without its copy
+  uint64_t forwarded = 0;       // keys sent to another node (first attempts)
+  uint64_t failures = 0;        // attempts that got no usable answer
+  uint64_t fallback_next = 0;   // attempts sent to the next node after a failure
+  uint64_t fallback_local = 0;  // keys decided here because no other node answered
+  uint64_t fallback_open = 0;   // ... of which this node held no copy (--failure-mode open)
+  uint64_t closed = 0;          // keys refused because no holder answered (--failure-mode closed)
+  uint64_t paused = 0;          // checks sent on (or declined) because this node was just paused
+  uint64_t unsynced = 0;        // checks sent on because this node holds their range without its copy
+  // Closed: waits of kCopyPoll for the key's copy, by checks no other holder answered (WaitForCopy).
+  uint64_t copy_waits = 0;
   uint64_t served = 0;             // checks other nodes forwarded to this one
   uint64_t served_bad = 0;         // forwarded batches that did not parse
   uint64_t passed_on = 0;          // forwarded checks this node passed on to the node its routing names
@@ -233,6 +235,11 @@ class Forwarder final : public node::CheckRouter {
   void Call(std::shared_ptr<Attempt> attempt, size_t index);
   // Whether this node holds a copy of the key of `token` (routing.h HoldsKey on the current table).
   [[nodiscard]] bool HoldsCopy(ring::Token token) const;
+  // Closed, at this node's turn with no other holder having answered: when this node holds the key but its
+  // range is still waiting for its copy, Try runs again kCopyPoll later (until one forward timeout after the
+  // first wait, or the sender's deadline) and returns true; else false (refuse now).
+  bool WaitForCopy(const std::shared_ptr<Attempt>& attempt);
+  static constexpr std::chrono::milliseconds kCopyPoll{10};
   // Whether the routing table's members say `id` is dead or left.
   [[nodiscard]] bool KnownDead(std::string_view id) const;
   // Serve after the dedup lookup: a first attempt.
@@ -261,7 +268,8 @@ class Forwarder final : public node::CheckRouter {
   DedupCache dedup_;  // thread-safe
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
-      served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0};
+      served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0},
+      copy_waits_{0};
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> unsynced_skips_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};

@@ -77,6 +77,9 @@ class SimNode::Host final : public cluster::ForwardHost {
             std::chrono::milliseconds timeout, CallDone done) override {
     node_.cluster_.Call(node_.slot_, address, method, std::move(payload), timeout, std::move(done));
   }
+  void After(std::chrono::nanoseconds delay, std::function<void()> fn) override {
+    node_.world_.Schedule(node_.world_.now() + delay, node_.slot_, node_.life_, std::move(fn));
+  }
 
  private:
   SimNode& node_;
