@@ -695,13 +695,7 @@ bool Forwarder::WaitForCopy(const std::shared_ptr<Attempt>& attempt) {
   // deadline): the copy usually comes within a handoff's round trips, and the check is then decided here
   // rather than refused. Only while no other holder answered: they were asked first.
   const replication::RoutingTable& table = host_.routing();
-  std::optional<std::string> route_override;
-  if (std::optional<std::string_view> decider = table.Override(attempt->token))
-    route_override.emplace(*decider);
-  if (!table.Unsynced(attempt->token) ||
-      !HoldsKey(attempt->token, host_.self_id(), route_override, table.ring.get(), host_.replicas())) {
-    return false;
-  }
+  if (!table.Unsynced(attempt->token) || !HoldsKeyHere(table, attempt->token)) return false;
   const std::chrono::nanoseconds now = host_.SteadyNow();
   if (attempt->copy_wait_until.count() == 0) attempt->copy_wait_until = now + options_.timeout;
   const std::optional<std::chrono::milliseconds> sender_left = WaitBefore(attempt->deadline_wall_ns);
@@ -711,12 +705,15 @@ bool Forwarder::WaitForCopy(const std::shared_ptr<Attempt>& attempt) {
   return true;
 }
 
-bool Forwarder::HoldsCopy(ring::Token token) const {
-  const replication::RoutingTable& table = host_.routing();
+bool Forwarder::HoldsKeyHere(const replication::RoutingTable& table, ring::Token token) const {
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
-  return !table.Unsynced(token) &&
-         HoldsKey(token, host_.self_id(), route_override, table.ring.get(), host_.replicas());
+  return HoldsKey(token, host_.self_id(), route_override, table.ring.get(), host_.replicas());
+}
+
+bool Forwarder::HoldsCopy(ring::Token token) const {
+  const replication::RoutingTable& table = host_.routing();
+  return !table.Unsynced(token) && HoldsKeyHere(table, token);
 }
 
 bool Forwarder::KnownDead(std::string_view id) const {

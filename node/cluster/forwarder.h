@@ -233,7 +233,9 @@ class Forwarder final : public node::CheckRouter {
   void Try(std::shared_ptr<Attempt> attempt);
   // Sends the attempt to its target `index`; on a timeout, again to the same one (see "Retries").
   void Call(std::shared_ptr<Attempt> attempt, size_t index);
-  // Whether this node holds a copy of the key of `token` (routing.h HoldsKey on the current table).
+  // Whether this node is a holder of the key of `token` in `table` (routing.h HoldsKey).
+  [[nodiscard]] bool HoldsKeyHere(const replication::RoutingTable& table, ring::Token token) const;
+  // Whether this node holds a copy of the key of `token`: a holder whose range is not waiting for its copy.
   [[nodiscard]] bool HoldsCopy(ring::Token token) const;
   // Closed, at this node's turn with no other holder having answered: when this node holds the key but its
   // range is still waiting for its copy, Try runs again kCopyPoll later (until one forward timeout after the
