@@ -1,5 +1,12 @@
 #include "node/cluster/replication_link.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
 #include "node/cluster/cluster.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
@@ -73,24 +80,97 @@ void ReplicationLink::Send(std::string_view id, peer::Method method, std::string
   Call(cluster_, id, method, std::move(payload), timeout, std::move(reply));
 }
 
+namespace {
+
+// One hedged send (SendRelayed): the direct call and, once `direct` passed without an answer (or the direct
+// call failed), the same batch through a relay. The first acknowledgement answers; nullopt once every leg
+// that was started failed. Legs answer on the peer client's threads, the timer on the cluster's strand.
+struct Hedge {
+  std::mutex mu;
+  bool answered = false;
+  bool direct_done = false;    // the direct call failed
+  bool relay_started = false;  // tried (or found no relay)
+  bool relay_running = false;
+  replication::ClusterLink::Reply reply;
+  std::string kept;  // the batch, sent again through the relay
+  std::string target;
+  std::chrono::steady_clock::time_point deadline;
+
+  // Called with mu held: whether every leg is over (nothing can answer any more).
+  [[nodiscard]] bool Exhausted() const { return direct_done && relay_started && !relay_running; }
+};
+
+void Answer(const std::shared_ptr<Hedge>& hedge, std::unique_lock<std::mutex>& lock,
+            std::optional<std::string> answer) {
+  hedge->answered = true;
+  replication::ClusterLink::Reply reply = std::move(hedge->reply);
+  lock.unlock();
+  reply(std::move(answer));
+}
+
+// Starts the relayed leg unless it was started, or answers nullopt when none can start and nothing else
+// runs. Called with the lock held; releases it.
+void StartRelay(Cluster& cluster, const std::shared_ptr<std::atomic<uint64_t>>& relayed,
+                const std::shared_ptr<Hedge>& hedge, std::unique_lock<std::mutex>& lock) {
+  if (hedge->answered || hedge->relay_started) return;
+  hedge->relay_started = true;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hedge->deadline -
+                                                                          std::chrono::steady_clock::now());
+  const std::string relay = left.count() > 0 ? RelayFor(cluster, hedge->target) : std::string();
+  if (relay.empty()) {
+    if (hedge->Exhausted()) Answer(hedge, lock, std::nullopt);
+    return;
+  }
+  hedge->relay_running = true;
+  // The fields of the batch appended alone set relay_to without parsing it again.
+  peer::StateUpdateBatch to;
+  to.set_relay_to(hedge->target);
+  std::string payload = hedge->kept + to.SerializeAsString();
+  lock.unlock();
+  relayed->fetch_add(1, std::memory_order_relaxed);
+  Call(cluster, relay, peer::METHOD_STATE_UPDATE_RELAY, std::move(payload), left,
+       [hedge](std::optional<std::string> answer) {
+         std::unique_lock lock(hedge->mu);
+         hedge->relay_running = false;
+         if (hedge->answered) return;
+         if (answer.has_value() || hedge->Exhausted()) Answer(hedge, lock, std::move(answer));
+       });
+}
+
+}  // namespace
+
 void ReplicationLink::SendRelayed(std::string_view id, std::string payload, std::chrono::milliseconds direct,
                                   std::chrono::milliseconds timeout, Reply reply) {
-  auto kept = std::make_shared<std::string>(payload);  // sent again through the relay if need be
-  Call(cluster_, id, peer::METHOD_STATE_UPDATE, std::move(payload), std::min(direct, timeout),
-       [&cluster = cluster_, counters = counters_, target = std::string(id), kept, rest = timeout - direct,
-        reply = std::move(reply)](std::optional<std::string> answer) mutable {
-         const std::string relay = answer.has_value() ? std::string() : RelayFor(cluster, target);
-         if (relay.empty() || rest.count() <= 0) {
-           reply(std::move(answer));
+  // Hedged, not abandoned: a direct answer that comes after `direct` (a busy holder, a slow host) still
+  // counts while the relayed copy is under way, so the relay adds a path instead of replacing the faster
+  // one.
+  auto hedge = std::make_shared<Hedge>();
+  hedge->reply = std::move(reply);
+  hedge->kept = payload;
+  hedge->target = std::string(id);
+  hedge->deadline = std::chrono::steady_clock::now() + timeout;
+  auto relayed = std::shared_ptr<std::atomic<uint64_t>>(counters_, &counters_->relayed);
+  Call(cluster_, id, peer::METHOD_STATE_UPDATE, std::move(payload), timeout,
+       [&cluster = cluster_, relayed, hedge](std::optional<std::string> answer) {
+         std::unique_lock lock(hedge->mu);
+         if (hedge->answered) return;
+         if (answer.has_value()) {
+           Answer(hedge, lock, std::move(answer));
            return;
          }
-         // The fields of the batch appended alone set relay_to without parsing it again.
-         peer::StateUpdateBatch to;
-         to.set_relay_to(target);
-         counters->relayed.fetch_add(1, std::memory_order_relaxed);
-         Call(cluster, relay, peer::METHOD_STATE_UPDATE_RELAY, *kept + to.SerializeAsString(), rest,
-              std::move(reply));
+         hedge->direct_done = true;
+         if (!hedge->relay_started) {
+           StartRelay(cluster, relayed, hedge, lock);
+         } else if (hedge->Exhausted()) {
+           Answer(hedge, lock, std::nullopt);
+         }
        });
+  if (direct < timeout) {
+    cluster_.After(direct, [&cluster = cluster_, relayed, hedge] {
+      std::unique_lock lock(hedge->mu);
+      StartRelay(cluster, relayed, hedge, lock);
+    });
+  }
 }
 
 void RegisterReplicationHandlers(Cluster& cluster, ReplicationLink& link, replication::Replicator& replicator,

@@ -99,6 +99,27 @@ class Bed {
   size_t size() const { return cluster_->size(); }
   const std::string& id(size_t i) const { return cluster_->id(i); }
   void Note(const std::string& text) { note_ += (note_.empty() ? "" : "; ") + text; }
+
+  // Every running, unpaused node's non-zero counters among `names` (metric name prefixes), as
+  // "n1 name value, ...": why decisions went unacknowledged, for the report of a failed check.
+  std::string Counters(const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < size(); ++i) {
+      if (paused_.count(i) != 0 || !cluster_->node(i).running()) continue;
+      HttpClient client(cluster_->host(i), cluster_->http_port(i), kRequestTimeout);
+      auto metrics = client.Get("/metrics");
+      if (!metrics) continue;
+      std::istringstream lines(metrics->body());
+      for (std::string line; std::getline(lines, line);) {
+        const bool wanted = std::any_of(names.begin(), names.end(),
+                                        [&](const std::string& n) { return line.rfind(n, 0) == 0; });
+        if (wanted && line.size() > 2 && line.substr(line.size() - 2) != " 0") {
+          out += (out.empty() ? "" : ", ") + id(i) + " " + line;
+        }
+      }
+    }
+    return out;
+  }
   const std::string& note() const { return note_; }
 
   // Index of node `id` (as /v1/ring names it).
@@ -161,9 +182,22 @@ class Bed {
   }
 
   // Waits until every node of `observers` sees node i dead (or no longer lists it).
+  // On a timeout the error also carries every observer's failure-detector counters (a post-mortem).
   Result<milliseconds> WaitDead(size_t i, const std::vector<size_t>& observers) {
-    return WaitFor(id(i) + " declared dead", kDeadBound,
-                   [&](std::string* last) { return SeenDeadByAll(i, observers, last); });
+    auto waited = WaitFor(id(i) + " declared dead", kDeadBound,
+                          [&](std::string* last) { return SeenDeadByAll(i, observers, last); });
+    if (waited) return waited;
+    std::string error = waited.error();
+    for (size_t j : observers) {
+      HttpClient client(cluster_->host(j), cluster_->http_port(j), kRequestTimeout);
+      auto metrics = client.Get("/metrics");
+      if (!metrics) continue;
+      std::istringstream lines(metrics->body());
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("ringlimit_membership_", 0) == 0) error += "\n  " + id(j) + ": " + line;
+      }
+    }
+    return Error<milliseconds>(error);
   }
 
   // Whether every node of `observers` sees node i dead (or no longer lists it) now; if not, why in `last`.
@@ -379,6 +413,13 @@ ScenarioResult Summarize(const std::string& name, Bed& bed,
     result.keys.push_back(std::move(f));
   }
   result.shares = Shares(result.decisions);
+  if (result.failed > 0) {
+    const std::string counters =
+        bed.Counters({"ringlimit_replication_sync_timeouts_total", "ringlimit_replication_newer_copies_total",
+                      "ringlimit_unacked_decisions_total", "ringlimit_forward_copy_waits_total",
+                      "ringlimit_replication_relayed_batches_total"});
+    if (!counters.empty()) bed.Note("counters after the failures: " + counters);
+  }
   result.note = bed.note();
   return result;
 }
