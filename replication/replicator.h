@@ -172,6 +172,8 @@ class Replicator final : public storage::StateObserver {
   // ack_majority) acknowledged (acked true) or sync_timeout passed or, with ack_majority, no majority can
   // acknowledge any more (false).
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done);
+  // Whether Decided may wait (sync mode); otherwise it answers at once.
+  [[nodiscard]] bool Waits() const { return options_.mode == ReplicationMode::kSync; }
 
   // A crash, for the simulator: stops at once, ships nothing, answers nothing, never blocks. What is
   // queued on the executor is the executor owner's to drop. Idempotent; Stop does nothing after it.

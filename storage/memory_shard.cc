@@ -606,10 +606,14 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
   for (size_t i = 0; i < n; ++i) {
     pointers[i] = &fresh[i];
     if (indices[i] == kNil) {
-      // A new state is charged in a spare one's storage (no allocation when it is kept below).
+      // A new state is charged in a spare one's storage, else in this shard's scratch state (whose vectors
+      // keep their room): no allocation when it is kept below.
       if (!spare_states_.empty()) {
         limiter::Clear(*spare_states_.back());
         std::swap(fresh[i], *spare_states_.back());
+      } else {
+        limiter::Clear(scratch_[i]);
+        pointers[i] = &scratch_[i];
       }
       continue;
     }
@@ -633,7 +637,7 @@ MemoryShard::Outcome MemoryShard::Update(EntityKey key, std::span<const Slot> sl
     const limiter::LimitSpec& spec = *slots[i].spec;
     bool changed = index == kNil || limiter::ChangeDigest(*pointers[i]) != before[i];
     if (index == kNil) {
-      if (fresh[i].algorithm == limiter::Algorithm{}) continue;  // nothing to keep
+      if (pointers[i]->algorithm == limiter::Algorithm{}) continue;  // nothing to keep
       // The same name twice in one call: the later slot's state wins, in one entry.
       index = FindInChain(FindHead(key), slots[i].name);
     }

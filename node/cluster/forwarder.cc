@@ -491,7 +491,12 @@ void Forwarder::Decided(std::span<const std::string_view> keys, std::function<vo
     return;
   }
   if (options_.failure_mode != FailureMode::kClosed) {
-    // Open: the answer goes out whatever the replicas said (availability first).
+    // Open: the answer goes out whatever the replicas said (availability first); at once when the
+    // replicator does not wait (async), without wrapping `done` (an allocation per check).
+    if (!replicator_->Waits()) {
+      done(true);
+      return;
+    }
     replicator_->Decided(keys, [done = std::move(done)](bool) { done(true); });
     return;
   }
