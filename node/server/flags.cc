@@ -235,6 +235,16 @@ std::vector<FlagSpec> MakeTable() {
        [](RawFlags& r) {
          return po::value(&r.replication_interval_ms)->default_value(Defaults().replication.interval.count());
        }},
+      {"sync-timeout-ms", G::kCluster, "RINGLIMIT_SYNC_TIMEOUT_MS",
+       "sync replication: how long a decision waits for its replicas' acknowledgements (with --failure-mode "
+       "closed, a majority of the key's holders) before it is answered anyway (open) or refused 503 "
+       "(closed); "
+       "less than --forward-timeout-ms",
+       [](RawFlags& r) {
+         return po::value(&r.sync_timeout_ms)
+             ->default_value(0, std::to_string(Defaults().replication.sync_timeout.count()) +
+                                    ", at most half of --forward-timeout-ms");
+       }},
       {"cluster-secret", G::kCluster, nullptr,
        "shared secret: peers must prove it (HMAC handshake) before any message is accepted; better from "
        "--cluster-secret-file or RINGLIMIT_CLUSTER_SECRET, which ps does not show",
@@ -598,6 +608,17 @@ Result<Flags> ValidateFlags(RawFlags raw) {
   if (raw.replication_interval_ms <= 0 || raw.replication_interval_ms > 60'000)
     return bad("--replication-interval-ms: expected 1..60000");
   n.replication.interval = std::chrono::milliseconds(raw.replication_interval_ms);
+  // A forwarded check's sender waits --forward-timeout-ms for the decision, its replicas' acknowledgements
+  // included: waiting as long for them would send the check on to the next holder meanwhile.
+  if (raw.sync_timeout_ms == 0) {  // not given
+    n.replication.sync_timeout =
+        std::min(Defaults().replication.sync_timeout, std::chrono::milliseconds(raw.forward_timeout_ms / 2));
+  } else if (raw.sync_timeout_ms < 0 || raw.sync_timeout_ms >= raw.forward_timeout_ms) {
+    return bad("--sync-timeout-ms: expected 1 to --forward-timeout-ms - 1 (" +
+               std::to_string(raw.forward_timeout_ms - 1) + "), got " + std::to_string(raw.sync_timeout_ms));
+  } else {
+    n.replication.sync_timeout = std::chrono::milliseconds(raw.sync_timeout_ms);
+  }
   // A wildcard peer address cannot be announced: the others would send to 0.0.0.0.
   if ((n.cluster.peer_host == "0.0.0.0" || n.cluster.peer_host == "::") && n.cluster.advertise_peer.empty()) {
     return bad("--peer-listen " + raw.peer_listen +

@@ -52,7 +52,7 @@ struct RawFlags {
   double grant_threshold = 0;
   int64_t headroom_ttl_ms = 0, read_timeout_ms = 0, idle_timeout_ms = 0, drain_timeout_ms = 0;
   int64_t probe_interval_ms = 0, probe_timeout_ms = 0, suspicion_timeout_ms = 0, forward_timeout_ms = 0;
-  int64_t max_clock_offset_ms = 0, replication_interval_ms = 0, grant_term_ms = 0;
+  int64_t max_clock_offset_ms = 0, replication_interval_ms = 0, sync_timeout_ms = 0, grant_term_ms = 0;
 };
 
 // --help shows the groups in this order.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,7 +35,7 @@ TEST(FlagTableTest, EveryFlagHasHelpAndOneName) {
     ASSERT_NE(spec.help, nullptr) << "--" << name;
     EXPECT_GE(std::string(spec.help).size(), 10u) << "--" << name << " has no real help text";
   }
-  EXPECT_EQ(names.size(), 59u) << "a flag was added or removed: update this count and docs/operations.md";
+  EXPECT_EQ(names.size(), 60u) << "a flag was added or removed: update this count and docs/operations.md";
 }
 
 // Every flag is also set by RINGLIMIT_<FLAG>, as before the table, except the secrets (read with their
@@ -86,6 +87,29 @@ TEST(ParseFlagsTest, DefaultsAndGivenValuesReachTheNodeOptions) {
   EXPECT_FALSE(n.grpc.has_value());
 }
 
+// --sync-timeout-ms: 250 ms unless given, at most half the forward timeout then (a forwarded check's
+// sender must not give up on a decision still waiting for its acknowledgements).
+TEST(ParseFlagsTest, SyncTimeoutIsGivenOrBelowTheForwardTimeout) {
+  struct Case {
+    std::vector<std::string> args;
+    std::chrono::milliseconds sync_timeout;
+  };
+  const Case cases[] = {
+      {{}, std::chrono::milliseconds(250)},
+      {{"--forward-timeout-ms", "300"}, std::chrono::milliseconds(150)},
+      {{"--sync-timeout-ms", "400"}, std::chrono::milliseconds(400)},
+      {{"--sync-timeout-ms", "1500", "--forward-timeout-ms", "2000"}, std::chrono::milliseconds(1500)},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string err;
+    ParsedFlags parsed = Parse(args, &err);
+    ASSERT_TRUE(parsed.flags.has_value()) << err;
+    EXPECT_EQ(parsed.flags->node.replication.sync_timeout, c.sync_timeout) << args.back();
+  }
+}
+
 TEST(ParseFlagsTest, BadValuesExitTwoWithTheMessage) {
   struct Case {
     std::vector<std::string> args;
@@ -98,6 +122,10 @@ TEST(ParseFlagsTest, BadValuesExitTwoWithTheMessage) {
       {{"--max-memory", "1MiB"},
        "ringlimitd: --max-memory must be at least 16MiB (or 0: unbounded), got 1MiB\n"},
       {{"--no-such-flag"}, "ringlimitd: unrecognised option '--no-such-flag'\n(try --help)\n"},
+      {{"--sync-timeout-ms", "500"},
+       "ringlimitd: --sync-timeout-ms: expected 1 to --forward-timeout-ms - 1 (499), got 500\n"},
+      {{"--sync-timeout-ms", "-1"},
+       "ringlimitd: --sync-timeout-ms: expected 1 to --forward-timeout-ms - 1 (499), got -1\n"},
   };
   for (const Case& c : cases) {
     std::string err;
