@@ -140,7 +140,7 @@ ReplicationActions ReplicationPlanner::BatchReply(MonoTime now, const ClusterVie
     for (const Waiting& w : batch.waiting) {
       const std::string& key = batch.keys[w.key].key;
       if (std::find(stale.begin(), stale.end(), key) != stale.end()) {
-        FailSlot(w.slot, out);
+        if (FailSlot(w.slot, out)) ++stats_.unacked_newer;
       } else if (options_.ack_majority) {
         MajorityReply(w.slot, w.rings, true, out);
       } else {
@@ -282,7 +282,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
       }
       for (const Slot& s : job.slots) {
         if (!AwaitMajority(s, quorums)) {
-          FailSlot(s, out);  // a majority of some ring is out of reach: unacked at once
+          if (FailSlot(s, out)) ++stats_.unacked_unreachable;  // a majority of some ring is out of reach
           continue;
         }
         awaited.insert(s.waiter);
@@ -420,7 +420,7 @@ void ReplicationPlanner::MajorityReply(const Slot& slot, uint32_t mask, bool ok,
     lost |= q.need > q.possible;
   }
   if (lost) {
-    FailSlot(slot, out);
+    if (FailSlot(slot, out)) ++stats_.unacked_lost;
     return;
   }
   if (!pending && w.needed[slot.index] > 0) {
@@ -469,11 +469,12 @@ std::vector<ReplicationPlanner::Quorum> ReplicationPlanner::MajorityTargets(
   return quorums;
 }
 
-void ReplicationPlanner::FailSlot(const Slot& slot, ReplicationActions& out) {
+bool ReplicationPlanner::FailSlot(const Slot& slot, ReplicationActions& out) {
   auto it = waiters_.find(slot.waiter);
-  if (it == waiters_.end()) return;
+  if (it == waiters_.end()) return false;
   out.waiters_unacked.push_back(slot.waiter);
   waiters_.erase(it);
+  return true;
 }
 
 void ReplicationPlanner::FinishIfAnswered(uint64_t waiter, ReplicationActions& out) {

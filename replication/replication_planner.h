@@ -121,10 +121,16 @@ struct PlannerStats {
   uint64_t updates_sent = 0;   // keys shipped (one per key and target)
   uint64_t updates_acked = 0;  // of those, acknowledged
   uint64_t batches_sent = 0;
-  uint64_t send_failures = 0;           // batches that failed
-  uint64_t pending_keys = 0;            // gauge: dirty keys here plus keys awaiting a retry
-  uint64_t sync_waits = 0;              // Decided calls that waited
-  uint64_t sync_timeouts = 0;           // of those, answered at sync_timeout without an acknowledgement
+  uint64_t send_failures = 0;  // batches that failed
+  uint64_t pending_keys = 0;   // gauge: dirty keys here plus keys awaiting a retry
+  uint64_t sync_waits = 0;     // Decided calls that waited
+  uint64_t sync_timeouts = 0;  // of those, answered at sync_timeout without an acknowledgement
+  // ack_majority: Decided calls answered unacked before sync_timeout, by why: a holder held admissions the
+  // batch lacked (newer), a majority of some ring was out of reach when the batch was made (unreachable), or
+  // failed sends left too few holders to make one (lost).
+  uint64_t unacked_newer = 0;
+  uint64_t unacked_unreachable = 0;
+  uint64_t unacked_lost = 0;
   std::chrono::nanoseconds lag{0};      // last acknowledged batch: oldest change in it -> acknowledgement
   std::chrono::nanoseconds max_lag{0};  // since start
   // Every acknowledged batch's lag: counts per kLagBoundsNs bucket (the last one +Inf), sum, count.
@@ -222,7 +228,8 @@ class ReplicationPlanner {
   [[nodiscard]] std::vector<Quorum> MajorityTargets(
       const ClusterView& view, std::string_view key, const std::function<bool(const std::string&)>& reachable,
       std::vector<std::pair<std::string, uint32_t>>& validators) const;
-  void FailSlot(const Slot& slot, ReplicationActions& out);
+  // The slot's caller is answered unacked (once): false when it was answered already.
+  bool FailSlot(const Slot& slot, ReplicationActions& out);
   void FinishIfAnswered(uint64_t waiter, ReplicationActions& out);
   void FinishFlushes(MonoTime now, const ClusterView& view, ReplicationActions& out);
   void ExpireWaiters(MonoTime now, ReplicationActions& out);

@@ -531,6 +531,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     }
     s.sync_waits = p.sync_waits;
     s.sync_timeouts = p.sync_timeouts;
+    s.unacked_newer = p.unacked_newer;
+    s.unacked_unreachable = p.unacked_unreachable;
+    s.unacked_lost = p.unacked_lost;
     s.lag_seconds = Seconds(p.lag);
     s.max_lag_seconds = Seconds(p.max_lag);
     s.lag_buckets = p.lag_buckets;

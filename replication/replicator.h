@@ -112,6 +112,10 @@ struct ReplicatorStats {
   // ack_majority: keys whose holder answered a copy with admissions this node's lacked (merged in;
   // the decision that waited was not answered as an admission)
   uint64_t newer_received = 0;
+  // ack_majority: Decided calls answered unacked before sync_timeout (PlannerStats::unacked_*).
+  uint64_t unacked_newer = 0;
+  uint64_t unacked_unreachable = 0;
+  uint64_t unacked_lost = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
   double max_lag_seconds = 0;  // since start
   // Every acknowledged batch's lag: per bucket of kLagBoundsNs (replication_planner.h; the last +Inf),

@@ -73,6 +73,13 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
           "Keys whose holder answered a sync-mode batch with a copy holding admissions this node's lacked "
           "(--failure-mode closed): merged in, and the decision waiting for it answered 503.",
           r.newer_received);
+  CounterBy(
+      out, "ringlimit_replication_unacked_total",
+      "Sync-mode decisions answered unacked before the sync timeout (--failure-mode closed: 503), by "
+      "why: a holder held admissions the decision lacked (newer), a majority of a ring of the key was out "
+      "of reach (unreachable), failed sends left too few holders to make one (lost).",
+      "reason",
+      {{"newer", r.unacked_newer}, {"unreachable", r.unacked_unreachable}, {"lost", r.unacked_lost}});
   if (link != nullptr) {
     CounterBy(
         out, "ringlimit_replication_relayed_batches_total",
