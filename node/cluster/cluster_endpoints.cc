@@ -326,8 +326,8 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
   Sample(out, "ringlimit_forward_fallback_open_total", "", f.fallback_open);
   Metric(out, "ringlimit_forward_copy_waits_total", "counter",
          "Waits of 10 ms for a key's copy by checks no other holder answered, at a holder whose range is "
-         "still waiting for its copy (--failure-mode closed): decided here once it came, refused if it did "
-         "not within a forward timeout.");
+         "still waiting for its copy: decided here once it came; if it did not within a forward timeout, "
+         "refused (--failure-mode closed) or decided from this node's own copy (open).");
   Sample(out, "ringlimit_forward_copy_waits_total", "", f.copy_waits);
   Metric(out, "ringlimit_forward_read_waits_total", "counter",
          "Waits of 10 ms by checks this node decides while the take-over read of their key's range has no "

@@ -23,7 +23,7 @@ struct Forwarder::Attempt {
   ring::Token token = 0;               // the key's
   int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
   bool relay_tried = false;            // the decider was tried through another member (see "Relays")
-  // Closed mode, at this node's turn: how long it waits for the key's copy (steady clock; 0: not yet).
+  // At this node's turn: how long it waits for the key's copy (steady clock; 0: not yet).
   std::chrono::nanoseconds copy_wait_until{0};
   // Closed: until when this node waits for the take-over read of the key's range (WaitForRead); 0 until then.
   std::chrono::nanoseconds read_wait_until{0};
@@ -543,9 +543,11 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
     }
     if (!HoldsCopy(attempt->token)) {
       // No holder answered and this node has no copy of the key (its turn in the preference list, if it
-      // has one, is past the holders').
+      // has one, is past the holders'). A holder whose copy is on its way waits for it, in either mode: open,
+      // deciding from what it held before (a resumed owner's copy from before its pause) would admit what
+      // the key's holders admitted meanwhile a second time.
+      if (WaitForCopy(attempt)) return;
       if (options_.failure_mode == FailureMode::kClosed) {
-        if (WaitForCopy(attempt)) return;
         closed_.fetch_add(1, std::memory_order_relaxed);
         peer::ForwardedResult refused;
         refused.set_status(peer::CHECK_UNAVAILABLE);

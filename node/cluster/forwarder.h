@@ -153,7 +153,7 @@ struct ForwarderStats {
   uint64_t closed = 0;          // keys refused because no holder answered (--failure-mode closed)
   uint64_t paused = 0;          // checks sent on (or declined) because this node was just paused
   uint64_t unsynced = 0;        // checks sent on because this node holds their range without its copy
-  // Closed: waits of kCopyPoll for the key's copy, by checks no other holder answered (WaitForCopy).
+  // Waits of kCopyPoll for the key's copy, by checks no other holder answered (WaitForCopy).
   uint64_t copy_waits = 0;
   // Closed: waits of kCopyPoll by checks this node decides for a take-over read's majority (WaitForRead).
   uint64_t read_waits = 0;
@@ -239,9 +239,9 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] bool HoldsKeyHere(const replication::RoutingTable& table, ring::Token token) const;
   // Whether this node holds a copy of the key of `token`: a holder whose range is not waiting for its copy.
   [[nodiscard]] bool HoldsCopy(ring::Token token) const;
-  // Closed, at this node's turn with no other holder having answered: when this node holds the key but its
+  // At this node's turn with no other holder having answered: when this node holds the key but its
   // range is still waiting for its copy, Try runs again kCopyPoll later (until one forward timeout after the
-  // first wait, or the sender's deadline) and returns true; else false (refuse now).
+  // first wait, or the sender's deadline) and returns true; else false (refuse, or decide here when open).
   bool WaitForCopy(const std::shared_ptr<Attempt>& attempt);
   // Closed, when this node decides the key (its turn first) while a take-over read of the key's range has
   // no majority yet: decides once the read has one, or after one forward timeout (or the sender's deadline),
