@@ -215,7 +215,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       auto it = waiters.find(id);
       std::function<void(bool)> done = std::move(it->second);
       waiters.erase(it);
-      unacked_merged.fetch_add(1, std::memory_order_relaxed);
       done(false);
     }
     Apply(planner.Decided(executor.Now(), View(ring), waits));
@@ -535,7 +534,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
     s.unacked_newer = p.unacked_newer;
     s.unacked_unreachable = p.unacked_unreachable;
     s.unacked_lost = p.unacked_lost;
-    s.unacked_merged = unacked_merged.load();
     s.lag_seconds = Seconds(p.lag);
     s.max_lag_seconds = Seconds(p.max_lag);
     s.lag_buckets = p.lag_buckets;
@@ -568,7 +566,6 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   std::atomic<uint64_t> ignored_states{0};
   std::atomic<uint64_t> bad_batches{0};
   std::atomic<uint64_t> newer_received{0};  // keys whose replica answered a newer copy (want_newer)
-  std::atomic<uint64_t> unacked_merged{0};  // ack_majority: Decided calls refused by MergedSince
   std::mutex stats_mu;                      // guards planner_stats (a copy published after every event)
   PlannerStats planner_stats;
 

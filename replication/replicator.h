@@ -116,9 +116,6 @@ struct ReplicatorStats {
   uint64_t unacked_newer = 0;
   uint64_t unacked_unreachable = 0;
   uint64_t unacked_lost = 0;
-  // ack_majority: Decided calls answered unacked at once because their keys took in another node's
-  // admissions between the decision and its shipping (the decision may not have counted them).
-  uint64_t unacked_merged = 0;
   double lag_seconds = 0;      // last batch: time from the oldest change in it to its acknowledgement
   double max_lag_seconds = 0;  // since start
   // Every acknowledged batch's lag: per bucket of kLagBoundsNs (replication_planner.h; the last +Inf),

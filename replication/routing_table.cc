@@ -48,12 +48,6 @@ bool RoutingTable::Unsynced(ring::Token token) const {
   return overrides != nullptr && !overrides->unsynced.empty() && InSortedRanges(overrides->unsynced, token);
 }
 
-bool RoutingTable::ReadPending(ring::Token token) const {
-  if (overrides == nullptr) return false;
-  return std::any_of(overrides->reading.begin(), overrides->reading.end(),
-                     [&](const RouteOverrides::Reading& r) { return !r.read && r.range.Contains(token); });
-}
-
 bool RoutingTable::Relinquished(ring::Token token, std::string_view self) const {
   return overrides != nullptr && overrides->left_ring != nullptr && Decider(token) != self;
 }

@@ -71,8 +71,6 @@ struct RoutingTable {
   [[nodiscard]] bool Holds(ring::Token token) const;
   // Whether `token` is in a range this node holds without its copy yet (RouteOverrides::unsynced).
   [[nodiscard]] bool Unsynced(ring::Token token) const;
-  // Whether `token` is in a take-over read (RouteOverrides::reading) that no majority answered yet.
-  [[nodiscard]] bool ReadPending(ring::Token token) const;
   // Whether node `self` is leaving or has left and `token` is already decided by another node: its copy
   // of the key may be older than the decider's, so `self` must not decide the key, not even as a
   // fallback when the decider does not answer.

@@ -329,11 +329,6 @@ void ClusterEndpoints::AppendMetrics(std::string* out) const {
          "still waiting for its copy: decided here once it came; if it did not within a forward timeout, "
          "refused (--failure-mode closed) or decided from this node's own copy (open).");
   Sample(out, "ringlimit_forward_copy_waits_total", "", f.copy_waits);
-  Metric(out, "ringlimit_forward_read_waits_total", "counter",
-         "Waits of 10 ms by checks this node decides while the take-over read of their key's range has no "
-         "majority of the earlier holders' copies yet (--failure-mode closed): decided once it has, or after "
-         "a forward timeout.");
-  Sample(out, "ringlimit_forward_read_waits_total", "", f.read_waits);
   Metric(out, "ringlimit_forward_attempts_total", "counter",
          "Forwarding attempts beyond the first of each check: attempts that got no usable answer (failed), "
          "sent to the next holder after a failure (next_node), timed out and sent again to the same node "

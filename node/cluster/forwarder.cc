@@ -25,8 +25,6 @@ struct Forwarder::Attempt {
   bool relay_tried = false;            // the decider was tried through another member (see "Relays")
   // At this node's turn: how long it waits for the key's copy (steady clock; 0: not yet).
   std::chrono::nanoseconds copy_wait_until{0};
-  // Closed: until when this node waits for the take-over read of the key's range (WaitForRead); 0 until then.
-  std::chrono::nanoseconds read_wait_until{0};
   ForwardDone done;
 };
 
@@ -402,11 +400,7 @@ void Forwarder::Classify(std::span<const std::string_view> keys, std::span<uint8
   for (size_t i = 0; i < keys.size(); ++i) {
     const ring::Token token = ring::RingToken(keys[i]);
     // A range held without its copy yet goes to the holders that have it (Forward).
-    // Closed: one whose take-over read has no majority yet waits for it (ForwardBefore, WaitForRead).
-    remote[i] = table.Decider(token) != self || table.Unsynced(token) ||
-                        (options_.failure_mode == FailureMode::kClosed && table.ReadPending(token))
-                    ? 1
-                    : 0;
+    remote[i] = table.Decider(token) != self || table.Unsynced(token) ? 1 : 0;
   }
 }
 
@@ -476,11 +470,6 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
     return;
   }
   if (attempt->targets.empty() || attempt->targets[0].id == self) {
-    if (!attempt->targets.empty() && options_.failure_mode == FailureMode::kClosed &&
-        table.ReadPending(token)) {
-      WaitForRead(std::move(attempt));
-      return;
-    }
     attempt->done(std::nullopt);  // the ring moved: this node decides it now
     return;
   }
@@ -559,10 +548,6 @@ void Forwarder::Try(std::shared_ptr<Attempt> attempt) {
       fallback_open_.fetch_add(1, std::memory_order_relaxed);
     }
     fallback_local_.fetch_add(1, std::memory_order_relaxed);
-    if (options_.failure_mode == FailureMode::kClosed && host_.routing().ReadPending(attempt->token)) {
-      WaitForRead(std::move(attempt));  // decided here once the read has its majority
-      return;
-    }
     attempt->done(std::nullopt);
     return;
   }
@@ -727,19 +712,6 @@ bool Forwarder::WaitForCopy(const std::shared_ptr<Attempt>& attempt) {
   return true;
 }
 
-void Forwarder::WaitForRead(std::shared_ptr<Attempt> attempt) {
-  const std::chrono::nanoseconds now = host_.SteadyNow();
-  if (attempt->read_wait_until.count() == 0) attempt->read_wait_until = now + options_.timeout;
-  const std::optional<std::chrono::milliseconds> sender_left = WaitBefore(attempt->deadline_wall_ns);
-  if (!host_.routing().ReadPending(attempt->token) || now + kCopyPoll >= attempt->read_wait_until ||
-      !sender_left || *sender_left <= kCopyPoll) {
-    attempt->done(std::nullopt);
-    return;
-  }
-  read_waits_.fetch_add(1, std::memory_order_relaxed);
-  host_.After(kCopyPoll, [this, attempt] { WaitForRead(attempt); });
-}
-
 bool Forwarder::HoldsKeyHere(const replication::RoutingTable& table, ring::Token token) const {
   std::optional<std::string> route_override;
   if (std::optional<std::string_view> decider = table.Override(token)) route_override.emplace(*decider);
@@ -770,7 +742,6 @@ ForwarderStats Forwarder::stats() const {
   s.fallback_open = fallback_open_.load(std::memory_order_relaxed);
   s.closed = closed_.load(std::memory_order_relaxed);
   s.copy_waits = copy_waits_.load(std::memory_order_relaxed);
-  s.read_waits = read_waits_.load(std::memory_order_relaxed);
   s.paused = paused_.load(std::memory_order_relaxed);
   s.unsynced = unsynced_skips_.load(std::memory_order_relaxed);
   s.served = served_.load(std::memory_order_relaxed);

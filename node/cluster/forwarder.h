@@ -155,8 +155,6 @@ struct ForwarderStats {
   uint64_t unsynced = 0;        // checks sent on because this node holds their range without its copy
   // Waits of kCopyPoll for the key's copy, by checks no other holder answered (WaitForCopy).
   uint64_t copy_waits = 0;
-  // Closed: waits of kCopyPoll by checks this node decides for a take-over read's majority (WaitForRead).
-  uint64_t read_waits = 0;
   uint64_t served = 0;             // checks other nodes forwarded to this one
   uint64_t served_bad = 0;         // forwarded batches that did not parse
   uint64_t passed_on = 0;          // forwarded checks this node passed on to the node its routing names
@@ -243,11 +241,6 @@ class Forwarder final : public node::CheckRouter {
   // range is still waiting for its copy, Try runs again kCopyPoll later (until one forward timeout after the
   // first wait, or the sender's deadline) and returns true; else false (refuse, or decide here when open).
   bool WaitForCopy(const std::shared_ptr<Attempt>& attempt);
-  // Closed, when this node decides the key (its turn first) while a take-over read of the key's range has
-  // no majority yet: decides once the read has one, or after one forward timeout (or the sender's deadline),
-  // polling every kCopyPoll. A decision made before would start from this node's copy alone, and a holder
-  // with admissions it lacks would have it refused (ringlimit_replication_unacked_total{reason="newer"}).
-  void WaitForRead(std::shared_ptr<Attempt> attempt);
   static constexpr std::chrono::milliseconds kCopyPoll{10};
   // Whether the routing table's members say `id` is dead or left.
   [[nodiscard]] bool KnownDead(std::string_view id) const;
@@ -278,7 +271,7 @@ class Forwarder final : public node::CheckRouter {
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> forwarded_{0}, failures_{0}, fallback_next_{0}, fallback_local_{0}, served_{0},
       served_bad_{0}, passed_on_{0}, refused_{0}, retried_same_{0}, fallback_open_{0}, closed_{0},
-      copy_waits_{0}, read_waits_{0};
+      copy_waits_{0};
   mutable std::atomic<uint64_t> paused_{0};
   mutable std::atomic<uint64_t> unsynced_skips_{0};
   mutable std::atomic<uint64_t> clock_refusals_{0};

@@ -77,13 +77,9 @@ void AppendReplicationMetrics(const replication::Replicator& replicator,
       out, "ringlimit_replication_unacked_total",
       "Sync-mode decisions answered unacked before the sync timeout (--failure-mode closed: 503), by "
       "why: a holder held admissions the decision lacked (newer), a majority of a ring of the key was out "
-      "of reach (unreachable), failed sends left too few holders to make one (lost), the key took in "
-      "another node's admissions between the decision and its shipping (merged).",
+      "of reach (unreachable), failed sends left too few holders to make one (lost).",
       "reason",
-      {{"newer", r.unacked_newer},
-       {"unreachable", r.unacked_unreachable},
-       {"lost", r.unacked_lost},
-       {"merged", r.unacked_merged}});
+      {{"newer", r.unacked_newer}, {"unreachable", r.unacked_unreachable}, {"lost", r.unacked_lost}});
   if (link != nullptr) {
     CounterBy(
         out, "ringlimit_replication_relayed_batches_total",

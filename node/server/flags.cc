@@ -243,7 +243,7 @@ std::vector<FlagSpec> MakeTable() {
        [](RawFlags& r) {
          return po::value(&r.sync_timeout_ms)
              ->default_value(0, std::to_string(Defaults().replication.sync_timeout.count()) +
-                                    ", at most half of --forward-timeout-ms");
+                                    ", below --forward-timeout-ms");
        }},
       {"cluster-secret", G::kCluster, nullptr,
        "shared secret: peers must prove it (HMAC handshake) before any message is accepted; better from "
@@ -612,7 +612,7 @@ Result<Flags> ValidateFlags(RawFlags raw) {
   // included: waiting as long for them would send the check on to the next holder meanwhile.
   if (raw.sync_timeout_ms == 0) {  // not given
     n.replication.sync_timeout =
-        std::min(Defaults().replication.sync_timeout, std::chrono::milliseconds(raw.forward_timeout_ms / 2));
+        std::min(Defaults().replication.sync_timeout, std::chrono::milliseconds(raw.forward_timeout_ms - 1));
   } else if (raw.sync_timeout_ms < 0 || raw.sync_timeout_ms >= raw.forward_timeout_ms) {
     return bad("--sync-timeout-ms: expected 1 to --forward-timeout-ms - 1 (" +
                std::to_string(raw.forward_timeout_ms - 1) + "), got " + std::to_string(raw.sync_timeout_ms));

@@ -87,7 +87,7 @@ TEST(ParseFlagsTest, DefaultsAndGivenValuesReachTheNodeOptions) {
   EXPECT_FALSE(n.grpc.has_value());
 }
 
-// --sync-timeout-ms: 250 ms unless given, at most half the forward timeout then (a forwarded check's
+// --sync-timeout-ms: 250 ms unless given, below the forward timeout then (a forwarded check's
 // sender must not give up on a decision still waiting for its acknowledgements).
 TEST(ParseFlagsTest, SyncTimeoutIsGivenOrBelowTheForwardTimeout) {
   struct Case {
@@ -96,7 +96,8 @@ TEST(ParseFlagsTest, SyncTimeoutIsGivenOrBelowTheForwardTimeout) {
   };
   const Case cases[] = {
       {{}, std::chrono::milliseconds(250)},
-      {{"--forward-timeout-ms", "300"}, std::chrono::milliseconds(150)},
+      {{"--forward-timeout-ms", "300"}, std::chrono::milliseconds(250)},
+      {{"--forward-timeout-ms", "200"}, std::chrono::milliseconds(199)},
       {{"--sync-timeout-ms", "400"}, std::chrono::milliseconds(400)},
       {{"--sync-timeout-ms", "1500", "--forward-timeout-ms", "2000"}, std::chrono::milliseconds(1500)},
   };

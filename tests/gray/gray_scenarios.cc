@@ -417,8 +417,7 @@ ScenarioResult Summarize(const std::string& name, Bed& bed,
     const std::string counters =
         bed.Counters({"ringlimit_replication_sync_timeouts_total", "ringlimit_replication_newer_copies_total",
                       "ringlimit_replication_unacked_total", "ringlimit_unacked_decisions_total",
-                      "ringlimit_forward_copy_waits_total", "ringlimit_forward_read_waits_total",
-                      "ringlimit_replication_relayed_batches_total"});
+                      "ringlimit_forward_copy_waits_total", "ringlimit_replication_relayed_batches_total"});
     if (!counters.empty()) bed.Note("counters after the failures: " + counters);
   }
   result.note = bed.note();
