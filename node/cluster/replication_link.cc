@@ -94,7 +94,7 @@ struct Hedge {
   replication::ClusterLink::Reply reply;
   std::string kept;  // the batch, sent again through the relay
   std::string target;
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds relay_timeout{0};  // what the relayed leg may take: the send's timeout - `direct`
 
   // Called with mu held: whether every leg is over (nothing can answer any more).
   [[nodiscard]] bool Exhausted() const { return direct_done && relay_started && !relay_running; }
@@ -114,8 +114,7 @@ void StartRelay(Cluster& cluster, const std::shared_ptr<std::atomic<uint64_t>>& 
                 const std::shared_ptr<Hedge>& hedge, std::unique_lock<std::mutex>& lock) {
   if (hedge->answered || hedge->relay_started) return;
   hedge->relay_started = true;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hedge->deadline -
-                                                                          std::chrono::steady_clock::now());
+  const std::chrono::milliseconds left = hedge->relay_timeout;
   const std::string relay = left.count() > 0 ? RelayFor(cluster, hedge->target) : std::string();
   if (relay.empty()) {
     if (hedge->Exhausted()) Answer(hedge, lock, std::nullopt);
@@ -148,7 +147,7 @@ void ReplicationLink::SendRelayed(std::string_view id, std::string payload, std:
   hedge->reply = std::move(reply);
   hedge->kept = payload;
   hedge->target = std::string(id);
-  hedge->deadline = std::chrono::steady_clock::now() + timeout;
+  hedge->relay_timeout = timeout - direct;
   auto relayed = std::shared_ptr<std::atomic<uint64_t>>(counters_, &counters_->relayed);
   Call(cluster_, id, peer::METHOD_STATE_UPDATE, std::move(payload), timeout,
        [&cluster = cluster_, relayed, hedge](std::optional<std::string> answer) {
