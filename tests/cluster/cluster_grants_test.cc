@@ -23,6 +23,8 @@ constexpr uint64_t kLimit = 3000;
 // Checks sent through every node in phase 1: short of the limit, so slices are still out (partly unused) when
 // it ends and their unused units must come back for phase 2 to reach the limit.
 constexpr uint64_t kFirstPhase = kLimit - kLimit / 10;
+// The pace of a phase 1 in which a holder is caught with a slice: kFirstPhase in about three seconds.
+constexpr double kPacedPerSecond = 900;
 
 // Sums `name{labels}` over the running nodes; nullopt when one has no such sample.
 std::optional<double> SumOver(Cluster& cluster, const std::string& name, const std::string& labels = "") {
@@ -113,16 +115,26 @@ uint64_t DrainAtOwner(Cluster& cluster, int owner, const std::string& key, const
 // Phase 1's load: kClients clients spread over every node, each checking `key` until `total` checks were
 // sent in all. An answer other than 200 is a failure (the first one kept), except a 503 when `count_503`
 // (counted apart). Once Kill(node) marked a node dead, its clients send no more: a check of theirs left
-// without an answer (or with an error) is unknown (it may have been admitted).
+// without an answer (or with an error) is unknown (it may have been admitted). With `per_second`, the
+// clients together send at most that many checks a second (each client its share, on its own schedule): a
+// paced load lasts long enough for a test to catch a holder with a slice before it ends, however fast the
+// nodes answer (unpaced, the whole phase can be over in half a second).
 class HotLoad {
  public:
   HotLoad(Cluster& cluster, const std::string& key, const CheckSpec& spec, uint64_t total,
-          std::chrono::seconds timeout, bool count_503 = false) {
+          std::chrono::seconds timeout, bool count_503 = false, double per_second = 0) {
     for (int c = 0; c < kClients; ++c) {
-      clients_.emplace_back([&, key, spec, total, timeout, count_503, c] {
+      clients_.emplace_back([&, key, spec, total, timeout, count_503, per_second, c] {
         const int node = c % kNodes;
         HttpClient client(cluster.http_port(node), timeout);
+        const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(per_second > 0 ? kClients / per_second : 0));
+        auto next = std::chrono::steady_clock::now();
         while (sent.fetch_add(1) < total) {
+          if (per_second > 0) {
+            std::this_thread::sleep_until(next);  // pacing the load, not waiting for an event
+            next += interval;
+          }
           auto outcome = PostCheck(client, key, spec);
           if (node == dead_.load()) {
             if (!outcome || outcome->status != 200) unknown.fetch_add(1);
@@ -325,7 +337,8 @@ TEST_P(ClusterGrantsTest, AHolderKilledWithSlicesLosesAtMostThemAndNothingIsOver
   // released the slice between the sample and the stop) it is resumed and caught again. Its clients stop
   // at their first failure; a check it was deciding when it died is unknown to its client (counted apart:
   // it may have been admitted from a slice).
-  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown));
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(10 * kSlowdown), /*count_503=*/false,
+               kPacedPerSecond);
   auto caught = StopWhileHolding(cluster, load, owner, victim, key);
   if (!caught) {
     load.Join();
@@ -378,7 +391,8 @@ TEST_P(ClusterGrantsTest, AHolderPausedPastItsTermLosesAtMostItsSlicesAndNothing
   const int owner = bed->owner;
   const int victim = (owner + 1) % kNodes;  // a holder, not the owner
 
-  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(30 * kSlowdown));
+  HotLoad load(cluster, key, spec, kFirstPhase, std::chrono::seconds(30 * kSlowdown), /*count_503=*/false,
+               kPacedPerSecond);
   // Once a third was sent and the victim holds a slice, stop it -- and keep it stopped if the owner still
   // lists it among the key's holders (else it released the slice between the sample and the stop: it is
   // resumed and caught again).
