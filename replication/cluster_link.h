@@ -36,6 +36,12 @@ class ClusterLink {
   // null. Default: null.
   [[nodiscard]] virtual std::shared_ptr<const RouteOverrides> overrides() const { return nullptr; }
 
+  // Whether this node decides the keys it holds -- false while its clock is judged off from the cluster's:
+  // the next holders decide them meanwhile, and their admissions reach this node's copy only as fast as
+  // replication does. Such a node hands ranges off unsynced (HandoffDone::synced false): the new holder
+  // pulls the others' copies too before it decides. Default: true.
+  [[nodiscard]] virtual bool Deciding() const { return true; }
+
   // Whether member `id` may be sent to: alive, suspect or leaving (not joining, dead or left), with a
   // known peer address. This node itself is never reachable (nothing is sent to self).
   [[nodiscard]] virtual bool Reachable(std::string_view id) const = 0;

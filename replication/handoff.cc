@@ -270,7 +270,8 @@ struct HandoffManager::Core : std::enable_shared_from_this<HandoffManager::Core>
     msg.set_from(self);
     msg.set_ring_fingerprint(done.fingerprint);
     msg.set_keys(done.keys);
-    msg.set_synced(done.synced);
+    // Not deciding (a clock judged off), this node's copy may lack what the next holders decided for it.
+    msg.set_synced(done.synced && link.Deciding());
     AddRanges(done.ranges, msg.mutable_ranges());
     link.Send(done.to, peer::METHOD_HANDOFF_DONE, msg.SerializeAsString(), kDoneSendTimeout,
               [weak = weak_from_this(), id = done.handoff](std::optional<std::string> reply) {

@@ -748,10 +748,22 @@ void HandoffPlanner::UpdateUnsynced(MonoTime now, const RingPtr& before, const R
     round_delay_ = kSyncRetryFirst;
   }
   unsynced_ = std::move(next);
+  copied_ = Intersect(copied_, Union(std::move(still)));  // a range gained again waits for a copy again
 }
 
-bool HandoffPlanner::MarkSynced(const std::vector<TokenRange>& ranges) {
-  if (ranges.empty() || unsynced_.empty()) return false;
+bool HandoffPlanner::MarkSynced(const std::vector<TokenRange>& given) {
+  if (given.empty() || unsynced_.empty()) return false;
+  std::vector<TokenRange> ranges = given;
+  if (options_.majority_read) {
+    const std::vector<TokenRange> unread = UnreadRanges();
+    std::vector<TokenRange> held_back = Intersect(Intersect(ranges, unread), UnsyncedRanges());
+    if (!held_back.empty()) {
+      held_back.insert(held_back.end(), copied_.begin(), copied_.end());
+      copied_ = Union(std::move(held_back));
+      ranges = Subtract(ranges, unread);
+      if (ranges.empty()) return false;
+    }
+  }
   std::vector<UnsyncedRange> next;
   uint64_t touched = 0;  // unsynced ranges that received all or part of their copy
   for (const UnsyncedRange& u : unsynced_) {
@@ -763,6 +775,26 @@ bool HandoffPlanner::MarkSynced(const std::vector<TokenRange>& ranges) {
   stats_.synced_ranges += touched;
   unsynced_ = std::move(next);
   return true;
+}
+
+bool HandoffPlanner::ReleaseCopied() {
+  if (copied_.empty()) return false;
+  const std::vector<TokenRange> unread = UnreadRanges();
+  const std::vector<TokenRange> ready = Subtract(copied_, unread);
+  if (ready.empty()) return false;
+  copied_ = Intersect(copied_, unread);
+  if (!MarkSynced(ready)) return false;
+  spdlog::info("sync: {} ranges synced once their take-over reads had a majority, {} left", ready.size(),
+               unsynced_.size());
+  return true;
+}
+
+std::vector<TokenRange> HandoffPlanner::UnreadRanges() const {
+  std::vector<TokenRange> out;
+  for (const ReadingRange& r : reading_) {
+    if (!r.read) out.push_back(r.range);
+  }
+  return Union(std::move(out));
 }
 
 void HandoffPlanner::ExpireUnsynced(MonoTime now, HandoffActions& out) {
@@ -853,7 +885,8 @@ HandoffActions HandoffPlanner::SyncPulled(MonoTime now, uint64_t round, std::str
   }
   if (ReadPulled(now, round, from, synced.has_value())) {
     EndReads(now, out);
-    Publish(out);  // pieces read now are published as such
+    ReleaseCopied();
+    Publish(out);  // pieces read now are published as such (and copied ones synced)
     return Done(out);
   }
   if (!round_.has_value() || round_->id != round) return Done(out);
@@ -1007,6 +1040,7 @@ void HandoffPlanner::EndReads(MonoTime now, HandoffActions& out) {
     stats_.reads_expired += expired;
     spdlog::warn("take-over: {} reads without a majority of their earlier holders for {:.0f} s: dropped",
                  expired, Seconds(options_.resync_timeout));
+    ReleaseCopied();  // (their copied ranges are decided from the copy they have)
   }
   if (reading_.size() != before) Publish(out);
 }

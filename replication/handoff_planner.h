@@ -45,6 +45,10 @@
 // take-over read the earlier holders' copies (merged from their `newer` answers) before one is answered.
 // Unlike an unsynced range, a reading range is decided here as usual; no majority reachable there costs
 // its admissions (503), not its routing. Past resync_timeout the read is dropped (logged, counted).
+// A range both unsynced and read (this node gained it: a join, a restart, back from being declared dead)
+// stays unsynced until its read has its majority, even once one holder's copy came: that copy may lack
+// what the others acknowledged, and a decision from it would be refused by them (`newer`) -- unsynced,
+// its checks go to the other holders meanwhile.
 //
 // Any phase ends (abandoned) at push_timeout, or when the target is unreachable while nothing is under way;
 // a ring change that takes all its ranges from the target supersedes it. From Fencing on, the handoff is
@@ -496,8 +500,15 @@ class HandoffPlanner {
                       const std::vector<ring::TokenRange>& deciding);
   // The ranges of unsynced_, sorted.
   [[nodiscard]] std::vector<ring::TokenRange> UnsyncedRanges() const;
-  // `ranges` (sorted) are synced from now on; true when that changed anything.
+  // `ranges` (sorted) are synced from now on; true when that changed anything. With majority_read, the
+  // parts of them still in an unread take-over read are copied only: they stay unsynced until the read has
+  // its majority (ReleaseCopied) -- one holder's copy may lack admissions a majority of the earlier holders
+  // acknowledged, and deciding from it would only have the decision refused (a holder answers it newer).
   bool MarkSynced(const std::vector<ring::TokenRange>& ranges);
+  // Marks synced the copied ranges whose take-over reads are over; true when that changed anything.
+  bool ReleaseCopied();
+  // The ranges of the take-over reads without their majority yet, sorted.
+  [[nodiscard]] std::vector<ring::TokenRange> UnreadRanges() const;
   void ExpireUnsynced(MonoTime now, HandoffActions& out);
   // Take-over reads of the ring change `before` -> `after` (majority_read).
   void UpdateReading(MonoTime now, const RingPtr& before, const RingPtr& after);
@@ -533,8 +544,10 @@ class HandoffPlanner {
   std::deque<ReplicationJob> jobs_;
   bool pump_requested_ = false;          // a `pump` action is out, ReplicationPump not called yet
   std::vector<UnsyncedRange> unsynced_;  // sorted by range.first, non-overlapping
-  std::optional<SyncRound> round_;       // the pulls under way
-  std::vector<ReadingRange> reading_;    // sorted by range.first; pieces of several changes may overlap
+  // Unsynced ranges a holder's synced copy reached while their take-over read lacked its majority (sorted).
+  std::vector<ring::TokenRange> copied_;
+  std::optional<SyncRound> round_;     // the pulls under way
+  std::vector<ReadingRange> reading_;  // sorted by range.first; pieces of several changes may overlap
   std::map<uint64_t, std::pair<std::string, std::vector<ring::TokenRange>>> read_rounds_;  // id -> to, ranges
   MonoTime read_next_{};                                                                   // next StartReads
   struct HandoffQuery {  // QueryWaitingHandoffs, by previous owner

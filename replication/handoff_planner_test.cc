@@ -1091,6 +1091,49 @@ TEST_F(HandoffPlannerTest, AReadWhoseOnlyEarlierHolderIsThisNodeCompletesAtOnce)
   EXPECT_EQ(a.stats().reads_expired, 0u);
 }
 
+// A node back from being declared dead (its catch-up: the ring without it -> the ring) gains its ranges
+// unsynced and reads them from their earlier holders. One holder's synced copy (b) does not sync them while
+// the read lacks its majority (b alone of b, c, d): b's copy may lack what c and d acknowledged, and a
+// decision from it would be refused. They are synced once c's copy makes the majority.
+TEST_F(HandoffPlannerTest, AGainedRangeStaysUnsyncedUntilItsReadHasAMajority) {
+  HandoffOptions options = Options();
+  options.replicas = 3;
+  options.majority_read = true;
+  HandoffPlanner a("a", options);
+  const RingPtr four = Ring({"a", "b", "c", "d"}, 1);
+  const RingPtr without = Ring({"b", "c", "d"}, 1);
+  static_cast<void>(AnswerPulls(a, now_, a.RingChanged(now_, View("a"), nullptr, four), {"b", "c", "d"}));
+  static_cast<void>(a.Timer(now_ + options.read_hold, View("a")));
+  ASSERT_EQ(a.stats().unsynced_ranges, 0u);
+  ASSERT_EQ(a.stats().reading_ranges, 0u);
+
+  const MonoTime back = now_ + 10s;
+  HandoffActions caught = a.RingChanged(back, View("a"), without, four);
+  const std::vector<TokenRange> held = four->HeldRanges("a", 3);
+  ASSERT_NE(caught.overrides, nullptr);
+  ASSERT_EQ(caught.overrides->unsynced, held);
+  ASSERT_FALSE(caught.overrides->reading.empty());
+  // b answers every pull holding everything synced; c's and d's pulls fail.
+  for (const PullSync& pull : caught.pull) {
+    const std::optional<std::vector<TokenRange>> synced =
+        pull.to == "b" ? std::optional<std::vector<TokenRange>>(pull.ranges) : std::nullopt;
+    static_cast<void>(a.SyncPulled(back + 1ms, pull.round, pull.to, synced, {}));
+  }
+  EXPECT_TRUE(a.Unsynced(Inside(held[0]))) << "synced from b's copy alone, before the read's majority";
+  EXPECT_EQ(a.stats().unsynced_ranges, held.size());
+  // The read asks c and d again; c's copy completes the majority: synced.
+  HandoffActions again = a.Timer(back + 1s, View("a"));
+  bool synced_now = false;
+  for (const PullSync& pull : again.pull) {
+    if (pull.to != "c") continue;
+    HandoffActions answered = a.SyncPulled(back + 1s, pull.round, "c", std::vector<TokenRange>{}, {});
+    synced_now = synced_now || (answered.overrides != nullptr && answered.overrides->unsynced.empty());
+  }
+  EXPECT_TRUE(synced_now);
+  EXPECT_FALSE(a.Unsynced(Inside(held[0])));
+  EXPECT_EQ(a.stats().unsynced_ranges, 0u);
+}
+
 // Without majority_read nothing is read.
 TEST_F(HandoffPlannerTest, NoMajorityReadWithoutTheOption) {
   HandoffOptions options = Options();

@@ -23,6 +23,8 @@ std::shared_ptr<const replication::RouteOverrides> ReplicationLink::overrides() 
   return cluster_.routing().Current().overrides;
 }
 
+bool ReplicationLink::Deciding() const { return !cluster_.ClockSkewed(); }
+
 bool ReplicationLink::Reachable(std::string_view id) const {
   if (id == cluster_.self_id()) return false;
   const std::shared_ptr<const ClusterSnapshot> snapshot = cluster_.Snapshot();

@@ -30,6 +30,8 @@ class ReplicationLink final : public replication::ClusterLink {
   [[nodiscard]] std::shared_ptr<const ring::RingView> ring() const override;
   [[nodiscard]] std::shared_ptr<const replication::RouteOverrides> overrides() const override;
   [[nodiscard]] bool Reachable(std::string_view id) const override;
+  // False while the cluster judges this node's clock off (Cluster::ClockSkewed).
+  [[nodiscard]] bool Deciding() const override;
   void Send(std::string_view id, peer::Method method, std::string payload, std::chrono::milliseconds timeout,
             Reply reply) override;
   // Direct first; then through the first other alive member (METHOD_STATE_UPDATE_RELAY).
