@@ -345,9 +345,15 @@ std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest
   if (request.sent_wall_ns() == 0 || request.wait_ms() == 0) return std::nullopt;
   const std::optional<ring::OffsetEstimate> offset = host_.ClockOffsetOf(request.from());
   if (!offset) return std::nullopt;
+  const int64_t wait_ns = static_cast<int64_t>(request.wait_ms()) * 1'000'000;
+  // A reading of the sender's clock less certain than a quarter of the wait says nothing about it: the
+  // only sample may be a probe answered across a pause of either node (a round trip of most of a second).
+  // Judged with it, every check from a sender just back from a pause looked given up, so the sender,
+  // refused by every holder, decided from its own copy, which lacked what they admitted meanwhile
+  // (gray clock_skew_*: over-admission in the default mode, a refused check under --failure-mode closed).
+  if (offset->uncertainty.count() > wait_ns / 4) return std::nullopt;
   // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
   // that reading; a quarter of the wait is left for the answer's way back.
-  const int64_t wait_ns = static_cast<int64_t>(request.wait_ms()) * 1'000'000;
   return request.sent_wall_ns() - offset->offset.count() - offset->uncertainty.count() + wait_ns -
          wait_ns / 4;
 }

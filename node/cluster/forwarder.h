@@ -55,7 +55,8 @@
 // whose sender -- by the clock offset membership measured for it -- has given up (the receiver was paused
 // with the attempt in its socket, or it sat in a queue) charges nothing and refuses it: the sender has
 // already sent it on to the next holder, which charges it. The cut-off leaves a quarter of the wait (and
-// the offset's uncertainty) for the answer's way back. A sender whose offset is not measured is not judged.
+// the offset's uncertainty) for the answer's way back. A sender whose offset is not measured, or measured
+// less precisely than a quarter of the wait (a probe answered across a pause), is not judged.
 //
 // Pause: a node that sees it was just paused (Cluster::Paused) decides nothing for a moment: its client
 // checks go to the key's other holders first (it decides them itself only if none answers), checks
@@ -199,7 +200,8 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] bool Routing() const override;
   [[nodiscard]] std::optional<Refusal> RefusesChecks() const override;
   // When the sender of `request` gives up on it, less the answer's way back (see "Deadlines"), on this
-  // node's wall clock; nullopt when not judged (no stamp, or the sender's offset is not measured).
+  // node's wall clock; nullopt when not judged (no stamp, or the sender's offset is not measured to within a
+  // quarter of the wait).
   [[nodiscard]] std::optional<int64_t> SenderDeadline(const peer::ForwardCheckRequest& request) const;
   // Whether that deadline has passed; counts it if so.
   [[nodiscard]] bool SenderGaveUp(const peer::ForwardCheckRequest& request) const;
