@@ -18,7 +18,7 @@ namespace ringlimit::testing {
 namespace {
 
 constexpr int kNodes = 3;
-constexpr int kClients = 24;
+constexpr int kClients = 64;  // issue 34: 64 clients on one key
 constexpr uint64_t kLimit = 3000;
 // Checks sent through every node in phase 1: short of the limit, so slices are still out (partly unused) when
 // it ends and their unused units must come back for phase 2 to reach the limit.
