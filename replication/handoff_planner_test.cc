@@ -88,6 +88,14 @@ class HandoffPlannerTest : public ::testing::Test {
     return o;
   }
 
+  // Three copies of every key, with take-over reads (majority acknowledgement).
+  HandoffOptions ReadingOptions() const {
+    HandoffOptions o = Options();
+    o.replicas = 3;
+    o.majority_read = true;
+    return o;
+  }
+
   MonoTime now_{1'000'000'000'000};
   std::set<std::string> gone_;  // unreachable members
 };
@@ -982,9 +990,7 @@ std::set<std::string> AnswerPulls(HandoffPlanner& p, MonoTime now, const Handoff
 // the holders it had before -- itself counted when it was one -- and publishes it as `reading`, with the
 // ring before, until then and for read_hold after; never asking a member out of reach.
 TEST_F(HandoffPlannerTest, MajorityReadPullsTheEarlierHoldersUntilAMajorityPushed) {
-  HandoffOptions options = Options();
-  options.replicas = 3;
-  options.majority_read = true;
+  const HandoffOptions options = ReadingOptions();
   HandoffPlanner a("a", options);
   const RingPtr four = Ring({"a", "b", "c", "d"}, 1);
   const RingPtr three = Ring({"a", "b", "c"}, 2);
@@ -1037,9 +1043,7 @@ TEST_F(HandoffPlannerTest, MajorityReadPullsTheEarlierHoldersUntilAMajorityPushe
 
 // A read no majority of the earlier holders can answer (two of three gone) stays until resync_timeout.
 TEST_F(HandoffPlannerTest, AMajorityReadWithoutAMajorityExpiresAtResyncTimeout) {
-  HandoffOptions options = Options();
-  options.replicas = 3;
-  options.majority_read = true;
+  const HandoffOptions options = ReadingOptions();
   HandoffPlanner a("a", options);
   const RingPtr five = Ring({"a", "b", "c", "d", "e"}, 1);
   const RingPtr three = Ring({"a", "b", "c"}, 2);
@@ -1063,9 +1067,7 @@ TEST_F(HandoffPlannerTest, AMajorityReadWithoutAMajorityExpiresAtResyncTimeout) 
 // majority of one is itself, and nobody else could have decided there. Such a read completes at once (it
 // waited for resync_timeout before: an answer that could never come), and ends after read_hold.
 TEST_F(HandoffPlannerTest, AReadWhoseOnlyEarlierHolderIsThisNodeCompletesAtOnce) {
-  HandoffOptions options = Options();
-  options.replicas = 3;
-  options.majority_read = true;
+  const HandoffOptions options = ReadingOptions();
   HandoffPlanner a("a", options);
   const RingPtr one = Ring({"a"}, 1);
   const RingPtr two = Ring({"a", "b"}, 2);
@@ -1096,9 +1098,7 @@ TEST_F(HandoffPlannerTest, AReadWhoseOnlyEarlierHolderIsThisNodeCompletesAtOnce)
 // the read lacks its majority (b alone of b, c, d): b's copy may lack what c and d acknowledged, and a
 // decision from it would be refused. They are synced once c's copy makes the majority.
 TEST_F(HandoffPlannerTest, AGainedRangeStaysUnsyncedUntilItsReadHasAMajority) {
-  HandoffOptions options = Options();
-  options.replicas = 3;
-  options.majority_read = true;
+  const HandoffOptions options = ReadingOptions();
   HandoffPlanner a("a", options);
   const RingPtr four = Ring({"a", "b", "c", "d"}, 1);
   const RingPtr without = Ring({"b", "c", "d"}, 1);
