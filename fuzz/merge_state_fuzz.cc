@@ -10,8 +10,9 @@
 //  - charging it, collecting it and reading it under a valid spec of its algorithm neither crashes nor
 //    trips a sanitizer, and what results encodes and parses back to itself;
 //  - whatever of these PackState accepts, UnpackState restores exactly, and the packed idle instant
-//    (PackedIdleAt, PackedIdleBy) is the merged one; whatever PackPair accepts, UnpackPair restores
-//    exactly (whatever the caller's 32 bits hold), and no state is accepted by both.
+//    (PackedIdleAt, PackedIdleBy) is the merged one; whatever PackGroup accepts (pair and trio),
+//    UnpackGroup restores exactly (whatever the caller's 32 bits hold), and no state is accepted by two
+//    forms.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -39,18 +40,34 @@ void CheckRoundTrip(const MergeState& state, const char* what) {
   FUZZ_CHECK(*again == state, what);
 }
 
-void CheckPair(const LimitSpec& spec, const MergeState& state) {
-  std::array<ContributorId, 2> ids{};
-  PackedPair pair;
-  if (!PairCandidates(spec, state, ids) || !PackPair(spec, state, {5, 7}, pair)) return;
-  FUZZ_CHECK(pair.word[3] >> 32 == 0 && PairTags(pair) == (std::array<uint16_t, 2>{5, 7}),
-             "a pair uses the caller's bits or lost its tags");
-  pair.word[3] |= uint64_t{0xfeedface} << 32;
+// The group form of N contributors (pair, trio): whatever PackGroup accepts unpacks to itself, and no
+// other form accepts it.
+template <size_t N>
+void CheckGroup(const LimitSpec& spec, const MergeState& state, const std::array<uint16_t, N>& tags) {
+  std::array<ContributorId, N> ids{};
+  PackedGroup<N> group;
+  if (!GroupCandidates(spec, state, ids) || !PackGroup(spec, state, tags, group)) return;
+  FUZZ_CHECK(group.word[3] >> 32 == 0 && GroupTags(group) == tags,
+             "a group uses the caller's bits or lost its tags");
+  group.word[3] |= uint64_t{0xfeedface} << 32;
+  if constexpr (N == 3) {
+    FUZZ_CHECK(group.word[7] >> 32 == 0, "a trio uses the caller's bits");
+    group.word[7] |= uint64_t{0xdeadbeef} << 32;
+  }
   MergeState back;
-  UnpackPair(spec, pair, ids, back);
-  FUZZ_CHECK(back == state, "a pair-packed state does not unpack to itself");
+  UnpackGroup(spec, group, ids, back);
+  FUZZ_CHECK(back == state, "a group-packed state does not unpack to itself");
   PackedState packed;
-  FUZZ_CHECK(!PackState(spec, state, 3, packed), "a state accepted by both packed forms");
+  FUZZ_CHECK(!PackState(spec, state, 3, packed), "a state accepted by two packed forms");
+  if constexpr (N == 3) {
+    PackedPair pair;
+    FUZZ_CHECK(!PackPair(spec, state, {5, 7}, pair), "a state accepted by the pair and trio forms");
+  }
+}
+
+void CheckPair(const LimitSpec& spec, const MergeState& state) {
+  CheckGroup<2>(spec, state, {5, 7});
+  CheckGroup<3>(spec, state, {5, 7, 65535});
 }
 
 void CheckPacked(const LimitSpec& spec, const MergeState& state) {

@@ -1,17 +1,18 @@
-// The pair form of a two-contributor merged state (merge_pair.h).
+// The group forms of a merged state with N = 2 (pair) or 3 (trio) contributors (merge_pair.h).
 //
-// Layout: one stream of 480 bits over word[0..2], the low half of word[3] and word[4..7], fields in this
-// order, each little-endian within the stream:
-//   both     tag of ids[0] (16), tag of ids[1] (16)
+// Layout: one stream over the words but the high halves of word[3] and, in a trio, word[7] (the caller's):
+// 480 bits for a pair, 704 for a trio; fields in this order, each little-endian within the stream:
+//   all      the tag of each ids[i] (16 each)
 //   buckets  base.stamp (64), base level as whole x window + frac (64), newest - base.stamp's ms (32),
 //            then per contributor (ascending id): has a record (1), base.stamp - version (40),
-//            version - epoch (40), consumed (31), last - version's ms (32)            = 480 bits
+//            version - epoch (40), consumed (31), last - version's ms (32)      = pair 480, trio 640 bits
 //            implied: base.at = newest; every base entry is its contributor's record as Rebase writes it
 //            (a tombstone's `last` is the one its `expires` implies); records have no cells or stamps.
-//   windows  base.stamp (64), newest - the newer version's ms (32), anchored_window: the two window starts
-//            s0 <= s1 the records' cells have (64 each; one start: twice), then per record: version -
-//            base.stamp (48, signed), the counts of its cells s0 and s1 (anchored_window) or k and k - 1 (the
-//            others), 32 bits each, 0: no such cell                           fixed, approx 352; anchored 480
+//   windows  base.stamp (64), newest - the newest version's ms (32), anchored_window: the N window starts
+//            s0 <= s1 (<= s2) the records' cells have (fewer: the last repeated; pair: 64 bits each, trio: s0
+//            in 64, s1 - s0 and s2 - s0 in 32), then per record: version - base.stamp (48, signed), the
+//            counts of its cells s0 ... (anchored_window, N) or k and k - 1 (the others), 32 bits each, 0: no
+//            such cell                           pair: fixed, approx 352, anchored 480; trio 480, 704
 //            implied: the spec's cell width, an empty base level, no base entries.
 #include "limiter/merge_pair.h"
 
@@ -37,19 +38,17 @@ using internal::u128;
 
 constexpr uint64_t Low(int bits) { return bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }
 
-// The stream's segments: (word, bits) in order.
-constexpr int kSegmentWord[] = {0, 1, 2, 3, 4, 5, 6, 7};
-constexpr int kSegmentBits[] = {64, 64, 64, 32, 64, 64, 64, 64};
-
-// Sequential writer and reader of the 480-bit stream.
+// Sequential writer and reader of the stream of a group of N: its segments are the words, of 64 bits but
+// the low 32 of word 3 and (trio) of word 7, whose high halves are the storage tier's. Never past its end:
+// the layouts above fit (the static_assert below).
 class Bits {
  public:
-  explicit Bits(uint64_t* words) : words_(words) {}
+  Bits(uint64_t* words, size_t n) : words_(words), trio_(n == 3) {}
   void Put(uint64_t value, int bits) {
     value &= Low(bits);
     while (bits > 0) {
-      const int take = std::min(bits, kSegmentBits[segment_] - offset_);
-      words_[kSegmentWord[segment_]] |= (value & Low(take)) << offset_;
+      const int take = std::min(bits, SegmentBits(segment_) - offset_);
+      words_[segment_] |= (value & Low(take)) << offset_;
       value = take == 64 ? 0 : value >> take;
       Advance(take);
       bits -= take;
@@ -59,8 +58,8 @@ class Bits {
     uint64_t value = 0;
     int done = 0;
     while (done < bits) {
-      const int take = std::min(bits - done, kSegmentBits[segment_] - offset_);
-      value |= ((words_[kSegmentWord[segment_]] >> offset_) & Low(take)) << done;
+      const int take = std::min(bits - done, SegmentBits(segment_) - offset_);
+      value |= ((words_[segment_] >> offset_) & Low(take)) << done;
       Advance(take);
       done += take;
     }
@@ -68,14 +67,16 @@ class Bits {
   }
 
  private:
+  int SegmentBits(int word) const { return word == 3 || (trio_ && word == 7) ? 32 : 64; }
   void Advance(int take) {
     offset_ += take;
-    if (offset_ == kSegmentBits[segment_]) {
+    if (offset_ == SegmentBits(segment_)) {
       offset_ = 0;
       ++segment_;
     }
   }
   uint64_t* words_;
+  bool trio_;
   int segment_ = 0;
   int offset_ = 0;
 };
@@ -129,10 +130,21 @@ bool TombstoneRecord(const LimitSpec& spec, const Included& inc, Contribution& o
   return ExpiresOf(spec, out) == inc.expires;
 }
 
-bool PackBuckets(const LimitSpec& spec, const MergeState& m, std::array<uint16_t, 2> tags, PackedPair& out) {
+// Ids strictly ascending.
+template <typename Range, typename IdOf>
+bool Ascending(const Range& items, IdOf id_of) {
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (id_of(items[i - 1]) >= id_of(items[i])) return false;
+  }
+  return true;
+}
+
+template <size_t N>
+bool PackBuckets(const LimitSpec& spec, const MergeState& m, const std::array<uint16_t, N>& tags,
+                 PackedGroup<N>& out) {
   const MergeBase& b = m.base;
-  if (b.at != m.newest || b.included.size() != 2 || m.contributions.size() > 2 ||
-      (m.contributions.size() == 2 && m.contributions[0].id >= m.contributions[1].id)) {
+  if (b.at != m.newest || b.included.size() != N || m.contributions.size() > N ||
+      !Ascending(m.contributions, [](const Contribution& c) { return c.id; })) {
     return false;
   }
   const auto window = static_cast<uint64_t>(spec.window);
@@ -141,9 +153,8 @@ bool PackBuckets(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
   if (level > std::numeric_limits<uint64_t>::max()) return false;
   uint64_t newest = 0;
   if (!InstantDelta(m.newest, b.stamp, newest)) return false;
-  Bits bits(out.word);
-  bits.Put(tags[0], 16);
-  bits.Put(tags[1], 16);
+  Bits bits(out.word, N);
+  for (uint16_t tag : tags) bits.Put(tag, 16);
   bits.Put(b.stamp, 64);
   bits.Put(static_cast<uint64_t>(level), 64);
   bits.Put(newest, 32);
@@ -176,25 +187,27 @@ bool PackBuckets(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
   return records == m.contributions.size();  // (no record without its base entry)
 }
 
-bool PackWindows(const LimitSpec& spec, const MergeState& m, std::array<uint16_t, 2> tags, PackedPair& out) {
+template <size_t N>
+bool PackWindows(const LimitSpec& spec, const MergeState& m, const std::array<uint16_t, N>& tags,
+                 PackedGroup<N>& out) {
   const MergeBase& b = m.base;
   const DurationNs width = CellWidth(spec);
   const bool anchored = spec.algorithm == Algorithm::kAnchoredWindow;
   if (b.level_whole != 0 || b.level_frac != 0 || b.at != 0 || !b.included.empty() || b.stamp == 0 ||
-      m.contributions.size() != 2) {
+      m.contributions.size() != N) {
     return false;
   }
-  const Hlc newer = std::max(m.contributions[0].version, m.contributions[1].version);
+  Hlc newer = 0;
+  for (const Contribution& c : m.contributions) newer = std::max(newer, c.version);
   uint64_t newest = 0;
   if (!InstantDelta(m.newest, newer, newest)) return false;
-  Bits bits(out.word);
-  bits.Put(tags[0], 16);
-  bits.Put(tags[1], 16);
+  Bits bits(out.word, N);
+  for (uint16_t tag : tags) bits.Put(tag, 16);
   bits.Put(b.stamp, 64);
   bits.Put(newest, 32);
   const int64_t k = FloorDiv(m.newest, width);
-  // anchored_window: the (at most two) windows the records' cells start, ascending (one: twice).
-  std::array<int64_t, 2> starts{};
+  // anchored_window: the (at most N) windows the records' cells start, ascending (fewer: the last repeated).
+  std::array<int64_t, N> starts{};
   if (anchored) {
     size_t n = 0;
     for (const Contribution& c : m.contributions) {
@@ -203,20 +216,30 @@ bool PackWindows(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
                          starts.begin() + static_cast<std::ptrdiff_t>(n)) {
           continue;
         }
-        if (n == 2) return false;
+        if (n == N) return false;
         starts[n++] = cell.index;
       }
     }
-    if (n == 1) starts[1] = starts[0];
-    if (starts[0] > starts[1]) std::swap(starts[0], starts[1]);
+    if (n == 0) return false;
+    std::sort(starts.begin(), starts.begin() + static_cast<std::ptrdiff_t>(n));
+    for (size_t j = n; j < N; ++j) starts[j] = starts[n - 1];
     bits.Put(static_cast<uint64_t>(starts[0]), 64);
-    bits.Put(static_cast<uint64_t>(starts[1]), 64);
+    for (size_t j = 1; j < N; ++j) {
+      if constexpr (N == 2) {
+        bits.Put(static_cast<uint64_t>(starts[j]), 64);
+      } else {
+        const i128 delta = static_cast<i128>(starts[j]) - starts[0];
+        if (delta >= (i128{1} << 32)) return false;
+        bits.Put(static_cast<uint64_t>(delta), 32);
+      }
+    }
   }
   for (const Contribution& c : m.contributions) {
     uint64_t version = 0;
     if (c.version == 0 || c.width != width || !c.stamps.empty() || c.epoch != 0 || c.consumed != 0 ||
-        c.last != 0 || c.cells.empty() || c.cells.size() > 2 || !SignedDelta48(c.version, b.stamp, version) ||
-        (c.cells.size() == 2 && c.cells[0].index >= c.cells[1].index)) {
+        c.last != 0 || c.cells.empty() || c.cells.size() > (anchored ? N : 2) ||
+        !SignedDelta48(c.version, b.stamp, version) ||
+        !Ascending(c.cells, [](const Cell& x) { return x.index; })) {
       return false;
     }
     bits.Put(version, 48);
@@ -224,13 +247,13 @@ bool PackWindows(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
       if (cell.count == 0 || cell.count > Low(32)) return false;
     }
     if (anchored) {
-      // The count of each start (0: no cell). With one start, the second's count stays 0.
-      uint64_t first = 0, second = 0;
+      // The count of each start (0: no cell); a repeated start's count stays 0.
+      std::array<uint64_t, N> counts{};
       for (const Cell& cell : c.cells) {
-        (cell.index == starts[0] ? first : second) = cell.count;
+        counts[static_cast<size_t>(std::find(starts.begin(), starts.end(), cell.index) - starts.begin())] =
+            cell.count;
       }
-      bits.Put(first, 32);
-      bits.Put(second, 32);
+      for (uint64_t count : counts) bits.Put(count, 32);
       continue;
     }
     uint64_t current = 0, previous = 0;
@@ -250,40 +273,57 @@ bool PackWindows(const LimitSpec& spec, const MergeState& m, std::array<uint16_t
   return true;
 }
 
+// The stream's bits, and what the largest layout (above) takes: it must fit.
+constexpr int StreamBits(size_t n) { return static_cast<int>(64 * 4 * n - 32 * (n - 1)); }
+constexpr int LayoutBits(size_t n) {
+  const int n_bits = static_cast<int>(n);
+  const int buckets = 16 * n_bits + 160 + 144 * n_bits;
+  const int anchored =
+      16 * n_bits + 96 + (n == 2 ? 128 : 64 + 32 * (n_bits - 1)) + n_bits * (48 + 32 * n_bits);
+  return std::max(buckets, anchored);
+}
+static_assert(LayoutBits(2) <= StreamBits(2) && LayoutBits(3) <= StreamBits(3));
+
 }  // namespace
 
-bool PairCandidates(const LimitSpec& spec, const MergeState& state, std::array<ContributorId, 2>& ids) {
+template <size_t N>
+bool GroupCandidates(const LimitSpec& spec, const MergeState& state, std::array<ContributorId, N>& ids) {
   if (IsBucket(spec.algorithm)) {
-    // Every contributor has a base entry in a state the pair form accepts.
-    if (state.base.included.size() != 2 || state.contributions.size() > 2) return false;
-    ids = {state.base.included[0].id, state.base.included[1].id};
+    // Every contributor has a base entry in a state the group form accepts.
+    if (state.base.included.size() != N || state.contributions.size() > N) return false;
+    for (size_t i = 0; i < N; ++i) ids[i] = state.base.included[i].id;
   } else {
-    if (state.contributions.size() != 2) return false;
-    ids = {state.contributions[0].id, state.contributions[1].id};
+    if (state.contributions.size() != N) return false;
+    for (size_t i = 0; i < N; ++i) ids[i] = state.contributions[i].id;
   }
-  return ids[0] < ids[1];
+  return Ascending(ids, [](ContributorId id) { return id; });
 }
 
-bool PackPair(const LimitSpec& spec, const MergeState& state, std::array<uint16_t, 2> tags, PackedPair& out) {
-  std::array<ContributorId, 2> ids{};
-  if (state.algorithm != spec.algorithm || !NoGrants(state) || !PairCandidates(spec, state, ids))
+template <size_t N>
+bool PackGroup(const LimitSpec& spec, const MergeState& state, const std::array<uint16_t, N>& tags,
+               PackedGroup<N>& out) {
+  std::array<ContributorId, N> ids{};
+  if (state.algorithm != spec.algorithm || !NoGrants(state) || !GroupCandidates(spec, state, ids)) {
     return false;
-  out = PackedPair{};
+  }
+  out = PackedGroup<N>{};
   if (IsBucket(spec.algorithm)) return PackBuckets(spec, state, tags, out);
   if (spec.algorithm == Algorithm::kFixedWindow || spec.algorithm == Algorithm::kAnchoredWindow ||
       spec.algorithm == Algorithm::kSlidingWindowApprox) {
-    // Records ascending by id, each contributor once (PairCandidates): as MergeInto keeps them.
+    // Records ascending by id, each contributor once (GroupCandidates): as MergeInto keeps them.
     return PackWindows(spec, state, tags, out);
   }
   return false;  // sliding_window, sliding_log: the full form
 }
 
-void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<ContributorId, 2> ids,
-                MergeState& out) {
-  PackedPair words = packed;
+template <size_t N>
+void UnpackGroup(const LimitSpec& spec, const PackedGroup<N>& packed, const std::array<ContributorId, N>& ids,
+                 MergeState& out) {
+  PackedGroup<N> words = packed;
   words.word[3] &= Low(32);
-  Bits bits(words.word);
-  (void)bits.Get(32);  // the tags
+  if constexpr (N == 3) words.word[7] &= Low(32);
+  Bits bits(words.word, N);
+  (void)bits.Get(16 * static_cast<int>(N));  // the tags
   out.algorithm = spec.algorithm;
   out.grants = GrantLedger{};
   MergeBase& b = out.base;
@@ -295,11 +335,11 @@ void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<Cont
     b.level_frac = static_cast<int64_t>(level % window);
     out.newest = InstantFrom(bits.Get(32), b.stamp);
     b.at = out.newest;
-    if (b.included.size() != 2) b.included.resize(2);
-    std::array<Contribution, 2> members;
-    std::array<bool, 2> present{};
+    if (b.included.size() != N) b.included.resize(N);
+    std::array<Contribution, N> members;
+    std::array<bool, N> present{};
     size_t records = 0;
-    for (size_t i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < N; ++i) {
       Contribution& c = members[i];
       present[i] = bits.Get(1) != 0;
       records += present[i] ? 1 : 0;
@@ -312,7 +352,7 @@ void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<Cont
     }
     if (out.contributions.size() != records) out.contributions.resize(records);
     size_t next = 0;
-    for (size_t i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < N; ++i) {
       if (!present[i]) continue;
       Contribution& c = out.contributions[next++];
       c.cells.clear();
@@ -333,22 +373,30 @@ void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<Cont
   b.included.clear();
   const uint64_t newest = bits.Get(32);
   const bool anchored = spec.algorithm == Algorithm::kAnchoredWindow;
-  std::array<int64_t, 2> starts{};
+  std::array<int64_t, N> starts{};
   if (anchored) {
     starts[0] = static_cast<int64_t>(bits.Get(64));
-    starts[1] = static_cast<int64_t>(bits.Get(64));
+    for (size_t j = 1; j < N; ++j) {
+      starts[j] = N == 2 ? static_cast<int64_t>(bits.Get(64))
+                         : static_cast<int64_t>(static_cast<uint64_t>(starts[0]) + bits.Get(32));
+    }
   }
-  if (out.contributions.size() != 2) out.contributions.resize(2);
-  std::array<Hlc, 2> versions{};
-  std::array<uint64_t, 4> counts{};  // per record: anchored, of starts[0] and [1]; else of cells k, k - 1
-  for (size_t i = 0; i < 2; ++i) {
+  if (out.contributions.size() != N) out.contributions.resize(N);
+  // Per record: its version, and the counts of its cells: anchored_window, of each start; else of cells k
+  // and k - 1.
+  constexpr size_t kCounts = N;  // (>= 2)
+  std::array<Hlc, N> versions{};
+  std::array<uint64_t, kCounts * N> counts{};
+  Hlc newer = 0;
+  for (size_t i = 0; i < N; ++i) {
     versions[i] = FromSignedDelta48(bits.Get(48), b.stamp);
-    counts[2 * i] = bits.Get(32);
-    counts[2 * i + 1] = bits.Get(32);
+    newer = std::max(newer, versions[i]);
+    const size_t fields = anchored ? N : 2;
+    for (size_t f = 0; f < fields; ++f) counts[kCounts * i + f] = bits.Get(32);
   }
-  out.newest = InstantFrom(newest, std::max(versions[0], versions[1]));
+  out.newest = InstantFrom(newest, newer);
   const int64_t k = FloorDiv(out.newest, width);
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < N; ++i) {
     Contribution& c = out.contributions[i];
     c.id = ids[i];
     c.version = versions[i];
@@ -359,13 +407,25 @@ void UnpackPair(const LimitSpec& spec, const PackedPair& packed, std::array<Cont
     c.stamps.clear();
     c.cells.clear();
     if (anchored) {
-      if (counts[2 * i] != 0) c.cells.push_back({starts[0], counts[2 * i]});
-      if (counts[2 * i + 1] != 0) c.cells.push_back({starts[1], counts[2 * i + 1]});
+      for (size_t j = 0; j < N; ++j) {
+        if (counts[kCounts * i + j] != 0) c.cells.push_back({starts[j], counts[kCounts * i + j]});
+      }
       continue;
     }
-    if (counts[2 * i + 1] != 0) c.cells.push_back({k - 1, counts[2 * i + 1]});
-    if (counts[2 * i] != 0) c.cells.push_back({k, counts[2 * i]});
+    if (counts[kCounts * i + 1] != 0) c.cells.push_back({k - 1, counts[kCounts * i + 1]});
+    if (counts[kCounts * i] != 0) c.cells.push_back({k, counts[kCounts * i]});
   }
 }
+
+template bool GroupCandidates<2>(const LimitSpec&, const MergeState&, std::array<ContributorId, 2>&);
+template bool GroupCandidates<3>(const LimitSpec&, const MergeState&, std::array<ContributorId, 3>&);
+template bool PackGroup<2>(const LimitSpec&, const MergeState&, const std::array<uint16_t, 2>&,
+                           PackedGroup<2>&);
+template bool PackGroup<3>(const LimitSpec&, const MergeState&, const std::array<uint16_t, 3>&,
+                           PackedGroup<3>&);
+template void UnpackGroup<2>(const LimitSpec&, const PackedGroup<2>&, const std::array<ContributorId, 2>&,
+                             MergeState&);
+template void UnpackGroup<3>(const LimitSpec&, const PackedGroup<3>&, const std::array<ContributorId, 3>&,
+                             MergeState&);
 
 }  // namespace ringlimit::limiter

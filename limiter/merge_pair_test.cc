@@ -1,6 +1,6 @@
-// The pair form (merge_pair.h): random two-contributor states of every algorithm round-trip exactly, the
-// packable ones are the common ones, and merging copies in any order gives the same state whichever form
-// the copies were held in. Seeded random sequences (std::mt19937_64, fixed seeds).
+// The group forms (merge_pair.h): random two- and three-contributor states of every algorithm round-trip
+// exactly, the packable ones are the common ones, and merging copies in any order gives the same state
+// whichever form the copies were held in. Seeded random sequences (std::mt19937_64, fixed seeds).
 #include "limiter/merge_pair.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +24,9 @@ using testing::Spec;
 // Two contributors (node 1 and node 2, first incarnations) and the tags a shard gave them.
 constexpr std::array<ContributorId, 2> kIds = {0x100000001ULL, 0x200000001ULL};
 constexpr std::array<uint16_t, 2> kTags = {3, 9};
+// Three contributors for the trio form.
+constexpr std::array<ContributorId, 3> kTrioIds = {0x100000001ULL, 0x200000001ULL, 0x300000001ULL};
+constexpr std::array<uint16_t, 3> kTrioTags = {3, 9, 65535};
 constexpr TimeNs kT0 = 1'700'000'000LL * kSecond;
 constexpr uint64_t kSeeds[] = {1, 2, 3, 42};
 
@@ -44,26 +47,49 @@ std::vector<LimitSpec> Configs(Algorithm a) {
   return {base, soft, denied, hourly};
 }
 
-// Packs `m` when it has a pair form; if so it must unpack to exactly `m`, also into a state that held
-// something else, whatever the high half of word[3] holds. Returns whether it packed.
-bool ExpectPairRoundTrip(const LimitSpec& spec, const MergeState& m, MergeState& reused,
-                         const std::string& where) {
-  std::array<ContributorId, 2> ids{};
-  if (!PairCandidates(spec, m, ids)) return false;
-  PackedPair packed;
-  if (!PackPair(spec, m, kTags, packed)) return false;
-  EXPECT_EQ(packed.word[3] >> 32, 0u) << where;
-  EXPECT_EQ(PairTags(packed), kTags) << where;
-  packed.word[3] |= uint64_t{0xdeadbeef} << 32;  // the storage tier's cell index
-  UnpackPair(spec, packed, ids, reused);
+// Packs `m` when it has a group form of N (tags: kTags, kTrioTags); if so it must unpack to exactly `m`, also
+// into a state that held something else, whatever the caller's bits (the high halves of word[3] and, trio,
+// word[7]) hold, and no other form takes it. Returns whether it packed.
+template <size_t N>
+bool ExpectGroupRoundTrip(const LimitSpec& spec, const MergeState& m, MergeState& reused,
+                          const std::string& where) {
+  const std::array<uint16_t, N>& tags = [] {
+    if constexpr (N == 2) {
+      return kTags;
+    } else {
+      return kTrioTags;
+    }
+  }();
+  std::array<ContributorId, N> ids{};
+  if (!GroupCandidates(spec, m, ids)) return false;
+  PackedGroup<N> packed;
+  if (!PackGroup(spec, m, tags, packed)) return false;
+  EXPECT_EQ(GroupTags(packed), tags) << where;
+  for (size_t w = 3; w < 4 * N - 4; w += 4) {  // word 3, and a trio's word 7
+    EXPECT_EQ(packed.word[w] >> 32, 0u) << where;
+    packed.word[w] |= uint64_t{0xdeadbeef - w} << 32;  // the storage tier's cell indices
+  }
+  UnpackGroup(spec, packed, ids, reused);
   EXPECT_EQ(reused, m) << where;
   MergeState fresh;
-  UnpackPair(spec, packed, ids, fresh);
+  UnpackGroup(spec, packed, ids, fresh);
   EXPECT_EQ(fresh, m) << where;
-  // Never both forms: the one-contributor form takes exactly the states with one contributor.
+  // Never two forms: each takes exactly the states with its number of contributors.
   PackedState single;
   EXPECT_FALSE(PackState(spec, m, 1, single)) << where;
+  if constexpr (N == 3) {
+    PackedPair pair;
+    EXPECT_FALSE(PackPair(spec, m, kTags, pair)) << where;
+  }
   return true;
+}
+bool ExpectPairRoundTrip(const LimitSpec& spec, const MergeState& m, MergeState& reused,
+                         const std::string& where) {
+  return ExpectGroupRoundTrip<2>(spec, m, reused, where);
+}
+bool ExpectTrioRoundTrip(const LimitSpec& spec, const MergeState& m, MergeState& reused,
+                         const std::string& where) {
+  return ExpectGroupRoundTrip<3>(spec, m, reused, where);
 }
 
 class PairAllAlgorithms : public ::testing::TestWithParam<Algorithm> {};
@@ -188,6 +214,99 @@ TEST_P(PairAllAlgorithms, MergeOrderAndFormDoNotChangeTheResult) {
         EXPECT_GT(packed_copies, 0) << AlgorithmName(spec.algorithm);
       }
     }
+  }
+}
+
+// Three deciders (an owner, the node that held the key before it and the one before that: a key whose
+// ownership moved twice) charge their own copies and now and then merge another's; a replica merges all
+// three. Every three-contributor state reached round-trips through the trio form, a decider's copy that its
+// charge just changed packs as often as in the pair form, and merging copies held in the trio form in any
+// order gives what merging the originals gives.
+TEST_P(PairAllAlgorithms, RandomThreeContributorStatesRoundTripAndMerge) {
+  // Counted over every configuration and seed (with a limit of 12 per second three windows' records are
+  // rarely all live; the hourly configuration has many).
+  int three = 0, packed = 0, own_three = 0, own_packed = 0;
+  for (const LimitSpec& spec : Configs(GetParam())) {
+    for (uint64_t seed : kSeeds) {
+      std::mt19937_64 rng(seed * 7);
+      std::array<MergeState, 3> copies;
+      std::array<Hlc, 3> clocks{};
+      MergeState replica, reused;
+      TimeNs t = kT0 + static_cast<TimeNs>(rng() % kSecond);
+      const std::string where = std::string(AlgorithmName(spec.algorithm)) + " mode " +
+                                std::string(ModeName(spec.mode)) + " limit " + std::to_string(spec.limit) +
+                                " seed " + std::to_string(seed);
+      for (int step = 0; step < 600; ++step) {
+        const uint64_t r = rng() % 10;
+        if (r == 0) {
+          t -= static_cast<TimeNs>(rng() % (400 * kMillisecond));
+        } else if (r > 2) {
+          t += static_cast<TimeNs>(rng() % (100 * kMillisecond));
+        }
+        const size_t node = rng() % 3;
+        const size_t other = (node + 1 + rng() % 2) % 3;
+        if (rng() % 3 == 0) MergeInto(copies[node], copies[other]);
+        clocks[node] = HlcTick(std::max(clocks[node], clocks[other]), t);
+        const uint64_t before = ChangeDigest(copies[node]);
+        (void)CheckMerged(spec, copies[node], kTrioIds[node], clocks[node], At(t, 1 + rng() % 3));
+        const bool charged = ChangeDigest(copies[node]) != before;
+        Collect(spec, copies[node]);
+        MergeInto(replica, copies[node]);
+        Collect(spec, replica);
+        const std::string at = where + " step " + std::to_string(step);
+        for (const MergeState* m : {&copies[0], &copies[1], &copies[2], &replica}) {
+          std::array<ContributorId, 3> ids{};
+          const bool candidate = GroupCandidates(spec, *m, ids);
+          three += candidate ? 1 : 0;
+          const bool ok = ExpectTrioRoundTrip(spec, *m, reused, at);
+          packed += ok ? 1 : 0;
+          if (m == &copies[node] && charged && candidate) {
+            ++own_three;
+            own_packed += ok ? 1 : 0;
+          }
+          if (candidate) {
+            EXPECT_EQ(ids, kTrioIds) << at;
+          }
+        }
+        if (step % 50 == 49) {
+          // Every copy through its trio form when it has one, merged in random orders.
+          std::array<MergeState, 4> originals = {copies[0], copies[1], copies[2], replica};
+          std::array<MergeState, 4> held = originals;
+          for (MergeState& h : held) {
+            std::array<ContributorId, 3> ids{};
+            PackedTrio trio;
+            if (GroupCandidates(spec, h, ids) && PackGroup(spec, h, kTrioTags, trio)) {
+              UnpackGroup(spec, trio, ids, h);
+            }
+          }
+          std::array<size_t, 4> order = {0, 1, 2, 3};
+          MergeState want;
+          for (size_t i : order) MergeInto(want, originals[i]);
+          for (int round = 0; round < 4; ++round) {
+            std::shuffle(order.begin(), order.end(), rng);
+            MergeState got;
+            for (size_t i : order) MergeInto(got, held[i]);
+            EXPECT_EQ(got, want) << at;
+          }
+        }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  const std::string where(AlgorithmName(GetParam()));
+  if (!Pairable(GetParam())) {
+    EXPECT_EQ(packed, 0) << where;
+    return;
+  }
+  // A decider's copy it just charged packs (anchored_window: not when the copies' windows overlap three
+  // ways); of all states at least a fifth (replicas, and copies that just merged another's newer record,
+  // hold buckets whose records are newer than their base: the full form until the next charge).
+  EXPECT_GT(own_three, 50) << where;
+  EXPECT_GE(packed * 5, three) << where << ": " << packed << " of " << three;
+  if (GetParam() == Algorithm::kAnchoredWindow) {
+    EXPECT_GE(own_packed * 4, own_three) << where << ": " << own_packed << " of " << own_three;
+  } else {
+    EXPECT_GE(own_packed * 10, own_three * 9) << where << ": " << own_packed << " of " << own_three;
   }
 }
 

@@ -15,9 +15,9 @@ namespace {
 constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kChunkBits = 10;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
-// Pair cells (the second halves of pair-packed states) per chunk of the pair slab: 32 KiB a chunk.
-constexpr uint32_t kPairChunkBits = 10;
-constexpr uint32_t kPairChunkSize = 1u << kPairChunkBits;
+// Cells per chunk of the group forms' slab (MemoryShard::CellAt): 32 KiB a chunk.
+constexpr uint32_t kCellChunkBits = 10;
+constexpr uint32_t kCellChunkSize = 1u << kCellChunkBits;
 
 // Entry::meta: version in the high 48 bits, then the key's size byte (kHeapKey: on the heap), then the
 // flags byte.
@@ -59,6 +59,7 @@ constexpr uint64_t kDirty = 1;   // newer than disk (write-back), in dirty_
 constexpr uint64_t kOnDisk = 2;  // a row may exist on disk (write-back): dropping it leaves a delete
 constexpr uint64_t kHead = 4;    // the first entry of its entity's chain (in heads_): counted once per key
 constexpr uint64_t kPair = 8;    // the state is in the pair form: half in `packed`, half in a pair cell
+constexpr uint64_t kTrio = 16;   // the state is in the trio form: a third in `packed`, the rest in two cells
 constexpr uint64_t kVersionMax = (uint64_t{1} << 48) - 1;
 
 uint64_t Version(uint64_t meta) { return meta >> 16; }
@@ -116,10 +117,11 @@ const StoredState* FindLoaded(const Loaded& loaded, std::string_view name) {
 // 80 bytes. The entity key is in `key` when it fits (its size in meta), else `key` holds a pointer to a heap
 // block of its size (uint32) and its bytes. The state is, in this order of preference: packed in `packed`
 // (limiter::PackState: one contributor, packed.word[0] != 0, the contributor as a tag of this shard); in
-// the pair form (kPair in meta; limiter::PackPair: two contributors, tags of this shard) with its first
-// half in `packed` and its second in the pair cell whose index is the high half of packed.word[3]; or, with
-// packed.word[0] == 0, packed.word[1] is a pointer to a heap MergeState (null: the empty state). Owned by
-// the shard: Free releases the key, the pair cell and the heap state.
+// a group form (limiter::PackGroup, tags of this shard): the pair form (kPair in meta, two contributors)
+// or the trio form (kTrio, three), its first 32 bytes in `packed` and the rest in the 32-byte cell whose
+// index is the high half of packed.word[3] (a trio: and in the cell whose index is the high half of that
+// cell's word 3); or, with packed.word[0] == 0, packed.word[1] is a pointer to a heap MergeState (null: the
+// empty state). Owned by the shard: Free releases the key, the cells and the heap state.
 struct MemoryShard::Entry {
   char key[kInlineKey] = {};
   ring::Token token = 0;  // ring::RingToken(entity), as the caller computed it: never hashed again here
@@ -173,12 +175,16 @@ void FreeKey(MemoryShard::Entry& e) {
   e.meta &= ~(uint64_t{0xff} << kKeyShift);
 }
 
-bool IsPair(const MemoryShard::Entry& e) { return (e.meta & kPair) != 0; }
-uint32_t PairIndex(const MemoryShard::Entry& e) { return static_cast<uint32_t>(e.packed.word[3] >> 32); }
+// The contributors of the entry's group form: 2 (pair), 3 (trio), 0 (not in a group form).
+size_t GroupOf(const MemoryShard::Entry& e) {
+  return (e.meta & kPair) != 0 ? 2 : (e.meta & kTrio) != 0 ? 3 : 0;
+}
+constexpr uint64_t GroupFlag(size_t n) { return n == 2 ? kPair : kTrio; }
+uint32_t CellIndex(const MemoryShard::Entry& e) { return static_cast<uint32_t>(e.packed.word[3] >> 32); }
 
 limiter::MergeState* HeapOf(const MemoryShard::Entry& e) {
-  return e.packed.word[0] != 0 || IsPair(e) ? nullptr
-                                            : reinterpret_cast<limiter::MergeState*>(e.packed.word[1]);
+  return e.packed.word[0] != 0 || GroupOf(e) != 0 ? nullptr
+                                                  : reinterpret_cast<limiter::MergeState*>(e.packed.word[1]);
 }
 
 void SetHeap(MemoryShard::Entry& e, limiter::MergeState* state) {
@@ -254,29 +260,34 @@ uint32_t MemoryShard::Allocate() {
   return fresh_++;
 }
 
-MemoryShard::PairCell& MemoryShard::PairAt(uint32_t index) const {
-  return pair_chunks_[index >> kPairChunkBits][index & (kPairChunkSize - 1)];
+MemoryShard::Cell& MemoryShard::CellAt(uint32_t index) const {
+  return cell_chunks_[index >> kCellChunkBits][index & (kCellChunkSize - 1)];
 }
 
-uint32_t MemoryShard::AllocatePair() {
-  if (pair_free_ != kNil) {
-    const uint32_t index = pair_free_;
-    pair_free_ = static_cast<uint32_t>(PairAt(index)[0]);
+uint32_t MemoryShard::AllocateCell() {
+  if (cell_free_ != kNil) {
+    const uint32_t index = cell_free_;
+    cell_free_ = static_cast<uint32_t>(CellAt(index)[0]);
     return index;
   }
-  if (pair_fresh_ == pair_chunks_.size() * kPairChunkSize) {
-    pair_chunks_.push_back(std::make_unique<PairCell[]>(kPairChunkSize));
-    bytes_.fetch_add(kPairChunkSize * sizeof(PairCell), std::memory_order_relaxed);
+  if (cell_fresh_ == cell_chunks_.size() * kCellChunkSize) {
+    cell_chunks_.push_back(std::make_unique<Cell[]>(kCellChunkSize));
+    bytes_.fetch_add(kCellChunkSize * sizeof(Cell), std::memory_order_relaxed);
   }
-  return pair_fresh_++;
+  return cell_fresh_++;
+}
+
+void MemoryShard::ReleaseCell(uint32_t index) {
+  CellAt(index)[0] = cell_free_;
+  cell_free_ = index;
 }
 
 void MemoryShard::ReleaseHeap(Entry& e) {
-  if (IsPair(e)) {  // the pair cell goes to the free list
-    const uint32_t cell = PairIndex(e);
-    PairAt(cell)[0] = pair_free_;
-    pair_free_ = cell;
-    e.meta &= ~kPair;
+  if (const size_t group = GroupOf(e); group != 0) {  // the cells go to the free list
+    const uint32_t first = CellIndex(e);
+    if (group == 3) ReleaseCell(static_cast<uint32_t>(CellAt(first)[3] >> 32));
+    ReleaseCell(first);
+    e.meta &= ~(kPair | kTrio);
     e.packed = limiter::PackedState{};
     return;
   }
@@ -327,13 +338,12 @@ bool MemoryShard::TagOf(limiter::ContributorId id, uint16_t& tag) {
 
 const limiter::MergeState& MemoryShard::StateOf(uint32_t index, limiter::MergeState& scratch) const {
   const Entry& e = At(index);
-  if (IsPair(e)) {
-    limiter::PackedPair pair;
-    std::copy(std::begin(e.packed.word), std::end(e.packed.word), pair.word);
-    const PairCell& cell = PairAt(PairIndex(e));
-    std::copy(cell.begin(), cell.end(), pair.word + 4);
-    const std::array<uint16_t, 2> tags = limiter::PairTags(pair);
-    limiter::UnpackPair(slots_[e.slot].spec, pair, {tag_ids_[tags[0]], tag_ids_[tags[1]]}, scratch);
+  if (const size_t group = GroupOf(e); group != 0) {
+    if (group == 2) {
+      UnpackGroupOf<2>(e, scratch);
+    } else {
+      UnpackGroupOf<3>(e, scratch);
+    }
     return scratch;
   }
   if (e.packed.word[0] == 0) {
@@ -351,14 +361,14 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
   limiter::PackedState packed;
   uint16_t tag = 0;
   if (id != 0 && TagOf(id, tag) && limiter::PackState(spec, state, tag, packed)) {
-    if (e.packed.word[0] == 0 || IsPair(e)) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
+    if (e.packed.word[0] == 0 || GroupOf(e) != 0) ReleaseHeap(e);  // (`state` may be the heap object)
     e.packed = packed;
-  } else if (KeepPair(e, spec, state)) {
-    // (in the pair form)
+  } else if (KeepGroup<2>(e, spec, state) || KeepGroup<3>(e, spec, state)) {
+    // (in a group form)
   } else if (state.algorithm == limiter::Algorithm{} && state == kEmptyState) {
     ReleaseHeap(e);
   } else {
-    if (IsPair(e)) ReleaseHeap(e);  // the pair cell goes (`state` is a scratch copy, never in the cell)
+    if (GroupOf(e) != 0) ReleaseHeap(e);  // the group cell goes (`state` is a scratch copy, never in it)
     limiter::MergeState* heap = HeapOf(e);
     if (heap == nullptr) {  // promoted: a heap object, a spare one when there is one
       if (spare_states_.empty()) {
@@ -374,25 +384,54 @@ void MemoryShard::Keep(uint32_t index, const limiter::MergeState& state) {
   Account(index);
 }
 
-bool MemoryShard::KeepPair(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state) {
-  std::array<limiter::ContributorId, 2> ids{};
-  std::array<uint16_t, 2> tags{};
-  limiter::PackedPair pair;
-  if (!limiter::PairCandidates(spec, state, ids) || !TagOf(ids[0], tags[0]) || !TagOf(ids[1], tags[1]) ||
-      !limiter::PackPair(spec, state, tags, pair)) {
-    return false;
+template <size_t N>
+void MemoryShard::UnpackGroupOf(const Entry& e, limiter::MergeState& scratch) const {
+  limiter::PackedGroup<N> group;
+  std::copy(std::begin(e.packed.word), std::end(e.packed.word), group.word);
+  const Cell& first = CellAt(CellIndex(e));
+  std::copy(first.begin(), first.end(), group.word + 4);
+  if constexpr (N == 3) {
+    const Cell& second = CellAt(static_cast<uint32_t>(first[3] >> 32));
+    std::copy(second.begin(), second.end(), group.word + 8);
   }
-  uint32_t cell = 0;
-  if (IsPair(e)) {
-    cell = PairIndex(e);
+  const std::array<uint16_t, N> tags = limiter::GroupTags(group);
+  std::array<limiter::ContributorId, N> ids{};
+  for (size_t i = 0; i < N; ++i) ids[i] = tag_ids_[tags[i]];
+  limiter::UnpackGroup(slots_[e.slot].spec, group, ids, scratch);
+}
+
+template <size_t N>
+bool MemoryShard::KeepGroup(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state) {
+  std::array<limiter::ContributorId, N> ids{};
+  std::array<uint16_t, N> tags{};
+  limiter::PackedGroup<N> group;
+  if (!limiter::GroupCandidates(spec, state, ids)) return false;
+  for (size_t i = 0; i < N; ++i) {
+    if (!TagOf(ids[i], tags[i])) return false;
+  }
+  if (!limiter::PackGroup(spec, state, tags, group)) return false;
+  // The cells: kept from the entry's group form (a pair becoming a trio keeps its cell and takes a second;
+  // a trio becoming a pair gives its second back), taken from the free list for the rest.
+  const size_t had = GroupOf(e);
+  uint32_t first = 0, second = kNil;
+  if (had != 0) {
+    first = CellIndex(e);
+    if (had == 3) second = static_cast<uint32_t>(CellAt(first)[3] >> 32);
   } else {
     if (e.packed.word[0] == 0) ReleaseHeap(e);  // (`state` may be the heap object: packed first)
-    cell = AllocatePair();
-    e.meta |= kPair;
+    first = AllocateCell();
   }
-  std::copy(pair.word, pair.word + 4, e.packed.word);
-  e.packed.word[3] |= uint64_t{cell} << 32;
-  std::copy(pair.word + 4, pair.word + 8, PairAt(cell).begin());
+  if (N == 3 && second == kNil) second = AllocateCell();
+  if (N == 2 && second != kNil) ReleaseCell(second);
+  e.meta = (e.meta & ~(kPair | kTrio)) | GroupFlag(N);
+  std::copy(group.word, group.word + 4, e.packed.word);
+  e.packed.word[3] |= uint64_t{first} << 32;
+  Cell& cell = CellAt(first);
+  std::copy(group.word + 4, group.word + 8, cell.begin());
+  if constexpr (N == 3) {
+    cell[3] |= uint64_t{second} << 32;
+    std::copy(group.word + 8, group.word + 12, CellAt(second).begin());
+  }
   return true;
 }
 
@@ -807,7 +846,7 @@ size_t MemoryShard::SweepLocked(limiter::TimeNs now, size_t max, bool spare_head
     const bool judge = now != std::numeric_limits<limiter::TimeNs>::min();
     const limiter::MergeState* heap = HeapOf(e);
     bool idle;
-    if (IsPair(e)) {
+    if (GroupOf(e) != 0) {
       idle = judge && limiter::MergedIdleAt(spec, StateOf(index, sweep_scratch_)) <= now;
     } else if (e.packed.word[0] != 0) {
       idle = judge && limiter::PackedIdleBy(spec, e.packed, tag_ids_[limiter::PackedTag(e.packed)],
@@ -866,7 +905,7 @@ uint64_t MemoryShard::CountChunk(ring::Token first, ring::Token last, ScanCursor
 void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
   std::lock_guard lock(mutex_);
   out.slab_bytes += chunks_.size() * kChunkSize * (sizeof(Entry) + sizeof(uint32_t)) +
-                    pair_chunks_.size() * kPairChunkSize * sizeof(PairCell);
+                    cell_chunks_.size() * kCellChunkSize * sizeof(Cell);
   // boost::unordered_flat_set: a slot per element and 16 bytes of metadata per group of 15 slots.
   const size_t slots = heads_->bucket_count();
   out.index_bytes += slots * sizeof(uint32_t) + (slots / 15 + 1) * 16;
@@ -874,8 +913,10 @@ void MemoryShard::AddBreakdown(MemoryBreakdown& out) const {
     const Entry& e = At(index);
     if (e.slot == kNil) continue;
     ++out.states;
-    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t) + (IsPair(e) ? sizeof(PairCell) : 0);
-    out.pair_states += IsPair(e) ? 1 : 0;
+    const size_t group = GroupOf(e);
+    out.entry_bytes += sizeof(Entry) + sizeof(uint32_t) + (group == 0 ? 0 : (group - 1) * sizeof(Cell));
+    out.pair_states += group == 2 ? 1 : 0;
+    out.trio_states += group == 3 ? 1 : 0;
     if (KeyHeapBytes(e) > 0) {
       out.key_heap_bytes += sizeof(uint32_t) + KeyOf(e).size();
       ++out.heap_blocks;

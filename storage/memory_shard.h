@@ -1,11 +1,11 @@
 // MemoryShard: one independently locked part of the memory tier (internal to storage/).
 //
 // Layout (per state, see memory_store.h for the budget): an 80-byte Entry (its merged state packed in it;
-// with two contributors, half in it and half in a 32-byte cell of a second slab, the pair form; or on the
-// heap) in a chunked slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the
-// caller); a flat hash set of the index of each entity's first entry (its other entries follow through
-// Entry::entity_next), hashed by that stored token; a doubly-linked LRU list through the slab; interned
-// (name, spec) slots.
+// with two contributors, half in it and half in a 32-byte cell of a second slab, the pair form; with three,
+// a third in it and the rest in two cells of that slab, the trio form; or on the heap) in a chunked
+// slab addressed by 32-bit indices, holding the entity's ring token (computed once, by the caller); a flat
+// hash set of the index of each entity's first entry (its other entries follow through Entry::entity_next),
+// hashed by that stored token; a doubly-linked LRU list through the slab; interned (name, spec) slots.
 //
 // Thread safety: every public method takes mutex_ itself; safe for concurrent use. No method does I/O
 // or calls out while holding mutex_ (except the caller's `fn`, which must not block).
@@ -189,17 +189,25 @@ class MemoryShard {
   // The entry's state: its heap MergeState, the empty state, or the packed state unpacked into `scratch`.
   const limiter::MergeState& StateOf(uint32_t index, limiter::MergeState& scratch) const;
   // Makes `state` the entry's state (a copy, unless it is the entry's heap object): packed into the entry
-  // when limiter::PackState accepts it, else in the pair form when limiter::PackPair does (the heap object
-  // or the pair cell, if any and no longer needed, goes), else in a heap MergeState. Accounts.
+  // when limiter::PackState accepts it, else in the pair or trio form when limiter::PackGroup does (the heap
+  // object or the group cell, if any and no longer needed, goes), else in a heap MergeState. Accounts.
   void Keep(uint32_t index, const limiter::MergeState& state);
-  // Keep's pair form: false (nothing changed) when limiter::PackPair does not take `state`.
-  bool KeepPair(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state);
-  // The entry's heap MergeState (if any) goes to the spares or is freed, or its pair cell to the free list.
+  // Keep's group form of N = 2 or 3 contributors: false (nothing changed) when limiter::PackGroup<N> does
+  // not take `state`.
+  template <size_t N>
+  bool KeepGroup(Entry& e, const limiter::LimitSpec& spec, const limiter::MergeState& state);
+  // The entry's heap MergeState (if any) goes to the spares or is freed, or its group cell to its free list.
   void ReleaseHeap(Entry& e);
-  // The second half of a pair-packed state (limiter::PackedPair word[4..7]).
-  using PairCell = std::array<uint64_t, 4>;
-  PairCell& PairAt(uint32_t index) const;
-  uint32_t AllocatePair();
+  // The 32-byte cells that hold a group form's words beyond the entry's (limiter::PackedGroup<N>
+  // word[4..4N-1], 32 bytes a cell: one for a pair, two for a trio, the second's index in the high half of
+  // the first's word 3): chunks of 1024 cells (counted in bytes_ when allocated, as the entry slab), indexed
+  // by 32 bits; freed cells are linked through their word 0.
+  using Cell = std::array<uint64_t, 4>;
+  Cell& CellAt(uint32_t index) const;
+  uint32_t AllocateCell();
+  void ReleaseCell(uint32_t index);
+  template <size_t N>
+  void UnpackGroupOf(const Entry& e, limiter::MergeState& scratch) const;
   // The tag of contributor `id` in this shard's packed states; false when all 65,536 are taken.
   bool TagOf(limiter::ContributorId id, uint16_t& tag);
   limiter::MergeState& Scratch(size_t i) {
@@ -254,11 +262,10 @@ class MemoryShard {
   // and flush acknowledgements.
   std::vector<limiter::MergeState> scratch_;
   mutable limiter::MergeState sweep_scratch_;
-  // The pair slab: second halves of pair-packed states, in chunks (counted in bytes_ when allocated, as
-  // the entry slab), indexed by 32 bits; freed cells are linked through their word 0.
-  std::vector<std::unique_ptr<PairCell[]>> pair_chunks_;
-  uint32_t pair_fresh_ = 0;          // next never-used cell
-  uint32_t pair_free_ = UINT32_MAX;  // free list head (UINT32_MAX: none)
+  // The group forms' cells (CellAt).
+  std::vector<std::unique_ptr<Cell[]>> cell_chunks_;
+  uint32_t cell_fresh_ = 0;          // next never-used cell
+  uint32_t cell_free_ = UINT32_MAX;  // free list head (UINT32_MAX: none)
   // Contributor tags of packed states: tag_ids_[tag] is the id; tags are never reused.
   std::vector<limiter::ContributorId> tag_ids_;
   boost::unordered_flat_map<limiter::ContributorId, uint16_t> tags_;

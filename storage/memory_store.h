@@ -113,6 +113,7 @@ struct DirtyRecord {
 struct MemoryBreakdown {
   uint64_t states = 0;              // states held
   uint64_t pair_states = 0;         // states in the pair form (two contributors: entry + a 32-byte pair cell)
+  uint64_t trio_states = 0;         // states in the trio form (three contributors: entry + two 32-byte cells)
   uint64_t entry_bytes = 0;         // per state: its slab entry and its accounting word, and its pair cell
   uint64_t slab_bytes = 0;          // slab and pair slab chunks allocated (in use, free and never used)
   uint64_t index_bytes = 0;         // the hash sets of entity heads (slots and group metadata)

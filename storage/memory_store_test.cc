@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -468,23 +469,24 @@ TEST(MemoryStoreTest, AbsorbMergesCopiesAndKeepsEveryAdmission) {
 
 // Packed states (issue 39): a key decided by one contributor lives packed in its entry (no heap state); a
 // second contributor's copy moves it to the pair form (entry + a 32-byte pair cell, still no heap state), a
-// third one's promotes it to a heap MergeState; once the others' records have expired it goes back to the
-// one-contributor form (window algorithms; a bucket keeps the others' base entries as tombstones: with one
-// other contributor that is the pair form again, with two the heap). At every step the store holds exactly
-// the state the plain merge rules give (a reference merged and collected alongside): packing, promoting and
-// compacting lose no admission and add none; the accounting follows each move.
+// third one's to the trio form (entry + a 64-byte trio cell), a fourth one's promotes it to a heap
+// MergeState; once the others' records have expired it goes back to the one-contributor form (window
+// algorithms; a bucket keeps the others' base entries as tombstones: with one other that is the pair form
+// again, with two the trio form, with three the heap until the key goes idle). At every step the store holds
+// exactly the state the plain merge rules give (a reference merged and collected alongside): packing,
+// promoting and compacting lose no admission and add none; the accounting follows each move.
 TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
   for (Algorithm algorithm :
        {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
         Algorithm::kAnchoredWindow, Algorithm::kSlidingWindowApprox}) {
     SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
-    LimitSpec spec = Spec(algorithm, 6, kSecond);
-    if (algorithm == Algorithm::kGcra) spec.burst = 5;
+    LimitSpec spec = Spec(algorithm, 8, kSecond);
+    if (algorithm == Algorithm::kGcra) spec.burst = 7;
     MemoryStore store;
-    limiter::HybridClock a_clock(0), b_clock(0), c_clock(0);
+    limiter::HybridClock a_clock(0), b_clock(0), c_clock(0), d_clock(0);
     limiter::MergeState reference;
     constexpr limiter::ContributorId kA = (uint64_t{1} << 32) | 1, kB = (uint64_t{2} << 32) | 1,
-                                     kC = (uint64_t{3} << 32) | 1;
+                                     kC = (uint64_t{3} << 32) | 1, kD = (uint64_t{4} << 32) | 1;
     // Contributor A charges through the store and the reference alike (one stamp for both).
     auto charge = [&](limiter::TimeNs now, uint64_t cost) {
       const limiter::Hlc stamp = a_clock.Now(now);
@@ -505,40 +507,48 @@ TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
       limiter::MergeInto(reference, copy.state);
       limiter::Collect(spec, reference);
     };
-    // (heap states, pair states)
+    // (heap states, pair states, trio states)
+    using Forms = std::tuple<uint64_t, uint64_t, uint64_t>;
     auto forms = [&] {
       const MemoryBreakdown b = store.Breakdown();
-      return std::pair<uint64_t, uint64_t>(b.state_objects, b.pair_states);
+      return Forms(b.state_objects, b.pair_states, b.trio_states);
     };
-    using Forms = std::pair<uint64_t, uint64_t>;
     const uint64_t empty_bytes = store.Stats().bytes;
     EXPECT_TRUE(charge(kT0, 1));
     EXPECT_TRUE(charge(kT0 + kMillisecond, 1));
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(forms(), Forms(0, 0));  // packed
+    EXPECT_EQ(forms(), Forms(0, 0, 0));  // packed
     const uint64_t single_bytes = store.Stats().bytes;
     absorb(kB, b_clock, kT0 + 2 * kMillisecond);
     EXPECT_EQ(store.Get("key")[0].state, reference);
     const bool bucket = algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra ||
                         algorithm == Algorithm::kLeakyBucket;
     // A bucket's absorbed copy is newer than the base: on the heap until the next charge rebases it.
-    EXPECT_EQ(forms(), bucket ? Forms(1, 0) : Forms(0, 1));
-    EXPECT_TRUE(charge(kT0 + 3 * kMillisecond, 1));  // 5 of 6
+    EXPECT_EQ(forms(), bucket ? Forms(1, 0, 0) : Forms(0, 1, 0));
+    EXPECT_TRUE(charge(kT0 + 3 * kMillisecond, 1));  // 5 of 8
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(forms(), Forms(0, 1));  // the pair form: no heap state
+    EXPECT_EQ(forms(), Forms(0, 1, 0));  // the pair form: no heap state
     // The pair slab's first chunk is accounted (32 KiB), nothing per state beyond it.
     EXPECT_EQ(store.Stats().bytes, single_bytes + 1024 * 32);
-    absorb(kC, c_clock, kT0 + 4 * kMillisecond);  // 7 of 6: over
+    absorb(kC, c_clock, kT0 + 4 * kMillisecond);  // 7 of 8
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(forms(), Forms(1, 0));  // three contributors: the heap
+    EXPECT_EQ(forms(), bucket ? Forms(1, 0, 0) : Forms(0, 0, 1));
+    EXPECT_TRUE(charge(kT0 + 5 * kMillisecond, 1));  // 8 of 8
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(forms(), Forms(0, 0, 1));  // the trio form: no heap state
+    // The pair's cell and a second one of the same chunk: nothing more accounted.
+    EXPECT_EQ(store.Stats().bytes, single_bytes + 1024 * 32);
+    absorb(kD, d_clock, kT0 + 6 * kMillisecond);  // 10 of 8: over
+    EXPECT_EQ(store.Get("key")[0].state, reference);
+    EXPECT_EQ(forms(), Forms(1, 0, 0));  // four contributors: the heap
     const uint64_t heap_bytes = store.Stats().bytes;
     EXPECT_GT(heap_bytes, single_bytes + 1024 * 32 + sizeof(limiter::MergeState));
-    EXPECT_FALSE(charge(kT0 + 4 * kMillisecond, 1));  // B's and C's units count
+    EXPECT_FALSE(charge(kT0 + 6 * kMillisecond, 1));  // B's, C's and D's units count
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    // Three windows later B's and C's records have expired (buckets: drained, kept as tombstones).
+    // Three windows later the others' records have expired (buckets: drained, kept as tombstones).
     EXPECT_TRUE(charge(kT0 + 3 * kSecond, 1));
     EXPECT_EQ(store.Get("key")[0].state, reference);
-    EXPECT_EQ(forms(), Forms(bucket ? 1 : 0, 0));
+    EXPECT_EQ(forms(), bucket ? Forms(1, 0, 0) : Forms(0, 0, 0));
     if (!bucket) {
       // Back to the one-contributor form: the heap state is no longer counted.
       EXPECT_EQ(store.Stats().bytes, single_bytes + 1024 * 32);
@@ -581,6 +591,57 @@ TEST(MemoryStoreTest, PairFormCompactsBackAndItsCellsAreReused) {
     charge("k2", kB, b_clock, kT0 + 3 * kSecond + kMillisecond);
     EXPECT_EQ(store.Breakdown().pair_states, bucket ? 2u : 1u);
     EXPECT_EQ(store.Stats().bytes, single);
+  }
+}
+
+// Three contributors: the trio form (two cells of the pair form's slab) until the others' records expire,
+// then one contributor (windows: both cells freed) or one record with two tombstones (buckets: the trio
+// form stays until the key goes idle). A trio becoming a pair gives its second cell back. Every step holds
+// the state the plain merge rules give (a reference alongside); no step allocates a second chunk.
+TEST(MemoryStoreTest, TrioFormCompactsBackAndItsCellsAreReused) {
+  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kAnchoredWindow}) {
+    SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
+    LimitSpec spec = Spec(algorithm, 6, kSecond);
+    MemoryStoreOptions options;
+    options.shards = 1;
+    MemoryStore store(options);
+    std::array<limiter::HybridClock, 3> clocks = {limiter::HybridClock(0), limiter::HybridClock(0),
+                                                  limiter::HybridClock(0)};
+    constexpr std::array<limiter::ContributorId, 3> kIds = {21, 22, 23};
+    std::map<std::string, limiter::MergeState> reference;
+    auto charge = [&](const std::string& key, size_t who, limiter::TimeNs now) {
+      Slot slot{"n", &spec};
+      const limiter::Hlc stamp = clocks[who].Now(now);
+      store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
+        (void)limiter::CheckMerged(spec, *s[0], kIds[who], stamp, {1, now, 0.});
+      });
+      (void)limiter::CheckMerged(spec, reference[key], kIds[who], stamp, {1, now, 0.});
+      limiter::Collect(spec, reference[key]);
+      EXPECT_EQ(store.Get(key).at(0).state, reference[key]) << key << " by " << who;
+    };
+    auto forms = [&] {
+      const MemoryBreakdown b = store.Breakdown();
+      return std::tuple<uint64_t, uint64_t, uint64_t>(b.state_objects, b.pair_states, b.trio_states);
+    };
+    using Forms = std::tuple<uint64_t, uint64_t, uint64_t>;
+    const bool bucket = algorithm == Algorithm::kTokenBucket;
+    for (size_t who = 0; who < 3; ++who)
+      charge("k1", who, kT0 + static_cast<limiter::TimeNs>(who) * kMillisecond);
+    EXPECT_EQ(forms(), Forms(0, 0, 1));
+    const uint64_t slab = store.Breakdown().slab_bytes;
+    charge("k1", 0, kT0 + 3 * kSecond);  // B's and C's records have expired (buckets: drained)
+    EXPECT_EQ(forms(), bucket ? Forms(0, 0, 1) : Forms(0, 0, 0));
+    // Windows: B and C charge again, then only C's and A's records live a window on: trio, pair.
+    if (!bucket) {
+      charge("k1", 1, kT0 + 3 * kSecond + kMillisecond);
+      EXPECT_EQ(forms(), Forms(0, 1, 0));
+      charge("k1", 2, kT0 + 3 * kSecond + 2 * kMillisecond);
+      EXPECT_EQ(forms(), Forms(0, 0, 1));
+      charge("k1", 0, kT0 + 4 * kSecond + 500 * kMillisecond);
+      charge("k1", 2, kT0 + 4 * kSecond + 501 * kMillisecond);
+      EXPECT_EQ(forms(), Forms(0, 1, 0));  // B's record left the window: the trio gave a cell back
+    }
+    EXPECT_EQ(store.Breakdown().slab_bytes, slab);
   }
 }
 

@@ -3,11 +3,14 @@
 //
 // Each algorithm runs in a child process of its own (a fresh heap): it inserts --keys keys of --key-bytes
 // bytes, one check each, then checks every key once more as a second contributor (a second deciding
-// node's copy merged in: the pair form, limiter/merge_pair.h, where it fits). For both phases it prints
-// bytes per key from the resident set (/proc/self/statm delta), from the store's own accounting
-// (StoreStats::bytes, what ringlimit_state_bytes reports) and their ratio (the --max-memory bound is only as
-// good as it); then where the bytes go (MemoryStore::Breakdown, and the allocator's in-use delta from
-// mallinfo2).
+// node's copy merged in: the pair form, limiter/merge_pair.h, where it fits), then once more as a third
+// (the trio form). For the three phases it prints bytes per key from the resident set (/proc/self/statm
+// delta), from the store's own accounting (StoreStats::bytes, what ringlimit_state_bytes reports) and their
+// ratio (the --max-memory bound is only as good as it); then where the bytes go (MemoryStore::Breakdown, and
+// the allocator's in-use delta from mallinfo2). A fourth phase checks every key as the first contributor
+// two windows later, when the others' records have expired: what a key then holds (compacted back to one
+// contributor for the windows; the buckets keep the others' base entries as tombstones until the key goes
+// idle, limiter/merge.h), from the breakdown (freed cells stay in their slab for the next group-form key).
 //
 // --check-path: instead, inserts --keys token_bucket keys and then runs --checks checks on them in
 // RunChecks (not inlined), for `valgrind --tool=callgrind --toggle-collect='*RunChecks*'`: instructions
@@ -35,6 +38,7 @@ using namespace ringlimit;  // NOLINT: a benchmark main
 
 constexpr limiter::ContributorId kFirst = (uint64_t{1} << 32) | 1;   // node 1, first incarnation
 constexpr limiter::ContributorId kSecond = (uint64_t{2} << 32) | 1;  // node 2, first incarnation
+constexpr limiter::ContributorId kThird = (uint64_t{3} << 32) | 1;   // node 3, first incarnation
 
 struct Args {
   size_t keys = 1'000'000;
@@ -83,7 +87,7 @@ limiter::TimeNs WallNow() {
 // 1000 per hour: nothing goes idle during the run.
 limiter::LimitSpec Spec(limiter::Algorithm algorithm) {
   limiter::LimitSpec spec{.algorithm = algorithm, .limit = 1000, .window = 3600 * limiter::kSecond};
-  if (algorithm == limiter::Algorithm::kGcra) spec.burst = 10;  // the second contributor's check passes
+  if (algorithm == limiter::Algorithm::kGcra) spec.burst = 10;  // the others' checks pass
   return spec;
 }
 
@@ -125,12 +129,13 @@ size_t HeapInUse() {
   return info.uordblks + info.hblkhd;
 }
 
-// Inserts every key (phase 1), then checks each again as a second contributor (phase 2); prints a row
-// per phase and the breakdown. Runs in a child process.
+// Inserts every key (phase 1), then checks each again as a second contributor (phase 2) and a third
+// (phase 3), then as the first two windows later (phase 4); prints a row of phases 1-3 and the breakdowns.
+// Runs in a child process.
 void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   const limiter::LimitSpec spec = Spec(algorithm);
   storage::MemoryStore store;  // default options, as a node's memory tier
-  limiter::HybridClock first(0), second(0);
+  limiter::HybridClock first(0), second(0), third(0);
   char buf[80];
   limiter::TimeNs now = WallNow();
   // One key first, so that the shards' fixed allocations and the interned name are not counted.
@@ -153,6 +158,13 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   const size_t rss2 = ResidentBytes(), heap2 = HeapInUse();
   const uint64_t acc2 = store.Stats().bytes;
   const storage::MemoryBreakdown two = store.Breakdown();
+  phase(third, kThird, now + static_cast<limiter::TimeNs>(args.keys) * 2000);
+  const size_t rss3 = ResidentBytes(), heap3 = HeapInUse();
+  const uint64_t acc3 = store.Stats().bytes;
+  const storage::MemoryBreakdown three = store.Breakdown();
+  phase(first, kFirst, now + 2 * spec.window + static_cast<limiter::TimeNs>(args.keys) * 3000);
+  const size_t heap4 = HeapInUse();
+  const storage::MemoryBreakdown later = store.Breakdown();
 
   const double n = static_cast<double>(args.keys);
   auto per = [&](double bytes) { return bytes / n; };
@@ -160,27 +172,33 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   const double rss_2 = per(static_cast<double>(rss2) - static_cast<double>(rss0));
   const double acc_1 = per(static_cast<double>(acc1 - acc0));
   const double acc_2 = per(static_cast<double>(acc2 - acc0));
+  const double rss_3 = per(static_cast<double>(rss3) - static_cast<double>(rss0));
+  const double acc_3 = per(static_cast<double>(acc3 - acc0));
   const std::string name(limiter::AlgorithmName(algorithm));
-  std::printf("%-22s %9.1f %9.1f %7.2f %11.1f %9.1f %7.2f %8.1f\n", name.c_str(), rss_1, acc_1, acc_1 / rss_1,
-              rss_2, acc_2, acc_2 / rss_2, rss_2 - rss_1);
+  std::printf("%-22s %9.1f %9.1f %7.2f %11.1f %9.1f %7.2f %8.1f %11.1f %9.1f %7.2f %8.1f\n", name.c_str(),
+              rss_1, acc_1, acc_1 / rss_1, rss_2, acc_2, acc_2 / rss_2, rss_2 - rss_1, rss_3, acc_3,
+              acc_3 / rss_3, rss_3 - rss_2);
   auto items = [&](const char* phase, const storage::MemoryBreakdown& b, size_t heap) {
     const double k = static_cast<double>(b.states);
     const double requested =
         static_cast<double>(b.key_heap_bytes + b.state_object_bytes + b.state_vector_bytes);
     std::printf(
-        "  %-8s per key: entry %.1f (pair form %.2f per key) | slab slack %.1f | index %.1f "
+        "  %-9s per key: entry %.1f (pair form %.2f, trio form %.2f per key) | slab slack %.1f | index %.1f "
         "| key heap %.1f | MergeState objects %.1f (%.2f per key) | vectors %.1f "
         "| allocator headers+rounding %.1f (%.1f blocks)\n",
         phase, static_cast<double>(b.entry_bytes) / k, static_cast<double>(b.pair_states) / k,
-        static_cast<double>(b.slab_bytes - b.entry_bytes) / k, static_cast<double>(b.index_bytes) / k,
-        static_cast<double>(b.key_heap_bytes) / k, static_cast<double>(b.state_object_bytes) / k,
-        static_cast<double>(b.state_objects) / k, static_cast<double>(b.state_vector_bytes) / k,
+        static_cast<double>(b.trio_states) / k, static_cast<double>(b.slab_bytes - b.entry_bytes) / k,
+        static_cast<double>(b.index_bytes) / k, static_cast<double>(b.key_heap_bytes) / k,
+        static_cast<double>(b.state_object_bytes) / k, static_cast<double>(b.state_objects) / k,
+        static_cast<double>(b.state_vector_bytes) / k,
         (static_cast<double>(heap - heap0) - requested - static_cast<double>(b.slab_bytes + b.index_bytes)) /
             k,
         static_cast<double>(b.heap_blocks) / k);
   };
   items("1 contr.", one, heap1);
   items("2 contr.", two, heap2);
+  items("3 contr.", three, heap3);
+  items("2 windows", later, heap4);
   std::fflush(stdout);
 }
 
@@ -224,10 +242,13 @@ int main(int argc, char** argv) {
       limiter::Algorithm::kAnchoredWindow, limiter::Algorithm::kSlidingWindowApprox,
       limiter::Algorithm::kSlidingWindow,  limiter::Algorithm::kSlidingLog};
   if (args.algorithm) algorithms = {*args.algorithm};
-  std::printf("%zu keys of %zu bytes, one check each by contributor 1, then one each by contributor 2\n",
-              args.keys, args.key_bytes);
-  std::printf("%-22s %9s %9s %7s %11s %9s %7s %8s\n", "algorithm", "RSS B/key", "acct B/key", "acct/RSS",
-              "RSS B/key 2c", "acct 2c", "acct/RSS", "+2nd");
+  std::printf(
+      "%zu keys of %zu bytes, one check each by contributor 1, then one each by contributor 2, then by 3; "
+      "then by 1 two windows later (\"2 windows\")\n",
+      args.keys, args.key_bytes);
+  std::printf("%-22s %9s %9s %7s %11s %9s %7s %8s %11s %9s %7s %8s\n", "algorithm", "RSS B/key", "acct B/key",
+              "acct/RSS", "RSS B/key 2c", "acct 2c", "acct/RSS", "+2nd", "RSS B/key 3c", "acct 3c",
+              "acct/RSS", "+3rd");
   std::fflush(stdout);
   int failed = 0;
   for (limiter::Algorithm algorithm : algorithms) {
