@@ -12,15 +12,23 @@
 // contributor for the windows; the buckets keep the others' base entries as tombstones until the key goes
 // idle, limiter/merge.h), from the breakdown (freed cells stay in their slab for the next group-form key).
 //
+// --units=U: each contributor checks each key U times in its phase (sliding_log: U stamps per record;
+// sliding_window: U live sub-bucket cells, U <= 15; the others: U units counted). For sliding_log and
+// sliding_window, whose size grows with U, it also prints the closed form their heap state should cost
+// (Formula below) next to the measured RSS and accounting.
+//
 // --check-path: instead, inserts --keys token_bucket keys and then runs --checks checks on them in
 // RunChecks (not inlined), for `valgrind --tool=callgrind --toggle-collect='*RunChecks*'`: instructions
 // per check = Ir / --checks.
 //
-// Usage: key_bytes_bench [--keys=1000000] [--key-bytes=16] [--algorithm=NAME] [--check-path --checks=N]
+// Usage: key_bytes_bench [--keys=1000000] [--key-bytes=16] [--algorithm=NAME] [--units=U]
+//                        [--check-path --checks=N]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,13 +52,16 @@ struct Args {
   size_t keys = 1'000'000;
   size_t key_bytes = 16;
   std::optional<limiter::Algorithm> algorithm;  // default: every algorithm
+  size_t units = 1;
   bool check_path = false;
   size_t checks = 1'000'000;
 };
 
 [[noreturn]] void Usage(const char* argv0) {
   std::fprintf(
-      stderr, "usage: %s [--keys=N] [--key-bytes=B] [--algorithm=NAME] [--check-path [--checks=N]]\n", argv0);
+      stderr,
+      "usage: %s [--keys=N] [--key-bytes=B] [--algorithm=NAME] [--units=U] [--check-path [--checks=N]]\n",
+      argv0);
   std::exit(2);
 }
 
@@ -66,6 +77,8 @@ Args Parse(int argc, char** argv) {
     } else if (a.starts_with("--algorithm=")) {
       args.algorithm = limiter::ParseAlgorithm(value("--algorithm="));
       if (!args.algorithm) Usage(argv[0]);
+    } else if (a.starts_with("--units=")) {
+      args.units = std::stoull(value("--units="));
     } else if (a == "--check-path") {
       args.check_path = true;
     } else if (a.starts_with("--checks=")) {
@@ -74,7 +87,7 @@ Args Parse(int argc, char** argv) {
       Usage(argv[0]);
     }
   }
-  if (args.key_bytes < 8 || args.key_bytes > 64) Usage(argv[0]);
+  if (args.key_bytes < 8 || args.key_bytes > 64 || args.units < 1 || args.units > 15) Usage(argv[0]);
   return args;
 }
 
@@ -84,9 +97,10 @@ limiter::TimeNs WallNow() {
   return nanoseconds(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// 1000 per hour: nothing goes idle during the run.
+// 1000 per hour (sliding_window: 60 sub-buckets of a minute): nothing goes idle during the run.
 limiter::LimitSpec Spec(limiter::Algorithm algorithm) {
-  limiter::LimitSpec spec{.algorithm = algorithm, .limit = 1000, .window = 3600 * limiter::kSecond};
+  limiter::LimitSpec spec{
+      .algorithm = algorithm, .limit = 1000, .window = 3600 * limiter::kSecond, .buckets = 60};
   if (algorithm == limiter::Algorithm::kGcra) spec.burst = 10;  // the others' checks pass
   return spec;
 }
@@ -112,6 +126,26 @@ void Check(storage::MemoryStore& store, std::string_view entity, const limiter::
                  (void)limiter::CheckMerged(*w->spec, *s[0], w->me, w->clock->Now(w->now),
                                             limiter::Request{.cost = 1, .now = w->now, .headroom = 0.});
                });
+}
+
+// What glibc's allocator takes for a block of `bytes` (an 8-byte header, 16-byte rounding, 32 at least).
+double Block(size_t bytes) {
+  return static_cast<double>(std::max<size_t>(32, (bytes + 8 + 15) & ~size_t{15}));
+}
+
+// The closed form of a key in the heap form with `contributors` records of `units` units each: the entry and
+// its accounting word (84 B), its share of the hash set (~10 B at 1 M keys), the MergeState block, the
+// records' block, and per record its stamps (sliding_log: 8 B a unit) or cells (sliding_window: 16 B a live
+// sub-bucket) block; vectors grown one element at a time hold a power of two. 0 for the algorithms whose
+// states pack.
+double Formula(limiter::Algorithm algorithm, size_t contributors, size_t units) {
+  size_t per_unit = 0;
+  if (algorithm == limiter::Algorithm::kSlidingLog) per_unit = sizeof(limiter::TimeNs);
+  if (algorithm == limiter::Algorithm::kSlidingWindow) per_unit = sizeof(limiter::Cell);
+  if (per_unit == 0) return 0;
+  return 84 + 10 + Block(sizeof(limiter::MergeState)) +
+         Block(std::bit_ceil(contributors) * sizeof(limiter::Contribution)) +
+         static_cast<double>(contributors) * Block(std::bit_ceil(units) * per_unit);
 }
 
 size_t ResidentBytes() {
@@ -143,26 +177,35 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   malloc_trim(0);
   const size_t rss0 = ResidentBytes(), heap0 = HeapInUse();
   const uint64_t acc0 = store.Stats().bytes;
-  // Every key checked once by `me` (its clock), a microsecond apart from `start`.
+  // Every key checked --units times by `me` (its clock), keys a microsecond apart from `start`; the units a
+  // nanosecond apart (sliding_window: a sub-bucket apart, so that each is a live cell of its own).
+  const limiter::TimeNs unit_gap = algorithm == limiter::Algorithm::kSlidingWindow
+                                       ? spec.window / static_cast<limiter::TimeNs>(spec.buckets)
+                                       : 1;
   auto phase = [&](limiter::HybridClock& clock, limiter::ContributorId me, limiter::TimeNs start) {
     for (size_t i = 0; i < args.keys; ++i) {
-      Check(store, Key(i, args.key_bytes, buf), spec, clock, me,
-            start + static_cast<limiter::TimeNs>(i) * 1000);
+      for (size_t u = 0; u < args.units; ++u) {
+        Check(store, Key(i, args.key_bytes, buf), spec, clock, me,
+              start + static_cast<limiter::TimeNs>(i) * 1000 + static_cast<limiter::TimeNs>(u) * unit_gap);
+      }
     }
   };
+  // Phases follow each other (and every unit of one phase precedes the next).
+  const limiter::TimeNs span =
+      static_cast<limiter::TimeNs>(args.keys) * 1000 + static_cast<limiter::TimeNs>(args.units) * unit_gap;
   phase(first, kFirst, now);
   const size_t rss1 = ResidentBytes(), heap1 = HeapInUse();
   const uint64_t acc1 = store.Stats().bytes;
   const storage::MemoryBreakdown one = store.Breakdown();
-  phase(second, kSecond, now + static_cast<limiter::TimeNs>(args.keys) * 1000);
+  phase(second, kSecond, now + span);
   const size_t rss2 = ResidentBytes(), heap2 = HeapInUse();
   const uint64_t acc2 = store.Stats().bytes;
   const storage::MemoryBreakdown two = store.Breakdown();
-  phase(third, kThird, now + static_cast<limiter::TimeNs>(args.keys) * 2000);
+  phase(third, kThird, now + 2 * span);
   const size_t rss3 = ResidentBytes(), heap3 = HeapInUse();
   const uint64_t acc3 = store.Stats().bytes;
   const storage::MemoryBreakdown three = store.Breakdown();
-  phase(first, kFirst, now + 2 * spec.window + static_cast<limiter::TimeNs>(args.keys) * 3000);
+  phase(first, kFirst, now + 2 * spec.window + 3 * span);
   const size_t heap4 = HeapInUse();
   const storage::MemoryBreakdown later = store.Breakdown();
 
@@ -178,6 +221,10 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   std::printf("%-22s %9.1f %9.1f %7.2f %11.1f %9.1f %7.2f %8.1f %11.1f %9.1f %7.2f %8.1f\n", name.c_str(),
               rss_1, acc_1, acc_1 / rss_1, rss_2, acc_2, acc_2 / rss_2, rss_2 - rss_1, rss_3, acc_3,
               acc_3 / rss_3, rss_3 - rss_2);
+  if (const double f1 = Formula(algorithm, 1, args.units); f1 > 0) {
+    std::printf("  formula (heap form; 1, 2, 3 contributors of %zu units): %.1f %.1f %.1f B/key\n",
+                args.units, f1, Formula(algorithm, 2, args.units), Formula(algorithm, 3, args.units));
+  }
   auto items = [&](const char* phase, const storage::MemoryBreakdown& b, size_t heap) {
     const double k = static_cast<double>(b.states);
     const double requested =
@@ -243,9 +290,9 @@ int main(int argc, char** argv) {
       limiter::Algorithm::kSlidingWindow,  limiter::Algorithm::kSlidingLog};
   if (args.algorithm) algorithms = {*args.algorithm};
   std::printf(
-      "%zu keys of %zu bytes, one check each by contributor 1, then one each by contributor 2, then by 3; "
+      "%zu keys of %zu bytes, %zu unit(s) each by contributor 1, then by contributor 2, then by 3; "
       "then by 1 two windows later (\"2 windows\")\n",
-      args.keys, args.key_bytes);
+      args.keys, args.key_bytes, args.units);
   std::printf("%-22s %9s %9s %7s %11s %9s %7s %8s %11s %9s %7s %8s\n", "algorithm", "RSS B/key", "acct B/key",
               "acct/RSS", "RSS B/key 2c", "acct 2c", "acct/RSS", "+2nd", "RSS B/key 3c", "acct 3c",
               "acct/RSS", "+3rd");
@@ -264,6 +311,6 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "sliding_window: + 16 B per live sub-bucket cell per contributor; sliding_log: + 8 B per admitted unit "
-      "in the window per contributor (one unit per key here)\n");
+      "in the window per contributor (allocator blocks of 16 B, 32 B at least: see the formula)\n");
   return failed == 0 ? 0 : 1;
 }
