@@ -12,7 +12,7 @@
 //            s0 <= s1 (<= s2) the records' cells have (fewer: the last repeated; pair: 64 bits each, trio: s0
 //            in 64, s1 - s0 and s2 - s0 in 32), then per record: version - base.stamp (48, signed), the
 //            counts of its cells s0 ... (anchored_window, N) or k and k - 1 (the others), 32 bits each, 0: no
-//            such cell                           pair: fixed, approx 352, anchored 480; trio 480, 704
+//            such cell            pair: fixed, approx, sliding 352, anchored 480; trio 480, 704
 //            implied: the spec's cell width, an empty base level, no base entries.
 #include "limiter/merge_pair.h"
 
@@ -309,11 +309,11 @@ bool PackGroup(const LimitSpec& spec, const MergeState& state, const std::array<
   out = PackedGroup<N>{};
   if (IsBucket(spec.algorithm)) return PackBuckets(spec, state, tags, out);
   if (spec.algorithm == Algorithm::kFixedWindow || spec.algorithm == Algorithm::kAnchoredWindow ||
-      spec.algorithm == Algorithm::kSlidingWindowApprox) {
+      spec.algorithm == Algorithm::kSlidingWindowApprox || spec.algorithm == Algorithm::kSlidingWindow) {
     // Records ascending by id, each contributor once (GroupCandidates): as MergeInto keeps them.
     return PackWindows(spec, state, tags, out);
   }
-  return false;  // sliding_window, sliding_log: the full form
+  return false;  // sliding_log: the full form
 }
 
 template <size_t N>

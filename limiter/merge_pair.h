@@ -9,12 +9,13 @@
 //    decision, a merge or a copy.
 //  - Accepted (N = 2 or 3 contributors): token_bucket, leaky_bucket and gcra whose base has absorbed every
 //    contributor as Rebase writes it (each contributor's base entry equal to its record, or a tombstone: a
-//    base entry whose record Collect dropped), the base's instant = the state's newest; fixed_window and
-//    sliding_window_approx with N records of cells in {k - 1, k} (k the cell of the newest instant),
+//    base entry whose record Collect dropped), the base's instant = the state's newest; fixed_window,
+//    sliding_window_approx and sliding_window with N records of cells in {k - 1, k} (k the cell of the
+//    newest instant; sliding_window: while no older sub-bucket of theirs is live, as PackState),
 //    anchored_window with N records whose cells start at most N windows (copies that started their
-//    windows apart); an empty base level and no base entries for the windows. Never sliding_window,
-//    sliding_log, grants, or a bucket record newer than its base entry (a copy merged in after the last
-//    rebase: the full form).
+//    windows apart); an empty base level and no base entries for the windows. Never sliding_log, grants,
+//    or a bucket record newer than its base entry (a copy merged in after the last rebase: the full
+//    form).
 //  - Narrowed widths (a state beyond them stays in the full form): the newest instant within 2^31 ns of the
 //    physical time of the base stamp (buckets) or of the newest record's version (windows); bucket records:
 //    version within 2^40 HLC ticks (~4.6 hours) below the base stamp, epoch within 2^40 ticks below the

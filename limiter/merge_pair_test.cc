@@ -30,7 +30,15 @@ constexpr std::array<uint16_t, 3> kTrioTags = {3, 9, 65535};
 constexpr TimeNs kT0 = 1'700'000'000LL * kSecond;
 constexpr uint64_t kSeeds[] = {1, 2, 3, 42};
 
-bool Pairable(Algorithm a) { return a != Algorithm::kSlidingWindow && a != Algorithm::kSlidingLog; }
+bool Pairable(Algorithm a) { return a != Algorithm::kSlidingLog; }
+
+// Whether a decider's charged copy is expected to pack under `spec` in these workloads: sliding_window packs
+// only while its records' live cells are k - 1 and k, which the hourly configuration's minute-wide cells
+// give and the others' (125 ms cells, charges up to 150 ms apart) rarely do.
+bool Packs(const LimitSpec& spec) {
+  return Pairable(spec.algorithm) &&
+         (spec.algorithm != Algorithm::kSlidingWindow || spec.window >= 3600 * kSecond);
+}
 
 std::vector<LimitSpec> Configs(Algorithm a) {
   LimitSpec base = Spec(a, 12, kSecond);
@@ -149,7 +157,7 @@ TEST_P(PairAllAlgorithms, RandomTwoContributorStatesRoundTrip) {
                                 " seed " + std::to_string(seed);
       if (!Pairable(spec.algorithm)) {
         EXPECT_EQ(packed, 0) << where;
-      } else {
+      } else if (Packs(spec)) {
         // A decider's copy it just charged packs (anchored_window: not when the copies' windows overlap
         // three ways, which a concurrent workload like this one makes now and then).
         EXPECT_GT(own_two, 20) << where;
@@ -210,7 +218,7 @@ TEST_P(PairAllAlgorithms, MergeOrderAndFormDoNotChangeTheResult) {
         }
         if (::testing::Test::HasFailure()) return;
       }
-      if (Pairable(spec.algorithm)) {
+      if (Packs(spec)) {
         EXPECT_GT(packed_copies, 0) << AlgorithmName(spec.algorithm);
       }
     }
@@ -224,7 +232,7 @@ TEST_P(PairAllAlgorithms, MergeOrderAndFormDoNotChangeTheResult) {
 // order gives what merging the originals gives.
 TEST_P(PairAllAlgorithms, RandomThreeContributorStatesRoundTripAndMerge) {
   // Counted over every configuration and seed (with a limit of 12 per second three windows' records are
-  // rarely all live; the hourly configuration has many).
+  // rarely all live; the hourly configuration has many), for sliding_window only where it Packs.
   int three = 0, packed = 0, own_three = 0, own_packed = 0;
   for (const LimitSpec& spec : Configs(GetParam())) {
     for (uint64_t seed : kSeeds) {
@@ -257,12 +265,14 @@ TEST_P(PairAllAlgorithms, RandomThreeContributorStatesRoundTripAndMerge) {
         for (const MergeState* m : {&copies[0], &copies[1], &copies[2], &replica}) {
           std::array<ContributorId, 3> ids{};
           const bool candidate = GroupCandidates(spec, *m, ids);
-          three += candidate ? 1 : 0;
           const bool ok = ExpectTrioRoundTrip(spec, *m, reused, at);
-          packed += ok ? 1 : 0;
-          if (m == &copies[node] && charged && candidate) {
-            ++own_three;
-            own_packed += ok ? 1 : 0;
+          if (!Pairable(spec.algorithm) || Packs(spec)) {  // (counted where the share is asserted)
+            three += candidate ? 1 : 0;
+            packed += ok ? 1 : 0;
+            if (m == &copies[node] && charged && candidate) {
+              ++own_three;
+              own_packed += ok ? 1 : 0;
+            }
           }
           if (candidate) {
             EXPECT_EQ(ids, kTrioIds) << at;

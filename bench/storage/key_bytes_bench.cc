@@ -191,8 +191,8 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
     }
   };
   // Phases follow each other (and every unit of one phase precedes the next).
-  const limiter::TimeNs span =
-      static_cast<limiter::TimeNs>(args.keys) * 1000 + static_cast<limiter::TimeNs>(args.units) * unit_gap;
+  const limiter::TimeNs span = static_cast<limiter::TimeNs>(args.keys) * 1000 +
+                               static_cast<limiter::TimeNs>(args.units - 1) * unit_gap;
   phase(first, kFirst, now);
   const size_t rss1 = ResidentBytes(), heap1 = HeapInUse();
   const uint64_t acc1 = store.Stats().bytes;
