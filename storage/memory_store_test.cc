@@ -557,93 +557,105 @@ TEST(MemoryStoreTest, PackedStatesArePromotedAndCompactedWithoutChangingThem) {
   }
 }
 
+// The group forms' compaction tests: token_bucket, fixed_window and anchored_window, each on a store of
+// one shard (every key shares one cell slab) under a spec of 6 per second.
+class GroupFormTest : public ::testing::TestWithParam<Algorithm> {
+ protected:
+  static MemoryStoreOptions OneShard() {
+    MemoryStoreOptions options;
+    options.shards = 1;
+    return options;
+  }
+  LimitSpec spec_ = Spec(GetParam(), 6, kSecond);
+  MemoryStore store_{OneShard()};
+};
+
 // Two contributors only: the pair form until the other's record expires, then one contributor (windows)
 // or one record with the other's tombstone (buckets: the pair form stays until the key goes idle). A freed
 // pair cell is reused by the next pair.
-TEST(MemoryStoreTest, PairFormCompactsBackAndItsCellsAreReused) {
-  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kAnchoredWindow}) {
-    SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
-    LimitSpec spec = Spec(algorithm, 6, kSecond);
-    MemoryStoreOptions options;
-    options.shards = 1;
-    MemoryStore store(options);
-    limiter::HybridClock a_clock(0), b_clock(0);
-    constexpr limiter::ContributorId kA = 11, kB = 12;
-    auto charge = [&](std::string_view key, limiter::ContributorId id, limiter::HybridClock& clock,
-                      limiter::TimeNs now) {
-      Slot slot{"n", &spec};
-      store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
-        (void)limiter::CheckMerged(spec, *s[0], id, clock.Now(now), {1, now, 0.});
-      });
-    };
-    charge("k1", kA, a_clock, kT0);
-    charge("k1", kB, b_clock, kT0 + kMillisecond);
-    EXPECT_EQ(store.Breakdown().pair_states, 1u);
-    const uint64_t bytes = store.Stats().bytes;
-    charge("k1", kA, a_clock, kT0 + 3 * kSecond);
-    const bool bucket = algorithm == Algorithm::kTokenBucket;
-    EXPECT_EQ(store.Breakdown().pair_states, bucket ? 1u : 0u);
-    EXPECT_EQ(store.Breakdown().state_objects, 0u);
-    EXPECT_EQ(store.Stats().bytes, bytes);  // the pair chunk stays allocated (and counted), as the slab's
-    // A second key in the pair form takes the freed cell (windows) or a fresh one: no new chunk either way.
-    charge("k2", kA, a_clock, kT0 + 3 * kSecond);
-    const uint64_t single = store.Stats().bytes;
-    charge("k2", kB, b_clock, kT0 + 3 * kSecond + kMillisecond);
-    EXPECT_EQ(store.Breakdown().pair_states, bucket ? 2u : 1u);
-    EXPECT_EQ(store.Stats().bytes, single);
-  }
+TEST_P(GroupFormTest, PairFormCompactsBackAndItsCellsAreReused) {
+  const Algorithm algorithm = GetParam();
+  LimitSpec& spec = spec_;
+  MemoryStore& store = store_;
+  limiter::HybridClock a_clock(0), b_clock(0);
+  constexpr limiter::ContributorId kA = 11, kB = 12;
+  auto charge = [&](std::string_view key, limiter::ContributorId id, limiter::HybridClock& clock,
+                    limiter::TimeNs now) {
+    Slot slot{"n", &spec};
+    store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
+      (void)limiter::CheckMerged(spec, *s[0], id, clock.Now(now), {1, now, 0.});
+    });
+  };
+  charge("k1", kA, a_clock, kT0);
+  charge("k1", kB, b_clock, kT0 + kMillisecond);
+  EXPECT_EQ(store.Breakdown().pair_states, 1u);
+  const uint64_t bytes = store.Stats().bytes;
+  charge("k1", kA, a_clock, kT0 + 3 * kSecond);
+  const bool bucket = algorithm == Algorithm::kTokenBucket;
+  EXPECT_EQ(store.Breakdown().pair_states, bucket ? 1u : 0u);
+  EXPECT_EQ(store.Breakdown().state_objects, 0u);
+  EXPECT_EQ(store.Stats().bytes, bytes);  // the pair chunk stays allocated (and counted), as the slab's
+  // A second key in the pair form takes the freed cell (windows) or a fresh one: no new chunk either way.
+  charge("k2", kA, a_clock, kT0 + 3 * kSecond);
+  const uint64_t single = store.Stats().bytes;
+  charge("k2", kB, b_clock, kT0 + 3 * kSecond + kMillisecond);
+  EXPECT_EQ(store.Breakdown().pair_states, bucket ? 2u : 1u);
+  EXPECT_EQ(store.Stats().bytes, single);
 }
 
 // Three contributors: the trio form (two cells of the pair form's slab) until the others' records expire,
 // then one contributor (windows: both cells freed) or one record with two tombstones (buckets: the trio
 // form stays until the key goes idle). A trio becoming a pair gives its second cell back. Every step holds
 // the state the plain merge rules give (a reference alongside); no step allocates a second chunk.
-TEST(MemoryStoreTest, TrioFormCompactsBackAndItsCellsAreReused) {
-  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kAnchoredWindow}) {
-    SCOPED_TRACE(std::string(limiter::AlgorithmName(algorithm)));
-    LimitSpec spec = Spec(algorithm, 6, kSecond);
-    MemoryStoreOptions options;
-    options.shards = 1;
-    MemoryStore store(options);
-    std::array<limiter::HybridClock, 3> clocks = {limiter::HybridClock(0), limiter::HybridClock(0),
-                                                  limiter::HybridClock(0)};
-    constexpr std::array<limiter::ContributorId, 3> kIds = {21, 22, 23};
-    std::map<std::string, limiter::MergeState> reference;
-    auto charge = [&](const std::string& key, size_t who, limiter::TimeNs now) {
-      Slot slot{"n", &spec};
-      const limiter::Hlc stamp = clocks[who].Now(now);
-      store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
-        (void)limiter::CheckMerged(spec, *s[0], kIds[who], stamp, {1, now, 0.});
-      });
-      (void)limiter::CheckMerged(spec, reference[key], kIds[who], stamp, {1, now, 0.});
-      limiter::Collect(spec, reference[key]);
-      EXPECT_EQ(store.Get(key).at(0).state, reference[key]) << key << " by " << who;
-    };
-    auto forms = [&] {
-      const MemoryBreakdown b = store.Breakdown();
-      return std::tuple<uint64_t, uint64_t, uint64_t>(b.state_objects, b.pair_states, b.trio_states);
-    };
-    using Forms = std::tuple<uint64_t, uint64_t, uint64_t>;
-    const bool bucket = algorithm == Algorithm::kTokenBucket;
-    for (size_t who = 0; who < 3; ++who)
-      charge("k1", who, kT0 + static_cast<limiter::TimeNs>(who) * kMillisecond);
+TEST_P(GroupFormTest, TrioFormCompactsBackAndItsCellsAreReused) {
+  const Algorithm algorithm = GetParam();
+  LimitSpec& spec = spec_;
+  MemoryStore& store = store_;
+  std::array<limiter::HybridClock, 3> clocks = {limiter::HybridClock(0), limiter::HybridClock(0),
+                                                limiter::HybridClock(0)};
+  constexpr std::array<limiter::ContributorId, 3> kIds = {21, 22, 23};
+  std::map<std::string, limiter::MergeState> reference;
+  auto charge = [&](const std::string& key, size_t who, limiter::TimeNs now) {
+    Slot slot{"n", &spec};
+    const limiter::Hlc stamp = clocks[who].Now(now);
+    store.Update(key, std::span<const Slot>(&slot, 1), now, [&](std::span<limiter::MergeState* const> s) {
+      (void)limiter::CheckMerged(spec, *s[0], kIds[who], stamp, {1, now, 0.});
+    });
+    (void)limiter::CheckMerged(spec, reference[key], kIds[who], stamp, {1, now, 0.});
+    limiter::Collect(spec, reference[key]);
+    EXPECT_EQ(store.Get(key).at(0).state, reference[key]) << key << " by " << who;
+  };
+  auto forms = [&] {
+    const MemoryBreakdown b = store.Breakdown();
+    return std::tuple<uint64_t, uint64_t, uint64_t>(b.state_objects, b.pair_states, b.trio_states);
+  };
+  using Forms = std::tuple<uint64_t, uint64_t, uint64_t>;
+  const bool bucket = algorithm == Algorithm::kTokenBucket;
+  for (size_t who = 0; who < 3; ++who)
+    charge("k1", who, kT0 + static_cast<limiter::TimeNs>(who) * kMillisecond);
+  EXPECT_EQ(forms(), Forms(0, 0, 1));
+  const uint64_t slab = store.Breakdown().slab_bytes;
+  charge("k1", 0, kT0 + 3 * kSecond);  // B's and C's records have expired (buckets: drained)
+  EXPECT_EQ(forms(), bucket ? Forms(0, 0, 1) : Forms(0, 0, 0));
+  // Windows: B and C charge again, then only C's and A's records live a window on: trio, pair.
+  if (!bucket) {
+    charge("k1", 1, kT0 + 3 * kSecond + kMillisecond);
+    EXPECT_EQ(forms(), Forms(0, 1, 0));
+    charge("k1", 2, kT0 + 3 * kSecond + 2 * kMillisecond);
     EXPECT_EQ(forms(), Forms(0, 0, 1));
-    const uint64_t slab = store.Breakdown().slab_bytes;
-    charge("k1", 0, kT0 + 3 * kSecond);  // B's and C's records have expired (buckets: drained)
-    EXPECT_EQ(forms(), bucket ? Forms(0, 0, 1) : Forms(0, 0, 0));
-    // Windows: B and C charge again, then only C's and A's records live a window on: trio, pair.
-    if (!bucket) {
-      charge("k1", 1, kT0 + 3 * kSecond + kMillisecond);
-      EXPECT_EQ(forms(), Forms(0, 1, 0));
-      charge("k1", 2, kT0 + 3 * kSecond + 2 * kMillisecond);
-      EXPECT_EQ(forms(), Forms(0, 0, 1));
-      charge("k1", 0, kT0 + 4 * kSecond + 500 * kMillisecond);
-      charge("k1", 2, kT0 + 4 * kSecond + 501 * kMillisecond);
-      EXPECT_EQ(forms(), Forms(0, 1, 0));  // B's record left the window: the trio gave a cell back
-    }
-    EXPECT_EQ(store.Breakdown().slab_bytes, slab);
+    charge("k1", 0, kT0 + 4 * kSecond + 500 * kMillisecond);
+    charge("k1", 2, kT0 + 4 * kSecond + 501 * kMillisecond);
+    EXPECT_EQ(forms(), Forms(0, 1, 0));  // B's record left the window: the trio gave a cell back
   }
+  EXPECT_EQ(store.Breakdown().slab_bytes, slab);
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, GroupFormTest,
+                         ::testing::Values(Algorithm::kTokenBucket, Algorithm::kFixedWindow,
+                                           Algorithm::kAnchoredWindow),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) {
+                           return std::string(limiter::AlgorithmName(info.param));
+                         });
 
 // Keys of every size: in the entry up to 16 bytes, on the heap beyond; found, scanned and erased alike.
 TEST(MemoryStoreTest, KeysOfEverySizeAreStoredOnce) {
