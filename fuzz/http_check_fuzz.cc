@@ -6,13 +6,8 @@
 //
 // Invariants: no crash or sanitizer report; every request is answered exactly once, never 5xx; every
 // 4xx and every JSON body is well-formed JSON (ApiHarness::CheckResponse).
-// GCC 12 with the sanitizers (the ASan replay build) reports -Wmaybe-uninitialized inside Beast's request
-// parser once it is inlined here: the false positive node/server/session.cc silences the same way, for
-// the headers only (the diagnostic state is per source location).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "node/server/beast_http.h"  // (first: see there)
+// The rest.
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 #include <cstddef>
@@ -20,9 +15,6 @@
 #include <optional>
 
 #include "fuzz/api_harness.h"
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace {
 

@@ -1,15 +1,8 @@
 // ParseSimpleRequestHead against Beast's request parser: whatever the one-pass parser takes, Beast takes
 // too, with the same method, target, version, fields and length, no body and keep-alive; what it leaves
 // to Beast is the rest (bodies, HTTP/1.0, Connection, odd bytes, heads at the size limit).
-// GCC 12 with the sanitizers (scripts/build --asan) reports -Wmaybe-uninitialized inside Beast's request
-// parser once it is inlined here: the false positive node/server/session.cc silences the same way, for the
-// headers only (the diagnostic state is per source location).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include "node/server/request_head.h"
-
+#include "node/server/beast_http.h"  // (first: see there)
+// The rest.
 #include <gtest/gtest.h>
 
 #include <boost/beast/http.hpp>
@@ -19,9 +12,8 @@
 #include <string>
 #include <utility>
 #include <vector>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+
+#include "node/server/request_head.h"
 
 namespace ringlimit::node {
 namespace {

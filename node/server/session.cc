@@ -1,11 +1,4 @@
-// GCC 12 with the sanitizers (scripts/build --asan) reports -Wmaybe-uninitialized inside Beast's request
-// parser (basic_parser::content_length returning boost::none) once it is inlined into this file: a false
-// positive in Beast's code, silenced for the headers only (the diagnostic state is per source location).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include "node/server/session.h"
+#include "node/server/session.h"  // (first: it includes Beast through node/server/beast_http.h)
 
 #include <spdlog/spdlog.h>
 
@@ -24,9 +17,6 @@
 #include <string_view>
 
 #include "node/server/request_head.h"
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace ringlimit::node {
 namespace {

@@ -12,6 +12,8 @@
 #ifndef RINGLIMIT_NODE_SERVER_SESSION_H_
 #define RINGLIMIT_NODE_SERVER_SESSION_H_
 
+#include "node/server/beast_http.h"  // (first: see there; session.cc inlines Beast's parser)
+// The rest.
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -19,8 +21,6 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <boost/container/devector.hpp>
 #include <chrono>
 #include <cstdint>
