@@ -1,7 +1,7 @@
 // Fuzz target: the decoders of the peer messages a node receives (transport.Envelope.payload, by
 // peer.Method): membership (ring/membership_wire.h, then a real ring::Membership receives it), forwarded
 // checks (ApiHandler::DecideForwarded, the owner's side) and their answers (node/api/forwarded.h:
-// DecisionFromProto, and node/cluster/forward_wire.h's in-place reader, the entry node's side), and the state
+// DecisionFromProto, and node/forward/forward_wire.h's in-place reader, the entry node's side), and the state
 // batches of replication and handoff (storage::StateFromProto for each state, and the in-place reader of the
 // receiver's hot path, replication::ReadStateUpdateBatch with storage::DecodeStateValue). The input is one
 // byte choosing the method, then the payload.
@@ -21,7 +21,7 @@
 #include "fuzz/fuzz_util.h"
 #include "fuzz/proto_util.h"
 #include "node/api/forwarded.h"
-#include "node/cluster/forward_wire.h"
+#include "node/forward/forward_wire.h"
 #include "peer.pb.h"
 #include "replication/update_wire.h"
 #include "ring/membership.h"
@@ -78,7 +78,7 @@ void ForwardCheck(std::string_view payload) {
 }
 
 void ForwardAnswer(std::string_view payload) {
-  // The entry node's in-place reading of the answer (node/cluster/forward_wire.h) reads what Protobuf reads.
+  // The entry node's in-place reading of the answer (node/forward/forward_wire.h) reads what Protobuf reads.
   const std::optional<peer::ForwardedResult> fast = ringlimit::cluster::DecidedResultOf(payload);
   const std::optional<peer::ForwardedResult> slow = ringlimit::cluster::DecidedResultByProtobuf(payload);
   FUZZ_CHECK(fast.has_value() == slow.has_value(), "the in-place answer reader disagrees with Protobuf");

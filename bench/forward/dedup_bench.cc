@@ -19,7 +19,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "node/cluster/dedup_cache.h"
+#include "node/forward/dedup_cache.h"
 
 namespace ringlimit::cluster {
 namespace {

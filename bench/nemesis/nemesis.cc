@@ -55,7 +55,7 @@
 // Without them those classes are left out (printed), unless --exact, --min-faults or --classes names them.
 // scripts/test runs 2 minutes of it with --replication sync --failure-mode closed, asserting the classes
 // promised exact there (--exact) and at least one fault of each class (--min-faults); its mutation stage
-// runs short ones against the deliberate bugs of node/cluster/mutation.h, expecting them to fail
+// runs short ones against the deliberate bugs of node/forward/mutation.h, expecting them to fail
 // (CMakeLists.txt).
 #include <signal.h>
 

@@ -170,7 +170,7 @@ struct RingArcView {
   double to = 0;
 };
 
-// GET /v1/grants: the hot keys as one node sees them (quota grants, node/cluster/grant_driver.h).
+// GET /v1/grants: the hot keys as one node sees them (quota grants, node/grants/grant_driver.h).
 struct HotKeysView {
   bool enabled = false;  // --grants on
   struct Lent {          // this node owns the key and has lent slices of it

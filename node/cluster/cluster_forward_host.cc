@@ -3,8 +3,8 @@
 #include <random>
 
 #include "node/cluster/cluster.h"
-#include "node/cluster/forwarder.h"
-#include "node/cluster/grant_driver.h"
+#include "node/forward/forwarder.h"
+#include "node/grants/grant_driver.h"
 #include "node/peer/peer_client.h"
 #include "node/peer/peer_server.h"
 

@@ -13,7 +13,7 @@
 #define RINGLIMIT_NODE_CLUSTER_CLUSTER_FORWARD_HOST_H_
 
 #include "node/api/metrics.h"
-#include "node/cluster/forward_host.h"
+#include "node/forward/forward_host.h"
 
 namespace ringlimit::cluster {
 

@@ -12,7 +12,7 @@
 
 #include "node/cluster/cluster_endpoints.h"
 #include "node/cluster/cluster_forward_host.h"
-#include "node/cluster/forwarder.h"
+#include "node/forward/forwarder.h"
 #include "node/peer/peer_test_util.h"
 #include "ring/token.h"
 

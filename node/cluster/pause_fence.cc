@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "node/cluster/mutation.h"
+#include "node/forward/mutation.h"
 
 namespace ringlimit::cluster {
 namespace {

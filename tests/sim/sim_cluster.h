@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "node/cluster/grant_driver.h"
+#include "node/grants/grant_driver.h"
 #include "node/peer/peer_status.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"

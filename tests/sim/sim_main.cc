@@ -6,7 +6,7 @@
 //   ringlimit_sim --seed 42 --class crash --trace   one seed: its schedule, verdicts and event trace
 //   ringlimit_sim --seeds 20 --class pause --min-exact 19   also fail when fewer than 19 seeds of a class
 //                                                     that is not asserted exact were exact (the mutation
-//                                                     tests of node/cluster/mutation.h use it)
+//                                                     tests of node/forward/mutation.h use it)
 //
 // Per class it prints the seeds run, seeds/s, checks, over-admissions (sum and the largest of one key),
 // rollbacks, unanswered checks, the checks short of the floor (checker.h), the answered share of each

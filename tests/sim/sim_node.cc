@@ -5,7 +5,7 @@
 
 #include "limiter/merge.h"
 #include "limiter/spec_wire.h"
-#include "node/cluster/routing.h"
+#include "node/forward/routing.h"
 #include "ring/token.h"
 #include "tests/sim/sim_cluster.h"
 
@@ -45,7 +45,7 @@ class SimNode::Link final : public replication::ClusterLink {
   SimNode& node_;
 };
 
-// The Forwarder's host (node/cluster/forward_host.h) over this node: its routing table, its judgements,
+// The Forwarder's host (node/forward/forward_host.h) over this node: its routing table, its judgements,
 // the simulated clocks, the world's seeded generator and the simulated network.
 class SimNode::Host final : public cluster::ForwardHost {
  public:

@@ -4,11 +4,11 @@
 // Real code: ring::Membership and everything a node decides about it (node/cluster/cluster_planner.h: the
 // ring it builds, restarts and its own death noticed, the clock and quorum judgements), storage::MemoryStore
 // (in write-back mode, as the durable tier drives it), replication::Replicator and
-// replication::HandoffManager on the node's SimExecutor, the Forwarder (node/cluster/forwarder.h: routing,
+// replication::HandoffManager on the node's SimExecutor, the Forwarder (node/forward/forwarder.h: routing,
 // retries, relays, deadlines, dedup, pass-on, hold while switching, the failure mode) on this node's
 // ForwardHost -- the simulated clock, seeded generator and network -- and the pause fence
 // (node/cluster/pause_fence.h), and with SimOptions::grants on, the quota grants' GrantDriver
-// (node/cluster/grant_driver.h) on the same host and StoreGrantRows on the node's store, wired as
+// (node/grants/grant_driver.h) on the same host and StoreGrantRows on the node's store, wired as
 // node/server/node.cc StartGrants wires them (acknowledged through Forwarder::Decided, ticked every 50 ms,
 // serving the three grant methods). What is written here is the drivers' plumbing (cluster.cc's Apply, over
 // the simulated network) and, until the check service has one home (issue 32, item 2), the check path of
@@ -40,10 +40,10 @@
 
 #include "limiter/hlc.h"
 #include "node/cluster/cluster_planner.h"
-#include "node/cluster/forwarder.h"
-#include "node/cluster/grant_driver.h"
-#include "node/cluster/grant_rows.h"
 #include "node/cluster/pause_fence.h"
+#include "node/forward/forwarder.h"
+#include "node/grants/grant_driver.h"
+#include "node/grants/grant_rows.h"
 #include "peer.pb.h"
 #include "replication/cluster_link.h"
 #include "replication/handoff.h"

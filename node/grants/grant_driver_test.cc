@@ -1,6 +1,6 @@
 // GrantDriver over fake hosts: a holder and an owner (and a next owner) joined by a message queue the test
 // pumps, the owner's rows in a real storage::MemoryStore. The clocks are the test's.
-#include "node/cluster/grant_driver.h"
+#include "node/grants/grant_driver.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include "limiter/merge.h"
 #include "limiter/spec_wire.h"
-#include "node/cluster/grant_rows.h"
+#include "node/grants/grant_rows.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::cluster {

@@ -41,8 +41,8 @@
 //     retry's Begin of such an id lock it (it is remembered like any other). Nothing else is locked.
 // Waiters are called on the thread of the Finish / Abandon / Begin that completes them, with no lock
 // held; each waiter is called exactly once.
-#ifndef RINGLIMIT_NODE_CLUSTER_DEDUP_CACHE_H_
-#define RINGLIMIT_NODE_CLUSTER_DEDUP_CACHE_H_
+#ifndef RINGLIMIT_NODE_FORWARD_DEDUP_CACHE_H_
+#define RINGLIMIT_NODE_FORWARD_DEDUP_CACHE_H_
 
 #include <atomic>
 #include <chrono>
@@ -177,4 +177,4 @@ class DedupCache {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_DEDUP_CACHE_H_
+#endif  // RINGLIMIT_NODE_FORWARD_DEDUP_CACHE_H_

@@ -9,8 +9,8 @@
 // Forwarder.
 //
 // Thread safety: pure functions.
-#ifndef RINGLIMIT_NODE_CLUSTER_ROUTING_H_
-#define RINGLIMIT_NODE_CLUSTER_ROUTING_H_
+#ifndef RINGLIMIT_NODE_FORWARD_ROUTING_H_
+#define RINGLIMIT_NODE_FORWARD_ROUTING_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -67,4 +67,4 @@ struct ForwardTarget {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_ROUTING_H_
+#endif  // RINGLIMIT_NODE_FORWARD_ROUTING_H_

@@ -1,4 +1,4 @@
-#include "node/cluster/dedup_cache.h"
+#include "node/forward/dedup_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -81,16 +81,16 @@
 // Replication: every decision made here goes through Replicator::Decided before it is answered (sync
 // mode waits there for a replica's acknowledgement).
 //
-// Quota grants (--grants, grant_driver.h): when a GrantDriver is set, a client's check entering here is
-// first offered to it (Forward): a check it admits from a slice this node holds is answered at once, with
-// this node as its owner; every other check is forwarded as above.
+// Quota grants (--grants, node/grants/grant_driver.h): when an EntryDecider (the GrantDriver) is set, a
+// client's check entering here is first offered to it (Forward): a check it admits from a slice this node
+// holds is answered at once, with this node as its owner; every other check is forwarded as above.
 //
 // Thread safety: every method is safe for concurrent use (when the host's are). Completions run where the
 // host's Call completes (peer transport threads on a node).
 // Lifetime: the host, the decider, the replicator and the handoff manager must outlive the Forwarder
 // and every pending completion, i.e. stop the io_context (or the Cluster) before destroying them.
-#ifndef RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
-#define RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
+#ifndef RINGLIMIT_NODE_FORWARD_FORWARDER_H_
+#define RINGLIMIT_NODE_FORWARD_FORWARDER_H_
 
 #include <atomic>
 #include <chrono>
@@ -102,9 +102,9 @@
 
 #include "base/status.h"
 #include "node/api/cluster_hooks.h"
-#include "node/cluster/dedup_cache.h"
-#include "node/cluster/forward_host.h"
-#include "node/cluster/routing.h"
+#include "node/forward/dedup_cache.h"
+#include "node/forward/forward_host.h"
+#include "node/forward/routing.h"
 #include "ring/token.h"
 
 namespace ringlimit::replication {
@@ -178,8 +178,6 @@ struct ForwarderStats {
 using LocalDecider =
     std::function<void(const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response)>;
 
-class GrantDriver;
-
 class Forwarder final : public node::CheckRouter {
  public:
   // `replicator` and `handoff` may be null (no replication: decisions are answered at once, the ring
@@ -217,7 +215,7 @@ class Forwarder final : public node::CheckRouter {
 
   // Quota grants: client checks are offered to `grants` before they are forwarded. REQUIRES: called once,
   // before the first check; `grants` outlives the Forwarder.
-  void SetGrants(GrantDriver* grants) { grants_ = grants; }
+  void SetGrants(EntryDecider* grants) { grants_ = grants; }
 
   [[nodiscard]] ForwarderStats stats() const;
   [[nodiscard]] FailureMode failure_mode() const { return options_.failure_mode; }
@@ -266,8 +264,8 @@ class Forwarder final : public node::CheckRouter {
   const LocalDecider decider_;
   replication::Replicator* const replicator_;
   replication::HandoffManager* const handoff_;
-  GrantDriver* grants_ = nullptr;  // set once before serving (SetGrants); null: --grants off
-  const uint64_t request_nonce_;   // random, never 0: the high half of this process's request ids
+  EntryDecider* grants_ = nullptr;  // set once before serving (SetGrants); null: --grants off
+  const uint64_t request_nonce_;    // random, never 0: the high half of this process's request ids
 
   DedupCache dedup_;  // thread-safe
   std::atomic<uint64_t> next_request_{1};
@@ -286,4 +284,4 @@ class Forwarder final : public node::CheckRouter {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_FORWARDER_H_
+#endif  // RINGLIMIT_NODE_FORWARD_FORWARDER_H_

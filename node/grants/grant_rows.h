@@ -5,14 +5,14 @@
 //
 // Thread safety: safe for concurrent use (the store serialises the updates of one entity).
 // Lifetime: the store and the clock must outlive it.
-#ifndef RINGLIMIT_NODE_CLUSTER_GRANT_ROWS_H_
-#define RINGLIMIT_NODE_CLUSTER_GRANT_ROWS_H_
+#ifndef RINGLIMIT_NODE_GRANTS_GRANT_ROWS_H_
+#define RINGLIMIT_NODE_GRANTS_GRANT_ROWS_H_
 
 #include <optional>
 
 #include "limiter/hlc.h"
 #include "limiter/merge.h"
-#include "node/cluster/grant_driver.h"
+#include "node/grants/grant_driver.h"
 #include "storage/store.h"
 
 namespace ringlimit::cluster {
@@ -57,4 +57,4 @@ class StoreGrantRows final : public GrantRows {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_GRANT_ROWS_H_
+#endif  // RINGLIMIT_NODE_GRANTS_GRANT_ROWS_H_

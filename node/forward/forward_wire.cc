@@ -1,4 +1,4 @@
-#include "node/cluster/forward_wire.h"
+#include "node/forward/forward_wire.h"
 
 #include <algorithm>
 

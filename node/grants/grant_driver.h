@@ -52,8 +52,8 @@
 // while calling GrantRows, except that GrantRows::Lend calls `decide` -- which takes the key's shard mutex,
 // then mu_ -- inside its row update (lock order: the row, then one of them).
 // Lifetime: the host, the rows and whatever `ack` calls must outlive the driver and every pending call.
-#ifndef RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
-#define RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
+#ifndef RINGLIMIT_NODE_GRANTS_GRANT_DRIVER_H_
+#define RINGLIMIT_NODE_GRANTS_GRANT_DRIVER_H_
 
 #include <atomic>
 #include <chrono>
@@ -71,8 +71,8 @@
 
 #include "base/status.h"
 #include "limiter/limiter.h"
-#include "node/cluster/forward_host.h"
-#include "node/cluster/grant_planner.h"
+#include "node/forward/forward_host.h"
+#include "node/grants/grant_planner.h"
 #include "peer.pb.h"
 #include "ring/ring_view.h"
 
@@ -138,7 +138,7 @@ struct GrantDriverStats {
   uint64_t tracked_keys = 0;     // gauge: keys whose rate is tracked
 };
 
-class GrantDriver {
+class GrantDriver final : public EntryDecider {
  public:
   // Replicates the row of `key` under the mode's acknowledgement rule and calls done(acked) once.
   using Ack = std::function<void(std::string_view key, std::function<void(bool acked)> done)>;
@@ -152,7 +152,7 @@ class GrantDriver {
   // Holder: `check` enters this node and `decider` decides its key. Returns the result when the check is
   // admitted from a slice here (owner: this node), nullopt to forward it as usual. May send grant messages.
   [[nodiscard]] std::optional<peer::ForwardedResult> TryLocal(const peer::ForwardedCheck& check,
-                                                              std::string_view decider);
+                                                              std::string_view decider) override;
 
   // Serves a grant method (METHOD_GRANT_REQUEST, _RELEASE, _RECALL): calls `respond` exactly once with the
   // encoded answer, or a failure (kRemoteError) when `payload` does not parse; possibly later, on another
@@ -304,4 +304,4 @@ class GrantDriver {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_GRANT_DRIVER_H_
+#endif  // RINGLIMIT_NODE_GRANTS_GRANT_DRIVER_H_

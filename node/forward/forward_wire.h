@@ -18,8 +18,8 @@
 // two routes on every input.
 //
 // Thread safety: pure functions.
-#ifndef RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
-#define RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
+#ifndef RINGLIMIT_NODE_FORWARD_FORWARD_WIRE_H_
+#define RINGLIMIT_NODE_FORWARD_FORWARD_WIRE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -51,4 +51,4 @@ void AppendTried(std::string_view tried, std::string& out);
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_FORWARD_WIRE_H_
+#endif  // RINGLIMIT_NODE_FORWARD_FORWARD_WIRE_H_

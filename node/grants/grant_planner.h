@@ -35,8 +35,8 @@
 // slice before the answer; Releases may be sent in any order and more than once.
 //
 // Thread safety: none; the driver serialises every call.
-#ifndef RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
-#define RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
+#ifndef RINGLIMIT_NODE_GRANTS_GRANT_PLANNER_H_
+#define RINGLIMIT_NODE_GRANTS_GRANT_PLANNER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -348,4 +348,4 @@ class GrantPlanner {
 
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_GRANT_PLANNER_H_
+#endif  // RINGLIMIT_NODE_GRANTS_GRANT_PLANNER_H_

@@ -1,4 +1,4 @@
-#include "node/cluster/routing.h"
+#include "node/forward/routing.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "node/cluster/grant_driver.h"
+#include "node/grants/grant_driver.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,5 +1,5 @@
 // GrantPlanner (grant_planner.h): quota grants' holder and owner decisions.
-#include "node/cluster/grant_planner.h"
+#include "node/grants/grant_planner.h"
 
 #include <algorithm>
 #include <cmath>

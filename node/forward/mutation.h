@@ -12,8 +12,8 @@
 // kNone and the branches vanish.
 //
 // Thread safety: Active() may be called from any thread (read once, then constant).
-#ifndef RINGLIMIT_NODE_CLUSTER_MUTATION_H_
-#define RINGLIMIT_NODE_CLUSTER_MUTATION_H_
+#ifndef RINGLIMIT_NODE_FORWARD_MUTATION_H_
+#define RINGLIMIT_NODE_FORWARD_MUTATION_H_
 
 #include <cstdint>
 
@@ -32,4 +32,4 @@ enum class Mutation : uint8_t { kNone = 0, kForward503, kSkipPauseFence, kRelayD
 
 }  // namespace ringlimit::cluster::mutation
 
-#endif  // RINGLIMIT_NODE_CLUSTER_MUTATION_H_
+#endif  // RINGLIMIT_NODE_FORWARD_MUTATION_H_

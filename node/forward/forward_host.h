@@ -8,8 +8,8 @@
 //
 // Thread safety: implementations must be safe for concurrent use from any number of threads (the
 // simulator's, which is single-threaded, need not be).
-#ifndef RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
-#define RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
+#ifndef RINGLIMIT_NODE_FORWARD_FORWARD_HOST_H_
+#define RINGLIMIT_NODE_FORWARD_FORWARD_HOST_H_
 
 #include <chrono>
 #include <cstdint>
@@ -77,6 +77,18 @@ class ForwardHost {
   virtual void ObserveRoundTrip(std::chrono::nanoseconds round_trip) { (void)round_trip; }
 };
 
+// What may decide a client's check at the node it enters instead of forwarding it to its decider: quota
+// grants' slices (node/grants/grant_driver.h implements it; Forwarder::SetGrants). Must be safe for
+// concurrent use.
+class EntryDecider {
+ public:
+  virtual ~EntryDecider() = default;
+  // `check` enters this node and `decider` decides its key: the result when it is decided here, nullopt
+  // to forward it as usual.
+  [[nodiscard]] virtual std::optional<peer::ForwardedResult> TryLocal(const peer::ForwardedCheck& check,
+                                                                      std::string_view decider) = 0;
+};
+
 }  // namespace ringlimit::cluster
 
-#endif  // RINGLIMIT_NODE_CLUSTER_FORWARD_HOST_H_
+#endif  // RINGLIMIT_NODE_FORWARD_FORWARD_HOST_H_

@@ -1,4 +1,4 @@
-#include "node/cluster/mutation.h"
+#include "node/forward/mutation.h"
 
 #ifdef RINGLIMIT_MUTATIONS
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "node/cluster/grant_rows.h"
+#include "node/grants/grant_rows.h"
 
 #include <algorithm>
 #include <span>

@@ -1,13 +1,12 @@
-#include "node/cluster/forwarder.h"
+#include "node/forward/forwarder.h"
 
 #include <google/protobuf/arena.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
-#include "node/cluster/forward_wire.h"
-#include "node/cluster/grant_driver.h"
-#include "node/cluster/mutation.h"
+#include "node/forward/forward_wire.h"
+#include "node/forward/mutation.h"
 #include "node/peer/block_arena.h"
 #include "node/peer/protocol.h"
 #include "replication/handoff.h"

@@ -4,7 +4,7 @@
 // the limit (fixed_window: the total; token_bucket: every admission at its true instant fits one reference
 // bucket), for exactness once every slice came back, for idle budget back within 2 x term (also when
 // Releases are lost), and for recalls near the limit.
-#include "node/cluster/grant_planner.h"
+#include "node/grants/grant_planner.h"
 
 #include <gtest/gtest.h>
 
