@@ -7,10 +7,13 @@
 // (the trio form). For the three phases it prints bytes per key from the resident set (/proc/self/statm
 // delta), from the store's own accounting (StoreStats::bytes, what ringlimit_state_bytes reports) and their
 // ratio (the --max-memory bound is only as good as it); then where the bytes go (MemoryStore::Breakdown, and
-// the allocator's in-use delta from mallinfo2). A fourth phase checks every key as the first contributor
-// two windows later, when the others' records have expired: what a key then holds (compacted back to one
-// contributor for the windows; the buckets keep the others' base entries as tombstones until the key goes
-// idle, limiter/merge.h), from the breakdown (freed cells stay in their slab for the next group-form key).
+// the allocator's in-use delta from mallinfo2). Then as many new keys again are checked by the first
+// contributor (--units times each): what they add to the resident set and the accounting, and the ratio over
+// all keys (the blocks the first keys' records grew out of, left free in the heap, are reused by them). A
+// last phase checks every key as the first contributor two windows later, when the others' records have
+// expired: what a key then holds (compacted back to one contributor for the windows; the buckets keep the
+// others' base entries as tombstones until the key goes idle, limiter/merge.h), from the breakdown (freed
+// cells stay in their slab for the next group-form key).
 //
 // --units=U: each contributor checks each key U times in its phase (sliding_log: U stamps per record;
 // sliding_window: U live sub-bucket cells, U <= 15; the others: U units counted). For sliding_log and
@@ -182,10 +185,11 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   const limiter::TimeNs unit_gap = algorithm == limiter::Algorithm::kSlidingWindow
                                        ? spec.window / static_cast<limiter::TimeNs>(spec.buckets)
                                        : 1;
-  auto phase = [&](limiter::HybridClock& clock, limiter::ContributorId me, limiter::TimeNs start) {
+  auto phase = [&](limiter::HybridClock& clock, limiter::ContributorId me, limiter::TimeNs start,
+                   size_t first_key = 0) {
     for (size_t i = 0; i < args.keys; ++i) {
       for (size_t u = 0; u < args.units; ++u) {
-        Check(store, Key(i, args.key_bytes, buf), spec, clock, me,
+        Check(store, Key(first_key + i, args.key_bytes, buf), spec, clock, me,
               start + static_cast<limiter::TimeNs>(i) * 1000 + static_cast<limiter::TimeNs>(u) * unit_gap);
       }
     }
@@ -205,7 +209,13 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   const size_t rss3 = ResidentBytes(), heap3 = HeapInUse();
   const uint64_t acc3 = store.Stats().bytes;
   const storage::MemoryBreakdown three = store.Breakdown();
-  phase(first, kFirst, now + 2 * spec.window + 3 * span);
+  // As many new keys again, one contributor each: what the first keys' growth left free in the heap (the
+  // record vectors' old blocks) is there for them to reuse.
+  phase(first, kFirst, now + 3 * span, args.keys);
+  const size_t rss_new = ResidentBytes();
+  const uint64_t acc_new = store.Stats().bytes;
+  phase(first, kFirst, now + 2 * spec.window + 4 * span);
+  phase(first, kFirst, now + 2 * spec.window + 5 * span, args.keys);  // the new keys too (none goes idle)
   const size_t heap4 = HeapInUse();
   const storage::MemoryBreakdown later = store.Breakdown();
 
@@ -221,6 +231,13 @@ void MeasureAlgorithm(const Args& args, limiter::Algorithm algorithm) {
   std::printf("%-22s %9.1f %9.1f %7.2f %11.1f %9.1f %7.2f %8.1f %11.1f %9.1f %7.2f %8.1f\n", name.c_str(),
               rss_1, acc_1, acc_1 / rss_1, rss_2, acc_2, acc_2 / rss_2, rss_2 - rss_1, rss_3, acc_3,
               acc_3 / rss_3, rss_3 - rss_2);
+  const double rss_n = per(static_cast<double>(rss_new) - static_cast<double>(rss3));
+  const double acc_n = per(static_cast<double>(acc_new - acc3));
+  std::printf(
+      "  then %zu new keys, one contributor each: RSS %.1f B/key, acct %.1f B/key; all %zu keys: acct/RSS "
+      "%.2f\n",
+      args.keys, rss_n, acc_n, 2 * args.keys,
+      static_cast<double>(acc_new - acc0) / (static_cast<double>(rss_new) - static_cast<double>(rss0)));
   if (const double f1 = Formula(algorithm, 1, args.units); f1 > 0) {
     std::printf("  formula (heap form; 1, 2, 3 contributors of %zu units): %.1f %.1f %.1f B/key\n",
                 args.units, f1, Formula(algorithm, 2, args.units), Formula(algorithm, 3, args.units));
