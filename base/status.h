@@ -11,7 +11,7 @@
 // kind, returned rather than thrown or passed out through a parameter. "Over limit" is a Decision, never a
 // Status. Kinds are few and coarse: they say what the caller can do about a failure (fix the input, retry,
 // give up); the message says what happened, for humans. The HTTP edge maps kinds to statuses in one
-// place (node/api/api_error.h, ApiErrorFromStatus).
+// place (node/service/api_error.h, ApiErrorFromStatus).
 //
 // Both types are [[nodiscard]]: dropping one silently is a compile error under -Werror.
 //

@@ -15,8 +15,10 @@
 #include "fuzz/fuzz_util.h"
 #include "limiter/limiter.h"
 #include "node/api/api_handler.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
+#include "node/gubernator/gubernator_handlers.h"
+#include "node/metrics/metrics.h"
+#include "node/service/check_service.h"
+#include "node/service/policies.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::fuzz {
@@ -48,15 +50,18 @@ class ApiHarness {
     }();
     node::ApiOptions options;
     options.max_checks = 64;  // the limit is a parameter; a smaller one keeps inputs fast
-    handler_ = std::make_unique<node::ApiHandler>(
+    service_ = std::make_unique<node::CheckService>(
         store_, [this] { return now_; }, policies != nullptr ? *policies : *shared, metrics_,
         std::move(options));
-    handler_->SetReady(true);
+    service_->SetReady(true);
+    handler_ = std::make_unique<node::ApiHandler>(*service_);
+    for (node::HttpRoute& route : node::GatewayRoutes(*service_)) handler_->AddRoute(std::move(route));
   }
   ApiHarness(const ApiHarness&) = delete;
   ApiHarness& operator=(const ApiHarness&) = delete;
 
   [[nodiscard]] node::ApiHandler& handler() { return *handler_; }
+  [[nodiscard]] node::CheckService& service() { return *service_; }
 
   // Sends `request` through ApiHandler::Handle (as the transport does) and checks the response.
   node::HttpResponse Send(node::HttpRequest&& request) {
@@ -128,6 +133,7 @@ class ApiHarness {
   limiter::TimeNs now_ = 1'699'999'200LL * limiter::kSecond;
   storage::MemoryStore store_;
   node::Metrics metrics_;
+  std::unique_ptr<node::CheckService> service_;
   std::unique_ptr<node::ApiHandler> handler_;
 };
 

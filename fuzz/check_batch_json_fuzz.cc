@@ -20,8 +20,8 @@
 
 #include "api.pb.h"
 #include "fuzz/fuzz_util.h"
-#include "node/api/api_json.h"
 #include "node/api/check_json.h"
+#include "node/service/api_json.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: the JSON decoder of checks (node/api/api_json.h: ParseJsonBody, CheckFromJson,
+// Fuzz target: the JSON decoder of checks (node/service/api_json.h: ParseJsonBody, CheckFromJson,
 // ApplyLimitFields) and the POST /v1/check handler around it. The input is a request body.
 //
 // Invariants: no crash or sanitizer report; a check the decoder accepts without its target fields
@@ -16,7 +16,7 @@
 
 #include "api.pb.h"
 #include "fuzz/api_harness.h"
-#include "node/api/api_json.h"
+#include "node/service/api_json.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "fuzz/api_harness.h"
-#include "node/api/api_json.h"
+#include "node/service/api_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);

@@ -1,6 +1,6 @@
 // Fuzz target: the decoders of the peer messages a node receives (transport.Envelope.payload, by
 // peer.Method): membership (ring/membership_wire.h, then a real ring::Membership receives it), forwarded
-// checks (ApiHandler::DecideForwarded, the owner's side) and their answers (node/api/forwarded.h:
+// checks (node::DecideForwarded, the owner's side) and their answers (node/service/forwarded.h:
 // DecisionFromProto, and node/forward/forward_wire.h's in-place reader, the entry node's side), and the state
 // batches of replication and handoff (storage::StateFromProto for each state, and the in-place reader of the
 // receiver's hot path, replication::ReadStateUpdateBatch with storage::DecodeStateValue). The input is one
@@ -20,8 +20,8 @@
 #include "fuzz/api_harness.h"
 #include "fuzz/fuzz_util.h"
 #include "fuzz/proto_util.h"
-#include "node/api/forwarded.h"
 #include "node/forward/forward_wire.h"
+#include "node/service/forwarded.h"
 #include "peer.pb.h"
 #include "replication/update_wire.h"
 #include "ring/membership.h"
@@ -61,7 +61,8 @@ void ForwardCheck(std::string_view payload) {
   peer::ForwardCheckRequest request;
   const bool parses = request.ParseFromArray(payload.data(), static_cast<int>(payload.size()));
   ringlimit::fuzz::ApiHarness harness;
-  const ringlimit::Result<std::string> answer = harness.handler().DecideForwarded(payload, "n1");
+  const ringlimit::Result<std::string> answer =
+      ringlimit::node::DecideForwarded(harness.service(), payload, "n1");
   FUZZ_CHECK(answer.ok() == parses, "DecideForwarded disagrees with the parser");
   FUZZ_CHECK(answer.ok() || answer.status().IsCorruption(), "an unparsable payload is not Corruption");
   if (!answer.ok()) return;

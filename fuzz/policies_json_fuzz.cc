@@ -1,4 +1,4 @@
-// Fuzz target: the policy file decoder (node/api/policies.h: PolicySet::Parse, `--policies FILE`), and a
+// Fuzz target: the policy file decoder (node/service/policies.h: PolicySet::Parse, `--policies FILE`), and a
 // check against what it accepted. The input is a policy file.
 //
 // Invariants, for every file Parse accepts: every policy of the file is found by its name; the limits
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fuzz/api_harness.h"
-#include "node/api/policies.h"
+#include "node/service/policies.h"
 
 namespace {
 

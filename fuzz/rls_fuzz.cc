@@ -1,5 +1,5 @@
-// Fuzz target: Envoy's rate limit service (node/api/rls_handlers.cc) with envoyproxy/ratelimit's YAML
-// config (node/rls/rls_config.cc: parsing, wildcard matching, replaces, quota mode) through a real
+// Fuzz target: Envoy's rate limit service (node/envoy/rls_handlers.cc) with envoyproxy/ratelimit's YAML
+// config (node/envoy/rls_config.cc: parsing, wildcard matching, replaces, quota mode) through a real
 // ApiHandler. The input is a config and a request: two length bytes (little-endian, modulo 1024) give the
 // length of the YAML text that follows, and the rest is a serialized RateLimitRequest. A config that does not
 // parse is replaced by kConfig, so that every request still reaches the matching.
@@ -16,7 +16,8 @@
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "fuzz/api_harness.h"
-#include "node/rls/rls_config.h"
+#include "node/envoy/rls_config.h"
+#include "node/envoy/rls_handlers.h"
 
 namespace {
 
@@ -76,11 +77,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int round = 0; round < 2; ++round) {  // twice: the second call sees what the first one counted
     response.Clear();
     calls = 0;
-    harness.handler().ShouldRateLimit(request, parsed.value(), &response,
-                                      [&](std::optional<ringlimit::node::ApiError> e) {
-                                        ++calls;
-                                        error = std::move(e);
-                                      });
+    ringlimit::node::ShouldRateLimit(harness.service(), parsed.value(), request, &response,
+                                     [&](std::optional<ringlimit::node::ApiError> e) {
+                                       ++calls;
+                                       error = std::move(e);
+                                     });
     FUZZ_CHECK(calls == 1, "done must be called exactly once, before ShouldRateLimit returns");
     if (error) continue;
     FUZZ_CHECK(response.statuses_size() == request.descriptors_size(), "not one status per descriptor");

@@ -5,15 +5,15 @@
 #include <string>
 
 #include "node/api/api_handler.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
+#include "node/metrics/metrics.h"
+#include "node/service/policies.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::node {
 namespace {
 
 struct Fixture {
-  Fixture() : handler(store, SystemClock(), policies, metrics) {
+  Fixture() : service(store, SystemClock(), policies, metrics, ApiOptions{}), handler(service) {
     if (!policies
              .LoadJson(R"({"policies":{"api":{"limits":[
         {"algorithm":"token_bucket","limit":1000000000,"window_ms":1000}]}}})")
@@ -24,6 +24,7 @@ struct Fixture {
   storage::MemoryStore store;
   Policies policies;
   Metrics metrics;
+  CheckService service;
   ApiHandler handler;
 };
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <mutex>
 
-#include "node/api/headroom.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
+#include "node/metrics/metrics.h"
+#include "node/service/headroom.h"
+#include "node/service/policies.h"
 
 namespace ringlimit::node {
 namespace {

@@ -3,11 +3,12 @@
 #include <boost/json.hpp>
 #include <cmath>
 
-#include "node/api/api_context.h"
-#include "node/api/api_json.h"
-#include "node/api/json_writer.h"
-#include "node/api/metrics.h"
-#include "node/api/process_metrics.h"
+#include "node/http/http_error.h"
+#include "node/metrics/metrics.h"
+#include "node/metrics/process_metrics.h"
+#include "node/service/api_json.h"
+#include "node/service/check_service.h"
+#include "node/service/json_writer.h"
 #include "storage/state_store.h"
 
 namespace ringlimit::node {
@@ -36,7 +37,7 @@ HttpResponse StatusJson(std::string_view status) {
 
 }  // namespace
 
-HttpResponse HandleHeadroomPut(ApiContext& context, const HttpRequest& request) {
+HttpResponse HandleHeadroomPut(CheckService& context, const HttpRequest& request) {
   json::value root;
   if (auto error = ParseJsonBody(request.body(), &root)) return ToResponse(*error);
   if (!root.is_object()) return ToResponse({ErrorKind::kInvalidField, "body: must be a JSON object"});
@@ -94,7 +95,7 @@ HttpResponse HandleHeadroomPut(ApiContext& context, const HttpRequest& request) 
 
 HttpResponse HandleHealthz() { return StatusJson("ok"); }
 
-HttpResponse HandleStats(const ApiContext& context) {
+HttpResponse HandleStats(const CheckService& context) {
   const Metrics::Summary summary = context.metrics.Summarize();
   std::string body;
   JsonWriter w(&body);
@@ -121,7 +122,7 @@ HttpResponse HandleStats(const ApiContext& context) {
   return Text(http::status::ok, "application/json", std::move(body));
 }
 
-HttpResponse HandleReadyz(const ApiContext& context) {
+HttpResponse HandleReadyz(const CheckService& context) {
   if (!context.ready.load(std::memory_order_acquire)) {
     return ToResponse({ErrorKind::kNotReady, "the node is not ready to serve (starting or draining)"});
   }
@@ -145,7 +146,7 @@ HttpResponse HandleReadyz(const ApiContext& context) {
   return Text(http::status::ok, "application/json", std::move(body));
 }
 
-HttpResponse HandleMetrics(const ApiContext& context) {
+HttpResponse HandleMetrics(const CheckService& context) {
   std::string text = context.metrics.Render(context.store.Stats());
   if (context.cluster != nullptr) context.cluster->AppendMetrics(&text);
   if (context.node_metrics) context.node_metrics(&text);

@@ -78,8 +78,8 @@ TEST_F(AdminTest, HealthAndReadiness) {
   EXPECT_EQ(health.result_int(), 200u);
   EXPECT_EQ(Json(health).at("status").as_string(), "ok");
   EXPECT_EQ(Get("/readyz").result_int(), 200u);
-  handler_->SetReady(false);
-  EXPECT_FALSE(handler_->ready());
+  service_->SetReady(false);
+  EXPECT_FALSE(service_->Ready());
   ExpectError(Get("/readyz"), 503, "not_ready");
   EXPECT_EQ(Get("/healthz").result_int(), 200u);  // alive while not ready
   ExpectError(Send(http::verb::post, "/healthz", "{}"), 405, "method_not_allowed");

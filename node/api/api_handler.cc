@@ -6,19 +6,17 @@
 #include <chrono>
 #include <exception>
 #include <memory>
-#include <random>
 
 #include "node/api/admin_handlers.h"
-#include "node/api/api_context.h"
-#include "node/api/api_error.h"
-#include "node/api/check_engine.h"
 #include "node/api/check_handlers.h"
 #include "node/api/cluster_handlers.h"
 #include "node/api/console.h"
-#include "node/api/forwarded.h"
-#include "node/api/gubernator_handlers.h"
 #include "node/api/keys_handlers.h"
-#include "node/api/metrics.h"
+#include "node/http/http_error.h"
+#include "node/metrics/metrics.h"
+#include "node/service/api_error.h"
+#include "node/service/check_engine.h"
+#include "node/service/check_service.h"
 #include "storage/state_codec.h"
 
 namespace ringlimit::node {
@@ -68,7 +66,7 @@ bool SameToken(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::optional<ApiError> Authorize(const ApiContext& context, const HttpRequest& request) {
+std::optional<ApiError> Authorize(const CheckService& context, const HttpRequest& request) {
   if (context.options.admin_token.empty()) return std::nullopt;
   auto it = request.find(http::field::authorization);
   constexpr std::string_view kBearer = "Bearer ";
@@ -88,7 +86,16 @@ HttpResponse ReadableAnywhere(HttpResponse response) {
   return response;
 }
 
-HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* endpoint) {
+// The route of `routes` serving `path`, or null.
+const HttpRoute* FindRoute(const std::vector<HttpRoute>& routes, std::string_view path) {
+  for (const HttpRoute& route : routes) {
+    if (route.path == path) return &route;
+  }
+  return nullptr;
+}
+
+HttpResponse Route(CheckService& context, const std::vector<HttpRoute>& routes, const HttpRequest& request,
+                   Endpoint* endpoint) {
   const std::string_view target = request.target();
   const size_t question = target.find('?');
   const std::string_view path = target.substr(0, question);
@@ -130,16 +137,6 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
       return HandleKeysDelete(context, key, query);
     }
     return MethodNotAllowed("GET, HEAD, DELETE");
-  }
-  if (path == "/v1/GetRateLimits") {
-    if (method != http::verb::post) return MethodNotAllowed("POST");
-    *endpoint = Endpoint::kGetRateLimits;
-    return HandleGetRateLimits(context, request);
-  }
-  if (path == "/v1/HealthCheck" || path == "/v1/LiveCheck") {
-    if (method != http::verb::get) return MethodNotAllowed("GET, HEAD");
-    *endpoint = Endpoint::kGubernatorHealth;
-    return path == "/v1/HealthCheck" ? HandleHealthCheck(context) : HandleLiveCheck();
   }
   if (path == "/v1/headroom") {
     if (method != http::verb::put) return MethodNotAllowed("PUT");
@@ -197,93 +194,51 @@ HttpResponse Route(ApiContext& context, const HttpRequest& request, Endpoint* en
     *endpoint = Endpoint::kMetrics;
     return HandleMetrics(context);
   }
+  if (const HttpRoute* route = FindRoute(routes, path)) {
+    if (method != route->method) {
+      const std::string allow(route->method == http::verb::get ? "GET, HEAD"
+                                                               : http::to_string(route->method));
+      return MethodNotAllowed(allow);
+    }
+    *endpoint = route->endpoint;
+    return route->now(request);
+  }
   return ToResponse({ErrorKind::kNotFound, "no such endpoint: " + std::string(path.substr(0, 256))});
 }
 
 }  // namespace
 
-limiter::ContributorId DrawContributorId() {
-  std::random_device device;
-  for (;;) {
-    const limiter::ContributorId id = (uint64_t{device()} << 32) | device();
-    if (id > storage::kLegacyContributor) return id;
-  }
-}
+ApiHandler::ApiHandler(CheckService& service) : service_(service) {}
 
-Clock SystemClock() {
-  return [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
-}
-
-ApiHandler::ApiHandler(storage::StateStore& store, Clock clock, Policies& policies, Metrics& metrics,
-                       ApiOptions options)
-    : context_(std::make_unique<ApiContext>(store, std::move(clock), policies, metrics, std::move(options))) {
-}
-
-ApiHandler::~ApiHandler() = default;
-
-void ApiHandler::SetNodeMetrics(std::function<void(std::string*)> append) {
-  context_->node_metrics = std::move(append);
-}
-
-void ApiHandler::SetReady(bool ready) { context_->ready.store(ready, std::memory_order_release); }
-
-bool ApiHandler::ready() const { return context_->ready.load(std::memory_order_acquire); }
-
-void ApiHandler::SetCluster(CheckRouter* router, ClusterInfo* cluster) {
-  context_->router = router;
-  context_->cluster = cluster;
-}
-
-Result<std::string> ApiHandler::DecideForwarded(std::string_view payload, std::string_view self_id) {
-  peer::ForwardCheckRequest request;
-  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
-    return Status::Corruption("forwarded checks", "the payload is no peer.ForwardCheckRequest");
-  return node::DecideForwarded(*context_, request, self_id).SerializeAsString();
-}
-
-peer::ForwardCheckResponse ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request,
-                                                       std::string_view self_id) {
-  return node::DecideForwarded(*context_, request, self_id);
-}
-
-limiter::ContributorId ApiHandler::contributor() const { return context_->contributor; }
-
-limiter::HybridClock& ApiHandler::hlc() const { return context_->hlc; }
-
-void ApiHandler::DecideForwarded(const peer::ForwardCheckRequest& request, std::string_view self_id,
-                                 peer::ForwardCheckResponse* response) {
-  node::DecideForwarded(*context_, request, self_id, response);
-}
+void ApiHandler::AddRoute(HttpRoute route) { routes_.push_back(std::move(route)); }
 
 void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const auto start = std::chrono::steady_clock::now();
   const auto took = [start] { return std::chrono::steady_clock::now() - start; };
-  CheckRouter* router = context_->router;
+  CheckRouter* router = service_.router;
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
   const bool auth = path == "/v1/auth" && (method == http::verb::get || method == http::verb::head);
   const bool check =
       auth || (path == "/v1/check" && (method == http::verb::get || method == http::verb::post));
-  const bool gubernator = path == "/v1/GetRateLimits" && method == http::verb::post;
-  if (router == nullptr || !(check || gubernator) ||
-      (method == http::verb::post && !gubernator && !IsJsonContentType(request))) {
+  // Another adapter's route that forwards (Gubernator's GetRateLimits), when the API has none of its own.
+  const HttpRoute* extra = check ? nullptr : FindRoute(routes_, path);
+  if (extra != nullptr && (!extra->routed || method != extra->method)) extra = nullptr;
+  if (router == nullptr || !(check || extra != nullptr) ||
+      (method == http::verb::post && extra == nullptr && !IsJsonContentType(request))) {
     respond(HandleNow(request));
     return;
   }
   const bool is_get = method == http::verb::get || auth;
-  const Endpoint endpoint = gubernator ? Endpoint::kGetRateLimits
-                            : auth     ? Endpoint::kAuth
-                            : is_get   ? Endpoint::kCheckGet
-                                       : Endpoint::kCheckPost;
-  Metrics& metrics = context_->metrics;
-  // Gubernator's path answers errors in its gateway's form.
-  auto error_response = [gubernator](const ApiError& error) {
-    return gubernator ? GatewayErrorResponse(error) : ToResponse(error);
+  const Endpoint endpoint = extra != nullptr ? extra->endpoint
+                            : auth           ? Endpoint::kAuth
+                            : is_get         ? Endpoint::kCheckGet
+                                             : Endpoint::kCheckPost;
+  Metrics& metrics = service_.metrics;
+  // A route of another adapter answers errors in its own form.
+  auto error_response = [extra](const ApiError& error) {
+    return extra != nullptr && extra->error ? extra->error(error) : ToResponse(error);
   };
 
   if (std::optional<ApiError> refusal = RefusalOf(*router, "send the check to another node")) {
@@ -296,8 +251,8 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   const size_t question = target.find('?');
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
-  if (auth && !AuthHasKey(*context_, request, query)) {
-    HttpResponse response = AuthWithoutKey(context_->options);
+  if (auth && !AuthHasKey(service_, request, query)) {
+    HttpResponse response = AuthWithoutKey(service_.options);
     metrics.CountRequest(endpoint, response.result_int(), took());
     respond(std::move(response));
     return;
@@ -309,7 +264,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   };
   auto once = std::make_shared<Once>();
   once->respond = std::move(respond);
-  auto counted = [&metrics, endpoint, once, auth, options = &context_->options,
+  auto counted = [&metrics, endpoint, once, auth, options = &service_.options,
                   took](HttpResponse&& response) {
     if (once->answered.exchange(true)) return;
     if (auth) response = AuthAnswer(*options, std::move(response));
@@ -317,10 +272,10 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
     once->respond(std::move(response));
   };
   try {
-    if (gubernator) {
-      HandleGetRateLimitsRouted(*context_, *router, request, counted);
+    if (extra != nullptr) {
+      extra->routed(*router, request, counted);
     } else {
-      HandleCheckRouted(*context_, *router, request, query, is_get, counted);
+      HandleCheckRouted(service_, *router, request, query, is_get, counted);
     }
   } catch (const std::exception& e) {
     spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()), target.substr(0, 256),
@@ -329,64 +284,19 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   }
 }
 
-namespace {
-
-// Calls decide(answer), where `answer` passes on to `done` once: an exception thrown by `decide` before
-// it answered still answers, with kInternal (and later answers are dropped).
-template <typename Decide>
-void AnswerOnce(std::string_view what, std::function<void(std::optional<ApiError>)> done, Decide&& decide) {
-  struct Once {
-    std::atomic<bool> answered{false};
-    std::function<void(std::optional<ApiError>)> done;
-  };
-  auto once = std::make_shared<Once>();
-  once->done = std::move(done);
-  auto answer = [once](std::optional<ApiError> error) {
-    if (once->answered.exchange(true)) return;
-    once->done(std::move(error));
-  };
-  try {
-    decide(answer);
-  } catch (const std::exception& e) {
-    spdlog::error("api: {} failed: {}", what, e.what());
-    answer(ApiError{ErrorKind::kInternal, "internal error"});
-  }
-}
-
-}  // namespace
-
-void ApiHandler::GetRateLimits(const pb::gubernator::GetRateLimitsReq& request,
-                               pb::gubernator::GetRateLimitsResp* response, GubernatorDone done) {
-  AnswerOnce("GetRateLimits (gRPC)", std::move(done), [&](const GubernatorDone& answer) {
-    DecideGetRateLimits(*context_, context_->router, request, response, answer);
-  });
-}
-
-void ApiHandler::HealthCheck(pb::gubernator::HealthCheckResp* response) const {
-  FillHealthCheck(*context_, response);
-}
-
-void ApiHandler::ShouldRateLimit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
-                                 std::shared_ptr<const rls::RlsConfig> config,
-                                 envoy::service::ratelimit::v3::RateLimitResponse* response, RlsDone done) {
-  AnswerOnce("ShouldRateLimit", std::move(done), [&](const RlsDone& answer) {
-    HandleShouldRateLimit(*context_, context_->router, std::move(config), request, response, answer);
-  });
-}
-
 HttpResponse ApiHandler::HandleNow(const HttpRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   Endpoint endpoint = Endpoint::kOther;
   HttpResponse response;
   try {
-    response = Route(*context_, request, &endpoint);
+    response = Route(service_, routes_, request, &endpoint);
   } catch (const std::exception& e) {
     // A bug or resource exhaustion: answer 500 rather than take the connection (or node) down.
     spdlog::error("api: {} {} failed: {}", std::string_view(request.method_string()),
                   std::string_view(request.target()).substr(0, 256), e.what());
     response = ToResponse({ErrorKind::kInternal, "internal error"});
   }
-  context_->metrics.CountRequest(endpoint, response.result_int(), std::chrono::steady_clock::now() - start);
+  service_.metrics.CountRequest(endpoint, response.result_int(), std::chrono::steady_clock::now() - start);
   return response;
 }
 

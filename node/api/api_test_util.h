@@ -1,19 +1,23 @@
-// Test support for the node/api tests: an ApiHandler over a real MemoryStore with a fake clock, and
-// helpers that build Beast requests and parse JSON responses. Test-only.
+// Test support for the adapters' tests: a CheckService over a real MemoryStore with a fake clock, the
+// HTTP API (ApiHandler) over it with any other adapter's routes, and helpers that build Beast requests and
+// parse JSON responses. Test-only.
 #ifndef RINGLIMIT_NODE_API_API_TEST_UTIL_H_
 #define RINGLIMIT_NODE_API_API_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "node/api/api_handler.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
+#include "node/http/route.h"
+#include "node/metrics/metrics.h"
+#include "node/service/check_service.h"
+#include "node/service/policies.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::node {
@@ -24,11 +28,17 @@ class ApiTest : public ::testing::Test {
 
   ApiTest() { Rebuild(ApiOptions{}); }
 
-  // Rebuilds the handler with `options` (the store, policies, metrics and clock are kept).
+  // Rebuilds the service and the handler with `options` (the store, policies, metrics and clock are kept),
+  // with the routes `routes_` gives.
   void Rebuild(ApiOptions options) {
-    handler_ = std::make_unique<ApiHandler>(
+    handler_.reset();
+    service_ = std::make_unique<CheckService>(
         store_, [this] { return now_; }, policies_, metrics_, std::move(options));
-    handler_->SetReady(true);
+    service_->SetReady(true);
+    handler_ = std::make_unique<ApiHandler>(*service_);
+    if (routes_) {
+      for (HttpRoute& route : routes_(*service_)) handler_->AddRoute(std::move(route));
+    }
   }
 
   void Advance(limiter::DurationNs d) { now_ += d; }
@@ -83,6 +93,9 @@ class ApiTest : public ::testing::Test {
   storage::MemoryStore store_;
   Policies policies_;
   Metrics metrics_;
+  // Other adapters' routes on the HTTP port (set it, then Rebuild). Empty: none.
+  std::function<std::vector<HttpRoute>(const CheckService&)> routes_;
+  std::unique_ptr<CheckService> service_;
   std::unique_ptr<ApiHandler> handler_;
 };
 

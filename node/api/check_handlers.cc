@@ -10,13 +10,14 @@
 #include <new>
 #include <variant>
 
-#include "node/api/api_context.h"
-#include "node/api/api_json.h"
-#include "node/api/check_engine.h"
 #include "node/api/check_json.h"
-#include "node/api/cluster_hooks.h"
-#include "node/api/json_writer.h"
-#include "node/api/ratelimit_headers.h"
+#include "node/http/http_error.h"
+#include "node/service/api_json.h"
+#include "node/service/check_engine.h"
+#include "node/service/check_service.h"
+#include "node/service/cluster_hooks.h"
+#include "node/service/json_writer.h"
+#include "node/service/ratelimit_headers.h"
 
 namespace ringlimit::node {
 
@@ -133,7 +134,7 @@ void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
 
 // A parsed check request, kept alive (with the arena its keys point into) until every decision is in.
 struct CheckJob {
-  explicit CheckJob(const ApiContext& context) : arena(arena_block, sizeof arena_block), batch(context) {}
+  explicit CheckJob(const CheckService& context) : arena(arena_block, sizeof arena_block), batch(context) {}
 
   // The arena's first block: a request of a few checks parses without a heap allocation.
   alignas(16) char arena_block[1024];
@@ -183,7 +184,7 @@ struct JobDeleter {
 };
 using JobPtr = std::unique_ptr<CheckJob, JobDeleter>;
 
-JobPtr NewJob(const ApiContext& context) {
+JobPtr NewJob(const CheckService& context) {
   void* block = job_cache.Take();
   try {
     return JobPtr(new (block) CheckJob(context));
@@ -196,7 +197,7 @@ JobPtr NewJob(const ApiContext& context) {
 using Prepared = std::variant<HttpResponse, JobPtr>;
 
 // The DOM path: every body the streaming reader declines, and so every error answer.
-Prepared PrepareCheckPostDom(const ApiContext& context, const HttpRequest& request) {
+Prepared PrepareCheckPostDom(const CheckService& context, const HttpRequest& request) {
   unsigned char buffer[16384];
   json::monotonic_resource resource(buffer, sizeof buffer);
   json::storage_ptr storage(&resource);
@@ -240,7 +241,7 @@ Prepared PrepareCheckPostDom(const ApiContext& context, const HttpRequest& reque
   return job;
 }
 
-Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request) {
+Prepared PrepareCheckPost(const CheckService& context, const HttpRequest& request) {
   JobPtr job = NewJob(context);
   std::vector<api::Check*> checks;
   if (!ReadChecksStreaming(request.body(), context.options.max_checks, &job->arena, &checks)) {
@@ -256,7 +257,7 @@ Prepared PrepareCheckPost(const ApiContext& context, const HttpRequest& request)
   return job;
 }
 
-Prepared PrepareCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+Prepared PrepareCheckGet(const CheckService& context, const HttpRequest& request, std::string_view query) {
   JobPtr job = NewJob(context);
   job->is_get = true;
   auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
@@ -285,7 +286,7 @@ HttpResponse Finish(const CheckJob& job) {
   return response;
 }
 
-HttpResponse RunLocal(const ApiContext& context, Prepared prepared) {
+HttpResponse RunLocal(const CheckService& context, Prepared prepared) {
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return std::move(*response);
   CheckJob& job = *std::get<JobPtr>(prepared);
   if (auto error = job.batch.Run(context.clock(), /*group_by_key=*/true)) return ToResponse(*error);
@@ -294,15 +295,15 @@ HttpResponse RunLocal(const ApiContext& context, Prepared prepared) {
 
 }  // namespace
 
-HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request) {
+HttpResponse HandleCheckPost(const CheckService& context, const HttpRequest& request) {
   return RunLocal(context, PrepareCheckPost(context, request));
 }
 
-HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& request, std::string_view query) {
   return RunLocal(context, PrepareCheckGet(context, request, query));
 }
 
-void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
+void HandleCheckRouted(const CheckService& context, CheckRouter& router, const HttpRequest& request,
                        std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond) {
   Prepared prepared = is_get ? PrepareCheckGet(context, request, query) : PrepareCheckPost(context, request);
   if (auto* response = std::get_if<HttpResponse>(&prepared)) return respond(std::move(*response));
@@ -319,7 +320,7 @@ void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const Htt
   if (error) answer(ToResponse(*error));
 }
 
-bool AuthHasKey(const ApiContext& context, const HttpRequest& request, std::string_view query) {
+bool AuthHasKey(const CheckService& context, const HttpRequest& request, std::string_view query) {
   bool has_key = false;
   (void)ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
     if (name == "key" && !value.empty()) has_key = true;

@@ -1,32 +1,32 @@
 // The check family: POST /v1/check (JSON batch) and GET /v1/check (query string + rate-limit headers).
 //
-// Thread safety: stateless functions over the thread-safe ApiContext.
+// Thread safety: stateless functions over the thread-safe CheckService.
 #ifndef RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 #define RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 
 #include <functional>
 #include <string_view>
 
-#include "node/api/handler.h"
+#include "node/http/handler.h"
 
 namespace ringlimit::node {
 
-struct ApiContext;
+struct CheckService;
 class CheckRouter;
 struct ApiOptions;
 
 // POST /v1/check: {"checks":[...]} -> 200 {"allowed":..,"results":[...]}, or a 4xx error.
-[[nodiscard]] HttpResponse HandleCheckPost(const ApiContext& context, const HttpRequest& request);
+[[nodiscard]] HttpResponse HandleCheckPost(const CheckService& context, const HttpRequest& request);
 
 // GET /v1/check?<query>: 200 when allowed, 429 (or ?deny_status=4xx) when denied, with the
 // RateLimit-Policy / RateLimit / X-RateLimit-* / Retry-After headers.
-[[nodiscard]] HttpResponse HandleCheckGet(const ApiContext& context, const HttpRequest& request,
+[[nodiscard]] HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& request,
                                           std::string_view query);
 
 // POST (is_get false) or GET /v1/check with the checks of keys other nodes own forwarded through
 // `router`. Calls `respond` exactly once: at once for a bad request or when every key is local, else
 // when the last forwarded key is decided (on whichever thread that is).
-void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const HttpRequest& request,
+void HandleCheckRouted(const CheckService& context, CheckRouter& router, const HttpRequest& request,
                        std::string_view query, bool is_get, std::function<void(HttpResponse&&)> respond);
 
 // GET /v1/auth?<query> (forward-auth for proxies: nginx auth_request, Traefik, ...): the check of GET
@@ -35,7 +35,8 @@ void HandleCheckRouted(const ApiContext& context, CheckRouter& router, const Htt
 // fail-open or fail-closed rule). AuthHasKey says whether the request names a key (query or key header);
 // without one, AuthWithoutKey answers per ApiOptions::auth_allow_without_key. AuthAnswer turns the
 // GET /v1/check response into the /v1/auth one.
-[[nodiscard]] bool AuthHasKey(const ApiContext& context, const HttpRequest& request, std::string_view query);
+[[nodiscard]] bool AuthHasKey(const CheckService& context, const HttpRequest& request,
+                              std::string_view query);
 [[nodiscard]] HttpResponse AuthAnswer(const ApiOptions& options, HttpResponse&& check);
 [[nodiscard]] HttpResponse AuthWithoutKey(const ApiOptions& options);
 

@@ -5,7 +5,7 @@
 
 #include "api.pb.h"
 #include "node/api/api_test_util.h"
-#include "node/api/ratelimit_headers.h"
+#include "node/service/ratelimit_headers.h"
 
 namespace ringlimit::node {
 namespace {

@@ -7,7 +7,7 @@
 #include <boost/json.hpp>
 #include <string>
 
-#include "node/api/api_json.h"
+#include "node/service/api_json.h"
 
 namespace ringlimit::node {
 namespace {

@@ -2,10 +2,11 @@
 
 #include <string>
 
-#include "node/api/api_context.h"
-#include "node/api/api_error.h"
-#include "node/api/api_json.h"
-#include "node/api/json_writer.h"
+#include "node/http/http_error.h"
+#include "node/service/api_error.h"
+#include "node/service/api_json.h"
+#include "node/service/check_service.h"
+#include "node/service/json_writer.h"
 
 namespace ringlimit::node {
 
@@ -33,7 +34,7 @@ HttpResponse NoCluster() { return ToResponse({ErrorKind::kNotFound, "this node d
 
 }  // namespace
 
-HttpResponse HandleClusterGet(const ApiContext& context) {
+HttpResponse HandleClusterGet(const CheckService& context) {
   if (context.cluster == nullptr) return NoCluster();
   const ClusterView view = context.cluster->Describe();
   std::string body;
@@ -115,7 +116,7 @@ HttpResponse HandleClusterGet(const ApiContext& context) {
   return Json(http::status::ok, std::move(body));
 }
 
-HttpResponse HandleRingGet(const ApiContext& context, std::string_view query) {
+HttpResponse HandleRingGet(const CheckService& context, std::string_view query) {
   if (context.cluster == nullptr) return NoCluster();
   std::string key;
   bool has_key = false;
@@ -154,7 +155,7 @@ HttpResponse HandleRingGet(const ApiContext& context, std::string_view query) {
   return Json(http::status::ok, std::move(body));
 }
 
-HttpResponse HandleRingArcs(const ApiContext& context) {
+HttpResponse HandleRingArcs(const CheckService& context) {
   if (context.cluster == nullptr) return NoCluster();
   const std::vector<RingArcView> arcs = context.cluster->RingArcs();
   std::string body;
@@ -175,7 +176,7 @@ HttpResponse HandleRingArcs(const ApiContext& context) {
   return Json(http::status::ok, std::move(body));
 }
 
-HttpResponse HandleGrants(const ApiContext& context) {
+HttpResponse HandleGrants(const CheckService& context) {
   if (context.cluster == nullptr) return NoCluster();
   constexpr size_t kMaxHotKeys = 100;
   const HotKeysView view = context.cluster->HotKeys(kMaxHotKeys);
@@ -217,7 +218,7 @@ HttpResponse HandleGrants(const ApiContext& context) {
   return Json(http::status::ok, std::move(body));
 }
 
-HttpResponse HandleClusterLeave(const ApiContext& context) {
+HttpResponse HandleClusterLeave(const CheckService& context) {
   if (context.cluster == nullptr) return NoCluster();
   context.cluster->Leave();
   std::string body;

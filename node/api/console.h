@@ -9,7 +9,7 @@
 #ifndef RINGLIMIT_NODE_API_CONSOLE_H_
 #define RINGLIMIT_NODE_API_CONSOLE_H_
 
-#include "node/api/handler.h"
+#include "node/http/handler.h"
 
 namespace ringlimit::node {
 

@@ -1,7 +1,7 @@
-// Forwarding through the API: two real ApiHandlers (each with its own store) joined by a router that
+// Forwarding through the HTTP API: two real ApiHandlers (each with its own store) joined by a router that
 // carries ForwardCheckRequests between them in-process, serialized as on the wire. The peer transport
 // and the ring are tested in node/cluster and tests/cluster; here the API's side of the seam.
-#include "node/api/forwarded.h"
+#include "node/service/forwarded.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "node/api/api_handler.h"
-#include "node/api/cluster_hooks.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
+#include "node/metrics/metrics.h"
+#include "node/service/check_service.h"
+#include "node/service/cluster_hooks.h"
+#include "node/service/policies.h"
 #include "storage/memory_store.h"
 
 namespace ringlimit::node {
@@ -28,14 +29,16 @@ constexpr limiter::TimeNs kNow = 1'699'999'200LL * limiter::kSecond;
 struct TestNode {
   explicit TestNode(std::string id_in)
       : id(std::move(id_in)),
-        handler(
-            store, [] { return kNow; }, policies, metrics) {
-    handler.SetReady(true);
+        service(
+            store, [] { return kNow; }, policies, metrics, ApiOptions{}),
+        handler(service) {
+    service.SetReady(true);
   }
   std::string id;
   storage::MemoryStore store;
   Policies policies;
   Metrics metrics;
+  CheckService service;
   ApiHandler handler;
 };
 
@@ -56,7 +59,7 @@ class PairRouter final : public CheckRouter {
     request.set_from(self_.id);
     *request.add_checks() = std::move(check);
     auto decide = [this, payload = request.SerializeAsString(), done = std::move(done)] {
-      Result<std::string> answer = peer_.handler.DecideForwarded(payload, peer_.id);
+      Result<std::string> answer = DecideForwarded(peer_.service, payload, peer_.id);
       peer::ForwardCheckResponse response;
       if (!answer.ok() || !response.ParseFromString(*answer) || response.results_size() != 1)
         return done(std::nullopt);
@@ -99,7 +102,7 @@ HttpResponse Call(ApiHandler& handler, http::verb method, std::string target, st
 class ForwardedTest : public ::testing::Test {
  protected:
   ForwardedTest() : self_("n1"), peer_("n2"), router_(self_, peer_) {
-    self_.handler.SetCluster(&router_, nullptr);
+    self_.service.SetCluster(&router_, nullptr);
   }
 
   json::array Results(const HttpResponse& r) {
@@ -195,7 +198,7 @@ TEST_F(ForwardedTest, BadRequestsAreRefusedBeforeAnythingIsForwarded) {
 
 TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
   TestNode node("n2");
-  EXPECT_TRUE(node.handler.DecideForwarded("\xff\xff garbage", "n2").status().IsCorruption());
+  EXPECT_TRUE(DecideForwarded(node.service, "\xff\xff garbage", "n2").status().IsCorruption());
   peer::ForwardCheckRequest request;
   peer::ForwardedCheck* check = request.add_checks();
   check->set_key("k");
@@ -204,7 +207,7 @@ TEST(DecideForwardedTest, InvalidSpecsAndGarbage) {
   limit->set_name("default");
   limit->mutable_spec()->set_algorithm(state::ALGORITHM_FIXED_WINDOW);  // limit 0: invalid
   limit->mutable_spec()->set_window_ns(60 * limiter::kSecond);
-  Result<std::string> answer = node.handler.DecideForwarded(request.SerializeAsString(), "n2");
+  Result<std::string> answer = DecideForwarded(node.service, request.SerializeAsString(), "n2");
   ASSERT_TRUE(answer.ok()) << answer.status().ToString();
   peer::ForwardCheckResponse response;
   ASSERT_TRUE(response.ParseFromString(*answer));

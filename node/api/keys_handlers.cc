@@ -1,9 +1,10 @@
 #include "node/api/keys_handlers.h"
 
-#include "node/api/api_context.h"
-#include "node/api/api_error.h"
-#include "node/api/api_json.h"
-#include "node/api/json_writer.h"
+#include "node/http/http_error.h"
+#include "node/service/api_error.h"
+#include "node/service/api_json.h"
+#include "node/service/check_service.h"
+#include "node/service/json_writer.h"
 #include "storage/state_store.h"
 
 namespace ringlimit::node {
@@ -15,7 +16,7 @@ namespace {
 int64_t CeilMs(limiter::DurationNs d) { return d <= 0 ? 0 : (d - 1) / limiter::kMillisecond + 1; }
 
 // Percent-decodes the key of a /v1/keys/ path into *key and validates it.
-std::optional<ApiError> DecodeKey(const ApiContext& context, std::string_view encoded, std::string* key) {
+std::optional<ApiError> DecodeKey(const CheckService& context, std::string_view encoded, std::string* key) {
   if (!PercentDecode(encoded, key))
     return ApiError{ErrorKind::kInvalidField, "key: malformed percent-encoding"};
   if (key->empty()) return ApiError{ErrorKind::kInvalidField, "key: required in the path (/v1/keys/{key})"};
@@ -37,7 +38,7 @@ HttpResponse Json(std::string body) {
 
 }  // namespace
 
-HttpResponse HandleKeysGet(const ApiContext& context, std::string_view encoded_key) {
+HttpResponse HandleKeysGet(const CheckService& context, std::string_view encoded_key) {
   std::string key;
   if (auto error = DecodeKey(context, encoded_key, &key)) return ToResponse(*error);
   const limiter::TimeNs now = context.clock();
@@ -71,7 +72,7 @@ HttpResponse HandleKeysGet(const ApiContext& context, std::string_view encoded_k
   return Json(std::move(body));
 }
 
-HttpResponse HandleKeysDelete(const ApiContext& context, std::string_view encoded_key,
+HttpResponse HandleKeysDelete(const CheckService& context, std::string_view encoded_key,
                               std::string_view query) {
   std::string key;
   if (auto error = DecodeKey(context, encoded_key, &key)) return ToResponse(*error);

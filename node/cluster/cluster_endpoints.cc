@@ -7,13 +7,13 @@
 #include <utility>
 #include <vector>
 
-#include "node/api/metrics.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/cluster/replication_link.h"
 #include "node/cluster/replication_status.h"
 #include "node/forward/forwarder.h"
 #include "node/grants/grant_driver.h"
+#include "node/metrics/metrics.h"
 #include "node/peer/peer_stats.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
@@ -37,8 +37,8 @@ node::ClusterMemberView ToView(const ring::MemberInfo& m, const ring::RingView* 
 
 double Ms(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e6; }
 
-// The Prometheus text format is written by node/api/metrics.h alone; these adapt its calls to the unsigned
-// counters of the cluster's stats.
+// The Prometheus text format is written by node/metrics/metrics.h alone; these adapt its calls to the
+// unsigned counters of the cluster's stats.
 void Metric(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
   node::AppendFamilyHeader(out, name, type, help);
 }

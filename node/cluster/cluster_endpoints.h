@@ -1,4 +1,4 @@
-// ClusterEndpoints: the cluster as the API sees it (node::ClusterInfo, node/api/cluster_hooks.h):
+// ClusterEndpoints: the cluster as the API sees it (node::ClusterInfo, node/service/cluster_hooks.h):
 // GET /v1/cluster, GET /v1/ring, POST /v1/cluster/leave, the cluster part of /readyz and /metrics.
 //
 // Thread safety: every method is safe for concurrent use (it reads the Cluster's snapshots).
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "node/api/cluster_hooks.h"
+#include "node/service/cluster_hooks.h"
 
 namespace ringlimit::replication {
 class HandoffManager;

@@ -12,8 +12,8 @@
 #ifndef RINGLIMIT_NODE_CLUSTER_CLUSTER_FORWARD_HOST_H_
 #define RINGLIMIT_NODE_CLUSTER_CLUSTER_FORWARD_HOST_H_
 
-#include "node/api/metrics.h"
 #include "node/forward/forward_host.h"
+#include "node/metrics/metrics.h"
 
 namespace ringlimit::cluster {
 

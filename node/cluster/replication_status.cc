@@ -7,8 +7,8 @@
 #include <string_view>
 #include <utility>
 
-#include "node/api/metrics.h"
 #include "node/cluster/replication_link.h"
+#include "node/metrics/metrics.h"
 #include "replication/handoff.h"
 #include "replication/replicator.h"
 
@@ -16,7 +16,7 @@ namespace ringlimit::cluster {
 
 namespace {
 
-// The text format is node/api/metrics.h's; these adapt the unsigned counters and the lag gauge to it.
+// The text format is node/metrics/metrics.h's; these adapt the unsigned counters and the lag gauge to it.
 void Sample(std::string* out, std::string_view name, std::string_view labels, uint64_t value) {
   node::AppendSample(out, name, labels, static_cast<int64_t>(value));
 }

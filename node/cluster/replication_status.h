@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "node/api/cluster_hooks.h"
+#include "node/service/cluster_hooks.h"
 
 namespace ringlimit::replication {
 class HandoffManager;

@@ -1,4 +1,4 @@
-// Forwarder: the cluster's CheckRouter (node/api/cluster_hooks.h). It tells the API which keys this
+// Forwarder: the cluster's CheckRouter (node/service/cluster_hooks.h). It tells the API which keys this
 // node decides, sends the checks of the others to the node that decides them over the peer transport
 // (METHOD_FORWARD_CHECK, one ForwardCheckRequest per key; the transport coalesces the messages bound
 // for one owner into shared frames), and serves the checks other nodes forward to this one (Serve).
@@ -101,10 +101,10 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "node/api/cluster_hooks.h"
 #include "node/forward/dedup_cache.h"
 #include "node/forward/forward_host.h"
 #include "node/forward/routing.h"
+#include "node/service/cluster_hooks.h"
 #include "ring/token.h"
 
 namespace ringlimit::replication {

@@ -8,10 +8,11 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gubernator/gubernator.grpc.pb.h"
-#include "node/api/api_handler.h"
-#include "node/api/gubernator_handlers.h"
-#include "node/api/metrics.h"
-#include "node/rls/rls_config.h"
+#include "node/envoy/rls_config.h"
+#include "node/envoy/rls_handlers.h"
+#include "node/gubernator/gubernator_handlers.h"
+#include "node/metrics/metrics.h"
+#include "node/service/check_service.h"
 
 namespace ringlimit::node {
 
@@ -58,8 +59,8 @@ GrpcResult ResultOf(grpc::StatusCode code) {
 
 class GrpcServer::Service final : public rlsv3::RateLimitService::CallbackService {
  public:
-  Service(ApiHandler& handler, rls::RlsConfigHolder& config, Metrics& metrics)
-      : handler_(handler), config_(config), metrics_(metrics) {}
+  Service(CheckService& service, rls::RlsConfigHolder& config, Metrics& metrics)
+      : service_(service), config_(config), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* context,
                                             const rlsv3::RateLimitRequest* request,
@@ -68,26 +69,26 @@ class GrpcServer::Service final : public rlsv3::RateLimitService::CallbackServic
     const auto start = std::chrono::steady_clock::now();
     Metrics& metrics = metrics_;
     // Runs on whichever thread completes the last decision; must not block (Finish does not).
-    handler_.ShouldRateLimit(*request, config_.Current(), response,
-                             [reactor, response, start, &metrics](std::optional<ApiError> error) {
-                               const auto latency = std::chrono::steady_clock::now() - start;
-                               if (error) {
-                                 const grpc::StatusCode code = GrpcCodeOf(error->kind);
-                                 metrics.CountGrpc(GrpcMethod::kShouldRateLimit, ResultOf(code), latency);
-                                 reactor->Finish(grpc::Status(code, error->message));
-                                 return;
-                               }
-                               const bool over =
-                                   response->overall_code() == rlsv3::RateLimitResponse::OVER_LIMIT;
-                               metrics.CountGrpc(GrpcMethod::kShouldRateLimit,
-                                                 over ? GrpcResult::kOverLimit : GrpcResult::kOk, latency);
-                               reactor->Finish(grpc::Status::OK);
-                             });
+    node::ShouldRateLimit(service_, config_.Current(), *request, response,
+                          [reactor, response, start, &metrics](std::optional<ApiError> error) {
+                            const auto latency = std::chrono::steady_clock::now() - start;
+                            if (error) {
+                              const grpc::StatusCode code = GrpcCodeOf(error->kind);
+                              metrics.CountGrpc(GrpcMethod::kShouldRateLimit, ResultOf(code), latency);
+                              reactor->Finish(grpc::Status(code, error->message));
+                              return;
+                            }
+                            const bool over =
+                                response->overall_code() == rlsv3::RateLimitResponse::OVER_LIMIT;
+                            metrics.CountGrpc(GrpcMethod::kShouldRateLimit,
+                                              over ? GrpcResult::kOverLimit : GrpcResult::kOk, latency);
+                            reactor->Finish(grpc::Status::OK);
+                          });
     return reactor;
   }
 
  private:
-  ApiHandler& handler_;
+  CheckService& service_;
   rls::RlsConfigHolder& config_;
   Metrics& metrics_;
 };
@@ -95,7 +96,7 @@ class GrpcServer::Service final : public rlsv3::RateLimitService::CallbackServic
 // Gubernator's V1 on the same port: GetRateLimits with the semantics of POST /v1/GetRateLimits.
 class GrpcServer::GubernatorService final : public pb::gubernator::V1::CallbackService {
  public:
-  GubernatorService(ApiHandler& handler, Metrics& metrics) : handler_(handler), metrics_(metrics) {}
+  GubernatorService(CheckService& service, Metrics& metrics) : service_(service), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* GetRateLimits(grpc::CallbackServerContext* context,
                                           const pb::gubernator::GetRateLimitsReq* request,
@@ -103,21 +104,22 @@ class GrpcServer::GubernatorService final : public pb::gubernator::V1::CallbackS
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     const auto start = std::chrono::steady_clock::now();
     Metrics& metrics = metrics_;
-    handler_.GetRateLimits(
-        *request, response, [reactor, response, start, &metrics](std::optional<ApiError> error) {
-          const auto latency = std::chrono::steady_clock::now() - start;
-          if (error) {
-            const auto code = static_cast<grpc::StatusCode>(GubernatorGrpcCode(error->kind));
-            metrics.CountGrpc(GrpcMethod::kGetRateLimits, ResultOf(code), latency);
-            reactor->Finish(grpc::Status(code, error->message));
-            return;
-          }
-          bool over = false;
-          for (const auto& r : response->responses()) over |= r.status() == pb::gubernator::OVER_LIMIT;
-          metrics.CountGrpc(GrpcMethod::kGetRateLimits, over ? GrpcResult::kOverLimit : GrpcResult::kOk,
-                            latency);
-          reactor->Finish(grpc::Status::OK);
-        });
+    node::GetRateLimits(service_, *request, response,
+                        [reactor, response, start, &metrics](std::optional<ApiError> error) {
+                          const auto latency = std::chrono::steady_clock::now() - start;
+                          if (error) {
+                            const auto code = static_cast<grpc::StatusCode>(GubernatorGrpcCode(error->kind));
+                            metrics.CountGrpc(GrpcMethod::kGetRateLimits, ResultOf(code), latency);
+                            reactor->Finish(grpc::Status(code, error->message));
+                            return;
+                          }
+                          bool over = false;
+                          for (const auto& r : response->responses())
+                            over |= r.status() == pb::gubernator::OVER_LIMIT;
+                          metrics.CountGrpc(GrpcMethod::kGetRateLimits,
+                                            over ? GrpcResult::kOverLimit : GrpcResult::kOk, latency);
+                          reactor->Finish(grpc::Status::OK);
+                        });
     return reactor;
   }
 
@@ -125,7 +127,7 @@ class GrpcServer::GubernatorService final : public pb::gubernator::V1::CallbackS
                                         const pb::gubernator::HealthCheckReq* /*request*/,
                                         pb::gubernator::HealthCheckResp* response) override {
     const auto start = std::chrono::steady_clock::now();
-    handler_.HealthCheck(response);
+    FillHealthCheck(service_, response);
     metrics_.CountGrpc(GrpcMethod::kHealthCheck, GrpcResult::kOk, std::chrono::steady_clock::now() - start);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -133,15 +135,15 @@ class GrpcServer::GubernatorService final : public pb::gubernator::V1::CallbackS
   }
 
  private:
-  ApiHandler& handler_;
+  CheckService& service_;
   Metrics& metrics_;
 };
 
-GrpcServer::GrpcServer(GrpcServerOptions options, ApiHandler& handler, rls::RlsConfigHolder& config,
+GrpcServer::GrpcServer(GrpcServerOptions options, CheckService& service, rls::RlsConfigHolder& config,
                        Metrics& metrics)
     : options_(std::move(options)),
-      service_(std::make_unique<Service>(handler, config, metrics)),
-      gubernator_(std::make_unique<GubernatorService>(handler, metrics)) {}
+      service_(std::make_unique<Service>(service, config, metrics)),
+      gubernator_(std::make_unique<GubernatorService>(service, metrics)) {}
 
 GrpcServer::~GrpcServer() { Stop(); }
 

@@ -1,11 +1,11 @@
 // GrpcServer: the node's gRPC port (--grpc-listen), serving Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and Gubernator's pb.gubernator.V1
 // (GetRateLimits, HealthCheck) with gRPC's callback API. It knows the transport only: each call is handed
-// to ApiHandler (ShouldRateLimit, GetRateLimits, HealthCheck), and its reactor finishes when the routed
-// decisions are in -- a gRPC thread never waits for a forwarded check.
+// to the adapters (node/envoy ShouldRateLimit, node/gubernator GetRateLimits and FillHealthCheck), and its
+// reactor finishes when the routed decisions are in -- a gRPC thread never waits for a forwarded check.
 //
 // Thread safety: Start, Stop and port() must not race with each other; the service itself runs on
-// gRPC's threads. Lifetime: the handler, config holder and metrics must outlive the GrpcServer; Stop
+// gRPC's threads. Lifetime: the service, config holder and metrics must outlive the GrpcServer; Stop
 // (or the destructor) waits for calls in flight, so it must run before they die.
 #ifndef RINGLIMIT_NODE_SERVER_GRPC_SERVER_H_
 #define RINGLIMIT_NODE_SERVER_GRPC_SERVER_H_
@@ -23,7 +23,7 @@ class Server;
 
 namespace ringlimit::node {
 
-class ApiHandler;
+struct CheckService;
 class Metrics;
 namespace rls {
 class RlsConfigHolder;
@@ -50,7 +50,8 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  GrpcServer(GrpcServerOptions options, ApiHandler& handler, rls::RlsConfigHolder& config, Metrics& metrics);
+  GrpcServer(GrpcServerOptions options, CheckService& service, rls::RlsConfigHolder& config,
+             Metrics& metrics);
   ~GrpcServer();
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "node/api/handler.h"
+#include "node/http/handler.h"
 
 namespace ringlimit::node {
 

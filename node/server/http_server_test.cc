@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "node/http/http_error.h"
 #include "tests/support/http_client.h"
 
 namespace ringlimit::node {

@@ -15,14 +15,17 @@
 #include <vector>
 
 #include "node/api/api_handler.h"
-#include "node/api/metrics.h"
-#include "node/api/policies.h"
 #include "node/cluster/cluster_endpoints.h"
 #include "node/cluster/replication_link.h"
+#include "node/envoy/rls_config.h"
 #include "node/grants/grant_rows.h"
-#include "node/rls/rls_config.h"
+#include "node/gubernator/gubernator_handlers.h"
+#include "node/metrics/metrics.h"
 #include "node/server/grpc_server.h"
 #include "node/server/http_server.h"
+#include "node/service/check_service.h"
+#include "node/service/forwarded.h"
+#include "node/service/policies.h"
 #include "replication/asio_executor.h"
 #include "storage/open.h"
 
@@ -54,7 +57,7 @@ unsigned ThreadCount(unsigned requested) {
 }  // namespace
 
 // Declared in dependency order: members are destroyed bottom-up, so the server and its threads go
-// before the handler, and the handler before what it refers to.
+// before the handler, the handler before the service, and the service before what it refers to.
 struct Node::Parts {
   // The HTTP server's options: options.http, single_thread when one thread runs the io_context.
   static ServerOptions HttpOptions(const NodeOptions& options) {
@@ -68,7 +71,8 @@ struct Node::Parts {
         policies(options.policies_path),
         rls_config(options.rls_config_path),
         metrics(options.max_metric_names),
-        handler(*store, SystemClock(), policies, metrics, options.api),
+        service(*store, SystemClock(), policies, metrics, options.api),
+        handler(service),
         io(static_cast<int>(ThreadCount(options.threads))),
         server(io, HttpOptions(options), handler,
                [this](unsigned status, std::chrono::nanoseconds latency, bool from_transport) {
@@ -77,12 +81,16 @@ struct Node::Parts {
                  } else {
                    metrics.ObserveLatency(latency);
                  }
-               }) {}
+               }) {
+    // The protocol adapters that share the HTTP port: Gubernator's JSON gateway.
+    for (HttpRoute& route : GatewayRoutes(service)) handler.AddRoute(std::move(route));
+  }
 
   std::unique_ptr<storage::Store> store;
   Policies policies;
   rls::RlsConfigHolder rls_config;
   Metrics metrics;
+  CheckService service;
   ApiHandler handler;
   boost::asio::io_context io;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
@@ -130,7 +138,7 @@ Status Node::Start() {
     parts_.reset();
     return status;
   }
-  parts_->handler.SetNodeMetrics([server = &parts_->server, store = parts_->store.get(),
+  parts_->service.SetNodeMetrics([server = &parts_->server, store = parts_->store.get(),
                                   limits = options_.storage](std::string* out) {
     AppendStorageMetrics(out, store->Durability());
     AppendFamilyHeader(out, "ringlimit_max_memory_bytes", "gauge",
@@ -158,7 +166,7 @@ Status Node::Start() {
   if (options_.grpc) {
     // After the threads: a failure is undone by the ordinary Stop.
     parts_->grpc =
-        std::make_unique<GrpcServer>(*options_.grpc, parts_->handler, parts_->rls_config, parts_->metrics);
+        std::make_unique<GrpcServer>(*options_.grpc, parts_->service, parts_->rls_config, parts_->metrics);
     if (Status grpc = parts_->grpc->Start(); !grpc.ok()) {
       parts_->grpc.reset();
       Stop();
@@ -166,7 +174,7 @@ Status Node::Start() {
       return grpc;
     }
   }
-  parts_->handler.SetReady(true);
+  parts_->service.SetReady(true);
   spdlog::info("node {} listening on {}://{}:{} ({} threads, max_keys {}, max_memory {} MiB, data_dir {})",
                node_id_, options_.http.tls_cert_file.empty() ? "http" : "https", options_.http.address,
                http_port(), threads, options_.storage.max_keys, options_.storage.max_bytes >> 20,
@@ -177,7 +185,7 @@ Status Node::Start() {
 void Node::Stop() {
   if (!started_) return;
   started_ = false;
-  parts_->handler.SetReady(false);
+  parts_->service.SetReady(false);
   parts_->server.StopAccepting();
   parts_->server.Drain();
   if (parts_->grpc) parts_->grpc->Stop();  // waits for its calls in flight (their forwards still run)
@@ -241,8 +249,7 @@ constexpr std::chrono::milliseconds kGrantTick{50};
 
 void Node::StartGrants() {
   Parts& p = *parts_;
-  p.grant_rows =
-      std::make_unique<cluster::StoreGrantRows>(*p.store, p.handler.contributor(), p.handler.hlc());
+  p.grant_rows = std::make_unique<cluster::StoreGrantRows>(*p.store, p.service.contributor, p.service.hlc);
   cluster::Forwarder& forwarder = *p.forwarder;
   p.grants = std::make_unique<cluster::GrantDriver>(
       *p.forward_host, options_.grants, *p.grant_rows,
@@ -300,7 +307,7 @@ Status Node::StartCluster() {
   // acknowledgement").
   const bool closed = options_.forward.failure_mode == cluster::FailureMode::kClosed;
   replication.ack_majority = closed;
-  replication.contributor = p.handler.contributor();
+  replication.contributor = p.service.contributor;
   if (Status status = replication::Validate(replication); !status.ok())
     return status.WithContext("replication");
   replication::HandoffOptions handoff = options_.handoff;
@@ -344,13 +351,13 @@ Status Node::StartCluster() {
     }
   });
 
-  ApiHandler& handler = p.handler;
+  const CheckService& service = p.service;
   const std::string& self = node_id_;
   p.forward_host = std::make_unique<cluster::ClusterForwardHost>(*p.cluster);
   p.forwarder = std::make_unique<cluster::Forwarder>(
       *p.forward_host, options_.forward,
-      [&handler, &self](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
-        handler.DecideForwarded(request, self, response);
+      [&service, &self](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
+        DecideForwarded(service, request, self, response);
       },
       p.replicator.get(), p.handoff.get());
   p.forward_host->RegisterHandler(*p.forwarder);
@@ -361,7 +368,7 @@ Status Node::StartCluster() {
   p.endpoints->SetReplication(p.replicator.get(), p.handoff.get(), p.link.get());
   p.endpoints->SetGrants(p.grants.get());
   // Before the threads run: no request is handled yet.
-  p.handler.SetCluster(p.forwarder.get(), p.endpoints.get());
+  p.service.SetCluster(p.forwarder.get(), p.endpoints.get());
   if (Status started = p.cluster->Start(); !started.ok()) {
     // Nothing has run yet (the io threads start after this), so the replicator and the handoff have
     // nothing to ship or wait for: dropped at once. Stopping them would wait for an executor that never

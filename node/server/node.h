@@ -24,11 +24,11 @@
 
 #include "base/status.h"
 #include "node/api/api_handler.h"
-#include "node/api/metrics.h"
 #include "node/cluster/cluster.h"
 #include "node/cluster/cluster_forward_host.h"
 #include "node/forward/forwarder.h"
 #include "node/grants/grant_driver.h"
+#include "node/metrics/metrics.h"
 #include "node/server/grpc_server.h"
 #include "node/server/http_server.h"
 #include "replication/handoff.h"
@@ -82,7 +82,7 @@ struct NodeOptions {
   // The gRPC server (Envoy's rate limit service): nullopt = no gRPC port. Default: off.
   std::optional<GrpcServerOptions> grpc;
 
-  // envoyproxy/ratelimit's YAML configuration (node/rls/rls_config.h), read at Start and by
+  // envoyproxy/ratelimit's YAML configuration (node/envoy/rls_config.h), read at Start and by
   // ReloadRlsConfig. Default: empty (no domains: every ShouldRateLimit descriptor is answered OK).
   std::string rls_config_path;
 

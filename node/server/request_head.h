@@ -15,7 +15,7 @@
 #include <optional>
 #include <string_view>
 
-#include "node/api/handler.h"
+#include "node/http/handler.h"
 
 namespace ringlimit::node {
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string_view>
 
+#include "node/http/http_error.h"
 #include "node/server/request_head.h"
 
 namespace ringlimit::node {

@@ -1,4 +1,4 @@
-// Test-only: how the node charges a stored state (node/api/check_engine.cc), for the tests of storage/,
+// Test-only: how the node charges a stored state (node/service/check_engine.cc), for the tests of storage/,
 // replication/ and the benchmarks: limiter::CheckMerged on behalf of one contributor, stamped by one
 // hybrid clock.
 //

@@ -12,8 +12,8 @@
 // node/server/node.cc StartGrants wires them (acknowledged through Forwarder::Decided, ticked every 50 ms,
 // serving the three grant methods). What is written here is the drivers' plumbing (cluster.cc's Apply, over
 // the simulated network) and, until the check service has one home (issue 32, item 2), the check path of
-// node/api/check_engine.cc around the Forwarder (RunRouted for one key: refuse when not routing or refusing
-// to decide, Classify, decide here or Forward, decide here when Forward comes back empty, 503 on
+// node/service/check_engine.cc around the Forwarder (RunRouted for one key: refuse when not routing or
+// refusing to decide, Classify, decide here or Forward, decide here when Forward comes back empty, 503 on
 // CHECK_UNAVAILABLE / CHECK_UNACKED), the deciding of node/api (one limit per key, charged with
 // limiter::CheckMerged at the node's wall-clock time) and the durable tier's periodic flush (to a "disk"
 // map that survives the node).

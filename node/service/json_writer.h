@@ -1,0 +1,61 @@
+// JsonWriter: appends JSON to a std::string without building a DOM (the response hot path).
+// The caller is responsible for well-formedness (commas are inserted automatically inside objects
+// and arrays opened through the writer).
+//
+// Thread safety: a JsonWriter is used by one thread at a time.
+#ifndef RINGLIMIT_NODE_SERVICE_JSON_WRITER_H_
+#define RINGLIMIT_NODE_SERVICE_JSON_WRITER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ringlimit::node {
+
+class JsonWriter {
+ public:
+  // Appends to *out, which must outlive the writer.
+  explicit JsonWriter(std::string* out) : out_(out) {}
+
+  void BeginObject();
+  void EndObject();
+  void BeginArray();
+  void EndArray();
+  // Writes "key": and leaves the writer expecting a value. REQUIRES: `key` needs no JSON escaping
+  // (keys are the schema's field names).
+  void Key(std::string_view key);
+
+  void String(std::string_view value);
+  void Int(int64_t value);
+  void Uint(uint64_t value);
+  void Double(double value);
+  void Bool(bool value);
+
+  // Key + value shortcuts.
+  void Field(std::string_view key, std::string_view value) { Key(key), String(value); }
+  void Field(std::string_view key, const char* value) { Key(key), String(value); }
+  void FieldInt(std::string_view key, int64_t value) { Key(key), Int(value); }
+  void FieldUint(std::string_view key, uint64_t value) { Key(key), Uint(value); }
+  void FieldDouble(std::string_view key, double value) { Key(key), Double(value); }
+  void FieldBool(std::string_view key, bool value) { Key(key), Bool(value); }
+
+ private:
+  void Separate();
+
+  std::string* out_;
+  bool first_ = true;  // no element written yet in the innermost object/array
+};
+
+// Appends `value` as a quoted JSON string (escaping quotes, backslashes and control characters).
+void AppendJsonString(std::string* out, std::string_view value);
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+[[nodiscard]] bool IsValidUtf8(std::string_view s);
+
+// `s` with every byte that does not begin a well-formed UTF-8 sequence replaced by U+FFFD, for text that
+// echoes what a client sent (a JSON string must be valid UTF-8).
+[[nodiscard]] std::string ToValidUtf8(std::string_view s);
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_SERVICE_JSON_WRITER_H_
