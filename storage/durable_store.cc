@@ -43,6 +43,21 @@ std::string PrefixSuccessor(std::string prefix) {
 
 // Least recently used states examined per shard for idleness at every flush interval.
 constexpr size_t kSweepPerFlush = 256;
+// The miss filter (DurableStore::MayHoldLiveRow): its buckets are the tokens' high kBoundBits bits, and the
+// open-time scan reads kScanChunk rows per hold of the database lock.
+constexpr int kBoundBits = 16;
+constexpr size_t kScanChunk = 4096;
+constexpr int64_t kNeverExpires = std::numeric_limits<int64_t>::max();
+
+size_t BoundBucket(ring::Token token) { return static_cast<size_t>(token >> (64 - kBoundBits)); }
+
+// bound = max(bound, value).
+void RaiseTo(std::atomic<int64_t>& bound, int64_t value) {
+  int64_t seen = bound.load(std::memory_order_relaxed);
+  while (seen < value &&
+         !bound.compare_exchange_weak(seen, value, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
 
 // While writes fail: at most one log line this often (the first failure and the recovery always log).
 constexpr std::chrono::seconds kFailureLogEvery{10};
@@ -123,7 +138,12 @@ class DurableStore::Loader final : public MissLoader {
   explicit Loader(DurableStore& store) : store_(store) {}
 
   std::vector<std::optional<StoredState>> Load(std::string_view entity, ring::Token token,
-                                               std::span<const std::string_view> names) override {
+                                               std::span<const std::string_view> names,
+                                               limiter::TimeNs now) override {
+    if (now != kAnyRow && !store_.MayHoldLiveRow(token, now)) {  // every row it could find has expired
+      store_.load_skips_.fetch_add(1, std::memory_order_relaxed);
+      return std::vector<std::optional<StoredState>>(names.size());
+    }
     std::vector<std::string> keys;
     std::vector<rocksdb::Slice> slices;
     keys.reserve(names.size());
@@ -209,7 +229,13 @@ Result<std::unique_ptr<DurableStore>> DurableStore::Open(const StorageOptions& o
 }
 
 DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db)
-    : options_(options), loader_(std::make_unique<Loader>(*this)), db_(std::move(db)) {
+    : options_(options),
+      loader_(std::make_unique<Loader>(*this)),
+      row_bounds_(std::make_unique<std::atomic<int64_t>[]>(size_t{1} << kBoundBits)),
+      db_(std::move(db)) {
+  for (size_t b = 0; b < (size_t{1} << kBoundBits); ++b) {
+    row_bounds_[b].store(std::numeric_limits<int64_t>::min(), std::memory_order_relaxed);
+  }
   MemoryStoreOptions memory;
   memory.max_keys = options.max_keys;
   memory.max_bytes = options.max_bytes;
@@ -223,6 +249,58 @@ DurableStore::DurableStore(const StorageOptions& options, std::unique_ptr<rocksd
   };
   memory_ = std::make_unique<MemoryStore>(std::move(memory));
   flusher_ = std::thread([this] { FlusherLoop(); });
+  scanner_ = std::thread([this] {
+    ScanOpenBound();
+    {
+      std::lock_guard lock(scan_mutex_);
+      scan_done_ = true;
+    }
+    scan_done_cv_.notify_all();
+  });
+}
+
+void DurableStore::TEST_WaitOpenScan() {
+  std::unique_lock lock(scan_mutex_);
+  scan_done_cv_.wait(lock, [this] { return scan_done_; });
+}
+
+bool DurableStore::MayHoldLiveRow(ring::Token token, limiter::TimeNs now) const {
+  return now < open_bound_.load(std::memory_order_acquire) ||
+         now < row_bounds_[BoundBucket(token)].load(std::memory_order_acquire);
+}
+
+void DurableStore::ScanOpenBound() {
+  int64_t bound = std::numeric_limits<int64_t>::min();
+  std::string resume;  // the last key read: the next chunk starts after it
+  bool started = false;
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;  // one pass over every row: not worth the block cache's room
+  while (!stop_scan_.load(std::memory_order_relaxed)) {
+    std::shared_lock db_lock(db_mutex_);
+    if (db_ == nullptr) return;  // closed, or a reopen failed: the bound stays unknown, every miss reads
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+    if (started) {
+      it->Seek(resume);
+      if (it->Valid() && it->key().ToStringView() == resume) it->Next();
+    } else {
+      it->SeekToFirst();
+    }
+    for (size_t n = 0; it->Valid() && n < kScanChunk; it->Next(), ++n) {
+      // A value that does not parse may hold anything: it keeps the bound unknown.
+      bound = std::max(bound, DecodeExpiry(it->value().ToStringView()).value_or(kNeverExpires));
+      resume.assign(it->key().data(), it->key().size());
+      started = true;
+    }
+    if (!it->status().ok()) {
+      spdlog::warn("storage: reading the rows' expiries at open failed ({}); every memory miss reads RocksDB",
+                   it->status().ToString());
+      return;
+    }
+    if (!it->Valid()) {
+      open_bound_.store(bound, std::memory_order_release);
+      return;
+    }
+  }
 }
 
 DurableStore::~DurableStore() { Close(); }
@@ -275,6 +353,8 @@ bool DurableStore::FlushOnce(bool retry_at_once) {
       value.clear();
       AppendStateMessage(r->state, r->expiry, value);
       writes.Put(key, value);
+      // Before the row can be read: a miss of its key (once the state left memory) must read it until then.
+      RaiseTo(row_bounds_[BoundBucket(r->token)], r->expiry);
       ++puts;
     }
   }
@@ -528,6 +608,8 @@ void DurableStore::Close() {
     wake_.notify_one();
   }
   flusher_.join();
+  stop_scan_.store(true, std::memory_order_relaxed);
+  scanner_.join();
   memory_->SweepIdle(WallNow(), std::numeric_limits<size_t>::max());  // leave no idle rows behind
   if (!FlushOnce(true)) {
     spdlog::error("storage: final flush failed; {} states were not written", memory_->DirtyCount());
@@ -552,6 +634,7 @@ DurabilityStats DurableStore::Durability() const {
   stats.write_errors = write_errors_.load(std::memory_order_relaxed);
   stats.loads = loads_.load(std::memory_order_relaxed);
   stats.load_errors = load_errors_.load(std::memory_order_relaxed);
+  stats.load_skips = load_skips_.load(std::memory_order_relaxed);
   stats.dirty = memory_->DirtyCount();
   for (size_t b = 0; b < flush_buckets_.size(); ++b) {
     stats.flush_buckets[b] = flush_buckets_[b].load(std::memory_order_relaxed);

@@ -4,7 +4,8 @@
 // dirty. A flusher thread copies the dirty states out (under each shard's lock, no I/O) every
 // flush_interval and writes them in one WriteBatch with no lock held; a state becomes clean (evictable)
 // only once its batch is written. A miss reads RocksDB outside every lock (lazy: nothing is read at
-// open). Idle and erased states leave pending deletes that the next batch applies; rows whose expiry has
+// open; a miss that could only find expired rows reads nothing, see MayHoldLiveRow). Idle and erased states
+// leave pending deletes that the next batch applies; rows whose expiry has
 // passed are also dropped by a compaction filter. A failed write is logged, counted and retried while the
 // node keeps serving from memory (the states stay dirty and unevicted).
 //
@@ -25,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -77,6 +79,8 @@ class DurableStore final : public Store {
   void TEST_CompactAll();
   // Test hook: the memory tier (to set its scan hook). Valid until Close.
   MemoryStore& TEST_Memory() { return *memory_; }
+  // Test hook: waits until the pass over the rows present at open is over (see MayHoldLiveRow).
+  void TEST_WaitOpenScan();
   // Test hook: how many times the database was closed and opened again after a failed write.
   [[nodiscard]] uint64_t TEST_Reopens() const { return reopens_.load(); }
 
@@ -86,6 +90,13 @@ class DurableStore final : public Store {
  private:
   class Loader;
   DurableStore(const StorageOptions& options, std::unique_ptr<rocksdb::DB> db);
+  // The miss filter. An expired row (expiry <= now) holds a state back at its initial value, which the memory
+  // tier drops and the compaction filter removes: reading it decides nothing. So a miss of a key at `now`
+  // reads RocksDB only when a row of its bucket (the token's high bits) may expire after `now`: one written
+  // since open (row_bounds_, raised before its batch is written) or one present at open (open_bound_).
+  [[nodiscard]] bool MayHoldLiveRow(ring::Token token, limiter::TimeNs now) const;
+  // The scanner thread: reads every row's expiry once, chunk by chunk, and sets open_bound_ to their latest.
+  void ScanOpenBound();
   void FlusherLoop();
   // True when nothing is left dirty or the batch was written. retry_at_once: after a failed write, retry
   // now (Flush, Close) rather than kRetryEvery after the last attempt (the flusher thread).
@@ -106,6 +117,8 @@ class DurableStore final : public Store {
   // Constant after construction.
   const StorageOptions options_;
   std::unique_ptr<Loader> loader_;  // outlives memory_ (declared before it)
+  // Per bucket of keys: no row written since open expires later (INT64_MIN: none written).
+  std::unique_ptr<std::atomic<int64_t>[]> row_bounds_;
   std::unique_ptr<MemoryStore> memory_;
 
   // The database: null while a reopen failed, and after Close. Replaced only with flush_mutex_ held and
@@ -122,6 +135,7 @@ class DurableStore final : public Store {
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> load_errors_{0};
+  std::atomic<uint64_t> load_skips_{0};
   std::atomic<bool> fail_writes_{false};
   std::atomic<int64_t> write_delay_ns_{0};
   // Flush passes that wrote something: durations per kFlushBoundsNs bucket (+Inf last), sum, count.
@@ -145,6 +159,15 @@ class DurableStore final : public Store {
   std::condition_variable wake_;
   bool stop_ = false;
   bool flush_requested_ = false;
+
+  // The pass over the rows present at open: no such row expires after open_bound_ (INT64_MAX until the
+  // pass is over, or for good when it failed).
+  std::atomic<int64_t> open_bound_{std::numeric_limits<int64_t>::max()};
+  std::atomic<bool> stop_scan_{false};
+  std::mutex scan_mutex_;
+  std::condition_variable scan_done_cv_;
+  bool scan_done_ = false;  // protected by scan_mutex_
+  std::thread scanner_;
 
   std::thread flusher_;
   bool closed_ = false;  // only touched by Close (which must not race)

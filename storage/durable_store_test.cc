@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "ring/token.h"
 #include "storage/key_codec.h"
 #include "storage/testing/charge.h"
 
@@ -618,6 +620,77 @@ TEST_F(DurableStoreTest, SecondOpenOfTheSameDirectoryIsAnError) {
   Result<std::unique_ptr<Store>> second = OpenStateStore(options_);
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(second.status().IsIOError()) << second.status().ToString();
+}
+
+// The miss filter: a miss reads RocksDB only while one of the rows it could find has not expired yet.
+TEST_F(DurableStoreTest, AMissReadsRocksDbOnlyWhileARowItCouldFindHasNotExpired) {
+  const limiter::TimeNs t0 = Now();
+  const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 60 * kSecond);  // a unit drains in 6 s
+  options_.max_keys = 1;
+  options_.shards = 1;
+  // "c", "d" and "e" are never written and share no bucket of the filter with "a" or "b".
+  for (const char* other : {"c", "d", "e"}) {
+    ASSERT_NE(ring::RingToken(other) >> 48, ring::RingToken("a") >> 48);
+    ASSERT_NE(ring::RingToken(other) >> 48, ring::RingToken("b") >> 48);
+  }
+  {
+    auto store = Open();
+    store->TEST_WaitOpenScan();                              // an empty directory: no row present at open
+    EXPECT_EQ(Charge(*store, "a", spec, t0).remaining, 9u);  // new keys: misses that skip the read
+    store->Flush();
+    Charge(*store, "b", spec, t0);  // evicts "a", clean since the flush
+    ASSERT_EQ(store->Stats().evictions, 1u);
+    EXPECT_EQ(store->Durability().load_skips, 2u);
+    // Written since open: its bucket of the filter covers the row until it expires.
+    EXPECT_EQ(Charge(*store, "a", spec, t0 + kSecond).remaining, 8u);  // read back, charged on
+    EXPECT_EQ(store->Durability().loads, 1u);
+    EXPECT_EQ(store->Durability().load_skips, 2u);
+    EXPECT_EQ(Charge(*store, "c", spec, t0 + kSecond).remaining, 9u);  // nothing written in its bucket
+    EXPECT_EQ(store->Durability().loads, 1u);
+    EXPECT_EQ(store->Durability().load_skips, 3u);
+  }
+  {
+    // After a restart the rows present at open bound every miss until the last of them has expired.
+    auto store = Open();
+    store->TEST_WaitOpenScan();
+    EXPECT_EQ(Charge(*store, "d", spec, t0 + 2 * kSecond).remaining, 9u);  // looked for: "a" has not expired
+    EXPECT_EQ(store->Durability().load_skips, 0u);
+    EXPECT_EQ(Charge(*store, "a", spec, t0 + 2 * kSecond).remaining, 7u);
+    EXPECT_EQ(store->Durability().loads, 1u);
+  }
+  // An hour later every row has expired (its state is back to the initial one): no miss reads.
+  auto store = Open();
+  store->TEST_WaitOpenScan();
+  EXPECT_EQ(Charge(*store, "a", spec, t0 + 3600 * kSecond).remaining, 9u);
+  EXPECT_EQ(Charge(*store, "e", spec, t0 + 3600 * kSecond).remaining, 9u);
+  EXPECT_EQ(store->Durability().loads, 0u);
+  EXPECT_EQ(store->Durability().load_skips, 2u);
+}
+
+// Short windows, a tiny memory bound and keys coming back after their rows expired: every decision is the
+// one an unbounded memory-only store makes, though some misses read RocksDB and others skip it.
+TEST_F(DurableStoreTest, SkippedMissesDecideAsAnUnboundedStoreDoes) {
+  options_.max_keys = 3;
+  options_.shards = 1;
+  const limiter::TimeNs t0 = Now();
+  auto store = Open();
+  store->TEST_WaitOpenScan();
+  MemoryStore reference;
+  std::mt19937_64 random(7);
+  for (int step = 0; step < 2000; ++step) {
+    const limiter::TimeNs now = t0 + step * 5 * kMillisecond;
+    const Algorithm a = kAlgorithms[random() % std::size(kAlgorithms)];
+    const uint64_t k = random() % 8;
+    const std::string entity = std::string(limiter::AlgorithmName(a)) + ":" + std::to_string(k);
+    const LimitSpec spec = Spec(a, 4, static_cast<limiter::DurationNs>(50 + 50 * (k % 4)) * kMillisecond);
+    const auto got = Charge(*store, entity, spec, now);
+    const auto want = Charge(reference, entity, spec, now);
+    ASSERT_EQ(got.allowed, want.allowed) << entity << " at step " << step;
+    ASSERT_EQ(got.remaining, want.remaining) << entity << " at step " << step;
+    if (step % 7 == 0) store->Flush();  // clean states are evicted by the next keys
+  }
+  EXPECT_GT(store->Durability().loads, 0u);
+  EXPECT_GT(store->Durability().load_skips, 0u);
 }
 
 TEST(OpenStateStoreTest, EmptyDataDirIsMemoryOnly) {

@@ -27,9 +27,11 @@ size_t ShardCount(const MemoryStoreOptions& options) {
   return shards;
 }
 
-// Reads `need` through the loader (no lock held) into `loaded`, replacing what it held.
-void LoadMissing(MissLoader& loader, EntityKey key, const NeedLoad& need, Loaded& loaded) {
-  auto results = loader.Load(key.entity, key.token, need.names);
+// Reads `need` through the loader (no lock held) into `loaded`, replacing what it held; `now` as
+// MissLoader::Load's.
+void LoadMissing(MissLoader& loader, EntityKey key, const NeedLoad& need, limiter::TimeNs now,
+                 Loaded& loaded) {
+  auto results = loader.Load(key.entity, key.token, need.names, now);
   loaded.asked.assign(need.names.begin(), need.names.end());
   loaded.states.clear();
   for (auto& r : results) {
@@ -116,7 +118,7 @@ void MemoryStore::Update(std::string_view entity, std::span<const Slot> slots, l
   for (;;) {
     auto outcome = shard.Update(key, slots, now, fn, loaded, observer_ != nullptr);
     if (outcome.need) {
-      LoadMissing(*options_.loader, key, *outcome.need, loaded);
+      LoadMissing(*options_.loader, key, *outcome.need, now, loaded);
       continue;
     }
     if (outcome.pressure && options_.on_pressure) options_.on_pressure();
@@ -192,7 +194,8 @@ bool MemoryStore::Absorb(std::string_view entity, const StoredState& state) {
   for (;;) {
     auto outcome = shard.Absorb(key, state, loaded);
     if (outcome.need) {
-      LoadMissing(*options_.loader, key, *outcome.need, loaded);
+      // A copy's merge needs every row, expired or not (no `now` to judge them by).
+      LoadMissing(*options_.loader, key, *outcome.need, MissLoader::kAnyRow, loaded);
       continue;
     }
     if (outcome.pressure && options_.on_pressure) options_.on_pressure();

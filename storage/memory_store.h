@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,9 +52,15 @@ class MissLoader {
  public:
   virtual ~MissLoader() = default;
 
-  // The stored state of each (entity, names[i]) or nullopt when there is none.
-  [[nodiscard]] virtual std::vector<std::optional<StoredState>> Load(
-      std::string_view entity, ring::Token token, std::span<const std::string_view> names) = 0;
+  // `now` for Load: read every row, expired or not.
+  static constexpr limiter::TimeNs kAnyRow = std::numeric_limits<limiter::TimeNs>::min();
+
+  // The stored state of each (entity, names[i]) or nullopt when there is none. A row whose expiry is at or
+  // before `now` (its state is back to the initial one) may be reported as absent without reading it.
+  [[nodiscard]] virtual std::vector<std::optional<StoredState>> Load(std::string_view entity,
+                                                                     ring::Token token,
+                                                                     std::span<const std::string_view> names,
+                                                                     limiter::TimeNs now) = 0;
 
   // Every stored state of `entity`.
   [[nodiscard]] virtual std::vector<StoredState> LoadEntity(std::string_view entity, ring::Token token) = 0;

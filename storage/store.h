@@ -83,6 +83,7 @@ struct DurabilityStats {
   uint64_t write_errors = 0;    // failed batch writes (retried on the next flush)
   uint64_t loads = 0;           // states loaded from disk on a memory miss
   uint64_t load_errors = 0;     // failed disk reads (served as if absent, logged)
+  uint64_t load_skips = 0;      // misses answered "absent" without a read: every row they could find expired
   uint64_t dirty = 0;           // states changed in memory and not yet on disk (gauge)
   // Flush passes that had something to write, successful or not: how long each took, from collecting
   // the dirty states to acknowledging them (kFlushBoundsNs, then +Inf; per bucket, not cumulative).

@@ -5,8 +5,11 @@
 #
 #   bench/http/profile.sh            # about 2 minutes; prints a table and the top functions of each server
 #   RINGLIMITD=/path/to/ringlimitd bench/http/profile.sh
+#   DATA_DIR=1 bench/http/profile.sh # also ringlimitd --data-dir (RocksDB write-back): issue 38's instruction
+#                                    # target for write-back, the flusher's thread and RocksDB's included
 #
-# For each server (nginx: one process, master_process off; ringlimitd: --threads 1, memory only):
+# For each server (nginx: one process, master_process off; ringlimitd: --threads 1, memory only; with DATA_DIR=1
+# also ringlimitd-data: the same with --data-dir on a fresh directory):
 #   instructions  callgrind with instrumentation off at start; switched on (callgrind_control -i on) for
 #                 $CG_SECONDS s of `wrk -t1 -c8` over $KEYS uniform keys after a 3 s warm-up, then divided by
 #                 the requests wrk completed. Valgrind runs the server ~50x slower, so wrk is not the bound.
@@ -84,8 +87,13 @@ start() {
     server_pid=$!
   else
     rm -f "$work/port.json"
+    local data=()
+    if [[ $server == ringlimitd-data ]]; then
+      rm -rf "$work/rocksdb"
+      data=(--data-dir "$work/rocksdb")
+    fi
     taskset -c 1 "$@" "$ringlimitd" --listen 127.0.0.1:0 --peer-listen 127.0.0.1:0 --port-file "$work/port.json" \
-      --threads 1 --log-level warn --max-keys 2000000 >"$work/server.log" 2>&1 &
+      --threads 1 --log-level warn --max-keys 2000000 "${data[@]}" >"$work/server.log" 2>&1 &
     server_pid=$!
     local deadline=$((SECONDS + 60))
     until [[ -s "$work/port.json" ]]; do
@@ -109,8 +117,10 @@ wrk_requests() {
   taskset -c 0 wrk -t1 -c"$1" -d"$2"s -s "$work/keys.lua" "$url" | awk '/requests in/ { print $1 }'
 }
 
+servers=(nginx ringlimitd)
+[[ ${DATA_DIR:-0} == 1 ]] && servers+=(ringlimitd-data)
 declare -A instructions syscalls
-for server in nginx ringlimitd; do
+for server in "${servers[@]}"; do
   log "$server under callgrind: ${cg_seconds} s of wrk -c8"
   out="$work/$server.callgrind"
   start "$server" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out"
@@ -148,12 +158,16 @@ echo "ringlimit check-path profile (issue 14): $(date -u +%Y-%m-%dT%H:%M:%SZ), G
 echo
 echo "| server | user-space instructions per request (callgrind) | system calls per request (strace -c) |"
 echo "|---|---:|---|"
-for server in nginx ringlimitd; do
+for server in "${servers[@]}"; do
   echo "| $server | ${instructions[$server]} | ${syscalls[$server]% } |"
 done
 awk -v a="${instructions[ringlimitd]}" -v b="${instructions[nginx]}" \
   'BEGIN { printf "\nringlimitd / nginx, user-space instructions per request: %.2fx\n", a / b }'
-for server in nginx ringlimitd; do
+if [[ -n ${instructions[ringlimitd-data]:-} ]]; then
+  awk -v a="${instructions[ringlimitd-data]}" -v b="${instructions[ringlimitd]}" \
+    'BEGIN { printf "ringlimitd --data-dir / memory-only, user-space instructions per request: %.2fx (issue 38: <= 1.10x)\n", a / b }'
+fi
+for server in "${servers[@]}"; do
   echo
   echo "$server: top functions by own instructions (callgrind_annotate; per request = total / requests)"
   awk '/^-+$/ { dashes++; next } dashes >= 5 && NF > 0 { print "  " $0; if (++shown == 15) exit }' \

@@ -91,6 +91,9 @@ void AppendStorageMetrics(std::string* out, const storage::DurabilityStats& stat
   counter("ringlimit_storage_deleted_rows_total", "RocksDB rows deleted (idle or erased states).",
           stats.deleted_rows);
   counter("ringlimit_storage_loads_total", "States read back from RocksDB on a memory miss.", stats.loads);
+  counter("ringlimit_storage_load_skips_total",
+          "Memory misses answered without reading RocksDB: every row they could find had expired.",
+          stats.load_skips);
   counter("ringlimit_storage_load_errors_total", "Failed reads from RocksDB (the state served as new).",
           stats.load_errors);
   AppendFamilyHeader(out, "ringlimit_storage_flush_duration_seconds", "histogram",
