@@ -270,16 +270,18 @@ bool DurableStore::MayHoldLiveRow(ring::Token token, limiter::TimeNs now) const 
 }
 
 void DurableStore::ScanOpenBound() {
+  const auto started = std::chrono::steady_clock::now();
+  uint64_t rows = 0;
   int64_t bound = std::numeric_limits<int64_t>::min();
   std::string resume;  // the last key read: the next chunk starts after it
-  bool started = false;
+  bool resumed = false;
   rocksdb::ReadOptions read;
   read.fill_cache = false;  // one pass over every row: not worth the block cache's room
   while (!stop_scan_.load(std::memory_order_relaxed)) {
     std::shared_lock db_lock(db_mutex_);
     if (db_ == nullptr) return;  // closed, or a reopen failed: the bound stays unknown, every miss reads
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
-    if (started) {
+    if (resumed) {
       it->Seek(resume);
       if (it->Valid() && it->key().ToStringView() == resume) it->Next();
     } else {
@@ -289,7 +291,8 @@ void DurableStore::ScanOpenBound() {
       // A value that does not parse may hold anything: it keeps the bound unknown.
       bound = std::max(bound, DecodeExpiry(it->value().ToStringView()).value_or(kNeverExpires));
       resume.assign(it->key().data(), it->key().size());
-      started = true;
+      resumed = true;
+      ++rows;
     }
     if (!it->status().ok()) {
       spdlog::warn("storage: reading the rows' expiries at open failed ({}); every memory miss reads RocksDB",
@@ -298,6 +301,10 @@ void DurableStore::ScanOpenBound() {
     }
     if (!it->Valid()) {
       open_bound_.store(bound, std::memory_order_release);
+      spdlog::info(
+          "storage: read the expiries of the {} rows present at open in {} ms", rows,
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+              .count());
       return;
     }
   }
