@@ -624,7 +624,9 @@ TEST_F(DurableStoreTest, SecondOpenOfTheSameDirectoryIsAnError) {
 
 // The miss filter: a miss reads RocksDB only while one of the rows it could find has not expired yet.
 TEST_F(DurableStoreTest, AMissReadsRocksDbOnlyWhileARowItCouldFindHasNotExpired) {
-  const limiter::TimeNs t0 = Now();
+  // An hour ahead of the wall clock, which the flusher's idle sweep reads: however slowly the test runs
+  // (a sanitizer build), the sweep never finds a state idle that the checks' own clock does not.
+  const limiter::TimeNs t0 = Now() + 3600 * kSecond;
   const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 60 * kSecond);  // a unit drains in 6 s
   options_.max_keys = 1;
   options_.shards = 1;
@@ -672,7 +674,9 @@ TEST_F(DurableStoreTest, AMissReadsRocksDbOnlyWhileARowItCouldFindHasNotExpired)
 TEST_F(DurableStoreTest, SkippedMissesDecideAsAnUnboundedStoreDoes) {
   options_.max_keys = 3;
   options_.shards = 1;
-  const limiter::TimeNs t0 = Now();
+  // An hour ahead of the wall clock, which the flusher's idle sweep reads: however slowly the test runs
+  // (a sanitizer build), the sweep never finds a state idle that the checks' own clock does not.
+  const limiter::TimeNs t0 = Now() + 3600 * kSecond;
   auto store = Open();
   store->TEST_WaitOpenScan();
   MemoryStore reference;
