@@ -4,10 +4,10 @@
 // dirty. A flusher thread copies the dirty states out (under each shard's lock, no I/O) every
 // flush_interval and writes them in one WriteBatch with no lock held; a state becomes clean (evictable)
 // only once its batch is written. A miss reads RocksDB outside every lock (lazy: nothing is read at
-// open; a miss that could only find expired rows reads nothing, see MayHoldLiveRow). Idle and erased states
-// leave pending deletes that the next batch applies; rows whose expiry has
-// passed are also dropped by a compaction filter. A failed write is logged, counted and retried while the
-// node keeps serving from memory (the states stay dirty and unevicted).
+// open; a miss that could only find expired rows reads nothing, see MayHoldLiveRow). Idle and erased
+// states leave pending deletes that the next batch applies; rows whose expiry has passed are also dropped
+// by a compaction filter. A failed write is logged, counted and retried while the node keeps serving from
+// memory (the states stay dirty and unevicted).
 //
 // A failed write leaves RocksDB unusable for writes (its background error; its write-ahead-log writer
 // must not be used again), so the retry does not write to that database: once the data directory has room

@@ -42,6 +42,10 @@ limiter::TimeNs Now() {
       .count();
 }
 
+// An hour ahead of the wall clock, which the flusher's idle sweep reads: however slowly a test runs (a
+// sanitizer build), the sweep never finds a state idle that the test's own clock does not.
+limiter::TimeNs AheadOfTheSweep() { return Now() + 3600 * kSecond; }
+
 LimitSpec Spec(Algorithm algorithm, uint64_t limit, limiter::DurationNs window) {
   LimitSpec spec;
   spec.algorithm = algorithm;
@@ -624,9 +628,7 @@ TEST_F(DurableStoreTest, SecondOpenOfTheSameDirectoryIsAnError) {
 
 // The miss filter: a miss reads RocksDB only while one of the rows it could find has not expired yet.
 TEST_F(DurableStoreTest, AMissReadsRocksDbOnlyWhileARowItCouldFindHasNotExpired) {
-  // An hour ahead of the wall clock, which the flusher's idle sweep reads: however slowly the test runs
-  // (a sanitizer build), the sweep never finds a state idle that the checks' own clock does not.
-  const limiter::TimeNs t0 = Now() + 3600 * kSecond;
+  const limiter::TimeNs t0 = AheadOfTheSweep();
   const LimitSpec spec = Spec(Algorithm::kTokenBucket, 10, 60 * kSecond);  // a unit drains in 6 s
   options_.max_keys = 1;
   options_.shards = 1;
@@ -674,9 +676,7 @@ TEST_F(DurableStoreTest, AMissReadsRocksDbOnlyWhileARowItCouldFindHasNotExpired)
 TEST_F(DurableStoreTest, SkippedMissesDecideAsAnUnboundedStoreDoes) {
   options_.max_keys = 3;
   options_.shards = 1;
-  // An hour ahead of the wall clock, which the flusher's idle sweep reads: however slowly the test runs
-  // (a sanitizer build), the sweep never finds a state idle that the checks' own clock does not.
-  const limiter::TimeNs t0 = Now() + 3600 * kSecond;
+  const limiter::TimeNs t0 = AheadOfTheSweep();
   auto store = Open();
   store->TEST_WaitOpenScan();
   MemoryStore reference;
