@@ -585,6 +585,39 @@ TEST_P(MergeAllAlgorithms, PromotedStatesCompactBackOnceTheOtherRecordExpires) {
   }
 }
 
+// A key's records grow from one to three in one step, whether the second decider's record arrives by its
+// own check or by a merge: a state with a third contributor has not moved out of a two-record block (which
+// would stay free in the heap: issue 39), and a state with one record keeps a block of one.
+TEST_P(MergeAllAlgorithms, RecordsGrowFromOneToThreeInOneStep) {
+  LimitSpec spec = Spec(GetParam(), 100, kSecond);
+  spec.burst = GetParam() == Algorithm::kGcra ? 99 : 0;  // a capacity of 100 as the others
+  HybridClock clock(0);
+  MergeState by_check;
+  (void)CheckMerged(spec, by_check, 1, clock.Now(kT0), At(kT0, 1));
+  ASSERT_EQ(by_check.contributions.size(), 1u);
+  EXPECT_EQ(by_check.contributions.capacity(), 1u);
+  (void)CheckMerged(spec, by_check, 2, clock.Now(kT0 + 1), At(kT0 + 1, 1));
+  ASSERT_EQ(by_check.contributions.size(), 2u);
+  EXPECT_EQ(by_check.contributions.capacity(), 3u);
+  const Contribution* block = by_check.contributions.data();
+  (void)CheckMerged(spec, by_check, 3, clock.Now(kT0 + 2), At(kT0 + 2, 1));
+  ASSERT_EQ(by_check.contributions.size(), 3u);
+  EXPECT_EQ(by_check.contributions.data(), block);
+
+  MergeState by_merge, second, third;
+  (void)CheckMerged(spec, by_merge, 1, clock.Now(kT0 + 3), At(kT0 + 3, 1));
+  (void)CheckMerged(spec, second, 2, clock.Now(kT0 + 4), At(kT0 + 4, 1));
+  (void)CheckMerged(spec, third, 3, clock.Now(kT0 + 5), At(kT0 + 5, 1));
+  ASSERT_TRUE(MergeInto(by_merge, second));
+  EXPECT_EQ(by_merge.contributions.capacity(), 3u);
+  block = by_merge.contributions.data();
+  ASSERT_TRUE(MergeInto(by_merge, third));
+  ASSERT_EQ(by_merge.contributions.size(), 3u);
+  EXPECT_EQ(by_merge.contributions.data(), block);
+  EXPECT_EQ(PeekMerged(spec, by_merge, At(kT0 + 5, 1)).remaining,
+            PeekMerged(spec, by_check, At(kT0 + 5, 1)).remaining);
+}
+
 INSTANTIATE_TEST_SUITE_P(Merge, MergeAllAlgorithms, ::testing::ValuesIn(testing::AllAlgorithms()),
                          testing::ParamName);
 

@@ -46,6 +46,7 @@ size_t HeapStateBytes(const limiter::MergeState& s) {
   };
   vector(s.base.included.capacity(), sizeof(limiter::Included));
   vector(s.contributions.capacity(), sizeof(limiter::Contribution));
+  vector(s.grants.records.capacity(), sizeof(limiter::GrantRecord));
   for (const limiter::Contribution& c : s.contributions) {
     vector(c.cells.capacity(), sizeof(limiter::Cell));
     vector(c.stamps.capacity(), sizeof(limiter::TimeNs));

@@ -139,15 +139,19 @@ double Block(size_t bytes) {
 // The closed form of a key in the heap form with `contributors` records of `units` units each: the entry and
 // its accounting word (84 B), its share of the hash set (~10 B at 1 M keys), the MergeState block, the
 // records' block, and per record its stamps (sliding_log: 8 B a unit) or cells (sliding_window: 16 B a live
-// sub-bucket) block; vectors grown one element at a time hold a power of two. 0 for the algorithms whose
-// states pack.
+// sub-bucket) block; vectors grown one element at a time hold a power of two, but the records' holds one,
+// then three (limiter/merge.cc MakeRoomForRecord), then a power of two. 0 for the algorithms whose states
+// pack.
 double Formula(limiter::Algorithm algorithm, size_t contributors, size_t units) {
   size_t per_unit = 0;
   if (algorithm == limiter::Algorithm::kSlidingLog) per_unit = sizeof(limiter::TimeNs);
   if (algorithm == limiter::Algorithm::kSlidingWindow) per_unit = sizeof(limiter::Cell);
   if (per_unit == 0) return 0;
   return 84 + 10 + Block(sizeof(limiter::MergeState)) +
-         Block(std::bit_ceil(contributors) * sizeof(limiter::Contribution)) +
+         Block((contributors == 1   ? 1
+                : contributors <= 3 ? 3
+                                    : std::bit_ceil(contributors)) *
+               sizeof(limiter::Contribution)) +
          static_cast<double>(contributors) * Block(std::bit_ceil(units) * per_unit);
 }
 
