@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "limiter/arith.h"
@@ -840,6 +841,35 @@ bool CheckAllMerged(std::span<const LimitSpec* const> specs, std::span<MergeStat
   return admitted;
 }
 
+namespace {
+
+// MergedIdleAt of a sliding_log state without materialising it (the memory tier's idle sweep judges two
+// states on every update; the merged log it would build costs an allocation and a merge of every record's
+// stamps): what IdleAtWith says of MaterializeLog's state -- the log of the window ending at the state's
+// newest instant, judged there. Empty (or a limit that keeps no stamp): that instant; else its newest stamp
+// plus the window.
+TimeNs LogIdleAt(const LimitSpec& spec, const MergeState& m) {
+  const TimeNs oldest = SatTime(static_cast<i128>(m.newest) - spec.window + 1);
+  std::optional<TimeNs> newest_stamp;
+  for (const Contribution& c : m.contributions) {
+    if (Absorbed(m.base, c)) {
+      continue;
+    }
+    const auto to = std::upper_bound(c.stamps.begin(), c.stamps.end(), m.newest);
+    if (to == c.stamps.begin() || *(to - 1) < oldest) {
+      continue;
+    }
+    newest_stamp = std::max(newest_stamp.value_or(kMinTime), *(to - 1));
+  }
+  if (!newest_stamp || ComputeCapacities(spec, 0.).max * internal::kCountDeniedFactor == 0) {
+    return m.newest;
+  }
+  return SatTime(static_cast<i128>(m.newest) +
+                 internal::SatDuration(static_cast<i128>(*newest_stamp) + spec.window - m.newest));
+}
+
+}  // namespace
+
 TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state) {
   for (const GrantRecord& g : state.grants.records) {
     if (!g.settled) {
@@ -848,6 +878,9 @@ TimeNs MergedIdleAt(const LimitSpec& spec, const MergeState& state) {
   }
   if (state.algorithm != spec.algorithm) {
     return kMinTime;
+  }
+  if (spec.algorithm == Algorithm::kSlidingLog) {
+    return LogIdleAt(spec, state);
   }
   return IdleOf(spec, MaterializeAll(spec, state), ComputeCapacities(spec, 0.));
 }

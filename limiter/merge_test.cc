@@ -585,6 +585,39 @@ TEST_P(MergeAllAlgorithms, PromotedStatesCompactBackOnceTheOtherRecordExpires) {
   }
 }
 
+// sliding_log's MergedIdleAt is computed from the records without materialising the merged log (the idle
+// sweep's fast path): the same instant as IdleAt of the materialised state, for copies decided, merged and
+// collected in random orders, judged under their own spec and under a narrower and a wider window.
+TEST(MergeLogIdle, MergedIdleAtIsIdleAtOfTheMaterializedLog) {
+  for (LimitSpec spec : Configs(Algorithm::kSlidingLog)) {
+    for (uint64_t seed : kSeeds) {
+      std::array<MergeState, 3> copies;
+      std::mt19937_64 rng(seed);
+      int step = 0;
+      for (const Op& op : RandomOps(seed, 200, 3)) {
+        const auto node = static_cast<size_t>(op.node);
+        (void)CheckMerged(spec, copies[node], 100 + node, HlcTick(0, op.t) + static_cast<Hlc>(step),
+                          At(op.t, op.cost == 0 ? 1 : op.cost));
+        if (rng() % 3 == 0) {
+          (void)MergeInto(copies[node], copies[rng() % 3]);
+        }
+        if (rng() % 4 == 0) {
+          Collect(spec, copies[node]);
+        }
+        for (DurationNs window : {spec.window, spec.window / 3, 5 * spec.window}) {
+          LimitSpec judged = spec;
+          judged.window = window;
+          for (const MergeState& copy : copies) {
+            ASSERT_EQ(MergedIdleAt(judged, copy), IdleAt(judged, Materialize(judged, copy)))
+                << "seed " << seed << " step " << step << " window " << window;
+          }
+        }
+        ++step;
+      }
+    }
+  }
+}
+
 // A key's records grow from one to three in one step, whether the second decider's record arrives by its
 // own check or by a merge: a state with a third contributor has not moved out of a two-record block (which
 // would stay free in the heap: issue 39), and a state with one record keeps a block of one.
