@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/allocator.h"
 #include "storage/memory_shard.h"
 #include "storage/testing/charge.h"
 
@@ -51,6 +52,16 @@ limiter::Decision Charge(StateStore& store, std::string_view entity, std::string
                  decision = ChargeMerged(spec, *states[0], limiter::Request{cost, now, 0.});
                });
   return decision;
+}
+
+// ringlimitd fixes glibc's mmap and trim thresholds at start (storage/allocator.h): the call takes effect
+// wherever glibc's allocator serves the process (a sanitizer's allocator ignores mallopt).
+TEST(AllocatorTest, FixesGlibcThresholds) {
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_TRUE(FixAllocatorThresholds());
+#else
+  GTEST_SKIP() << "not glibc's allocator (a sanitizer's, or another libc)";
+#endif
 }
 
 TEST(MemoryStoreTest, UpdateCreatesAndBumpsVersions) {

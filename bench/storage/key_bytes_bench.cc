@@ -41,6 +41,7 @@
 
 #include "limiter/hlc.h"
 #include "limiter/merge.h"
+#include "storage/allocator.h"
 #include "storage/memory_store.h"
 
 namespace {
@@ -303,6 +304,7 @@ int CheckPath(const Args& args) {
 
 int main(int argc, char** argv) {
   const Args args = Parse(argc, argv);
+  (void)storage::FixAllocatorThresholds();  // as ringlimitd does
   if (args.check_path) return CheckPath(args);
   std::vector<limiter::Algorithm> algorithms = {
       limiter::Algorithm::kTokenBucket,    limiter::Algorithm::kGcra,

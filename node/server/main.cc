@@ -19,6 +19,7 @@
 #include "node/server/file_watcher.h"
 #include "node/server/flags.h"
 #include "node/server/node.h"
+#include "storage/allocator.h"
 
 namespace {
 
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", spdlog::pattern_time_type::utc);
   }
   for (const std::string& warning : flags.warnings) spdlog::warn("{}", warning);
+  if (!ringlimit::storage::FixAllocatorThresholds()) {
+    spdlog::debug("allocator: mmap and trim thresholds not fixed (not glibc's malloc)");
+  }
 
   // Signals are handled on this thread's io_context (installed before the node starts, so a signal
   // can never take the default action once the port file exists); the node serves on its own threads.
