@@ -76,7 +76,7 @@ ClusterActions ClusterPlanner::Receive(MonoTime now, int64_t received_wall_ns, c
   ClusterActions actions;
   if (!membership_) return actions;
   Process(now, received_wall_ns, membership_->Receive(now, message), actions);
-  // After the membership's events (which forget the clocks of members that joined or came back): an Ack
+  // After the membership's events (which forget the clocks of members that left): an Ack
   // answering this node's Ping is a sample of its sender's clock.
   if (message.type == ring::MessageType::kAck && message.echo_wall_ns != 0 && message.wall_ns != 0 &&
       message.from != options_.node_id) {
@@ -162,13 +162,12 @@ void ClusterPlanner::JudgeClock(MonoTime now, int64_t wall_ns, ClusterActions& a
       offsets_changed = true;
     }
   }
-  if (measured != offsets_.size()) {  // members no longer measured (or gone) leave the map
-    std::erase_if(offsets_, [&](const auto& entry) {
-      const std::optional<ring::OffsetEstimate> estimate = clocks_.Estimate(entry.first, now);
-      return !estimate ||
-             std::find(clock_members_.begin(), clock_members_.end(), entry.first) == clock_members_.end();
-    });
-    offsets_changed = true;
+  if (measured != offsets_.size()) {
+    // Members no longer measured leave the map; one out of the ring (dead) stays while its estimate does, so
+    // that its late forwards are judged (above).
+    const size_t before = offsets_.size();
+    std::erase_if(offsets_, [&](const auto& entry) { return !clocks_.Estimate(entry.first, now); });
+    offsets_changed = offsets_changed || offsets_.size() != before;
   }
   if (offsets_changed) ++offsets_version_;
   const ring::ClockHealth before = clocks_.health();
@@ -226,8 +225,12 @@ void ClusterPlanner::Process(MonoTime now, int64_t wall_ns, ring::MembershipOutp
         m.id != options_.node_id) {
       actions.disconnect.push_back(m.peer_address);
     }
-    // Dead, gone or back from a restart: its clock may not be the one measured.
-    if (event.kind != ring::MemberEventKind::kSuspect && event.kind != ring::MemberEventKind::kLeaving &&
+    // Gone: nothing more to judge of its clock. A member declared dead, or back (refuted, or restarted),
+    // keeps its estimate while its samples are within max_age: forwards it sent into a partition may reach
+    // this node only after the heal, out of TCP's retransmission queue, and are judged against it (Forwarder,
+    // "Deadlines"). A restart under another clock shows in its first sample, which then replaces the others
+    // (ring::ClockOffsets::Add); until then a forward whose send time reads minutes off is not judged.
+    if ((event.kind == ring::MemberEventKind::kLeft || event.kind == ring::MemberEventKind::kForgotten) &&
         m.id != options_.node_id) {
       clocks_.Forget(m.id);
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace ringlimit::cluster {
@@ -84,6 +85,48 @@ TEST_F(ClusterPlannerTest, ADeathRumourAfterARefutedSuspicionTakesTheRangesInAga
   death.updates = {Info("a", 5, ring::MemberState::kDead)};
   EXPECT_EQ(CatchUps(planner_.Receive(now_, kWall, death), "a"), 1u);
   EXPECT_EQ(CatchUps(planner_.Receive(now_, kWall, death), "a"), 0u) << "the same rumour again";
+}
+
+// A member's clock estimate outlives its death and its return: forwards it sent into a partition reach this
+// node after the heal and are judged against it (Forwarder, "Deadlines"). It goes when the member leaves.
+TEST_F(ClusterPlannerTest, AClockEstimateOutlivesDeathAndReturnButNotLeaving) {
+  ring::Message ack;
+  ack.type = ring::MessageType::kAck;
+  ack.seq = 0;  // a clock ping's Ack: only a sample
+  ack.from = "b";
+  ack.from_address = "peer/b";
+  ack.echo_wall_ns = kWall - 1'000'000;  // this node's Ping, sent 1 ms before
+  ack.wall_ns = kWall + 5'000'000'000;   // b's clock 5 s ahead
+  (void)planner_.Receive(now_, kWall, ack);
+  (void)Tick(milliseconds(10));
+  auto offset_of_b = [&]() -> std::optional<std::chrono::nanoseconds> {
+    auto it = planner_.offsets().find("b");
+    if (it == planner_.offsets().end()) return std::nullopt;
+    return it->second.offset;
+  };
+  ASSERT_TRUE(offset_of_b().has_value());
+  const std::chrono::nanoseconds measured = *offset_of_b();
+  EXPECT_GT(measured, std::chrono::milliseconds(4'990));
+
+  ring::Message rumour;
+  rumour.type = ring::MessageType::kAck;
+  rumour.seq = 999'997;
+  rumour.from = "c";
+  rumour.from_address = "peer/c";
+  rumour.updates = {Info("c", 3), Info("b", 7, ring::MemberState::kDead)};
+  (void)planner_.Receive(now_, kWall, rumour);
+  (void)Tick(milliseconds(10));
+  EXPECT_EQ(offset_of_b(), measured) << "dead";
+
+  rumour.updates = {Info("b", 8)};
+  (void)planner_.Receive(now_, kWall, rumour);
+  (void)Tick(milliseconds(10));
+  EXPECT_EQ(offset_of_b(), measured) << "back";
+
+  rumour.updates = {Info("b", 9, ring::MemberState::kLeft)};
+  (void)planner_.Receive(now_, kWall, rumour);
+  (void)Tick(milliseconds(10));
+  EXPECT_FALSE(offset_of_b().has_value()) << "left";
 }
 
 }  // namespace

@@ -351,6 +351,13 @@ std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest
   // refused by every holder, decided from its own copy, which lacked what they admitted meanwhile
   // (gray clock_skew_*: over-admission in the default mode, a refused check under --failure-mode closed).
   if (offset->uncertainty.count() > wait_ns / 4) return std::nullopt;
+  // A send time that reads minutes away from now was not taken on the clock measured: the sender restarted
+  // under another one (a member keeps its estimate across a restart until its first new sample, which then
+  // replaces it; ClusterPlanner). Not judged.
+  constexpr int64_t kStepped = int64_t{300} * 1'000'000'000;
+  const int64_t sent_here = request.sent_wall_ns() - offset->offset.count();
+  if (sent_here < host_.WallNowNs() - kStepped || sent_here > host_.WallNowNs() + kStepped)
+    return std::nullopt;
   // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
   // that reading; a quarter of the wait is left for the answer's way back.
   return request.sent_wall_ns() - offset->offset.count() - offset->uncertainty.count() + wait_ns -

@@ -56,7 +56,11 @@
 // with the attempt in its socket, or it sat in a queue) charges nothing and refuses it: the sender has
 // already sent it on to the next holder, which charges it. The cut-off leaves a quarter of the wait (and
 // the offset's uncertainty) for the answer's way back. A sender whose offset is not measured, or measured
-// less precisely than a quarter of the wait (a probe answered across a pause), is not judged.
+// less precisely than a quarter of the wait (a probe answered across a pause), is not judged, nor is a send
+// time that reads minutes from now (a sender restarted under another clock). A member keeps its estimate
+// while it is declared dead and when it is back (ClusterPlanner): forwards a node sent into a partition
+// reach their receivers after the heal, out of TCP's retransmission queue, and are refused, not charged
+// again at every node they reach.
 //
 // Pause: a node that sees it was just paused (Cluster::Paused) decides nothing for a moment: its client
 // checks go to the key's other holders first (it decides them itself only if none answers), checks
