@@ -356,12 +356,11 @@ std::optional<int64_t> Forwarder::SenderDeadline(const peer::ForwardCheckRequest
   // replaces it; ClusterPlanner). Not judged.
   constexpr int64_t kStepped = int64_t{300} * 1'000'000'000;
   const int64_t sent_here = request.sent_wall_ns() - offset->offset.count();
-  if (sent_here < host_.WallNowNs() - kStepped || sent_here > host_.WallNowNs() + kStepped)
-    return std::nullopt;
+  const int64_t now = host_.WallNowNs();
+  if (sent_here < now - kStepped || sent_here > now + kStepped) return std::nullopt;
   // The send time read on this node's clock (the sender's minus its offset), early by the uncertainty of
   // that reading; a quarter of the wait is left for the answer's way back.
-  return request.sent_wall_ns() - offset->offset.count() - offset->uncertainty.count() + wait_ns -
-         wait_ns / 4;
+  return sent_here - offset->uncertainty.count() + wait_ns - wait_ns / 4;
 }
 
 bool Forwarder::SenderGaveUp(const peer::ForwardCheckRequest& request) const {
