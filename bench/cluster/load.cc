@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -16,19 +17,41 @@ namespace ringlimit::bench {
 namespace net = boost::asio;
 using net::ip::tcp;
 
-uint64_t CpuTicks(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+ProcessCounters ReadCounters(pid_t pid) {
+  ProcessCounters c;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream in(dir + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto paren = stat.rfind(')');  // the command name may contain spaces
-  if (paren == std::string::npos) return 0;
+  if (paren == std::string::npos) return c;
   std::istringstream fields(stat.substr(paren + 2));
   std::string field;
-  uint64_t utime = 0, stime = 0;
   for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
+    if (i == 14) c.user_ticks = std::stoull(field);
+    if (i == 15) c.sys_ticks = std::stoull(field);
   }
-  return utime + stime;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      for (std::string_view name : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+        if (line.rfind(name, 0) == 0) c.switches += std::strtoull(line.c_str() + name.size(), nullptr, 10);
+      }
+    }
+  }
+  return c;
+}
+
+ProcessCounters TotalCounters(const std::vector<Target>& targets) {
+  ProcessCounters total;
+  for (const auto& t : targets) total += ReadCounters(t.pid);
+  return total;
+}
+
+uint64_t CpuTicks(pid_t pid) {
+  const ProcessCounters c = ReadCounters(pid);
+  return c.user_ticks + c.sys_ticks;
 }
 
 uint64_t TotalCpuTicks(const std::vector<Target>& targets) {

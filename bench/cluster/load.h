@@ -45,6 +45,8 @@ struct PhaseResult {
   uint64_t late = 0;        // --rate: requests sent after their due time (the nodes did not keep up)
   bool quiet = true;        // --callgrind: the nodes were quiet when instrumentation went on and off
   uint64_t cpu_ticks = 0;   // utime + stime of all node processes over the interval
+  uint64_t sys_ticks = 0;   // ... of which stime: in the kernel (system calls, the loopback's TCP, wake-ups)
+  uint64_t switches = 0;    // context switches of all node threads over the interval (CPU-time mode)
   std::vector<uint32_t> latencies_us;
   std::vector<CallgrindCounts> node_counts;  // --callgrind: per node (order of the targets), all rounds
   // --callgrind: all nodes' instructions / the checks answered, per round.
@@ -84,7 +86,34 @@ struct PhaseResult {
   double CpuUsPerCheck() const {
     return checks == 0 ? 0 : cpu_ticks * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK)) / checks;
   }
+  // The kernel's share of CPU time (0 to 1).
+  double SysShare() const { return cpu_ticks == 0 ? 0 : sys_ticks / static_cast<double>(cpu_ticks); }
+  double SwitchesPerCheck() const { return checks == 0 ? 0 : switches / static_cast<double>(checks); }
 };
+
+// What the node processes used, read from /proc: CPU time in clock ticks and context switches.
+struct ProcessCounters {
+  uint64_t user_ticks = 0;  // utime (field 14 of /proc/<pid>/stat)
+  uint64_t sys_ticks = 0;   // stime (field 15)
+  uint64_t switches =
+      0;  // voluntary + involuntary context switches of every thread (/proc/<pid>/task/*/status)
+
+  ProcessCounters& operator+=(const ProcessCounters& o) {
+    user_ticks += o.user_ticks;
+    sys_ticks += o.sys_ticks;
+    switches += o.switches;
+    return *this;
+  }
+  // Over an interval: this (at its end) less `start`.
+  void AddSince(const ProcessCounters& start, PhaseResult& r) const {
+    r.cpu_ticks += (user_ticks + sys_ticks) - (start.user_ticks + start.sys_ticks);
+    r.sys_ticks += sys_ticks - start.sys_ticks;
+    r.switches += switches - start.switches;
+  }
+};
+// The counters of `pid` (zeros for what cannot be read), and of all the targets' processes.
+ProcessCounters ReadCounters(pid_t pid);
+ProcessCounters TotalCounters(const std::vector<Target>& targets);
 
 // utime + stime of `pid` in clock ticks (fields 14 and 15 of /proc/<pid>/stat); 0 if it cannot be read.
 uint64_t CpuTicks(pid_t pid);
