@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <set>
+#include <span>
 #include <utility>
 
 namespace ringlimit::replication {
@@ -116,7 +117,7 @@ std::vector<TokenRange> ScanWindows(const std::vector<TokenRange>& ranges) {
   return windows;
 }
 
-bool InList(const std::vector<const ring::RingMember*>& list, std::string_view id) {
+bool InList(std::span<const ring::RingMember* const> list, std::string_view id) {
   return std::any_of(list.begin(), list.end(), [&](const ring::RingMember* m) { return m->id == id; });
 }
 

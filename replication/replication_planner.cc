@@ -258,7 +258,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   sync_keys_.clear();
 
   ReachableCache reachable(view);
-  std::vector<const ring::RingMember*> pref;
+  ring::RingView::MemberList pref;
   auto preference = [&](std::string_view key) {
     pref.clear();
     if (view.ring != nullptr) pref = view.ring->PreferenceList(ring::RingToken(key), options_.replicas);
@@ -444,7 +444,7 @@ std::vector<ReplicationPlanner::Quorum> ReplicationPlanner::MajorityTargets(
     if (std::find(seen.begin(), seen.end(), ring->fingerprint()) != seen.end()) continue;
     seen.push_back(ring->fingerprint());
     const uint32_t bit = 1U << quorums.size();
-    const std::vector<const ring::RingMember*> holders = ring->PreferenceList(token, options_.replicas);
+    const ring::RingView::MemberList holders = ring->PreferenceList(token, options_.replicas);
     Quorum q;
     const size_t majority = holders.size() / 2 + 1;
     const bool self_holds = std::any_of(holders.begin(), holders.end(),

@@ -157,8 +157,8 @@ const RingMember* RingView::Owner(Token token) const {
   return i < 0 ? nullptr : &members_[i];
 }
 
-std::vector<const RingMember*> RingView::PreferenceList(Token token, size_t r) const {
-  std::vector<const RingMember*> out;
+RingView::MemberList RingView::PreferenceList(Token token, size_t r) const {
+  MemberList out;
   if (positions_.empty() || r == 0) return out;
   const size_t want = std::min(r, members_.size());
   out.reserve(want);
@@ -189,7 +189,7 @@ std::vector<TokenRange> RingView::HeldRanges(std::string_view id, size_t r) cons
   std::vector<TokenRange> out;
   if (MemberIndex(id) < 0) return out;
   for (const Segment& s : Segments(positions_, vnode_member_)) {
-    const std::vector<const RingMember*> list = PreferenceList(s.range.first, r);
+    const MemberList list = PreferenceList(s.range.first, r);
     if (std::none_of(list.begin(), list.end(), [&](const RingMember* m) { return m->id == id; })) continue;
     if (!out.empty() && out.back().last + 1 == s.range.first) {
       out.back().last = s.range.last;

@@ -16,6 +16,7 @@
 #ifndef RINGLIMIT_RING_RING_VIEW_H_
 #define RINGLIMIT_RING_RING_VIEW_H_
 
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -123,8 +124,11 @@ class RingView {
   [[nodiscard]] const RingMember* Owner(Token token) const;
 
   // The owner of `token` followed by the next distinct members clockwise: min(r, members) entries,
-  // all different, the owner first. Empty for an empty ring or r == 0.
-  [[nodiscard]] std::vector<const RingMember*> PreferenceList(Token token, size_t r) const;
+  // all different, the owner first. Empty for an empty ring or r == 0. Held inline up to kInlineMembers
+  // entries: no allocation per call on the check path (routing, the replication pass).
+  static constexpr size_t kInlineMembers = 7;
+  using MemberList = boost::container::small_vector<const RingMember*, kInlineMembers>;
+  [[nodiscard]] MemberList PreferenceList(Token token, size_t r) const;
 
   // The fraction of the token space that `id` owns (0 if it is not a member). Sums to 1 over members.
   [[nodiscard]] double OwnedShare(std::string_view id) const;
