@@ -238,13 +238,13 @@ class QuietWait : public std::enable_shared_from_this<QuietWait> {
 
  private:
   void Watch() {
-    ticks_ = TotalCpuTicks(targets_);
+    ticks_ = TotalCounters(targets_).cpu_ticks();
     timer_.expires_after(kQuietWindow);
     timer_.async_wait([self = shared_from_this()](boost::system::error_code) { self->Check(); });
   }
 
   void Check() {
-    const uint64_t ticks = TotalCpuTicks(targets_);
+    const uint64_t ticks = TotalCounters(targets_).cpu_ticks();
     if (ticks - ticks_ <= kQuietTicks) return then_(true);
     if (Clock::now() >= deadline_) return then_(false);
     Watch();
@@ -272,8 +272,9 @@ void MeasureRound(net::io_context& io, Phase& phase, const std::vector<Target>& 
     phase.measuring = false;
     phase.stopping = true;
   };
-  auto finish = [&, give_up, round](Clock::time_point start, uint64_t cpu_start, uint64_t checks_before) {
-    phase.result.cpu_ticks += TotalCpuTicks(targets) - cpu_start;
+  auto finish = [&, give_up, round](Clock::time_point start, const ProcessCounters& cpu_start,
+                                    uint64_t checks_before) {
+    TotalCounters(targets).AddSince(cpu_start, phase.result);
     phase.result.seconds += std::chrono::duration<double>(Clock::now() - start).count();
     phase.measuring = false;
     WhenQuiet(io, targets, [&, give_up, round, checks_before](bool quiet) {
@@ -298,7 +299,7 @@ void MeasureRound(net::io_context& io, Phase& phase, const std::vector<Target>& 
     WhenQuiet(io, targets, [&, end, give_up, finish](bool quiet) {
       phase.result.quiet = phase.result.quiet && quiet;
       if (auto started = callgrind.Start(); !started) return give_up(started.error());
-      const uint64_t cpu_start = TotalCpuTicks(targets);
+      const ProcessCounters cpu_start = TotalCounters(targets);
       const uint64_t checks_before = phase.result.checks;
       const Clock::time_point start = Clock::now();
       phase.measuring = true;

@@ -49,17 +49,6 @@ ProcessCounters TotalCounters(const std::vector<Target>& targets) {
   return total;
 }
 
-uint64_t CpuTicks(pid_t pid) {
-  const ProcessCounters c = ReadCounters(pid);
-  return c.user_ticks + c.sys_ticks;
-}
-
-uint64_t TotalCpuTicks(const std::vector<Target>& targets) {
-  uint64_t total = 0;
-  for (const auto& t : targets) total += CpuTicks(t.pid);
-  return total;
-}
-
 // A keep-alive connection with one request in flight at a time.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:

@@ -95,9 +95,10 @@ struct PhaseResult {
 struct ProcessCounters {
   uint64_t user_ticks = 0;  // utime (field 14 of /proc/<pid>/stat)
   uint64_t sys_ticks = 0;   // stime (field 15)
-  uint64_t switches =
-      0;  // voluntary + involuntary context switches of every thread (/proc/<pid>/task/*/status)
+  // voluntary + involuntary context switches of every thread (/proc/<pid>/task/*/status)
+  uint64_t switches = 0;
 
+  [[nodiscard]] uint64_t cpu_ticks() const { return user_ticks + sys_ticks; }
   ProcessCounters& operator+=(const ProcessCounters& o) {
     user_ticks += o.user_ticks;
     sys_ticks += o.sys_ticks;
@@ -106,7 +107,7 @@ struct ProcessCounters {
   }
   // Over an interval: this (at its end) less `start`.
   void AddSince(const ProcessCounters& start, PhaseResult& r) const {
-    r.cpu_ticks += (user_ticks + sys_ticks) - (start.user_ticks + start.sys_ticks);
+    r.cpu_ticks += cpu_ticks() - start.cpu_ticks();
     r.sys_ticks += sys_ticks - start.sys_ticks;
     r.switches += switches - start.switches;
   }
@@ -114,11 +115,6 @@ struct ProcessCounters {
 // The counters of `pid` (zeros for what cannot be read), and of all the targets' processes.
 ProcessCounters ReadCounters(pid_t pid);
 ProcessCounters TotalCounters(const std::vector<Target>& targets);
-
-// utime + stime of `pid` in clock ticks (fields 14 and 15 of /proc/<pid>/stat); 0 if it cannot be read.
-uint64_t CpuTicks(pid_t pid);
-// The same summed over the targets' processes.
-uint64_t TotalCpuTicks(const std::vector<Target>& targets);
 
 class Connection;
 
