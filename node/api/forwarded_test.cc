@@ -52,6 +52,12 @@ class PairRouter final : public CheckRouter {
   void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const override {
     for (size_t i = 0; i < keys.size(); ++i) remote[i] = keys[i].starts_with("b:") ? 1 : 0;
   }
+  // Keys starting with "b:hot" are admitted from a slice here while `slice_left` is set.
+  std::optional<uint64_t> DecideAtEntry(const EntryCheck& check) override {
+    offered.push_back(std::string(check.key) + "/" + std::string(check.name));
+    if (!check.key.starts_with("b:hot") || !slice_left) return std::nullopt;
+    return *slice_left;
+  }
   void Forward(peer::ForwardedCheck check, ForwardDone done) override {
     ++forwarded;
     if (peer_down) return done(std::nullopt);
@@ -75,6 +81,8 @@ class PairRouter final : public CheckRouter {
   bool peer_down = false;
   bool async = false;
   int forwarded = 0;
+  std::optional<uint64_t> slice_left;
+  std::vector<std::string> offered;  // key/name of every check offered to DecideAtEntry
 
  private:
   TestNode& self_;
@@ -162,6 +170,33 @@ TEST_F(ForwardedTest, GetCarriesTheOwnerHeader) {
            "/v1/check?key=b:7&limit=1&window_ms=60000&algorithm=fixed_window");
   EXPECT_EQ(r.result_int(), 429);
   EXPECT_EQ(json::parse(r.body()).at("results").at(0).at("owner").as_string(), "n2");
+}
+
+TEST_F(ForwardedTest, AOneLimitCheckIsOfferedToASliceBeforeItIsForwarded) {
+  // Declined: forwarded as usual, decided by the owner.
+  HttpResponse r = Call(self_.handler, http::verb::get,
+                        "/v1/check?key=b:hot&limit=10&window_ms=60000&algorithm=fixed_window");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r["RateLimit-Owner"], "n2");
+  EXPECT_EQ(router_.forwarded, 1);
+  EXPECT_EQ(router_.offered, (std::vector<std::string>{"b:hot/default"}));
+  // Admitted from a slice: answered here, with this node as the owner and what the slices have left, and
+  // nothing forwarded or charged at the owner.
+  router_.slice_left = 6;
+  r = Call(self_.handler, http::verb::get,
+           "/v1/check?key=b:hot&limit=10&window_ms=60000&algorithm=fixed_window");
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r["RateLimit-Owner"], "n1");
+  EXPECT_EQ(r["X-RateLimit-Remaining"], "6");
+  EXPECT_EQ(router_.forwarded, 1);
+  json::array direct = Results(Call(peer_.handler, http::verb::get,
+                                    "/v1/check?key=b:hot&limit=10&window_ms=60000&algorithm=fixed_window"));
+  EXPECT_EQ(direct[0].at("remaining").as_int64(), 8) << "the owner was charged once, by the forward";
+  // Local keys and a key's several limits (all-or-nothing at its decider) are never offered.
+  router_.offered.clear();
+  Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));
+  EXPECT_TRUE(router_.offered.empty());
+  EXPECT_EQ(router_.forwarded, 2);
 }
 
 TEST_F(ForwardedTest, AnUnreachableOwnerFallsBackToThisNode) {

@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "node/peer/peer_status.h"
+#include "node/service/cluster_hooks.h"
 #include "peer.pb.h"
 #include "replication/routing_table.h"
 #include "ring/clock_offset.h"
@@ -83,10 +84,10 @@ class ForwardHost {
 class EntryDecider {
  public:
   virtual ~EntryDecider() = default;
-  // `check` enters this node and `decider` decides its key: the result when it is decided here, nullopt
-  // to forward it as usual.
-  [[nodiscard]] virtual std::optional<peer::ForwardedResult> TryLocal(const peer::ForwardedCheck& check,
-                                                                      std::string_view decider) = 0;
+  // `check` enters this node and `decider` decides its key: when it is admitted here, the units this
+  // node can still admit of the key; nullopt to forward it as usual.
+  [[nodiscard]] virtual std::optional<uint64_t> DecideHere(const node::EntryCheck& check,
+                                                           std::string_view decider) = 0;
 };
 
 }  // namespace ringlimit::cluster

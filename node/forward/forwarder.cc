@@ -424,14 +424,13 @@ void Forwarder::Forward(peer::ForwardedCheck check, ForwardDone done) {
     done(std::move(refused));
     return;
   }
-  if (grants_ != nullptr && check.hops() <= 1) {
-    const std::string decider = DeciderOf(ring::RingToken(check.key()));
-    if (std::optional<peer::ForwardedResult> local = grants_->TryLocal(check, decider)) {
-      done(std::move(*local));
-      return;
-    }
-  }
   ForwardBefore(std::move(check), 0, std::move(done));
+}
+
+std::optional<uint64_t> Forwarder::DecideAtEntry(const node::EntryCheck& check) {
+  // (Under the forward_503 mutation every check goes to Forward, which refuses it.)
+  if (grants_ == nullptr || mutation::Is(mutation::Mutation::kForward503)) return std::nullopt;
+  return grants_->DecideHere(check, DeciderOf(ring::RingToken(check.key)));
 }
 
 void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_ns, ForwardDone done) {

@@ -86,8 +86,9 @@
 // mode waits there for a replica's acknowledgement).
 //
 // Quota grants (--grants, node/grants/grant_driver.h): when an EntryDecider (the GrantDriver) is set, a
-// client's check entering here is first offered to it (Forward): a check it admits from a slice this node
-// holds is answered at once, with this node as its owner; every other check is forwarded as above.
+// client's check of one limit entering here is first offered to it (DecideAtEntry, before Forward, with
+// the check's plain fields): a check it admits from a slice this node holds is answered at once, with this
+// node as its owner; every other check is forwarded as above.
 //
 // Thread safety: every method is safe for concurrent use (when the host's are). Completions run where the
 // host's Call completes (peer transport threads on a node).
@@ -210,6 +211,7 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] uint32_t EnterDecisions() const override;
   void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const override;
+  [[nodiscard]] std::optional<uint64_t> DecideAtEntry(const node::EntryCheck& check) override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) override;
 

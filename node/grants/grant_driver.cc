@@ -87,21 +87,26 @@ void GrantDriver::NoteKnown(std::string_view pkey, const GrantKey& key, std::str
   k.last_seen = std::max(k.last_seen, now);
 }
 
-std::string GrantDriver::PlannerKey(std::string_view key, std::string_view name) {
-  std::string out;
+void GrantDriver::PlannerKeyInto(std::string_view key, std::string_view name, std::string& out) {
+  out.clear();
   out.reserve(key.size() + 1 + name.size());
   out.append(key);
   out.push_back('\0');  // entity keys and names never hold a NUL
   out.append(name);
+}
+
+std::string GrantDriver::PlannerKey(std::string_view key, std::string_view name) {
+  std::string out;
+  PlannerKeyInto(key, name, out);
   return out;
 }
 
-double GrantDriver::ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost,
+double GrantDriver::ObserveRate(Shard& shard, std::string_view pkey, uint64_t cost,
                                 std::chrono::nanoseconds now) {
   auto it = shard.rates.find(pkey);
   if (it == shard.rates.end()) {
     if (shard.rates.size() >= std::max<size_t>(1, options_.max_tracked_keys / kShards)) return 0;
-    it = shard.rates.emplace(pkey, Rate{now, 0, 0}).first;
+    it = shard.rates.emplace(std::string(pkey), Rate{now, 0, 0}).first;
   }
   Rate& r = it->second;
   const std::chrono::nanoseconds w = options_.rate_window;
@@ -133,19 +138,16 @@ void GrantDriver::FenceIf(bool paused, Shard& shard, std::chrono::nanoseconds no
   Append(out, shard.planner.Fence(now, now + options_.planner.margin));
 }
 
-std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::ForwardedCheck& check,
-                                                           std::string_view decider) {
-  if (check.limits_size() != 1 || check.cost() == 0 || decider.empty() || decider == host_.self_id()) {
+std::optional<uint64_t> GrantDriver::DecideHere(const node::EntryCheck& check, std::string_view decider) {
+  // (Headroom matters to dynamic mode only, which is not lent.)
+  if (check.spec == nullptr || check.cost == 0 || check.reset || decider.empty() ||
+      decider == host_.self_id() || !DriverLends(*check.spec)) {
     return std::nullopt;
   }
-  const peer::NamedLimit& limit = check.limits(0);
-  // (Headroom matters to dynamic mode only, which is not lent.)
-  if (limit.reset() || (limit.has_cost() && limit.cost() != check.cost())) return std::nullopt;
-  Result<limiter::LimitSpec> spec = limiter::SpecFromProto(limit.spec());
-  if (!spec.ok() || !DriverLends(spec.value())) return std::nullopt;
-
   const std::chrono::nanoseconds now = host_.SteadyNow();
-  const std::string pkey = PlannerKey(check.key(), limit.name());
+  // The planner key is built in this thread's buffer: nothing below calls back in before it is done with.
+  thread_local std::string pkey;
+  PlannerKeyInto(check.key, check.name, pkey);
   GrantActions actions;
   uint64_t left = 0;
   {
@@ -154,16 +156,19 @@ std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::Forwarded
     std::lock_guard<std::mutex> lock(shard.mu);
     FenceIfPaused(shard, now, actions);
     if (!shard.fenced) {
-      const double rate = ObserveRate(shard, pkey, check.cost(), now);
-      GrantActions checked = shard.planner.Check(now, pkey, check.cost(), rate, true);
+      const double rate = ObserveRate(shard, pkey, check.cost, now);
+      GrantActions checked = shard.planner.Check(now, pkey, check.cost, rate, true);
       auto known = shard.known.find(pkey);
       if (!checked.requests.empty() && known == shard.known.end()) {
         known = shard.known.emplace(pkey, Known{}).first;
       }
       if (known != shard.known.end()) {
+        // Assigned in place: the same key, name and owner check after check copy nothing.
         Known& k = known->second;
-        k.key = GrantKey{check.key(), limit.name(), spec.value()};
-        k.owner = std::string(decider);
+        if (k.key.key != check.key) k.key.key.assign(check.key);
+        if (k.key.name != check.name) k.key.name.assign(check.name);
+        k.key.spec = *check.spec;
+        if (k.owner != decider) k.owner.assign(decider);
         k.last_seen = now;
       }
       actions.local = checked.local;
@@ -174,16 +179,7 @@ std::optional<peer::ForwardedResult> GrantDriver::TryLocal(const peer::Forwarded
   const bool local = actions.local.has_value();
   Execute(std::move(actions));
   if (!local) return std::nullopt;
-  peer::ForwardedResult result;
-  result.set_check_id(check.check_id());
-  result.set_status(peer::CHECK_OK);
-  result.set_owner(host_.self_id());
-  result.set_allowed(true);
-  peer::LimitDecision* d = result.add_decisions();
-  d->set_allowed(true);
-  d->set_limit(spec.value().limit);
-  d->set_remaining(left);  // what this node's slices can still admit (the key's own figure is the owner's)
-  return result;
+  return left;
 }
 
 void GrantDriver::Execute(GrantActions actions) {

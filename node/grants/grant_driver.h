@@ -2,7 +2,7 @@
 // docs/limiter.md "Quota grants", behind --grants (off by default).
 //
 //   entry node (holder)                                      the key's owner
-//   Forwarder::Forward(check) --TryLocal--> decided from a slice here (no round trip)
+//   Forwarder::DecideAtEntry(check) --DecideHere--> decided from a slice here (no round trip)
 //                               \-> forwarded as before;  SendRequest --METHOD_GRANT_REQUEST-->  Serve
 //                                                          <-- GrantReply (after the row is acked) --
 //   Tick / Fence / expiry       --METHOD_GRANT_RELEASE-->  Serve: SettleMerged in the key's row
@@ -149,10 +149,12 @@ class GrantDriver final : public EntryDecider {
   GrantDriver(const GrantDriver&) = delete;
   GrantDriver& operator=(const GrantDriver&) = delete;
 
-  // Holder: `check` enters this node and `decider` decides its key. Returns the result when the check is
-  // admitted from a slice here (owner: this node), nullopt to forward it as usual. May send grant messages.
-  [[nodiscard]] std::optional<peer::ForwardedResult> TryLocal(const peer::ForwardedCheck& check,
-                                                              std::string_view decider) override;
+  // Holder: `check` enters this node and `decider` decides its key. When the check is admitted from a
+  // slice here (its owner: this node), returns the units this node's slices of the key can still admit;
+  // nullopt: forward it as usual. Counts the check towards the key's rate here; may send grant messages.
+  // No allocation once the key is known (the request path of every check a node forwards).
+  [[nodiscard]] std::optional<uint64_t> DecideHere(const node::EntryCheck& check,
+                                                   std::string_view decider) override;
 
   // Serves a grant method (METHOD_GRANT_REQUEST, _RELEASE, _RECALL): calls `respond` exactly once with the
   // encoded answer, or a failure (kRemoteError) when `payload` does not parse; possibly later, on another
@@ -219,6 +221,8 @@ class GrantDriver final : public EntryDecider {
 
   // The planner's key for one limit of one entity key.
   [[nodiscard]] static std::string PlannerKey(std::string_view key, std::string_view name);
+  // The same into `out` (its storage reused).
+  static void PlannerKeyInto(std::string_view key, std::string_view name, std::string& out);
   [[nodiscard]] Shard& ShardOf(std::string_view pkey) const;
   // The key of planner key `pkey` as last seen (and whom a holder asked, into `owner`), or nullopt.
   [[nodiscard]] std::optional<GrantKey> KnownKey(std::string_view pkey, std::string* owner = nullptr) const;
@@ -226,7 +230,7 @@ class GrantDriver final : public EntryDecider {
   void NoteKnown(std::string_view pkey, const GrantKey& key, std::string_view owner,
                  std::chrono::nanoseconds now);
   // Under shard.mu: the key's rate of checks here, counting `cost` now.
-  double ObserveRate(Shard& shard, const std::string& pkey, uint64_t cost, std::chrono::nanoseconds now);
+  double ObserveRate(Shard& shard, std::string_view pkey, uint64_t cost, std::chrono::nanoseconds now);
   // Under shard.mu: the pause fence, once per pause.
   void FenceIfPaused(Shard& shard, std::chrono::nanoseconds now, GrantActions& out);
   // The same with the pause judgement given (Tick judges it once for all shards).

@@ -100,17 +100,9 @@ limiter::LimitSpec Spec(limiter::Algorithm algorithm, uint64_t limit) {
   return s;
 }
 
-peer::ForwardedCheck Check(const limiter::LimitSpec& spec, uint64_t id) {
-  peer::ForwardedCheck c;
-  c.set_check_id(id);
-  c.set_key("hot");
-  c.set_cost(1);
-  c.set_hops(1);
-  peer::NamedLimit* l = c.add_limits();
-  l->set_name("t");
-  limiter::SpecToProto(spec, l->mutable_spec());
-  l->set_cost(1);
-  return c;
+// A check of `spec` on `key` (state name "t", cost 1) as it enters a node (CheckBatch::DecidedAtEntry's).
+node::EntryCheck Check(const limiter::LimitSpec& spec, std::string_view key = "hot") {
+  return node::EntryCheck{key, "t", &spec, 1};
 }
 
 // A holder "h", the owner "o" (the only member of the ring: it decides every key) and its rows.
@@ -176,10 +168,7 @@ class GrantDriverTest : public ::testing::Test {
     Tally t;
     for (int i = 0; i < checks; ++i) {
       net_.now += milliseconds(1);
-      std::optional<peer::ForwardedResult> r = holder_->TryLocal(Check(spec, i), "o");
-      if (r) {
-        EXPECT_TRUE(r->allowed());
-        EXPECT_EQ(r->owner(), "h");
+      if (holder_->DecideHere(Check(spec), "o")) {
         ++t.local;
       } else if (OwnerDecides(spec)) {
         ++t.at_owner;
@@ -384,9 +373,8 @@ TEST_F(GrantDriverTest, ManyHotKeysAcrossTheShardsAreEachDecidedFromTheirOwnSlic
   for (int i = 0; i < 200; ++i) {
     net_.now += milliseconds(1);
     for (int k = 0; k < kKeys; ++k) {
-      peer::ForwardedCheck c = Check(spec, static_cast<uint64_t>(i));
-      c.set_key("hot-" + std::to_string(k));
-      local += holder_->TryLocal(c, "o").has_value() ? 1 : 0;
+      const std::string key = "hot-" + std::to_string(k);
+      local += holder_->DecideHere(Check(spec, key), "o").has_value() ? 1 : 0;
     }
     net_.Pump();
     if (i % 50 == 0) Tick();
@@ -434,23 +422,27 @@ TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 100);
   for (int i = 0; i < 5; ++i) {
     net_.now += milliseconds(100);
-    EXPECT_FALSE(holder_->TryLocal(Check(spec, i), "o"));
+    EXPECT_FALSE(holder_->DecideHere(Check(spec), "o"));
     net_.Pump();
   }
   EXPECT_EQ(net_.sent, 0u);
-  // Hot, but not lent by this step: sliding_window, soft mode, two limits, a check this node decides.
+  // Hot, but not lent by this step: sliding_window, soft mode, a reset, cost 0, a check this node decides.
+  // (A key's several limits are never offered: CheckBatch decides them all-or-nothing at the decider.)
   limiter::LimitSpec sliding = Spec(limiter::Algorithm::kSlidingWindow, 100);
   sliding.buckets = 10;
   limiter::LimitSpec soft = spec;
   soft.mode = limiter::Mode::kSoft;
-  peer::ForwardedCheck two = Check(spec, 1);
-  *two.add_limits() = two.limits(0);
+  node::EntryCheck reset = Check(spec);
+  reset.reset = true;
+  node::EntryCheck free = Check(spec);
+  free.cost = 0;
   for (int i = 0; i < 200; ++i) {
     net_.now += milliseconds(1);
-    EXPECT_FALSE(holder_->TryLocal(Check(sliding, i), "o"));
-    EXPECT_FALSE(holder_->TryLocal(Check(soft, i), "o"));
-    EXPECT_FALSE(holder_->TryLocal(two, "o"));
-    EXPECT_FALSE(holder_->TryLocal(Check(spec, i), "h"));
+    EXPECT_FALSE(holder_->DecideHere(Check(sliding), "o"));
+    EXPECT_FALSE(holder_->DecideHere(Check(soft), "o"));
+    EXPECT_FALSE(holder_->DecideHere(reset, "o"));
+    EXPECT_FALSE(holder_->DecideHere(free, "o"));
+    EXPECT_FALSE(holder_->DecideHere(Check(spec), "h"));
     net_.Pump();
   }
   EXPECT_EQ(net_.sent, 0u);
@@ -462,7 +454,7 @@ TEST_F(GrantDriverTest, ThePauseFenceReleasesEverySliceAndStopsItsUse) {
   ASSERT_GT(holder_->stats().planner.slices_held, 0u);
   holder_host_.paused = true;
   net_.now += milliseconds(1);
-  EXPECT_FALSE(holder_->TryLocal(Check(spec, 1), "o")) << "nothing decided from a slice while paused";
+  EXPECT_FALSE(holder_->DecideHere(Check(spec), "o")) << "nothing decided from a slice while paused";
   net_.Pump();
   EXPECT_EQ(holder_->stats().planner.slices_held, 0u);
   // The owner settled them from the Releases, long before their term.

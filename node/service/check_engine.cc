@@ -207,25 +207,27 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   pending_.store(1, std::memory_order_relaxed);
   std::vector<peer::ForwardedCheck> forwards;
   PerCheck<size_t> forwarded_groups;
+  bool any_local = false;
   {
     std::lock_guard lock(mutex_);
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (remote_[g] != 0) {
+        if (DecidedAtEntry(g, router)) continue;  // answered with the others, nothing to wait for
         forwards.push_back(MakeForwarded(g, now));
         forwarded_groups.push_back(g);
         continue;
       }
+      any_local = true;
       RunGroup(
           std::span<const size_t>(order_.data() + groups_[g].first, groups_[g].second - groups_[g].first),
           now);
     }
   }
   router.ExitDecisions(pin);
-  const bool any_local = forwards.size() < groups_.size();
   pending_.fetch_add(forwards.size() + (any_local ? 1 : 0), std::memory_order_relaxed);
   if (any_local) {
     PerCheck<std::string_view> local_keys;
-    local_keys.reserve(groups_.size() - forwards.size());
+    local_keys.reserve(groups_.size());
     for (size_t g = 0; g < groups_.size(); ++g)
       if (remote_[g] == 0) local_keys.push_back(keys[g]);
     // Only `this` captured: std::function keeps it inline (remote_ is not written again).
@@ -278,6 +280,25 @@ void CheckBatch::FinishOne() {
     auto done = std::move(done_);
     done();
   }
+}
+
+bool CheckBatch::DecidedAtEntry(size_t g, CheckRouter& router) {
+  const auto [begin, end] = groups_[g];
+  if (end - begin != 1) return false;  // several limits of one key: all-or-nothing at its decider
+  const size_t i = order_[begin];
+  const PendingCheck& c = checks_[i];
+  const std::optional<uint64_t> left =
+      router.DecideAtEntry(EntryCheck{c.key, c.state_name, c.spec, c.cost, c.reset});
+  if (!left) return false;
+  // What the owner would answer of a slice's admission: admitted, the limit, what is left here.
+  limiter::Decision d;
+  d.allowed = true;
+  d.limit = c.spec->limit;
+  d.remaining = *left;
+  decisions_[i] = d;
+  owners_[i] = router.self_id();
+  CountDecision(c, d);
+  return true;
 }
 
 peer::ForwardedCheck CheckBatch::MakeForwarded(size_t g, limiter::TimeNs now) const {

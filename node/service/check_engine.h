@@ -112,6 +112,9 @@ class CheckBatch {
   // A copy of `spec` that lives as long as the batch.
   const limiter::LimitSpec& StoreSpec(const limiter::LimitSpec& spec);
   void RunGroup(std::span<const size_t> group, limiter::TimeNs now);
+  // Group g (its key decided elsewhere) when this node decides it after all, from a quota grant's slice
+  // (CheckRouter::DecideAtEntry, offered groups of one check): its decision set (under mutex_), true.
+  bool DecidedAtEntry(size_t g, CheckRouter& router);
   // Builds the message for the checks of groups_[g].
   peer::ForwardedCheck MakeForwarded(size_t g, limiter::TimeNs now) const;
   // A forwarded group's outcome (under mutex_): the owner's decisions, or a local decision (returns

@@ -17,7 +17,21 @@
 
 #include "peer.pb.h"
 
+namespace ringlimit::limiter {
+struct LimitSpec;
+}  // namespace ringlimit::limiter
+
 namespace ringlimit::node {
+
+// One key's check of one limit as it enters this node (CheckRouter::DecideAtEntry). Views: valid only
+// during the call.
+struct EntryCheck {
+  std::string_view key;
+  std::string_view name;  // the limit's state name
+  const limiter::LimitSpec* spec = nullptr;
+  uint64_t cost = 0;
+  bool reset = false;  // start from the initial state: never decided at entry
+};
 
 // Routes the checks of entity keys to the node that decides them.
 class CheckRouter {
@@ -59,6 +73,16 @@ class CheckRouter {
   // could decide and this node must decide itself. Called exactly once, possibly on another thread,
   // possibly before Forward returns; it must not block.
   using ForwardDone = std::function<void(std::optional<peer::ForwardedResult> result)>;
+
+  // Before Forward, for a check of one limit whose key Classify sent elsewhere: whether this node
+  // decides it after all, from a slice of a quota grant it holds (node/grants/, --grants) -- no round
+  // trip, no ForwardedCheck. Returns the units this node's slices can still admit of it once it is
+  // charged (it is admitted, and this node is its owner), or nullopt: Forward it. Offer a check once:
+  // every call counts towards the key's rate here.
+  [[nodiscard]] virtual std::optional<uint64_t> DecideAtEntry(const EntryCheck& check) {
+    (void)check;
+    return std::nullopt;
+  }
 
   // Sends every limit of one key (`check`, hops already set) to its owner; if the owner does not
   // answer, to the next alive node of the key's preference list.

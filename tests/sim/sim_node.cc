@@ -421,6 +421,21 @@ void SimNode::ClientCheck(uint64_t check, size_t key) {
     return;
   }
   forwarder_->ExitDecisions(pin);
+  if (grants_ != nullptr) {  // check_engine.cc DecidedAtEntry: a slice held here decides it
+    const limiter::LimitSpec& spec = cluster_.checker().keys()[key].spec;
+    if (std::optional<uint64_t> left =
+            forwarder_->DecideAtEntry(node::EntryCheck{name, kLimitName, &spec, 1})) {
+      const uint64_t decision = cluster_.checker().DecidedFromSlice(check, slot_, world_.now());
+      world_.Hash(decision, 1);
+      if (world_.tracing()) {
+        world_.Trace(slot_, TraceKind::kCheck,
+                     "check #" + std::to_string(check) + " key " + name + " admitted at " + id_ +
+                         " from a slice (" + std::to_string(*left) + " left here)");
+      }
+      Answer(check, Outcome::kAllowed, decision);
+      return;
+    }
+  }
   peer::ForwardedCheck forwarded;
   forwarded.set_check_id(check);
   forwarded.set_key(name);
@@ -435,19 +450,6 @@ void SimNode::ClientCheck(uint64_t check, size_t key) {
     if (result.has_value() &&
         (result->status() == peer::CHECK_UNAVAILABLE || result->status() == peer::CHECK_UNACKED)) {
       Answer(check, Outcome::kRefused, 0);  // 503: nothing charged, or not acknowledged by the holders
-      return;
-    }
-    if (result.has_value() && result->status() == peer::CHECK_OK && result->allowed() &&
-        result->owner() == id_) {  // admitted here from a quota grant's slice (GrantDriver::TryLocal)
-      const uint64_t decision = cluster_.checker().DecidedFromSlice(check, slot_, world_.now());
-      world_.Hash(decision, 1);
-      if (world_.tracing()) {
-        world_.Trace(slot_, TraceKind::kCheck,
-                     "check #" + std::to_string(check) + " key " + name + " admitted at " + id_ +
-                         " from a slice (" + std::to_string(result->decisions(0).remaining()) +
-                         " left here)");
-      }
-      Answer(check, Outcome::kAllowed, decision);
       return;
     }
     if (!result.has_value() || result->status() != peer::CHECK_OK || DecisionOf(*result) == 0) {
