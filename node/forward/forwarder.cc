@@ -15,13 +15,13 @@
 namespace ringlimit::cluster {
 
 struct Forwarder::Attempt {
-  std::string payload;                 // serialized ForwardCheckRequest
-  std::vector<ForwardTarget> targets;  // ids and peer addresses, in the order to try
-  size_t next = 0;                     // the next target to try
-  uint32_t timeout_retries = 0;        // of the current target
-  ring::Token token = 0;               // the key's
-  int64_t deadline_wall_ns = 0;        // when the upstream sender gives up (this node's wall clock); 0: none
-  bool relay_tried = false;            // the decider was tried through another member (see "Relays")
+  std::string payload;           // serialized ForwardCheckRequest
+  ForwardTargetList targets;     // ids and peer addresses, in the order to try
+  size_t next = 0;               // the next target to try
+  uint32_t timeout_retries = 0;  // of the current target
+  ring::Token token = 0;         // the key's
+  int64_t deadline_wall_ns = 0;  // when the upstream sender gives up (this node's wall clock); 0: none
+  bool relay_tried = false;      // the decider was tried through another member (see "Relays")
   // At this node's turn: how long it waits for the key's copy (steady clock; 0: not yet).
   std::chrono::nanoseconds copy_wait_until{0};
   ForwardDone done;

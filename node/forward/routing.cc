@@ -13,12 +13,11 @@ const ring::MemberInfo* FindMember(std::span<const ring::MemberInfo> members, st
 
 }  // namespace
 
-std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view self,
-                                          const std::optional<std::string>& route_override,
-                                          const ring::RingView* ring,
-                                          std::span<const ring::MemberInfo> members, size_t replicas,
-                                          uint32_t max_attempts) {
-  std::vector<ForwardTarget> targets;
+ForwardTargetList ForwardTargets(ring::Token token, std::string_view self,
+                                 const std::optional<std::string>& route_override, const ring::RingView* ring,
+                                 std::span<const ring::MemberInfo> members, size_t replicas,
+                                 uint32_t max_attempts) {
+  ForwardTargetList targets;
   targets.reserve(std::max<size_t>(max_attempts, replicas));
   auto add = [&](const std::string& id, bool first) {
     if (targets.size() >= std::max<size_t>(max_attempts, replicas)) return;

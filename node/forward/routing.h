@@ -12,6 +12,7 @@
 #ifndef RINGLIMIT_NODE_FORWARD_ROUTING_H_
 #define RINGLIMIT_NODE_FORWARD_ROUTING_H_
 
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -46,11 +47,13 @@ struct ForwardTarget {
 // `self` may be among them (never filtered): when its turn comes, the check is decided here. An empty
 // result, or `self` first, means: decide here now. `members` is the member table sorted by id (self and
 // tombstones may be included).
-[[nodiscard]] std::vector<ForwardTarget> ForwardTargets(ring::Token token, std::string_view self,
-                                                        const std::optional<std::string>& route_override,
-                                                        const ring::RingView* ring,
-                                                        std::span<const ring::MemberInfo> members,
-                                                        size_t replicas, uint32_t max_attempts);
+// Three inline: replicas and attempts are 3 by default, so a forward allocates no list.
+using ForwardTargetList = boost::container::small_vector<ForwardTarget, 3>;
+[[nodiscard]] ForwardTargetList ForwardTargets(ring::Token token, std::string_view self,
+                                               const std::optional<std::string>& route_override,
+                                               const ring::RingView* ring,
+                                               std::span<const ring::MemberInfo> members, size_t replicas,
+                                               uint32_t max_attempts);
 
 // Whether `self` holds a copy of `token`'s key: it is among the first `replicas` members of the key's
 // preference list on `ring`, or it is `route_override` (the range's decider while it moves).

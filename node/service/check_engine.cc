@@ -204,8 +204,10 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   router.Classify(keys, remote_);
 
   done_ = std::move(done);
+  router_ = &router;
+  routed_now_ = now;
   pending_.store(1, std::memory_order_relaxed);
-  std::vector<peer::ForwardedCheck> forwards;
+  PerCheck<peer::ForwardedCheck> forwards;
   PerCheck<size_t> forwarded_groups;
   bool any_local = false;
   {
@@ -241,24 +243,24 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   }
   for (size_t i = 0; i < forwards.size(); ++i) {
     const size_t g = forwarded_groups[i];
-    router.Forward(std::move(forwards[i]),
-                   [this, g, now, &router](std::optional<peer::ForwardedResult> result) {
-                     bool local = false;
-                     {
-                       std::lock_guard lock(mutex_);
-                       local = OnForwarded(g, now, std::move(result), router.self_id());
-                     }
-                     if (local) {
-                       // Decided here after all: the answer waits for replication like any local one.
-                       pending_.fetch_add(1, std::memory_order_relaxed);
-                       const std::string_view key = checks_[order_[groups_[g].first]].key;
-                       router.Decided(std::span<const std::string_view>(&key, 1), [this, g](bool acked) {
-                         if (!acked) Unacked(g);
-                         FinishOne();
-                       });
-                     }
-                     FinishOne();
-                   });
+    // Only `this` and the group captured: std::function keeps them inline (no allocation per forward).
+    router.Forward(std::move(forwards[i]), [this, g](std::optional<peer::ForwardedResult> result) {
+      bool local = false;
+      {
+        std::lock_guard lock(mutex_);
+        local = OnForwarded(g, routed_now_, std::move(result), router_->self_id());
+      }
+      if (local) {
+        // Decided here after all: the answer waits for replication like any local one.
+        pending_.fetch_add(1, std::memory_order_relaxed);
+        const std::string_view key = checks_[order_[groups_[g].first]].key;
+        router_->Decided(std::span<const std::string_view>(&key, 1), [this, g](bool acked) {
+          if (!acked) Unacked(g);
+          FinishOne();
+        });
+      }
+      FinishOne();
+    });
   }
   FinishOne();
   return std::nullopt;
@@ -356,7 +358,7 @@ bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
     for (size_t i : group) owners_[i] = self_id;
     return true;
   }
-  const std::string& owner = owner_names_.emplace_front(result->owner());
+  const std::string_view owner = OwnerName(result->owner());
   for (size_t j = 0; j < group.size(); ++j) {
     const limiter::Decision d = DecisionFromProto(result->decisions(static_cast<int>(j)));
     decisions_[group[j]] = d;
@@ -364,6 +366,15 @@ bool CheckBatch::OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::
     CountDecision(checks_[group[j]], d);
   }
   return false;
+}
+
+std::string_view CheckBatch::OwnerName(const std::string& id) {
+  if (id == first_owner_) return first_owner_;
+  if (first_owner_.empty()) {
+    first_owner_ = id;
+    return first_owner_;
+  }
+  return owner_names_.emplace_front(id);
 }
 
 void CheckBatch::CountDecision(const PendingCheck& c, const limiter::Decision& d) {

@@ -121,6 +121,8 @@ class CheckBatch {
   // true then).
   bool OnForwarded(size_t g, limiter::TimeNs now, std::optional<peer::ForwardedResult> result,
                    std::string_view self_id);
+  // A view of owner `id` (not this node) that lives as long as the batch.
+  std::string_view OwnerName(const std::string& id);
   void CountDecision(const PendingCheck& c, const limiter::Decision& d);
   void FinishOne();
   // Local group g's decision was not acknowledged by every holder (--failure-mode closed): unless it
@@ -155,8 +157,11 @@ class CheckBatch {
   PerCheck<size_t> order_;                      // check indexes sorted by key
   PerCheck<std::pair<size_t, size_t>> groups_;  // [begin, end) in order_, one per key
   PerCheck<std::string_view> owners_;           // per check (RunRouted)
-  std::forward_list<std::string> owner_names_;  // owners that are not this node
-  PerCheck<uint8_t> remote_;                    // per group (RunRouted): 1 when another node decides it
+  std::string first_owner_;  // the first owner that is not this node (inline: no allocation)
+  std::forward_list<std::string> owner_names_;  // the others
+  CheckRouter* router_ = nullptr;   // RunRouted's, and the instant it decides at: what the forwards'
+  limiter::TimeNs routed_now_ = 0;  // completions need besides `this` and the group (kept inline)
+  PerCheck<uint8_t> remote_;        // per group (RunRouted): 1 when another node decides it
 
   // RunRouted's asynchronous phase: decisions_, owners_, the scratch vectors and all_allowed_ are
   // written under mutex_; pending_ counts outstanding forwards (+1 while RunRouted itself runs).
