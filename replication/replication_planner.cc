@@ -238,9 +238,16 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   for (const auto& [id, t] : targets_) most += t.retry.size();
   std::vector<Job> jobs;
   jobs.reserve(most);
-  boost::unordered_flat_map<std::string_view, uint32_t> index;  // key -> its job
-  index.reserve(most);
+  // key -> its job: built on the first lookup (the dirty keys, unique, need none; a pass of async changes
+  // alone never looks one up).
+  boost::unordered_flat_map<std::string_view, uint32_t> index;
+  bool indexed = false;
   auto job_of = [&](std::string_view key, bool& added) -> Job& {
+    if (!indexed) {
+      index.reserve(most);
+      for (uint32_t j = 0; j < jobs.size(); ++j) index.emplace(jobs[j].key, j);
+      indexed = true;
+    }
     added = false;
     if (auto it = index.find(key); it != index.end()) return jobs[it->second];
     added = true;
@@ -250,7 +257,7 @@ void ReplicationPlanner::Pass(MonoTime now, const ClusterView& view, bool force,
   };
   const MonoTime oldest = dirty_since_.value_or(now);
   bool added = false;
-  for (auto& [key, erased] : dirty_) job_of(key, added).erased |= erased;
+  for (auto& [key, erased] : dirty_) jobs.push_back(Job{key, erased, false, {}, {}, {}});
   dirty_.clear();
   dirty_since_.reset();
   pass_at_.reset();

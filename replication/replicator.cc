@@ -31,6 +31,10 @@ constexpr size_t kMaxPushInFlight = 4;
 // are large (a sliding_log holds 8 bytes per admitted unit) goes out as several messages, each well under
 // the peer frame limit (peer::PeerOptions::max_frame_bytes, 16 MiB), which any single state fits.
 constexpr size_t kMaxBatchBytes = 4u << 20;
+// Apply's buffers of one round of updates (Core::ship_bytes, ship_at): grown beyond these by a burst of
+// changes, they are released after it.
+constexpr size_t kKeepShipBytes = 1 << 20;
+constexpr size_t kKeepShipKeys = 1 << 14;
 // Stop: how much longer than send_timeout to wait for the executor before giving up on it.
 constexpr std::chrono::seconds kStopSlack{1};
 
@@ -300,8 +304,14 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
       ReplicationActions a = std::move(queue.front());
       queue.pop_front();
       PublishStats();  // before the callbacks below: what they were told is in the stats
-      // Each key's update is read and serialized once, whatever the number of batches it is in.
-      boost::unordered_flat_map<std::string, std::string> bytes;
+      // Each key's update is read and serialized once, whatever the number of batches it is in: into
+      // ship_bytes, one buffer for all (its storage kept from pass to pass), found by the key's view (into
+      // a.ship, which outlives the loop) -- no allocation per key.
+      // (What a burst of changes -- a handoff's, a restart's -- grew them to is not kept.)
+      if (ship_bytes.capacity() > kKeepShipBytes) std::string().swap(ship_bytes);
+      if (ship_at.bucket_count() > kKeepShipKeys) ship_at = {};
+      ship_bytes.clear();
+      ship_at.clear();
       const std::shared_ptr<const ring::RingView> ring = link.ring();
       const uint64_t fingerprint = ring != nullptr ? ring->fingerprint() : 0;
       for (ShipBatch& b : a.ship) {
@@ -316,22 +326,25 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
         // Usually one message; more when the states are large (kMaxBatchBytes).
         std::vector<std::string> payloads{empty};
         for (const DirtyKey& k : b.keys) {
-          auto [it, inserted] = bytes.try_emplace(k.key);
+          auto [it, inserted] = ship_at.try_emplace(std::string_view(k.key));
           if (inserted) {
             store.GetInto(k.key, ship_states);
             // A key with no states left that was not erased needs nothing from its replicas.
-            if (k.erased || !ship_states.empty()) AppendStateUpdate(k.key, k.erased, ship_states, it->second);
+            const size_t begin = ship_bytes.size();
+            if (k.erased || !ship_states.empty()) AppendStateUpdate(k.key, k.erased, ship_states, ship_bytes);
+            it->second = {begin, ship_bytes.size() - begin};
           }
-          if (it->second.empty()) continue;
+          const std::string_view update(ship_bytes.data() + it->second.first, it->second.second);
+          if (update.empty()) continue;
           if (payloads.back().size() > empty.size() &&
-              payloads.back().size() + it->second.size() > kMaxBatchBytes) {
+              payloads.back().size() + update.size() > kMaxBatchBytes) {
             payloads.push_back(empty);
           }
           if (payloads.back().size() == empty.size()) {  // grown once for the batch's keys, as this one
             payloads.back().reserve(
-                std::min(kMaxBatchBytes, empty.size() + (it->second.size() + 4) * b.keys.size()));
+                std::min(kMaxBatchBytes, empty.size() + (update.size() + 4) * b.keys.size()));
           }
-          AppendUpdate(payloads.back(), it->second);
+          AppendUpdate(payloads.back(), update);
         }
         if (payloads.back().size() == empty.size()) {  // nothing to send: as good as acknowledged
           queue.push_back(planner.BatchReply(executor.Now(), View(ring), b.id, true));
@@ -575,6 +588,9 @@ struct Replicator::Core : std::enable_shared_from_this<Core> {
   uint64_t next_id = 0;
   std::map<uint64_t, std::function<void(bool)>> waiters;  // Decided calls, by planner waiter id
   std::map<uint64_t, std::function<void(bool)>> flushes;  // Flush calls, by planner flush id
+  // Apply's serialized updates of one round of batches, and where each key's is (offset, size).
+  std::string ship_bytes;
+  boost::unordered_flat_map<std::string_view, std::pair<size_t, size_t>> ship_at;
   // The states of the key Apply is shipping, kept from key to key for their storage.
   std::vector<storage::StoredState> ship_states;
 };
