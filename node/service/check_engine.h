@@ -159,9 +159,11 @@ class CheckBatch {
   PerCheck<std::string_view> owners_;           // per check (RunRouted)
   std::string first_owner_;  // the first owner that is not this node (inline: no allocation)
   std::forward_list<std::string> owner_names_;  // the others
-  CheckRouter* router_ = nullptr;   // RunRouted's, and the instant it decides at: what the forwards'
-  limiter::TimeNs routed_now_ = 0;  // completions need besides `this` and the group (kept inline)
-  PerCheck<uint8_t> remote_;        // per group (RunRouted): 1 when another node decides it
+  // RunRouted's router and the instant it decides at: what the forwards' completions need besides `this` and
+  // the group, which std::function then keeps inline.
+  CheckRouter* router_ = nullptr;
+  limiter::TimeNs routed_now_ = 0;
+  PerCheck<uint8_t> remote_;  // per group (RunRouted): 1 when another node decides it
 
   // RunRouted's asynchronous phase: decisions_, owners_, the scratch vectors and all_allowed_ are
   // written under mutex_; pending_ counts outstanding forwards (+1 while RunRouted itself runs).
