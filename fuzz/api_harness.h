@@ -78,6 +78,37 @@ class ApiHarness {
     return response;
   }
 
+  // Offers `request` (which has no body) to ApiHandler::AnswerInPlace, as the transport does before Send;
+  // when it answers, checks its bytes -- one whole keep-alive HTTP/1.1 response with a Content-Length body,
+  // the status it returned -- and the response as Send does. False: declined (nothing appended): Send it.
+  bool AnswerInPlace(const node::HttpRequest& request) {
+    std::string fields;
+    for (const auto& field : request) {
+      fields.append(field.name_string()).append(": ").append(field.value()).append("\r\n");
+    }
+    std::string out;
+    const unsigned status = handler_->AnswerInPlace(
+        node::RequestHead{.method = request.method(), .target = request.target(), .fields = fields}, out);
+    if (status == 0) {
+      FUZZ_CHECK(out.empty(), "a declined request appended nothing");
+      return false;
+    }
+    boost::beast::http::response_parser<boost::beast::http::string_body> parser;
+    parser.eager(true);
+    boost::system::error_code ec;
+    const size_t used = parser.put(boost::asio::buffer(out), ec);
+    FUZZ_CHECK(!ec && parser.is_done() && used == out.size(), "one whole HTTP response");
+    const auto& wire = parser.get();
+    FUZZ_CHECK(wire.result_int() == status && wire.keep_alive() && wire.version() == 11,
+               "status, keep-alive");
+    node::HttpResponse response{wire.result(), 11};
+    for (const auto& field : wire) response.insert(field.name_string(), field.value());
+    response.body() = wire.body();
+    CheckResponse(request.target().substr(0, request.target().find('?')), response);
+    now_ += 7 * limiter::kMillisecond;
+    return true;
+  }
+
   // POSTs `body` as application/json to `path` (Send's checks included) and returns what answered, with the
   // body parsed when the answer is a 200 (null otherwise; a 200 whose body does not parse fails the input).
   std::pair<node::HttpResponse, boost::json::value> PostJson(std::string_view path, std::string_view body) {

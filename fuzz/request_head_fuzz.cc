@@ -2,8 +2,9 @@
 // parser, which the transport uses for every head the one-pass parser leaves to it.
 //
 // Invariants: no crash or sanitizer report; a head the one-pass parser takes is taken by Beast too, with
-// the same length, method, target, version and fields, no body, and keep-alive. The first input byte picks
-// the head size limit (a small one puts the limit inside most heads).
+// the same length, method, target, version and fields, no body, and keep-alive; the scanned head's
+// RequestHead::Field finds, for every field name, the value of Beast's first field of that name. The first
+// input byte picks the head size limit (a small one puts the limit inside most heads).
 #include "node/server/beast_http.h"  // (first: see there)
 // The rest.
 #include <boost/beast/http.hpp>
@@ -59,5 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(b->value() == f->value(), "the same field value");
   }
   FUZZ_CHECK(b == beast.end() && f == fast.end(), "the same number of fields");
+  const std::optional<ringlimit::node::SimpleRequestHead> scanned =
+      ringlimit::node::ScanSimpleRequestHead(bytes, limit);
+  FUZZ_CHECK(scanned && scanned->size == *used, "the scan takes the head the parse takes");
+  for (const auto& field : beast) {
+    const std::optional<std::string_view> value = scanned->head.Field(field.name_string());
+    FUZZ_CHECK(value && *value == beast[field.name_string()], "Field finds the first value of a name");
+  }
   return 0;
 }

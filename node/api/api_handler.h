@@ -25,6 +25,11 @@ class ApiHandler final : public RequestHandler {
 
   void Handle(HttpRequest&& request, Respond respond) override;
 
+  // GET /v1/check decided here at once (its key decided by this node): answered in place
+  // (AnswerCheckGetInPlace) and counted as Handle counts it. Everything else, and every error, is Handle's:
+  // 0.
+  unsigned AnswerInPlace(const RequestHead& head, std::string& out) override;
+
   // The same, returning the response (tests, benchmarks). Decides every check locally (no forwarding).
   [[nodiscard]] HttpResponse HandleNow(const HttpRequest& request);
 

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <variant>
@@ -88,23 +89,19 @@ HttpResponse JsonOk(http::status status, std::string body) {
   return response;
 }
 
-// The fields below go into a fresh response, none of them set before: inserted, not set (no lookup).
-void InsertHeaderInt(HttpResponse* response, http::field field, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  response->insert(field, std::string_view(buf, static_cast<size_t>(end - buf)));
+// The status of a GET check's answer: 200 admitted, else ?deny_status= or 429.
+unsigned GetStatus(const CheckBatch& batch, unsigned deny_status) {
+  if (batch.all_allowed()) return 200;
+  return deny_status != 0 ? deny_status : 429;
 }
 
-void InsertHeaderInt(HttpResponse* response, std::string_view extension_field, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  response->insert_extension(extension_field, std::string_view(buf, static_cast<size_t>(end - buf)));
-}
-
-// RateLimit-Policy / RateLimit (draft-ietf-httpapi-ratelimit-headers-10), one list member per limit;
-// X-RateLimit-* and Retry-After from the binding limit (the refusing one with the longest wait, else
-// the one with the fewest units left).
-void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
+// The fields of a GET check's answer after its Content-Type, in order, handed to
+// sink(http::field id, std::string_view name, std::string_view value): RateLimit-Policy / RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-10), one list member per limit; X-RateLimit-* and Retry-After from
+// the binding limit (the refusing one with the longest wait, else the one with the fewest units left); the
+// deciding node (RateLimit-Owner) when the batch was routed.
+template <class Sink>
+void RateLimitFields(const CheckBatch& batch, Sink&& sink) {
   RateLimitHeaders headers;
   size_t binding = 0;
   for (size_t i = 0; i < batch.checks().size(); ++i) {
@@ -118,16 +115,22 @@ void SetRateLimitHeaders(const CheckBatch& batch, HttpResponse* response) {
                         (d.allowed && b.allowed && d.remaining < b.remaining);
     if (better) binding = i;
   }
-  response->insert_extension("RateLimit-Policy", headers.policy());
-  response->insert_extension("RateLimit", headers.state());
+  sink(http::field::unknown, "RateLimit-Policy", headers.policy());
+  sink(http::field::unknown, "RateLimit", headers.state());
+  char buf[24];
+  auto number = [&buf](int64_t v) {
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string_view(buf, static_cast<size_t>(end - buf));
+  };
   const limiter::Decision& b = batch.decisions()[binding];
-  InsertHeaderInt(response, "X-RateLimit-Limit", static_cast<int64_t>(b.limit));
-  InsertHeaderInt(response, "X-RateLimit-Remaining", static_cast<int64_t>(b.remaining));
-  InsertHeaderInt(response, "X-RateLimit-Reset", CeilDiv(b.reset_after, limiter::kSecond));
+  sink(http::field::unknown, "X-RateLimit-Limit", number(static_cast<int64_t>(b.limit)));
+  sink(http::field::unknown, "X-RateLimit-Remaining", number(static_cast<int64_t>(b.remaining)));
+  sink(http::field::unknown, "X-RateLimit-Reset", number(CeilDiv(b.reset_after, limiter::kSecond)));
   if (!batch.all_allowed() && b.retry_after != limiter::kNever) {
-    InsertHeaderInt(response, http::field::retry_after,
-                    std::max<int64_t>(1, CeilDiv(b.retry_after, limiter::kSecond)));
+    sink(http::field::retry_after, "Retry-After",
+         number(std::max<int64_t>(1, CeilDiv(b.retry_after, limiter::kSecond))));
   }
+  if (!batch.owners().empty()) sink(http::field::unknown, "RateLimit-Owner", batch.owners()[0]);
 }
 
 }  // namespace
@@ -139,6 +142,7 @@ struct CheckJob {
   // The arena's first block: a request of a few checks parses without a heap allocation.
   alignas(16) char arena_block[1024];
   google::protobuf::Arena arena;
+  CheckFields get;  // GET: the query's check (its views point into the arena)
   CheckBatch batch;
   bool is_get = false;
   unsigned deny_status = 0;
@@ -257,16 +261,39 @@ Prepared PrepareCheckPost(const CheckService& context, const HttpRequest& reques
   return job;
 }
 
+// A copy of `s` in `arena` (no heap allocation while its first block lasts).
+std::string_view Keep(google::protobuf::Arena& arena, std::string_view s) {
+  if (s.empty()) return {};
+  char* copy = google::protobuf::Arena::CreateArray<char>(&arena, s.size());
+  std::memcpy(copy, s.data(), s.size());
+  return {copy, s.size()};
+}
+
+// GET's check from `query`, and with no key there from the key header `key_field` finds (a callable
+// returning an optional value), added to `batch`.
+template <class KeyField>
+std::optional<ApiError> AddGetCheck(const CheckService& context, std::string_view query, KeyField&& key_field,
+                                    CheckFields& check, unsigned* deny_status, CheckBatch& batch) {
+  if (auto error = CheckFromQuery(query, &check, deny_status)) return error;
+  if (check.key.empty() && !context.options.key_header.empty()) {
+    if (std::optional<std::string_view> value = key_field(context.options.key_header)) check.key = *value;
+  }
+  return batch.Add(check, 0);
+}
+
 Prepared PrepareCheckGet(const CheckService& context, const HttpRequest& request, std::string_view query) {
   JobPtr job = NewJob(context);
   job->is_get = true;
-  auto* check = google::protobuf::Arena::CreateMessage<api::Check>(&job->arena);
-  if (auto error = CheckFromQuery(query, check, &job->deny_status)) return ToResponse(*error);
-  if (check->key().empty() && !context.options.key_header.empty()) {
-    auto it = request.find(context.options.key_header);
-    if (it != request.end()) check->set_key(it->value().data(), it->value().size());
+  // The job may outlive the request (a forwarded check): what its check points into is copied.
+  auto key_field = [&](const std::string& name) -> std::optional<std::string_view> {
+    auto it = request.find(name);
+    if (it == request.end()) return std::nullopt;
+    return Keep(job->arena, it->value());
+  };
+  if (auto error =
+          AddGetCheck(context, Keep(job->arena, query), key_field, job->get, &job->deny_status, job->batch)) {
+    return ToResponse(*error);
   }
-  if (auto error = job->batch.Add(*check, 0)) return ToResponse(*error);
   return job;
 }
 
@@ -277,12 +304,15 @@ HttpResponse Finish(const CheckJob& job) {
   std::string body;
   WriteCheckResponse(batch, &body);
   if (!job.is_get) return JsonOk(http::status::ok, std::move(body));
-  const auto status = batch.all_allowed()    ? http::status::ok
-                      : job.deny_status != 0 ? static_cast<http::status>(job.deny_status)
-                                             : http::status::too_many_requests;
-  HttpResponse response = JsonOk(status, std::move(body));
-  SetRateLimitHeaders(batch, &response);
-  if (!batch.owners().empty()) response.insert_extension("RateLimit-Owner", batch.owners()[0]);
+  HttpResponse response =
+      JsonOk(static_cast<http::status>(GetStatus(batch, job.deny_status)), std::move(body));
+  RateLimitFields(batch, [&response](http::field id, std::string_view name, std::string_view value) {
+    if (id == http::field::unknown) {
+      response.insert_extension(name, value);
+    } else {
+      response.insert(id, value);
+    }
+  });
   return response;
 }
 
@@ -301,6 +331,41 @@ HttpResponse HandleCheckPost(const CheckService& context, const HttpRequest& req
 
 HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& request, std::string_view query) {
   return RunLocal(context, PrepareCheckGet(context, request, query));
+}
+
+unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head, std::string_view query,
+                               std::string& out) {
+  // A node that refuses checks answers through Handle (503).
+  if (context.router != nullptr && RefusalOf(*context.router, "")) return 0;
+  // Everything below lives until the answer is written: the check's views stay in the request.
+  CheckFields check;
+  unsigned deny_status = 0;
+  CheckBatch batch(context);
+  auto key_field = [&head](const std::string& name) { return head.Field(name); };
+  if (AddGetCheck(context, query, key_field, check, &deny_status, batch)) return 0;  // Handle answers it
+  const limiter::TimeNs now = context.clock();
+  // Decided here before returning, or left to Handle with nothing charged (a key another node decides).
+  if (context.router != nullptr ? !batch.RunHere(now, *context.router)
+                                : batch.Run(now, /*group_by_key=*/true).has_value()) {
+    return 0;
+  }
+  if (batch.unavailable()) {
+    const HttpResponse error = ToResponse(*batch.unavailable());
+    AppendHttpResponse(error, /*head=*/false, /*close=*/false, out);
+    return error.result_int();
+  }
+  // The body first (its length precedes it), in a buffer each thread keeps.
+  thread_local std::string body;
+  body.clear();
+  WriteCheckResponse(batch, &body);
+  const unsigned status = GetStatus(batch, deny_status);
+  WireResponse response(out, status);
+  response.Field("Content-Type", "application/json");
+  RateLimitFields(batch, [&response](http::field, std::string_view name, std::string_view value) {
+    response.Field(name, value);
+  });
+  response.Finish(body);
+  return status;
 }
 
 void HandleCheckRouted(const CheckService& context, CheckRouter& router, const HttpRequest& request,

@@ -23,6 +23,14 @@ struct ApiOptions;
 [[nodiscard]] HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& request,
                                           std::string_view query);
 
+// GET /v1/check?<query> answered in place (RequestHandler::AnswerInPlace): when the check is valid and
+// decided before the call returns (no router, or its key decided here: CheckBatch::RunHere), the whole
+// response -- the bytes HandleCheckGet's response goes out as -- is appended to `out` and its status
+// returned; otherwise 0, nothing appended and nothing charged (HandleCheckGet then answers it, errors
+// included).
+[[nodiscard]] unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head,
+                                             std::string_view query, std::string& out);
+
 // POST (is_get false) or GET /v1/check with the checks of keys other nodes own forwarded through
 // `router`. Calls `respond` exactly once: at once for a bad request or when every key is local, else
 // when the last forwarded key is decided (on whichever thread that is).

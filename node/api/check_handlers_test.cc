@@ -5,6 +5,7 @@
 
 #include "api.pb.h"
 #include "node/api/api_test_util.h"
+#include "node/http/wire.h"
 #include "node/service/ratelimit_headers.h"
 
 namespace ringlimit::node {
@@ -347,6 +348,96 @@ TEST_F(CheckTest, WrongMediaTypeMethodAndPath) {
   EXPECT_EQ(r[http::field::allow], "GET, POST");
   ExpectError(Get("/v2/check"), 404, "not_found");
   ExpectError(Get("/"), 404, "not_found");
+}
+
+// The bytes a response goes out as (node/server/session.cc writes every response through WireResponse).
+std::string Wire(const HttpResponse& r) {
+  std::string out;
+  WireResponse wire(out, r.result_int(), r.reason());
+  for (const auto& field : r) wire.Field(field.name_string(), field.value());
+  wire.Finish(r.body());
+  return out;
+}
+
+class InPlaceTest : public CheckTest {
+ protected:
+  // GET `target` offered to AnswerInPlace as the transport offers it: its bytes, or "" when declined.
+  std::string InPlace(std::string_view target, const Headers& headers = {}) {
+    std::string fields = "Host: ringlimit\r\n";
+    for (const auto& [name, value] : headers) fields += name + ": " + value + "\r\n";
+    std::string out = "kept|";
+    const unsigned status = handler_->AnswerInPlace(
+        RequestHead{.method = http::verb::get, .target = target, .fields = fields}, out);
+    EXPECT_TRUE(out.starts_with("kept|"));  // appended to, never replaced
+    out.erase(0, 5);
+    EXPECT_EQ(status == 0, out.empty()) << out;
+    if (status != 0) {
+      EXPECT_TRUE(out.starts_with("HTTP/1.1 " + std::to_string(status) + " ")) << out;
+    }
+    return out;
+  }
+};
+
+TEST_F(InPlaceTest, AGetAnsweredInPlaceIsTheBytesHandleAnswersWith) {
+  ApiOptions options;
+  options.key_header = "X-Client";
+  Rebuild(options);
+  // The same checks of two keys with names of one length: key "a..." in place, "b..." through Handle.
+  const std::vector<std::pair<std::string, Headers>> requests = {
+      {"/v1/check?key=#1&limit=3&window_ms=60000", {}},
+      {"/v1/check?key=#1&limit=3&window_ms=60000&cost=2", {}},
+      {"/v1/check?key=#1&limit=3&window_ms=60000", {}},  // denied: 429 with Retry-After
+      {"/v1/check?key=#1&limit=3&window_ms=60000&deny_status=403", {}},
+      {"/v1/check?key=%23%31%3Ax&name=n%20m&algorithm=gcra&limit=5&window_ms=1000&burst=2", {}},
+      {"/v1/check?name=hdr&limit=1&window_ms=1000", {{"x-client", "#1:h"}}},
+      {"/v1/check?key=#1&name=shadow&limit=1&window_ms=1000&mode=shadow", {}},
+  };
+  auto with = [](std::string s, std::string_view who) {
+    for (size_t at = s.find("#1"); at != std::string::npos; at = s.find("#1", at)) s.replace(at, 2, who);
+    for (size_t at = s.find("%23%31"); at != std::string::npos; at = s.find("%23%31", at))
+      s.replace(at, 6, who);
+    return s;
+  };
+  const uint64_t before = metrics_.TEST_Requests(Endpoint::kCheckGet, 200);
+  for (const auto& [target, headers] : requests) {
+    Headers a_headers, b_headers;
+    for (const auto& [name, value] : headers) {
+      a_headers.emplace_back(name, with(value, "a"));
+      b_headers.emplace_back(name, with(value, "b"));
+    }
+    const std::string in_place = InPlace(with(target, "a"), a_headers);
+    ASSERT_FALSE(in_place.empty()) << target;
+    const std::string handled = Wire(Get(with(target, "b"), b_headers));
+    // The keys differ, in the body only.
+    std::string expected = handled;
+    for (size_t at = expected.find("\"key\":\"b"); at != std::string::npos;
+         at = expected.find("\"key\":\"b", at))
+      expected.replace(at + 7, 1, "a");
+    EXPECT_EQ(in_place, expected) << target;
+  }
+  // Counted as Handle counts: five answers of 200 each way.
+  EXPECT_EQ(metrics_.TEST_Requests(Endpoint::kCheckGet, 200), before + 2 * 5);
+}
+
+TEST_F(InPlaceTest, ErrorsAndOtherRequestsAreLeftToHandleWithNothingCharged) {
+  EXPECT_EQ(InPlace("/v1/check?key=k&window_ms=1000"), "");                 // no limit: 400
+  EXPECT_EQ(InPlace("/v1/check?key=k&limit=1&window_ms=1000&cost=x"), "");  // bad number
+  EXPECT_EQ(InPlace("/v1/check?key=k&limit=1&window_ms=1000&deny_status=200"), "");
+  EXPECT_EQ(InPlace("/v1/check?key=k&policy=nope"), "");
+  EXPECT_EQ(InPlace("/v1/check?key=k%zz&limit=1&window_ms=1000"), "");
+  EXPECT_EQ(InPlace("/v1/keys/k"), "");
+  EXPECT_EQ(InPlace("/v1/checks?key=k&limit=1&window_ms=1000"), "");
+  std::string out;
+  EXPECT_EQ(handler_->AnswerInPlace(RequestHead{.method = http::verb::head,
+                                                .target = "/v1/check?key=k&limit=1&window_ms=1000",
+                                                .fields = ""},
+                                    out),
+            0u);
+  EXPECT_EQ(out, "");
+  // None of them charged k: its one unit is still there.
+  HttpResponse r = Get("/v1/check?key=k&limit=1&window_ms=1000");
+  EXPECT_EQ(r.result_int(), 200u) << r.body();
+  EXPECT_EQ(r["X-RateLimit-Remaining"], "0");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "node/api/api_handler.h"
+#include "node/http/wire.h"
 #include "node/metrics/metrics.h"
 #include "node/service/check_service.h"
 #include "node/service/cluster_hooks.h"
@@ -78,8 +79,11 @@ class PairRouter final : public CheckRouter {
     for (auto& t : threads_) t.join();
   }
 
+  bool DecidesAtOnce() const override { return at_once; }
+
   bool peer_down = false;
   bool async = false;
+  bool at_once = true;
   int forwarded = 0;
   std::optional<uint64_t> slice_left;
   std::vector<std::string> offered;  // key/name of every check offered to DecideAtEntry
@@ -145,6 +149,39 @@ TEST_F(ForwardedTest, RemoteKeysAreDecidedByTheirOwnerInRequestOrder) {
                                     R"("algorithm":"fixed_window"}]})"));
   EXPECT_EQ(direct[0].at("remaining").as_int64(), 2);
   EXPECT_EQ(direct[0].at("owner").as_string(), "");  // the peer handler itself has no router
+}
+
+// GET /v1/check as the transport offers it first (RequestHandler::AnswerInPlace): `out` gets the answer.
+unsigned InPlace(ApiHandler& handler, std::string_view target, std::string& out) {
+  out.clear();
+  return handler.AnswerInPlace(
+      RequestHead{.method = http::verb::get, .target = target, .fields = "Host: x\r\n"}, out);
+}
+
+TEST_F(ForwardedTest, OnlyAKeyThisNodeDecidesAtOnceIsAnsweredInPlace) {
+  std::string out;
+  // Local: answered in place, with this node as its owner.
+  ASSERT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 200u);
+  EXPECT_NE(out.find("\r\nRateLimit-Owner: n1\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\r\nX-RateLimit-Remaining: 1\r\n"), std::string::npos) << out;
+  // Another node's key, a hot one included: left to Handle, nothing forwarded or offered to a slice.
+  router_.slice_left = 10;
+  EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=b:1&limit=2&window_ms=60000", out), 0u);
+  EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=b:hot&limit=2&window_ms=60000", out), 0u);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(router_.forwarded, 0);
+  EXPECT_TRUE(router_.offered.empty());
+  // A router that waits for replicas: left to Handle, nothing charged.
+  router_.at_once = false;
+  EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 0u);
+  router_.at_once = true;
+  ASSERT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 200u);
+  EXPECT_NE(out.find("\r\nX-RateLimit-Remaining: 0\r\n"), std::string::npos) << out;
+  // Through Handle, b:1 is forwarded and charged once, at its owner.
+  HttpResponse r = Call(self_.handler, http::verb::get, "/v1/check?key=b:1&limit=2&window_ms=60000");
+  EXPECT_EQ(r["RateLimit-Owner"], "n2");
+  EXPECT_EQ(r["X-RateLimit-Remaining"], "1");
+  EXPECT_EQ(router_.forwarded, 1);
 }
 
 TEST_F(ForwardedTest, AllOrNothingHoldsAcrossTheForward) {

@@ -495,6 +495,10 @@ void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_
   Try(std::move(attempt));
 }
 
+bool Forwarder::DecidesAtOnce() const {
+  return replicator_ == nullptr || (options_.failure_mode != FailureMode::kClosed && !replicator_->Waits());
+}
+
 void Forwarder::Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) {
   if (replicator_ == nullptr || keys.empty()) {
     done(true);

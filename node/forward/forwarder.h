@@ -214,6 +214,8 @@ class Forwarder final : public node::CheckRouter {
   [[nodiscard]] std::optional<uint64_t> DecideAtEntry(const node::EntryCheck& check) override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) override;
+  // No replicator, or --failure-mode open with a replicator that does not wait (async).
+  [[nodiscard]] bool DecidesAtOnce() const override;
 
   // The node that decides the key with ring token `token` now: this node's id, another member's id, or
   // empty when this node holds no ring.

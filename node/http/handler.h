@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "node/http/response_fields.h"
+#include "node/http/wire.h"
 
 namespace ringlimit::node {
 
@@ -18,6 +19,13 @@ using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>
 // Responses keep their fields in ResponseFields (one buffer, no per-field allocation); the transport
 // writes them out itself (node/server/session.cc), so Beast's serializer never sees them.
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body, ResponseFields>;
+
+// Appends `response` as HTTP/1.1 bytes (WireResponse, wire.h): the status line, its fields, then the framing
+// the transport owns -- Content-Length from the body and `Connection: close` when `close` -- and the body
+// unless `head`. Its own Content-Length, Transfer-Encoding and Connection fields are not written: every
+// response is a Content-Length body on an HTTP/1.1 connection (no chunking). What node/server/session.cc
+// writes for every response.
+void AppendHttpResponse(const HttpResponse& response, bool head, bool close, std::string& out);
 
 // Completion for one request. Called exactly once, possibly on another thread (the cluster issue
 // forwards checks to their owner and answers when the owner does). It must not block.
@@ -29,6 +37,17 @@ class RequestHandler {
 
   // Handles one complete request. The response's version and keep-alive are set by the transport.
   virtual void Handle(HttpRequest&& request, Respond respond) = 0;
+
+  // Offered first every request without a body whose head the transport read in one pass, when the
+  // response can go out at once (nothing ahead of it on the connection): answers it in place -- the whole
+  // response appended to `out` (WireResponse, keep-alive) -- and returns its status, or returns 0 having
+  // appended and changed nothing, and the request goes to Handle. For the requests worth answering without
+  // the general message types (GET /v1/check). Default: 0.
+  virtual unsigned AnswerInPlace(const RequestHead& head, std::string& out) {
+    (void)head;
+    (void)out;
+    return 0;
+  }
 };
 
 }  // namespace ringlimit::node

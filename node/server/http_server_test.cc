@@ -26,7 +26,8 @@ using testing::HttpClient;
 //   /echo           200, body = "<method> <body>"
 //   /later?ms=N&id= 200 with body = id, completed N ms later by a worker thread
 //   /close          200 with Connection: close requested by the client as usual
-//   anything else   404 (ErrorResponse)
+//   /now?id=        200 with body "in place <id>" when offered to AnswerInPlace, "handled <id>" through
+//   Handle anything else   404 (ErrorResponse)
 class TestHandler : public RequestHandler {
  public:
   TestHandler() : worker_([this] { Work(); }) {}
@@ -63,10 +64,26 @@ class TestHandler : public RequestHandler {
       cv_.notify_all();
       return;
     }
+    if (path == "/now") {
+      HttpResponse response{http::status::ok, 11};
+      response.body() = "handled " + target.substr(target.find("id=") + 3);
+      respond(std::move(response));
+      return;
+    }
     respond(ErrorResponse(http::status::not_found, "not_found", "no such path"));
   }
 
+  unsigned AnswerInPlace(const RequestHead& head, std::string& out) override {
+    if (head.method != http::verb::get || !head.target.starts_with("/now?id=")) return 0;
+    in_place_.fetch_add(1);
+    WireResponse response(out, 200);
+    response.Field("X-Host", head.Field("host").value_or("-"));
+    response.Finish("in place " + std::string(head.target.substr(8)));
+    return 200;
+  }
+
   int handled() const { return handled_.load(); }
+  int in_place() const { return in_place_.load(); }
 
  private:
   struct Job {
@@ -101,6 +118,7 @@ class TestHandler : public RequestHandler {
   }
 
   std::atomic<int> handled_{0};
+  std::atomic<int> in_place_{0};
   std::mutex mutex_;  // guards jobs_, stop_
   std::condition_variable cv_;
   std::vector<Job> jobs_;
@@ -198,6 +216,32 @@ TEST_P(HttpServerTest, PipelinedResponsesComeBackInRequestOrder) {
   auto last = client.ReadResponse();
   ASSERT_TRUE(last);
   EXPECT_EQ(last->body(), "GET ");
+}
+
+TEST_P(HttpServerTest, ARequestWithNothingOwedBeforeItIsAnsweredInPlaceInOrderOtherwise) {
+  StartServer({});
+  HttpClient client(server_->port());
+  auto first = client.Get("/now?id=a");
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(first->body(), "in place a");
+  EXPECT_NE((*first)["X-Host"], "-");  // the head's fields reach the handler
+  EXPECT_TRUE(first->keep_alive());
+  // Pipelined behind an answer still owed: through Handle, in request order.
+  ASSERT_TRUE(
+      client.SendRaw("GET /later?ms=60&id=b HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /now?id=c HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /now?id=d HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (const std::string expected : {"b", "handled c", "handled d"}) {
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->body(), expected);
+  }
+  auto last = client.Get("/now?id=e");
+  ASSERT_TRUE(last) << last.error().message();
+  EXPECT_EQ(last->body(), "in place e");
+  EXPECT_EQ(handler_.in_place(), 2);
+  EXPECT_EQ(ok_.load(), 5);  // the observer counts answers in place too
+  EXPECT_TRUE(client.connected());
 }
 
 TEST_P(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {

@@ -66,54 +66,74 @@ bool IsFramingField(std::string_view name) {
 
 }  // namespace
 
-std::optional<size_t> ParseSimpleRequestHead(std::string_view bytes, size_t max_head_bytes,
-                                             HttpRequest& request) {
+std::optional<SimpleRequestHead> ScanSimpleRequestHead(std::string_view bytes, size_t max_head_bytes) {
   // A head of max_head_bytes or more is Beast's to refuse (431).
   const char* const begin = bytes.data();
   const char* const end = begin + std::min(bytes.size(), max_head_bytes == 0 ? 0 : max_head_bytes - 1);
   const char* p = begin;
+  SimpleRequestHead out;
 
   // The request line.
   const char* const method = p;
   while (p < end && IsToken(*p)) ++p;
   if (p == method || p == end || *p != ' ') return std::nullopt;
-  const http::verb verb = http::string_to_verb(std::string_view(method, static_cast<size_t>(p - method)));
-  if (verb == http::verb::unknown) return std::nullopt;
+  out.head.method = http::string_to_verb(std::string_view(method, static_cast<size_t>(p - method)));
+  if (out.head.method == http::verb::unknown) return std::nullopt;
   const char* const target = ++p;
   p = SkipVisible(p, end);
   if (p == target) return std::nullopt;
-  const std::string_view target_view(target, static_cast<size_t>(p - target));
+  out.head.target = std::string_view(target, static_cast<size_t>(p - target));
   constexpr std::string_view kVersion = " HTTP/1.1\r\n";
   if (static_cast<size_t>(end - p) < kVersion.size() || std::string_view(p, kVersion.size()) != kVersion) {
     return std::nullopt;
   }
   p += kVersion.size();
-  request.method(verb);
-  request.target(target_view);
-  request.version(11);
 
   // The fields, up to the empty line.
+  const char* const fields = p;
   for (;;) {
     if (end - p < 2) return std::nullopt;
     if (*p == '\r') {
       if (p[1] != '\n') return std::nullopt;
-      return static_cast<size_t>(p + 2 - begin);
+      out.head.fields = std::string_view(fields, static_cast<size_t>(p - fields));
+      out.size = static_cast<size_t>(p + 2 - begin);
+      return out;
     }
     const char* const name = p;
     while (p < end && IsToken(*p)) ++p;
     if (p == name || p == end || *p != ':') return std::nullopt;
-    const std::string_view name_view(name, static_cast<size_t>(p - name));
-    if (IsFramingField(name_view)) return std::nullopt;
+    if (IsFramingField(std::string_view(name, static_cast<size_t>(p - name)))) return std::nullopt;
     ++p;
-    while (p < end && (*p == ' ' || *p == '\t')) ++p;
-    const char* const value = p;
     while (p < end && IsValueChar(*p)) ++p;
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n') return std::nullopt;
-    const char* value_end = p;
-    while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t')) --value_end;
-    request.insert(name_view, std::string_view(value, static_cast<size_t>(value_end - value)));
     p += 2;
   }
+}
+
+void ToHttpRequest(const RequestHead& head, HttpRequest& request) {
+  request.method(head.method);
+  request.target(head.target);
+  request.version(11);
+  // Every line was checked by the scan: `name:` then the value's characters, then CRLF.
+  std::string_view rest = head.fields;
+  while (!rest.empty()) {
+    const size_t eol = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, eol);
+    rest.remove_prefix(eol + 2);
+    const size_t colon = line.find(':');
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    request.insert(line.substr(0, colon), value);
+  }
+}
+
+std::optional<size_t> ParseSimpleRequestHead(std::string_view bytes, size_t max_head_bytes,
+                                             HttpRequest& request) {
+  std::optional<SimpleRequestHead> scanned = ScanSimpleRequestHead(bytes, max_head_bytes);
+  if (!scanned) return std::nullopt;
+  ToHttpRequest(scanned->head, request);
+  return scanned->size;
 }
 
 }  // namespace ringlimit::node

@@ -16,12 +16,26 @@
 #include <string_view>
 
 #include "node/http/handler.h"
+#include "node/http/wire.h"
 
 namespace ringlimit::node {
 
-// Parses the request head at the start of `bytes` into `request` (which must be default-constructed).
-// Returns the head's size in bytes (what to consume) when it is within the subset above, else nullopt
-// (`request` is then unspecified).
+// A head within the subset, where it sits in the buffer.
+struct SimpleRequestHead {
+  RequestHead head;  // views into the bytes scanned
+  size_t size = 0;   // the head's size in bytes (what to consume)
+};
+
+// Scans the request head at the start of `bytes`: the head when it is within the subset above, else nullopt.
+std::optional<SimpleRequestHead> ScanSimpleRequestHead(std::string_view bytes, size_t max_head_bytes);
+
+// Fills `request` (which must be default-constructed) with a scanned head's method, target, version (1.1)
+// and fields.
+void ToHttpRequest(const RequestHead& head, HttpRequest& request);
+
+// Both: parses the request head at the start of `bytes` into `request` (which must be default-constructed).
+// Returns the head's size in bytes when it is within the subset above, else nullopt (`request` is then
+// unspecified).
 std::optional<size_t> ParseSimpleRequestHead(std::string_view bytes, size_t max_head_bytes,
                                              HttpRequest& request);
 

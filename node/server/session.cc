@@ -10,13 +10,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
-#include <charconv>
-#include <cstring>
 #include <exception>
 #include <optional>
 #include <string_view>
 
 #include "node/http/http_error.h"
+#include "node/http/wire.h"
 #include "node/server/request_head.h"
 
 namespace ringlimit::node {
@@ -47,64 +46,6 @@ constexpr size_t kReadBytes = 64 << 10;
 // A write gathers the ready responses up to about this many bytes (pipelined requests); a connection keeps
 // a write buffer up to this capacity between writes.
 constexpr size_t kWriteBatchBytes = 64 << 10;
-
-// Copies `s` to `p`; returns the end of the copy.
-char* Put(char* p, std::string_view s) {
-  if (!s.empty()) std::memcpy(p, s.data(), s.size());  // (an empty view may hold a null pointer)
-  return p + s.size();
-}
-
-// Appends `response` as HTTP/1.1 bytes: the status line, the handler's fields, then the framing this
-// server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have no body) and
-// `Connection: close` when `close` -- and the body unless `head` (a HEAD answer says the length of the
-// body it leaves out). The handler's own Content-Length, Transfer-Encoding and Connection fields are
-// not written: every response is a Content-Length body on an HTTP/1.1 connection (no chunking).
-void AppendResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
-  const unsigned status = response.result_int();
-  const auto reason = response.reason();
-  const std::string_view phrase = reason.empty() ? http::obsolete_reason(response.result()) : reason;
-  const bool bodiless = status / 100 == 1 || status == 204 || status == 304;
-  const std::string_view body = !head && !bodiless ? std::string_view(response.body()) : std::string_view();
-  // One resize to a bound of the size, then plain copies (96: the status line's and the framing's
-  // constant parts and numbers).
-  // The handler's fields in one copy when they are already in wire form (a usual response), else one by
-  // one.
-  const std::optional<std::string_view> block = response.wire();
-  size_t bound = 96 + phrase.size() + body.size();
-  if (block) {
-    bound += block->size();
-  } else {
-    for (const auto& field : response) bound += field.name_string().size() + field.value().size() + 4;
-  }
-  const size_t start = out.size();
-  out.resize(start + bound);
-  char* const begin = out.data() + start;
-  char* p = Put(begin, "HTTP/1.1 ");
-  p = std::to_chars(p, p + 10, status).ptr;
-  *p++ = ' ';
-  p = Put(p, phrase);
-  p = Put(p, "\r\n");
-  if (block) {
-    p = Put(p, *block);
-  } else {
-    for (const auto& field : response) {
-      if (ResponseFields::IsFraming(field.name())) continue;
-      p = Put(p, field.name_string());
-      p = Put(p, ": ");
-      p = Put(p, field.value());
-      p = Put(p, "\r\n");
-    }
-  }
-  if (!bodiless) {
-    p = Put(p, "Content-Length: ");
-    p = std::to_chars(p, p + 20, response.body().size()).ptr;
-    p = Put(p, "\r\n");
-  }
-  if (close) p = Put(p, "Connection: close\r\n");
-  p = Put(p, "\r\n");
-  p = Put(p, body);
-  out.resize(start + static_cast<size_t>(p - begin));
-}
 
 // Debug-level: a client going away is routine for a server.
 void Fail(const error_code& ec, const char* what) {
@@ -257,12 +198,17 @@ void Session::ReadRequest() {
 void Session::Parse() {
   if (!parser_ && buffer_.size() > 0) {
     // The head nearly every client sends, whole in the buffer: one pass, no Beast parser.
-    HttpRequest request;
     const auto bytes = buffer_.data();
-    if (std::optional<size_t> used =
-            ParseSimpleRequestHead(std::string_view(static_cast<const char*>(bytes.data()), bytes.size()),
-                                   shared_->options.max_header_bytes, request)) {
-      buffer_.consume(*used);
+    if (std::optional<SimpleRequestHead> scanned =
+            ScanSimpleRequestHead(std::string_view(static_cast<const char*>(bytes.data()), bytes.size()),
+                                  shared_->options.max_header_bytes)) {
+      if (AnswerInPlace(scanned->head)) {
+        buffer_.consume(scanned->size);
+        return OnAnsweredInPlace();
+      }
+      HttpRequest request;
+      ToHttpRequest(scanned->head, request);
+      buffer_.consume(scanned->size);
       return OnRequest(std::move(request), /*keep_alive=*/true);
     }
     parser_.emplace();
@@ -331,6 +277,44 @@ void Session::OnRead(error_code ec) {
     Fail(ec, "read");
   }
   FinishIfDone();
+}
+
+bool Session::AnswerInPlace(const RequestHead& head) {
+  // Only an answer that can go out now: nothing owed before it, no write using out_, and no drain (whose
+  // answers may close the connection).
+  if (!pending_.empty() || writing_ || draining_ || closed_ ||
+      shared_->draining.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const auto start = Clock::now();
+  out_.clear();
+  unsigned status = 0;
+  try {
+    status = shared_->handler->AnswerInPlace(head, out_);
+  } catch (const std::exception& e) {
+    spdlog::error("request handler threw: {}", e.what());
+    out_.clear();
+    const HttpResponse error =
+        ErrorResponse(http::status::internal_server_error, "internal", "internal error");
+    AppendHttpResponse(error, /*head=*/false, /*close=*/false, out_);
+    status = error.result_int();
+  }
+  if (status == 0) return false;
+  const auto now = Clock::now();
+  if (shared_->observer) shared_->observer(status, now - start, false);
+  write_deadline_ = now + shared_->options.write_timeout;
+  return true;
+}
+
+void Session::OnAnsweredInPlace() {
+  phase_ = ReadPhase::kNone;
+  idle_since_ns_.store(0, std::memory_order_relaxed);
+  // out_ holds the answer, owed to no pending request: a write of no pending_ entries.
+  writing_ = true;
+  writing_count_ = 0;
+  Write([self = shared_from_this()](error_code ec, size_t) { self->OnWrite(/*close=*/false, ec); });
+  // A pipelined request already buffered is read on (it goes through Handle: out_ is being written).
+  if (buffer_.size() > 0) ReadRequest();
 }
 
 void Session::OnRequest(HttpRequest&& request, bool keep_alive) {
@@ -439,7 +423,7 @@ void Session::MaybeWrite() {
     const bool only = count + 1 == pending_.size();
     const bool last = read_closed_ && only && phase_ == ReadPhase::kNone;
     close = !p.keep_alive || last || (draining_ && only && !RequestInProgress());
-    AppendResponse(*p.response, p.head, close, out_);
+    AppendHttpResponse(*p.response, p.head, close, out_);
     ++count;
   }
   writing_ = true;

@@ -9,6 +9,8 @@
 // of their responses), handed to the RequestHandler, and the responses are written strictly in
 // request order whatever order the handler completes them in. A request whose whole head is buffered
 // and of the common shape is parsed in one pass (request_head.h); Beast's parser reads every other one.
+// Such a request, when nothing is owed before it, is first offered to RequestHandler::AnswerInPlace, which
+// may write its answer straight into the output buffer (no HttpRequest, HttpResponse or Respond).
 #ifndef RINGLIMIT_NODE_SERVER_SESSION_H_
 #define RINGLIMIT_NODE_SERVER_SESSION_H_
 
@@ -112,6 +114,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnReadSome(boost::system::error_code ec, size_t bytes);
   // A read that ended in an error, or (from Beast's parser) in a whole request, which goes to OnRequest.
   void OnRead(boost::system::error_code ec);
+  // Offers a request to RequestHandler::AnswerInPlace; true: its whole answer is in out_, to be written.
+  bool AnswerInPlace(const RequestHead& head);
+  // Writes an answer AnswerInPlace put in out_, then reads on.
+  void OnAnsweredInPlace();
   // A whole request was read; `keep_alive`: the connection may carry another one after it.
   void OnRequest(HttpRequest&& request, bool keep_alive);
   void Dispatch(HttpRequest&& request);

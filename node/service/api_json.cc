@@ -138,12 +138,6 @@ std::optional<ApiError> ReadString(const json::value& v, std::string_view field,
   return std::nullopt;
 }
 
-bool HasLimitFields(const api::Check& c) {
-  return !c.algorithm().empty() || c.has_limit() || c.has_window_ms() || c.has_burst() || c.has_buckets() ||
-         c.has_max_delay_ms() || !c.mode().empty() || c.has_soft_pct() || c.has_dynamic_limit() ||
-         c.has_count_denied();
-}
-
 std::optional<ApiError> CheckFromJson(const json::object& object, bool allow_target, api::Check* check) {
   std::string_view s;
   for (const auto& [json_key, value] : object) {
@@ -195,9 +189,17 @@ std::optional<ApiError> CheckFromJson(const json::object& object, bool allow_tar
   return std::nullopt;
 }
 
-std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check, unsigned* deny_status) {
+std::optional<ApiError> CheckFromQuery(std::string_view query, CheckFields* check, unsigned* deny_status) {
   *deny_status = 0;
   std::optional<ApiError> error;
+  // A value percent-decoded into ForEachQueryParam's buffer is kept in check->decoded.
+  auto keep = [&](std::string_view value) -> std::string_view {
+    if (value.empty() ||
+        (value.data() >= query.data() && value.data() + value.size() <= query.data() + query.size())) {
+      return value;
+    }
+    return check->decoded.emplace_front(value);
+  };
   const bool well_formed = ForEachQueryParam(query, [&](std::string_view key, std::string_view value) {
     uint64_t x = 0;
     auto uint_param = [&](uint64_t max, auto set) {
@@ -210,36 +212,36 @@ std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check
       }
     };
     if (key == "key") {
-      check->set_key(value.data(), value.size());
+      check->key = keep(value);
     } else if (key == "name") {
-      check->set_name(value.data(), value.size());
+      check->name = keep(value);
     } else if (key == "policy") {
-      check->set_policy(value.data(), value.size());
+      check->policy = keep(value);
     } else if (key == "tier") {
-      check->set_tier(value.data(), value.size());
+      check->tier = keep(value);
     } else if (key == "cost") {
-      uint_param(limiter::kMaxCost, [&](uint64_t v) { check->set_cost(v); });
+      uint_param(limiter::kMaxCost, [&](uint64_t v) { check->cost = v; });
     } else if (key == "algorithm") {
-      check->set_algorithm(value.data(), value.size());
+      check->algorithm = keep(value);
     } else if (key == "limit") {
-      uint_param(UINT64_MAX, [&](uint64_t v) { check->set_limit(v); });
+      uint_param(UINT64_MAX, [&](uint64_t v) { check->limit = v; });
     } else if (key == "window_ms") {
-      uint_param(UINT64_MAX, [&](uint64_t v) { check->set_window_ms(v); });
+      uint_param(UINT64_MAX, [&](uint64_t v) { check->window_ms = v; });
     } else if (key == "burst") {
-      uint_param(UINT64_MAX, [&](uint64_t v) { check->set_burst(v); });
+      uint_param(UINT64_MAX, [&](uint64_t v) { check->burst = v; });
     } else if (key == "buckets") {
-      uint_param(UINT32_MAX, [&](uint64_t v) { check->set_buckets(static_cast<uint32_t>(v)); });
+      uint_param(UINT32_MAX, [&](uint64_t v) { check->buckets = static_cast<uint32_t>(v); });
     } else if (key == "max_delay_ms") {
-      uint_param(UINT64_MAX, [&](uint64_t v) { check->set_max_delay_ms(v); });
+      uint_param(UINT64_MAX, [&](uint64_t v) { check->max_delay_ms = v; });
     } else if (key == "mode") {
-      check->set_mode(value.data(), value.size());
+      check->mode = keep(value);
     } else if (key == "soft_pct") {
-      uint_param(UINT32_MAX, [&](uint64_t v) { check->set_soft_pct(static_cast<uint32_t>(v)); });
+      uint_param(UINT32_MAX, [&](uint64_t v) { check->soft_pct = static_cast<uint32_t>(v); });
     } else if (key == "dynamic_limit") {
-      uint_param(UINT64_MAX, [&](uint64_t v) { check->set_dynamic_limit(v); });
+      uint_param(UINT64_MAX, [&](uint64_t v) { check->dynamic_limit = v; });
     } else if (key == "count_denied") {
       bool b = false;
-      if (!(error = ParseBoolText(value, key, &b))) check->set_count_denied(b);
+      if (!(error = ParseBoolText(value, key, &b))) check->count_denied = b;
     } else if (key == "deny_status") {
       uint_param(599, [&](uint64_t v) { *deny_status = static_cast<unsigned>(v); });
       if (!error && (*deny_status < 400 || *deny_status > 499)) error = Invalid(key, "must be a 4xx status");
@@ -249,6 +251,26 @@ std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check
   if (error) return error;
   if (!well_formed) return ApiError{ErrorKind::kInvalidField, "query: malformed percent-encoding"};
   return std::nullopt;
+}
+
+CheckFields FieldsOf(const api::Check& c) {
+  CheckFields f;
+  f.key = c.key();
+  f.name = c.name();
+  f.policy = c.policy();
+  f.tier = c.tier();
+  f.algorithm = c.algorithm();
+  f.mode = c.mode();
+  if (c.has_cost()) f.cost = c.cost();
+  if (c.has_limit()) f.limit = c.limit();
+  if (c.has_window_ms()) f.window_ms = c.window_ms();
+  if (c.has_burst()) f.burst = c.burst();
+  if (c.has_buckets()) f.buckets = c.buckets();
+  if (c.has_max_delay_ms()) f.max_delay_ms = c.max_delay_ms();
+  if (c.has_soft_pct()) f.soft_pct = c.soft_pct();
+  if (c.has_dynamic_limit()) f.dynamic_limit = c.dynamic_limit();
+  if (c.has_count_denied()) f.count_denied = c.count_denied();
+  return f;
 }
 
 bool PercentDecode(std::string_view in, std::string* out) {
@@ -275,9 +297,9 @@ bool PercentDecode(std::string_view in, std::string* out) {
   return true;
 }
 
-std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec* spec) {
-  if (!c.algorithm().empty()) {
-    auto algorithm = limiter::ParseAlgorithm(c.algorithm());
+std::optional<ApiError> ApplyLimitFields(const CheckFields& c, limiter::LimitSpec* spec) {
+  if (!c.algorithm.empty()) {
+    auto algorithm = limiter::ParseAlgorithm(c.algorithm);
     if (!algorithm) {
       return Invalid(
           "algorithm",
@@ -286,27 +308,27 @@ std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec
     }
     spec->algorithm = *algorithm;
   }
-  if (!c.mode().empty()) {
-    auto mode = limiter::ParseMode(c.mode());
+  if (!c.mode.empty()) {
+    auto mode = limiter::ParseMode(c.mode);
     if (!mode) return Invalid("mode", "unknown mode (expected hard, soft, shadow or dynamic)");
     spec->mode = *mode;
   }
   // Durations arrive in ms; bound them before multiplying so the product cannot overflow.
   constexpr uint64_t kMaxMs = static_cast<uint64_t>(limiter::kMaxWindow / limiter::kMillisecond);
-  if (c.has_window_ms()) {
-    if (c.window_ms() > kMaxMs) return Invalid("window_ms", "must be at most 31622400000 (366 days)");
-    spec->window = static_cast<limiter::DurationNs>(c.window_ms()) * limiter::kMillisecond;
+  if (c.window_ms) {
+    if (*c.window_ms > kMaxMs) return Invalid("window_ms", "must be at most 31622400000 (366 days)");
+    spec->window = static_cast<limiter::DurationNs>(*c.window_ms) * limiter::kMillisecond;
   }
-  if (c.has_max_delay_ms()) {
-    if (c.max_delay_ms() > kMaxMs) return Invalid("max_delay_ms", "must be at most 31622400000 (366 days)");
-    spec->max_delay = static_cast<limiter::DurationNs>(c.max_delay_ms()) * limiter::kMillisecond;
+  if (c.max_delay_ms) {
+    if (*c.max_delay_ms > kMaxMs) return Invalid("max_delay_ms", "must be at most 31622400000 (366 days)");
+    spec->max_delay = static_cast<limiter::DurationNs>(*c.max_delay_ms) * limiter::kMillisecond;
   }
-  if (c.has_limit()) spec->limit = c.limit();
-  if (c.has_burst()) spec->burst = c.burst();
-  if (c.has_buckets()) spec->buckets = c.buckets();
-  if (c.has_soft_pct()) spec->soft_pct = c.soft_pct();
-  if (c.has_dynamic_limit()) spec->dynamic_limit = c.dynamic_limit();
-  if (c.has_count_denied()) spec->count_denied = c.count_denied();
+  if (c.limit) spec->limit = *c.limit;
+  if (c.burst) spec->burst = *c.burst;
+  if (c.buckets) spec->buckets = *c.buckets;
+  if (c.soft_pct) spec->soft_pct = *c.soft_pct;
+  if (c.dynamic_limit) spec->dynamic_limit = *c.dynamic_limit;
+  if (c.count_denied) spec->count_denied = *c.count_denied;
   if (auto invalid = limiter::Validate(*spec)) {
     std::string_view field = invalid->field;
     if (field == "window") field = "window_ms";
@@ -314,6 +336,10 @@ std::optional<ApiError> ApplyLimitFields(const api::Check& c, limiter::LimitSpec
     return Invalid(field, invalid->message);
   }
   return std::nullopt;
+}
+
+std::optional<ApiError> ApplyLimitFields(const api::Check& check, limiter::LimitSpec* spec) {
+  return ApplyLimitFields(FieldsOf(check), spec);
 }
 
 }  // namespace ringlimit::node

@@ -15,6 +15,7 @@
 #include "api.pb.h"
 #include "limiter/limiter.h"
 #include "node/service/api_error.h"
+#include "node/service/check_fields.h"
 
 namespace ringlimit::node {
 
@@ -37,17 +38,19 @@ namespace ringlimit::node {
 [[nodiscard]] std::optional<ApiError> CheckFromJson(const boost::json::object& object, bool allow_target,
                                                     api::Check* check);
 
-// Fills the same fields from a query string (GET /v1/check). Unknown parameters are ignored so a
-// proxy may add its own; `deny_status` is returned through *deny_status when present (else 0).
-[[nodiscard]] std::optional<ApiError> CheckFromQuery(std::string_view query, api::Check* check,
+// The same fields from a query string (GET /v1/check), into `*check` (default-constructed; its views point
+// into `query` or into check->decoded). Unknown parameters are ignored so a proxy may add its own;
+// `deny_status` is returned through *deny_status when present (else 0).
+[[nodiscard]] std::optional<ApiError> CheckFromQuery(std::string_view query, CheckFields* check,
                                                      unsigned* deny_status);
+
+// The fields of `check` as views into it.
+[[nodiscard]] CheckFields FieldsOf(const api::Check& check);
 
 // The limit parameters of `check` applied over `base`, then validated (limiter::Validate). Errors are
 // kInvalidField naming the JSON field (window_ms, max_delay_ms, ...).
+[[nodiscard]] std::optional<ApiError> ApplyLimitFields(const CheckFields& check, limiter::LimitSpec* spec);
 [[nodiscard]] std::optional<ApiError> ApplyLimitFields(const api::Check& check, limiter::LimitSpec* spec);
-
-// True when `check` carries any inline limit parameter.
-[[nodiscard]] bool HasLimitFields(const api::Check& check);
 
 // Calls fn(name, value) for each name=value pair of a query string, percent-decoded ('+' is kept
 // literally). Returns false, after the pairs before it, at the first malformed percent-escape.

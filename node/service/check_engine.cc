@@ -59,25 +59,29 @@ DecisionCounters* CheckBatch::NameCountersFor(std::string_view name) {
 }
 
 std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) {
-  const std::string_view key = check.key();
+  return Add(FieldsOf(check), origin);
+}
+
+std::optional<ApiError> CheckBatch::Add(const CheckFields& check, size_t origin) {
+  const std::string_view key = check.key;
   if (auto error = ValidateKey(key)) return error;
-  const uint64_t cost = check.has_cost() ? check.cost() : 1;
+  const uint64_t cost = check.cost.value_or(1);
   if (cost > limiter::kMaxCost) return InvalidField("cost: larger than " + std::to_string(limiter::kMaxCost));
 
-  if (!check.policy().empty()) {
-    if (HasLimitFields(check)) {
+  if (!check.policy.empty()) {
+    if (check.HasLimitFields()) {
       return InvalidField("policy: cannot be combined with inline limit parameters (algorithm, limit, ...)");
     }
-    if (!check.name().empty())
+    if (!check.name.empty())
       return InvalidField("name: not allowed with policy (the policy names its limits)");
-    const Policy* policy = policies_->Find(check.policy());
+    const Policy* policy = policies_->Find(check.policy);
     if (policy == nullptr) {
       std::string message = "policy: no policy named ";
-      AppendJsonString(&message, check.policy());
+      AppendJsonString(&message, check.policy);
       return ApiError{ErrorKind::kUnknownPolicy, std::move(message)};
     }
     DecisionCounters* counters = CountersFor(policy->name);
-    for (const PolicyLimit& limit : policy->Resolve(key, check.tier())) {
+    for (const PolicyLimit& limit : policy->Resolve(key, check.tier)) {
       checks_.push_back(PendingCheck{.key = key,
                                      .state_name = limit.state_name,
                                      .spec = &limit.spec,
@@ -90,9 +94,9 @@ std::optional<ApiError> CheckBatch::Add(const api::Check& check, size_t origin) 
     return std::nullopt;
   }
 
-  if (!check.tier().empty()) return InvalidField("tier: only meaningful with policy");
-  if (!check.has_limit()) return InvalidField("limit: required (or name a policy)");
-  std::string_view name = check.name();
+  if (!check.tier.empty()) return InvalidField("tier: only meaningful with policy");
+  if (!check.limit) return InvalidField("limit: required (or name a policy)");
+  std::string_view name = check.name;
   if (name.empty()) name = "default";
   if (name.size() > context_.options.max_name_bytes) {
     return InvalidField("name: longer than " + std::to_string(context_.options.max_name_bytes) + " bytes");
@@ -190,6 +194,15 @@ std::optional<ApiError> CheckBatch::Run(limiter::TimeNs now, bool group_by_key) 
   return std::nullopt;
 }
 
+uint32_t CheckBatch::ClassifyGroups(CheckRouter& router, PerCheck<std::string_view>& keys) {
+  keys.reserve(groups_.size());
+  for (const auto& group : groups_) keys.push_back(checks_[order_[group.first]].key);
+  remote_.assign(groups_.size(), 0);
+  const uint32_t pin = router.EnterDecisions();
+  router.Classify(keys, remote_);
+  return pin;
+}
+
 std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& router,
                                               std::function<void()> done) {
   decisions_.assign(checks_.size(), limiter::Decision{});
@@ -197,11 +210,7 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   all_allowed_ = true;
   if (auto error = Group()) return error;
   PerCheck<std::string_view> keys;
-  keys.reserve(groups_.size());
-  for (const auto& group : groups_) keys.push_back(checks_[order_[group.first]].key);
-  remote_.assign(groups_.size(), 0);
-  const uint32_t pin = router.EnterDecisions();
-  router.Classify(keys, remote_);
+  const uint32_t pin = ClassifyGroups(router, keys);
 
   done_ = std::move(done);
   router_ = &router;
@@ -264,6 +273,28 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
   }
   FinishOne();
   return std::nullopt;
+}
+
+bool CheckBatch::RunHere(limiter::TimeNs now, CheckRouter& router) {
+  if (!router.DecidesAtOnce() || Group()) return false;
+  PerCheck<std::string_view> keys;
+  const uint32_t pin = ClassifyGroups(router, keys);
+  if (std::any_of(remote_.begin(), remote_.end(), [](uint8_t r) { return r != 0; })) {
+    router.ExitDecisions(pin);
+    return false;
+  }
+  decisions_.assign(checks_.size(), limiter::Decision{});
+  owners_.assign(checks_.size(), std::string_view(router.self_id()));
+  all_allowed_ = true;
+  for (const auto& [begin, end] : groups_)
+    RunGroup(std::span<const size_t>(order_.data() + begin, end - begin), now);
+  router.ExitDecisions(pin);
+  // At once (DecidesAtOnce): acknowledged before Decided returns.
+  router.Decided(keys, [this](bool acked) {
+    if (acked) return;
+    for (size_t g = 0; g < groups_.size(); ++g) Unacked(g);
+  });
+  return true;
 }
 
 void CheckBatch::Unacked(size_t g) {

@@ -23,6 +23,7 @@
 #include "limiter/limiter.h"
 #include "node/metrics/metrics.h"
 #include "node/service/api_error.h"
+#include "node/service/check_fields.h"
 #include "node/service/policies.h"
 #include "peer.pb.h"
 #include "storage/state_store.h"
@@ -65,8 +66,9 @@ class CheckBatch {
   CheckBatch(const CheckBatch&) = delete;
   CheckBatch& operator=(const CheckBatch&) = delete;
 
-  // Adds the limits of one api.Check (a named policy expands to several). `origin` is its index in
-  // the request. Errors: invalid key/name/fields, unknown policy.
+  // Adds the limits of one check (a named policy expands to several). `origin` is its index in the
+  // request. Errors: invalid key/name/fields, unknown policy. The check's views must outlive the batch.
+  [[nodiscard]] std::optional<ApiError> Add(const CheckFields& check, size_t origin);
   [[nodiscard]] std::optional<ApiError> Add(const api::Check& check, size_t origin);
 
   // Adds an already-resolved inline limit (Gubernator, RLS). `spec` is copied. Counted in `counters`, or
@@ -93,6 +95,12 @@ class CheckBatch {
   [[nodiscard]] std::optional<ApiError> RunRouted(limiter::TimeNs now, CheckRouter& router,
                                                   std::function<void()> done);
 
+  // RunRouted when it would be over before it returns: every key decided here (Classify) and the router
+  // DecidesAtOnce. Returns true once every decision is in (owners() filled as RunRouted fills them); false,
+  // with nothing charged, when it would not be (a key another node decides, a router that waits for
+  // replicas) or on an error (RunRouted would return it).
+  [[nodiscard]] bool RunHere(limiter::TimeNs now, CheckRouter& router);
+
   [[nodiscard]] std::span<const PendingCheck> checks() const { return checks_; }
   // The id of the node that decided each check (RunRouted only; empty otherwise).
   [[nodiscard]] std::span<const std::string_view> owners() const { return owners_; }
@@ -107,8 +115,17 @@ class CheckBatch {
   void Reserve(size_t n);
 
  private:
+  // A batch lives for one request, most often of one check (GET /v1/check): its per-check vectors keep
+  // one element inline and its node-based lists allocate nothing until used, so such a request costs no
+  // allocation here.
+  template <class T>
+  using PerCheck = boost::container::small_vector<T, 1>;
+
   // Sorts checks by key into order_ and groups_; errors on a limit named twice for one key.
   std::optional<ApiError> Group();
+  // Each group's key into `keys`, and into remote_ whether another node decides it (router.Classify), after
+  // router.EnterDecisions: returns the pin to give ExitDecisions.
+  uint32_t ClassifyGroups(CheckRouter& router, PerCheck<std::string_view>& keys);
   // A copy of `spec` that lives as long as the batch.
   const limiter::LimitSpec& StoreSpec(const limiter::LimitSpec& spec);
   void RunGroup(std::span<const size_t> group, limiter::TimeNs now);
@@ -135,12 +152,6 @@ class CheckBatch {
   DecisionCounters* NameCountersFor(std::string_view name);
   void AddCounted(std::string_view key, std::string_view name, const limiter::LimitSpec& spec, uint64_t cost,
                   bool reset, size_t origin, DecisionCounters* counters);
-
-  // A batch lives for one request, most often of one check (GET /v1/check): its per-check vectors keep
-  // one element inline and its node-based lists allocate nothing until used, so such a request costs no
-  // allocation here.
-  template <class T>
-  using PerCheck = boost::container::small_vector<T, 1>;
 
   const CheckService& context_;
   std::shared_ptr<const PolicySet> policies_;  // keeps the specs alive for the request

@@ -88,6 +88,11 @@ class CheckRouter {
   // answer, to the next alive node of the key's preference list.
   virtual void Forward(peer::ForwardedCheck check, ForwardDone done) = 0;
 
+  // Whether Decided always calls done(true) before it returns (no replica to wait for, and nothing that
+  // could answer an admission unacknowledged): then a check this node decides is answered before the call
+  // that decided it returns (CheckBatch::RunHere).
+  [[nodiscard]] virtual bool DecidesAtOnce() const { return true; }
+
   // This node has just decided (charged) the checks of `keys` itself. Calls done(acked) exactly once,
   // when the answer may be sent: at once, or -- synchronous replication -- once a replica has
   // acknowledged the new states (possibly on another thread). acked false: under --failure-mode closed,

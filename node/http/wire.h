@@ -1,0 +1,59 @@
+// The HTTP/1.1 wire form the transport and the hot handlers share: a request head as the transport read it
+// (RequestHead, handed to RequestHandler::AnswerInPlace before any HttpRequest is built) and a response
+// written straight into a connection's output buffer (WireResponse). node/server/session.cc writes every
+// HttpResponse through WireResponse too, so a response answered in place and one answered through Handle are
+// the same bytes.
+//
+// Thread safety: plain values.
+#ifndef RINGLIMIT_NODE_HTTP_WIRE_H_
+#define RINGLIMIT_NODE_HTTP_WIRE_H_
+
+#include <ostream>  // (first: Boost 1.81's core string_view, which verb.hpp includes, needs it declared)
+// The rest.
+#include <boost/beast/http/verb.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ringlimit::node {
+
+// A request without a body, its head read whole by the transport (node/server/request_head.h): the views
+// point into the connection's input buffer and are valid during the call they are handed to.
+struct RequestHead {
+  boost::beast::http::verb method = boost::beast::http::verb::unknown;
+  std::string_view target;
+  // The header fields as they arrived, `name: value CRLF` each (already checked by the transport's parser:
+  // token names, ASCII values, no obs-fold).
+  std::string_view fields;
+
+  // The value of the first field named `name` (ASCII case-insensitive), without the whitespace around it;
+  // nullopt when there is none.
+  [[nodiscard]] std::optional<std::string_view> Field(std::string_view name) const;
+};
+
+// One response appended to `out`: the status line at construction, then Field()s in order, then Finish()
+// with the framing this server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have
+// none), `Connection: close` when asked -- the empty line and the body.
+class WireResponse {
+ public:
+  // `reason` empty: the status's standard phrase.
+  WireResponse(std::string& out, unsigned status, std::string_view reason = {});
+
+  void Field(std::string_view name, std::string_view value);
+  void Field(std::string_view name, int64_t value);
+  // Fields already in wire form ("Name: value\r\n" each).
+  void Fields(std::string_view block) { out_.append(block); }
+
+  // The framing, the empty line and `body` (left out when `head`: a HEAD answer says the length of the body
+  // it leaves out). Last.
+  void Finish(std::string_view body, bool head = false, bool close = false);
+
+ private:
+  std::string& out_;
+  unsigned status_;
+};
+
+}  // namespace ringlimit::node
+
+#endif  // RINGLIMIT_NODE_HTTP_WIRE_H_
