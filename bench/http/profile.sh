@@ -5,6 +5,8 @@
 #
 #   bench/http/profile.sh            # about 2 minutes; prints a table and the top functions of each server
 #   RINGLIMITD=/path/to/ringlimitd bench/http/profile.sh
+#   SERVERS=ringlimitd CALLGRIND_DIR=/tmp/cg bench/http/profile.sh  # one server; its callgrind dump and
+#                                    # request count kept in /tmp/cg (callgrind_annotate --inclusive=yes ...)
 #   DATA_DIR=1 bench/http/profile.sh # also ringlimitd --data-dir (RocksDB write-back): issue 38's instruction
 #                                    # target for write-back, the flusher's thread and RocksDB's included
 #
@@ -119,6 +121,8 @@ wrk_requests() {
 
 servers=(nginx ringlimitd)
 [[ ${DATA_DIR:-0} == 1 ]] && servers+=(ringlimitd-data)
+# SERVERS="ringlimitd ..." measures only those (no ratio to nginx without nginx).
+[[ -n ${SERVERS:-} ]] && read -r -a servers <<<"$SERVERS"
 declare -A instructions syscalls
 for server in "${servers[@]}"; do
   log "$server under callgrind: ${cg_seconds} s of wrk -c8"
@@ -133,6 +137,10 @@ for server in "${servers[@]}"; do
   dump=$(ls "$out".* 2>/dev/null | head -1)
   [[ -n "$dump" ]] || die "no callgrind dump for $server"
   callgrind_annotate "$dump" >"$work/$server.annotate" 2>/dev/null
+  if [[ -n ${CALLGRIND_DIR:-} ]]; then
+    mkdir -p "$CALLGRIND_DIR" && cp "$dump" "$CALLGRIND_DIR/$server.callgrind"
+    echo "$requests" >"$CALLGRIND_DIR/$server.requests"
+  fi
   total=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }' "$work/$server.annotate")
   instructions[$server]=$(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", t / n }')
 
@@ -161,9 +169,11 @@ echo "|---|---:|---|"
 for server in "${servers[@]}"; do
   echo "| $server | ${instructions[$server]} | ${syscalls[$server]% } |"
 done
-awk -v a="${instructions[ringlimitd]}" -v b="${instructions[nginx]}" \
-  'BEGIN { printf "\nringlimitd / nginx, user-space instructions per request: %.2fx\n", a / b }'
-if [[ -n ${instructions[ringlimitd-data]:-} ]]; then
+if [[ -n ${instructions[ringlimitd]:-} && -n ${instructions[nginx]:-} ]]; then
+  awk -v a="${instructions[ringlimitd]}" -v b="${instructions[nginx]}" \
+    'BEGIN { printf "\nringlimitd / nginx, user-space instructions per request: %.2fx\n", a / b }'
+fi
+if [[ -n ${instructions[ringlimitd-data]:-} && -n ${instructions[ringlimitd]:-} ]]; then
   awk -v a="${instructions[ringlimitd-data]}" -v b="${instructions[ringlimitd]}" \
     'BEGIN { printf "ringlimitd --data-dir / memory-only, user-space instructions per request: %.2fx (issue 38: <= 1.10x)\n", a / b }'
 fi

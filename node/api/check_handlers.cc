@@ -35,50 +35,38 @@ int64_t CeilDiv(DurationNs d, DurationNs unit) { return d <= 0 ? 0 : (d - 1) / u
 // retry_after in ms; -1 for "never" (the cost exceeds what the limit can ever admit).
 int64_t RetryAfterMs(DurationNs d) { return d == limiter::kNever ? -1 : CeilDiv(d, limiter::kMillisecond); }
 
-void AppendInt(std::string* out, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->append(buf, end);
-}
-
-void AppendUint(std::string* out, uint64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->append(buf, end);
-}
-
 // The JSON of CheckResponse (field names and order as in proto/api.proto CheckResponse/CheckResult;
-// check_handlers_test verifies them against the descriptor). Written with literal fragments: this is
-// the hot path of POST /v1/check.
+// check_handlers_test verifies them against the descriptor). Written with literal fragments: the hot path
+// of GET and POST /v1/check.
 void WriteCheckResponse(const CheckBatch& batch, std::string* out) {
-  out->reserve(out->size() + 32 + batch.checks().size() * 200);
-  out->append(batch.all_allowed() ? R"({"allowed":true,"results":[)"sv : R"({"allowed":false,"results":[)"sv);
+  Appender a(*out, 32 + batch.checks().size() * 256);
+  a.Put(batch.all_allowed() ? R"({"allowed":true,"results":[)"sv : R"({"allowed":false,"results":[)"sv);
   for (size_t i = 0; i < batch.checks().size(); ++i) {
     const PendingCheck& c = batch.checks()[i];
     const limiter::Decision& d = batch.decisions()[i];
-    out->append(i == 0 ? R"({"key":)"sv : R"(,{"key":)"sv);
-    AppendJsonString(out, c.key);
-    out->append(R"(,"name":)"sv);
-    AppendJsonString(out, c.state_name);
-    out->append(d.allowed ? R"(,"allowed":true,"limit":)"sv : R"(,"allowed":false,"limit":)"sv);
-    AppendUint(out, d.limit);
-    out->append(R"(,"remaining":)"sv);
-    AppendUint(out, d.remaining);
-    out->append(R"(,"reset_ms":)"sv);
-    AppendInt(out, CeilDiv(d.reset_after, limiter::kMillisecond));
-    out->append(R"(,"retry_after_ms":)"sv);
-    AppendInt(out, d.allowed ? 0 : RetryAfterMs(d.retry_after));
-    out->append(R"(,"delay_ms":)"sv);
-    AppendInt(out, CeilDiv(d.delay, limiter::kMillisecond));
-    out->append(R"(,"mode":")"sv);
-    out->append(limiter::ModeName(c.spec->mode));
-    out->append(d.would_deny ? R"(","would_deny":true)"sv : R"(","would_deny":false)"sv);
+    a.Put(i == 0 ? R"({"key":)"sv : R"(,{"key":)"sv);
+    a.JsonString(c.key);
+    a.Put(R"(,"name":)"sv);
+    a.JsonString(c.state_name);
+    a.Put(d.allowed ? R"(,"allowed":true,"limit":)"sv : R"(,"allowed":false,"limit":)"sv);
+    a.Uint(d.limit);
+    a.Put(R"(,"remaining":)"sv);
+    a.Uint(d.remaining);
+    a.Put(R"(,"reset_ms":)"sv);
+    a.Int(CeilDiv(d.reset_after, limiter::kMillisecond));
+    a.Put(R"(,"retry_after_ms":)"sv);
+    a.Int(d.allowed ? 0 : RetryAfterMs(d.retry_after));
+    a.Put(R"(,"delay_ms":)"sv);
+    a.Int(CeilDiv(d.delay, limiter::kMillisecond));
+    a.Put(R"(,"mode":")"sv);
+    a.Put(limiter::ModeName(c.spec->mode));
+    a.Put(d.would_deny ? R"(","would_deny":true)"sv : R"(","would_deny":false)"sv);
     // The deciding node; "" for a handler that is not part of a cluster.
-    out->append(R"(,"owner":)"sv);
-    AppendJsonString(out, batch.owners().empty() ? std::string_view() : batch.owners()[i]);
-    out->push_back('}');
+    a.Put(R"(,"owner":)"sv);
+    a.JsonString(batch.owners().empty() ? std::string_view() : batch.owners()[i]);
+    a.Put('}');
   }
-  out->append("]}"sv);
+  a.Put("]}"sv);
 }
 
 // (No Content-Length: the HTTP transport frames every response by its body -- node/server/session.cc.)

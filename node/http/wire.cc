@@ -1,7 +1,6 @@
 #include "node/http/wire.h"
 
 #include <boost/beast/http/status.hpp>
-#include <charconv>
 
 #include "node/http/handler.h"  // AppendHttpResponse
 
@@ -17,12 +16,6 @@ bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
     if (Lower(a[i]) != Lower(b[i])) return false;
   }
   return true;
-}
-
-void AppendDecimal(std::string& out, uint64_t v) {
-  char buf[24];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, end);
 }
 
 }  // namespace
@@ -43,44 +36,33 @@ std::optional<std::string_view> RequestHead::Field(std::string_view name) const 
   return std::nullopt;
 }
 
-WireResponse::WireResponse(std::string& out, unsigned status, std::string_view reason)
-    : out_(out), status_(status) {
-  if (reason.empty())
+WireResponse::WireResponse(std::string& out, unsigned status, std::string_view reason, size_t expect)
+    : out_(out, expect), status_(status) {
+  if (reason.empty()) {
     reason = boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status));
-  out_.append("HTTP/1.1 ");
-  AppendDecimal(out_, status);
-  out_.push_back(' ');
-  out_.append(reason);
-  out_.append("\r\n");
-}
-
-void WireResponse::Field(std::string_view name, std::string_view value) {
-  out_.append(name);
-  out_.append(": ");
-  out_.append(value);
-  out_.append("\r\n");
-}
-
-void WireResponse::Field(std::string_view name, int64_t value) {
-  char buf[24];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  Field(name, std::string_view(buf, static_cast<size_t>(end - buf)));
+  }
+  out_.Put("HTTP/1.1 ");
+  out_.Uint(status);
+  out_.Put(' ');
+  out_.Put(reason);
+  out_.Put("\r\n");
 }
 
 void WireResponse::Finish(std::string_view body, bool head, bool close) {
   const bool bodiless = status_ / 100 == 1 || status_ == 204 || status_ == 304;
   if (!bodiless) {
-    out_.append("Content-Length: ");
-    AppendDecimal(out_, body.size());
-    out_.append("\r\n");
+    out_.Put("Content-Length: ");
+    out_.Uint(body.size());
+    out_.Put("\r\n");
   }
-  if (close) out_.append("Connection: close\r\n");
-  out_.append("\r\n");
-  if (!head && !bodiless) out_.append(body);
+  if (close) out_.Put("Connection: close\r\n");
+  out_.Put("\r\n");
+  if (!head && !bodiless) out_.Put(body);
+  out_.Close();
 }
 
 void AppendHttpResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
-  // One reservation for the whole response (96: the status line's and the framing's constant parts and
+  // Room for the whole response made once (96: the status line's and the framing's constant parts and
   // numbers).
   const std::optional<std::string_view> block = response.wire();
   size_t bound = 96 + response.reason().size() + response.body().size();
@@ -89,8 +71,7 @@ void AppendHttpResponse(const HttpResponse& response, bool head, bool close, std
   } else {
     for (const auto& field : response) bound += field.name_string().size() + field.value().size() + 4;
   }
-  out.reserve(out.size() + bound);
-  WireResponse wire(out, response.result_int(), response.reason());
+  WireResponse wire(out, response.result_int(), response.reason(), bound);
   // The fields in one copy when they are already in wire form (a usual response), else one by one.
   if (block) {
     wire.Fields(*block);

@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include "node/service/json_writer.h"
+
 namespace ringlimit::node {
 
 // A request without a body, its head read whole by the transport (node/server/request_head.h): the views
@@ -34,23 +36,35 @@ struct RequestHead {
 
 // One response appended to `out`: the status line at construction, then Field()s in order, then Finish()
 // with the framing this server owns -- Content-Length from the body (none for 1xx, 204 and 304, which have
-// none), `Connection: close` when asked -- the empty line and the body.
+// none), `Connection: close` when asked -- the empty line and the body. `out` holds the response once
+// Finish has returned (an Appender writes it: node/service/json_writer.h).
 class WireResponse {
  public:
-  // `reason` empty: the status's standard phrase.
-  WireResponse(std::string& out, unsigned status, std::string_view reason = {});
+  // `reason` empty: the status's standard phrase. `expect`: the room made for the response up front (it grows
+  // past it when it must).
+  WireResponse(std::string& out, unsigned status, std::string_view reason = {}, size_t expect = 512);
 
-  void Field(std::string_view name, std::string_view value);
-  void Field(std::string_view name, int64_t value);
+  void Field(std::string_view name, std::string_view value) {
+    out_.Put(name);
+    out_.Put(": ");
+    out_.Put(value);
+    out_.Put("\r\n");
+  }
+  void Field(std::string_view name, int64_t value) {
+    out_.Put(name);
+    out_.Put(": ");
+    out_.Int(value);
+    out_.Put("\r\n");
+  }
   // Fields already in wire form ("Name: value\r\n" each).
-  void Fields(std::string_view block) { out_.append(block); }
+  void Fields(std::string_view block) { out_.Put(block); }
 
   // The framing, the empty line and `body` (left out when `head`: a HEAD answer says the length of the body
   // it leaves out). Last.
   void Finish(std::string_view body, bool head = false, bool close = false);
 
  private:
-  std::string& out_;
+  Appender out_;
   unsigned status_;
 };
 

@@ -1,5 +1,6 @@
 #include "node/service/json_writer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -123,6 +124,30 @@ void AppendJsonString(std::string* out, std::string_view value) {
     }
   }
   out->push_back('"');
+}
+
+void Appender::Grow(size_t n) {
+  const size_t at = static_cast<size_t>(p_ - out_.data());
+  out_.resize(std::max(out_.size() * 2, at + n + 64));
+  p_ = out_.data() + at;
+  end_ = out_.data() + out_.size();
+}
+
+void Appender::JsonString(std::string_view value) {
+  size_t i = 0;
+  while (i < value.size() && !NeedsEscape(value[i])) ++i;
+  if (i == value.size()) {  // the common case: nothing to escape
+    Room(value.size() + 2);
+    *p_++ = '"';
+    if (!value.empty()) std::memcpy(p_, value.data(), value.size());
+    p_ += value.size();
+    *p_++ = '"';
+    return;
+  }
+  // Rare: escaped the string's way, then copied in.
+  std::string escaped;
+  AppendJsonString(&escaped, value);
+  Put(escaped);
 }
 
 namespace {

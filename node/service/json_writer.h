@@ -6,7 +6,9 @@
 #ifndef RINGLIMIT_NODE_SERVICE_JSON_WRITER_H_
 #define RINGLIMIT_NODE_SERVICE_JSON_WRITER_H_
 
+#include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -48,6 +50,61 @@ class JsonWriter {
 
 // Appends `value` as a quoted JSON string (escaping quotes, backslashes and control characters).
 void AppendJsonString(std::string* out, std::string_view value);
+
+// Appends to a std::string through a pointer into room made up front: a run of small pieces (the literal
+// fragments, numbers and strings of a response) without the string's bookkeeping for each. Room runs out
+// safely: a piece that does not fit grows the string first. The string holds exactly what was written once
+// Close() is called (or the Appender goes); until then its tail is unspecified.
+class Appender {
+ public:
+  // Appends to `out` (which must outlive the Appender), making room for `expect` bytes.
+  Appender(std::string& out, size_t expect) : out_(out) {
+    const size_t at = out.size();
+    out.resize(at + expect);
+    p_ = out.data() + at;
+    end_ = out.data() + out.size();
+  }
+  ~Appender() { Close(); }
+  Appender(const Appender&) = delete;
+  Appender& operator=(const Appender&) = delete;
+
+  void Put(std::string_view s) {
+    Room(s.size());
+    if (!s.empty()) std::memcpy(p_, s.data(), s.size());  // (an empty view may hold a null pointer)
+    p_ += s.size();
+  }
+  void Put(char c) {
+    Room(1);
+    *p_++ = c;
+  }
+  void Uint(uint64_t v) {
+    Room(20);
+    p_ = std::to_chars(p_, end_, v).ptr;
+  }
+  void Int(int64_t v) {
+    Room(20);
+    p_ = std::to_chars(p_, end_, v).ptr;
+  }
+  // `value` as a quoted JSON string (AppendJsonString's escaping).
+  void JsonString(std::string_view value);
+
+  // Cuts the string to what was written. Idempotent; nothing may be appended after it.
+  void Close() {
+    if (end_ == nullptr) return;
+    out_.resize(static_cast<size_t>(p_ - out_.data()));
+    p_ = end_ = nullptr;
+  }
+
+ private:
+  void Room(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) Grow(n);
+  }
+  void Grow(size_t n);
+
+  std::string& out_;
+  char* p_;
+  char* end_;
+};
 
 // True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
 [[nodiscard]] bool IsValidUtf8(std::string_view s);

@@ -45,5 +45,34 @@ TEST(JsonWriterTest, ToValidUtf8ReplacesInvalidBytes) {
   EXPECT_TRUE(IsValidUtf8(ToValidUtf8("\xC0\xAF\xED\xA0\x80")));
 }
 
+TEST(AppenderTest, WritesPiecesAfterWhatWasThereAndGrowsPastItsRoom) {
+  std::string out = "head|";
+  {
+    Appender a(out, 4);  // far less room than needed: every kind of piece has to grow it
+    a.Put("abc");
+    a.Put('-');
+    a.Uint(18446744073709551615u);
+    a.Put(' ');
+    a.Int(-9223372036854775807 - 1);
+    a.Put(' ');
+    a.JsonString("plain");
+    a.JsonString("q\"\n\x01");
+    a.Put(std::string(300, 'x'));
+    a.Put(std::string_view());
+  }
+  EXPECT_EQ(out, "head|abc-18446744073709551615 -9223372036854775808 \"plain\"\"q\\\"\\n\\u0001\"" +
+                     std::string(300, 'x'));
+}
+
+TEST(AppenderTest, CloseCutsTheStringToWhatWasWrittenOnce) {
+  std::string out;
+  Appender a(out, 100);
+  a.Put("xy");
+  a.Close();
+  EXPECT_EQ(out, "xy");
+  a.Close();
+  EXPECT_EQ(out, "xy");
+}
+
 }  // namespace
 }  // namespace ringlimit::node
