@@ -74,6 +74,11 @@ class TestHandler : public RequestHandler {
   }
 
   unsigned AnswerInPlace(const RequestHead& head, std::string& out) override {
+    if (head.method == http::verb::get && head.target == "/big") {
+      // More than the kernel takes at once: the rest is written asynchronously.
+      WireResponse(out, 200).Finish(std::string(kBigBody, 'b'));
+      return 200;
+    }
     if (head.method != http::verb::get || !head.target.starts_with("/now?id=")) return 0;
     in_place_.fetch_add(1);
     WireResponse response(out, 200);
@@ -81,6 +86,8 @@ class TestHandler : public RequestHandler {
     response.Finish("in place " + std::string(head.target.substr(8)));
     return 200;
   }
+
+  static constexpr size_t kBigBody = 16 << 20;
 
   int handled() const { return handled_.load(); }
   int in_place() const { return in_place_.load(); }
@@ -242,6 +249,18 @@ TEST_P(HttpServerTest, ARequestWithNothingOwedBeforeItIsAnsweredInPlaceInOrderOt
   EXPECT_EQ(handler_.in_place(), 2);
   EXPECT_EQ(ok_.load(), 5);  // the observer counts answers in place too
   EXPECT_TRUE(client.connected());
+}
+
+TEST_P(HttpServerTest, AnAnswerInPlaceLargerThanTheKernelTakesIsWrittenWholeAndTheConnectionGoesOn) {
+  StartServer({});
+  HttpClient client(server_->port());
+  auto big = client.Get("/big");
+  ASSERT_TRUE(big) << big.error().message();
+  EXPECT_EQ(big->body().size(), TestHandler::kBigBody);
+  EXPECT_EQ(big->body().find_first_not_of('b'), std::string::npos);
+  auto next = client.Get("/now?id=after");
+  ASSERT_TRUE(next) << next.error().message();
+  EXPECT_EQ(next->body(), "in place after");
 }
 
 TEST_P(HttpServerTest, HeadResponsesCarryTheLengthButNoBody) {

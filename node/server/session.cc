@@ -132,6 +132,9 @@ void Session::Run() {
   net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     error_code ignored;
     self->socket_.set_option(net::ip::tcp::no_delay(true), ignored);
+    // An answer written in place goes straight to the kernel (OnAnsweredInPlace): a send that would block
+    // must say so rather than wait.
+    if (!self->tls_) self->socket_.non_blocking(true, ignored);
     self->draining_ = self->shared_->draining.load();
     self->ArmTicker();
     if (self->tls_) return self->Handshake(&Session::StartReading);
@@ -312,6 +315,17 @@ void Session::OnAnsweredInPlace() {
   // out_ holds the answer, owed to no pending request: a write of no pending_ entries.
   writing_ = true;
   writing_count_ = 0;
+  if (!tls_ && buffer_.size() == 0 && socket_.non_blocking()) {
+    // Nothing more to read yet (the usual one request in flight): the answer goes to the kernel at once,
+    // without an asynchronous write's operation and completion; what the kernel does not take now is
+    // written asynchronously.
+    error_code ec;
+    const size_t sent = socket_.write_some(net::buffer(out_), ec);
+    if (!ec && sent == out_.size()) return OnWrite(/*close=*/false, ec);
+    if (ec && ec != net::error::would_block && ec != net::error::try_again)
+      return OnWrite(/*close=*/false, ec);
+    out_.erase(0, sent);
+  }
   Write([self = shared_from_this()](error_code ec, size_t) { self->OnWrite(/*close=*/false, ec); });
   // A pipelined request already buffered is read on (it goes through Handle: out_ is being written).
   if (buffer_.size() > 0) ReadRequest();
