@@ -7,7 +7,6 @@
 #define RINGLIMIT_NODE_SERVICE_RATELIMIT_HEADERS_H_
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -25,29 +24,33 @@ class RateLimitHeaders {
   [[nodiscard]] std::string_view state() const { return state_.view(); }    // RateLimit
 
   // The text of one header value: a limit or two fit inline (no allocation on the check path), longer
-  // ones move to a string.
+  // ones move to a string. Written through a pointer: Room(n) gives n bytes past the end, Commit(p) keeps
+  // what was written up to p.
   class Text {
    public:
-    void Append(std::string_view s) {
-      if (s.empty()) return;  // (an empty view may hold a null pointer, which memcpy must not be given)
-      if (heap_.empty() && size_ + s.size() <= kInline) {
-        std::memcpy(inline_ + size_, s.data(), s.size());
-        size_ += s.size();
-        return;
+    char* Room(size_t n) {
+      if (!on_heap_ && size_ + n <= kInline) return inline_ + size_;
+      if (!on_heap_) {
+        heap_.assign(inline_, size_);
+        on_heap_ = true;
       }
-      if (heap_.empty()) heap_.assign(inline_, size_);
-      heap_.append(s);
+      heap_.resize(size_ + n);
+      return heap_.data() + size_;
     }
-    void push_back(char c) { Append(std::string_view(&c, 1)); }
+    void Commit(const char* end) {
+      size_ = static_cast<size_t>(end - (on_heap_ ? heap_.data() : inline_));
+      if (on_heap_) heap_.resize(size_);
+    }
     [[nodiscard]] std::string_view view() const {
-      return heap_.empty() ? std::string_view(inline_, size_) : std::string_view(heap_);
+      return on_heap_ ? std::string_view(heap_) : std::string_view(inline_, size_);
     }
 
    private:
     static constexpr size_t kInline = 112;
     char inline_[kInline];
     size_t size_ = 0;
-    std::string heap_;  // non-empty once the text outgrew inline_
+    bool on_heap_ = false;
+    std::string heap_;  // the text once it outgrew inline_
   };
 
  private:
