@@ -21,6 +21,15 @@ ApiError Invalid(std::string_view field, std::string_view what) {
 
 std::optional<ApiError> ParseDecimal(std::string_view s, std::string_view field, uint64_t* out) {
   if (s.empty()) return Invalid(field, "must be a non-negative integer");
+  if (s.size() <= 19) {  // the usual number: at most 19 digits cannot overflow
+    uint64_t v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return Invalid(field, "must be a non-negative integer");
+      v = v * 10 + static_cast<uint64_t>(c - '0');
+    }
+    *out = v;
+    return std::nullopt;
+  }
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   if (ec != std::errc() || end != s.data() + s.size()) {
     return Invalid(field,

@@ -69,6 +69,8 @@ template <typename Fn>
 bool ForEachQueryParam(std::string_view query, Fn&& fn) {
   std::string key_buffer;
   std::string value_buffer;
+  // One look for an escape in the whole query: most have none, and then no pair is searched for one.
+  const bool escaped = query.find('%') != std::string_view::npos;
   while (!query.empty()) {
     const size_t amp = query.find('&');
     std::string_view pair = query.substr(0, amp);
@@ -77,11 +79,11 @@ bool ForEachQueryParam(std::string_view query, Fn&& fn) {
     const size_t eq = pair.find('=');
     std::string_view key = pair.substr(0, eq);
     std::string_view value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    if (key.find('%') != std::string_view::npos) {
+    if (escaped && key.find('%') != std::string_view::npos) {
       if (!PercentDecode(key, &key_buffer)) return false;
       key = key_buffer;
     }
-    if (value.find('%') != std::string_view::npos) {
+    if (escaped && value.find('%') != std::string_view::npos) {
       if (!PercentDecode(value, &value_buffer)) return false;
       value = value_buffer;
     }
