@@ -80,6 +80,9 @@ class PairRouter final : public CheckRouter {
   }
 
   bool DecidesAtOnce() const override { return at_once; }
+  bool MayDecideAtEntry(const EntryCheck& check) override {
+    return check.key.starts_with("b:hot") && slice_left.has_value();
+  }
 
   bool peer_down = false;
   bool async = false;
@@ -164,16 +167,25 @@ TEST_F(ForwardedTest, OnlyAKeyThisNodeDecidesAtOnceIsAnsweredInPlace) {
   ASSERT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 200u);
   EXPECT_NE(out.find("\r\nRateLimit-Owner: n1\r\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\r\nX-RateLimit-Remaining: 1\r\n"), std::string::npos) << out;
-  // Another node's key, a hot one included: left to Handle, nothing forwarded or offered to a slice.
-  router_.slice_left = 10;
+  // Another node's key with no slice here: left to Handle, nothing forwarded or offered to a slice.
   EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=b:1&limit=2&window_ms=60000", out), 0u);
   EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=b:hot&limit=2&window_ms=60000", out), 0u);
   EXPECT_EQ(out, "");
   EXPECT_EQ(router_.forwarded, 0);
   EXPECT_TRUE(router_.offered.empty());
-  // A router that waits for replicas: left to Handle, nothing charged.
+  // With a slice of it held here: decided from the slice in place, offered once.
+  router_.slice_left = 7;
+  ASSERT_EQ(InPlace(self_.handler, "/v1/check?key=b:hot&limit=20&window_ms=60000", out), 200u);
+  EXPECT_NE(out.find("\r\nRateLimit-Owner: n1\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\r\nX-RateLimit-Remaining: 7\r\n"), std::string::npos) << out;
+  EXPECT_EQ(router_.offered, std::vector<std::string>{"b:hot/default"});
+  EXPECT_EQ(router_.forwarded, 0);
+  // A router that waits for replicas: a local key is left to Handle with nothing charged; a slice's check
+  // waits for nothing.
   router_.at_once = false;
   EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 0u);
+  EXPECT_EQ(InPlace(self_.handler, "/v1/check?key=b:hot&limit=20&window_ms=60000", out), 200u);
+  router_.slice_left.reset();
   router_.at_once = true;
   ASSERT_EQ(InPlace(self_.handler, "/v1/check?key=a:1&limit=2&window_ms=60000", out), 200u);
   EXPECT_NE(out.find("\r\nX-RateLimit-Remaining: 0\r\n"), std::string::npos) << out;

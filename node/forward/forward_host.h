@@ -88,6 +88,13 @@ class EntryDecider {
   // node can still admit of the key; nullopt to forward it as usual.
   [[nodiscard]] virtual std::optional<uint64_t> DecideHere(const node::EntryCheck& check,
                                                            std::string_view decider) = 0;
+  // Whether DecideHere would admit `check` now as far as this node can tell without counting it (it holds
+  // slices of the key with units enough): a hint, DecideHere may still decline.
+  [[nodiscard]] virtual bool MayDecideHere(const node::EntryCheck& check, std::string_view decider) {
+    (void)check;
+    (void)decider;
+    return false;
+  }
 };
 
 }  // namespace ringlimit::cluster

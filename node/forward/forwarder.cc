@@ -433,6 +433,11 @@ std::optional<uint64_t> Forwarder::DecideAtEntry(const node::EntryCheck& check) 
   return grants_->DecideHere(check, DeciderOf(ring::RingToken(check.key)));
 }
 
+bool Forwarder::MayDecideAtEntry(const node::EntryCheck& check) {
+  if (grants_ == nullptr || mutation::Is(mutation::Mutation::kForward503)) return false;
+  return grants_->MayDecideHere(check, DeciderOf(ring::RingToken(check.key)));
+}
+
 void Forwarder::ForwardBefore(peer::ForwardedCheck check, int64_t deadline_wall_ns, ForwardDone done) {
   const ring::Token token = ring::RingToken(check.key());
   if (handoff_ != nullptr && handoff_->Switching(token)) {

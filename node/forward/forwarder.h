@@ -212,6 +212,7 @@ class Forwarder final : public node::CheckRouter {
   void ExitDecisions(uint32_t pin) const override;
   void Classify(std::span<const std::string_view> keys, std::span<uint8_t> remote) const override;
   [[nodiscard]] std::optional<uint64_t> DecideAtEntry(const node::EntryCheck& check) override;
+  [[nodiscard]] bool MayDecideAtEntry(const node::EntryCheck& check) override;
   void Forward(peer::ForwardedCheck check, ForwardDone done) override;
   void Decided(std::span<const std::string_view> keys, std::function<void(bool acked)> done) override;
   // No replicator, or --failure-mode open with a replicator that does not wait (async).

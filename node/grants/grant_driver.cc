@@ -138,12 +138,24 @@ void GrantDriver::FenceIf(bool paused, Shard& shard, std::chrono::nanoseconds no
   Append(out, shard.planner.Fence(now, now + options_.planner.margin));
 }
 
-std::optional<uint64_t> GrantDriver::DecideHere(const node::EntryCheck& check, std::string_view decider) {
+bool GrantDriver::Offered(const node::EntryCheck& check, std::string_view decider) const {
   // (Headroom matters to dynamic mode only, which is not lent.)
-  if (check.spec == nullptr || check.cost == 0 || check.reset || decider.empty() ||
-      decider == host_.self_id() || !DriverLends(*check.spec)) {
-    return std::nullopt;
-  }
+  return check.spec != nullptr && check.cost != 0 && !check.reset && !decider.empty() &&
+         decider != host_.self_id() && DriverLends(*check.spec);
+}
+
+bool GrantDriver::MayDecideHere(const node::EntryCheck& check, std::string_view decider) {
+  if (!Offered(check, decider)) return false;
+  const std::chrono::nanoseconds now = host_.SteadyNow();
+  thread_local std::string pkey;
+  PlannerKeyInto(check.key, check.name, pkey);
+  Shard& shard = ShardOf(pkey);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  return !shard.fenced && shard.planner.LocalUnits(now, pkey) >= check.cost;
+}
+
+std::optional<uint64_t> GrantDriver::DecideHere(const node::EntryCheck& check, std::string_view decider) {
+  if (!Offered(check, decider)) return std::nullopt;
   const std::chrono::nanoseconds now = host_.SteadyNow();
   // The planner key is built in this thread's buffer: nothing below calls back in before it is done with.
   thread_local std::string pkey;

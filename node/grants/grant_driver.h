@@ -155,6 +155,9 @@ class GrantDriver final : public EntryDecider {
   // No allocation once the key is known (the request path of every check a node forwards).
   [[nodiscard]] std::optional<uint64_t> DecideHere(const node::EntryCheck& check,
                                                    std::string_view decider) override;
+  // Whether this node's slices of the key hold `check.cost` units now (and no fence stops their use).
+  // Counts nothing and sends nothing.
+  [[nodiscard]] bool MayDecideHere(const node::EntryCheck& check, std::string_view decider) override;
 
   // Serves a grant method (METHOD_GRANT_REQUEST, _RELEASE, _RECALL): calls `respond` exactly once with the
   // encoded answer, or a failure (kRemoteError) when `payload` does not parse; possibly later, on another
@@ -224,6 +227,9 @@ class GrantDriver final : public EntryDecider {
   // The same into `out` (its storage reused).
   static void PlannerKeyInto(std::string_view key, std::string_view name, std::string& out);
   [[nodiscard]] Shard& ShardOf(std::string_view pkey) const;
+  // Whether `check` entering here may be decided from a slice at all (a lent kind of limit, decided by
+  // another node, neither a reset nor free).
+  [[nodiscard]] bool Offered(const node::EntryCheck& check, std::string_view decider) const;
   // The key of planner key `pkey` as last seen (and whom a holder asked, into `owner`), or nullopt.
   [[nodiscard]] std::optional<GrantKey> KnownKey(std::string_view pkey, std::string* owner = nullptr) const;
   // Notes `pkey` as known now (`owner`: unchanged when empty).

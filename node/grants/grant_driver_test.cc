@@ -448,6 +448,45 @@ TEST_F(GrantDriverTest, ColdKeysAndUnlentSpecsAreForwarded) {
   EXPECT_EQ(net_.sent, 0u);
 }
 
+TEST_F(GrantDriverTest, MayDecideHereSaysWhetherASliceHoldsTheUnitsAndCountsNothing) {
+  const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
+  // Cold: no slice, and asking many times asks the owner for none.
+  for (int i = 0; i < 200; ++i) {
+    net_.now += milliseconds(1);
+    EXPECT_FALSE(holder_->MayDecideHere(Check(spec), "o"));
+    net_.Pump();
+  }
+  EXPECT_EQ(net_.sent, 0u);
+  // Hot: slices held.
+  Offer(spec, 100);
+  ASSERT_GT(holder_->stats().planner.slices_held, 0u);
+  auto units_left = [this] {
+    const GrantDriver::HotKeys hot = holder_->Hot(10);
+    return hot.held.empty() ? uint64_t{0} : hot.held[0].units_left;
+  };
+  const uint64_t left = units_left();
+  ASSERT_GT(left, 1u);
+  const uint64_t sent = net_.sent;
+  EXPECT_TRUE(holder_->MayDecideHere(Check(spec), "o"));
+  node::EntryCheck all = Check(spec);
+  all.cost = left;
+  EXPECT_TRUE(holder_->MayDecideHere(all, "o"));
+  all.cost = left + 1;
+  EXPECT_FALSE(holder_->MayDecideHere(all, "o"));
+  EXPECT_EQ(units_left(), left) << "nothing used";
+  EXPECT_EQ(net_.sent, sent) << "nothing sent";
+  EXPECT_TRUE(holder_->DecideHere(Check(spec), "o"));
+  // Never for what DecideHere never decides: a check its own node decides, a reset; nor while paused.
+  EXPECT_FALSE(holder_->MayDecideHere(Check(spec), "h"));
+  node::EntryCheck reset = Check(spec);
+  reset.reset = true;
+  EXPECT_FALSE(holder_->MayDecideHere(reset, "o"));
+  holder_host_.paused = true;
+  net_.now += milliseconds(1);
+  EXPECT_FALSE(holder_->DecideHere(Check(spec), "o"));  // the fence goes up
+  EXPECT_FALSE(holder_->MayDecideHere(Check(spec), "o"));
+}
+
 TEST_F(GrantDriverTest, ThePauseFenceReleasesEverySliceAndStopsItsUse) {
   const limiter::LimitSpec spec = Spec(limiter::Algorithm::kFixedWindow, 1000);
   Offer(spec, 100);

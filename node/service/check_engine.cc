@@ -276,16 +276,29 @@ std::optional<ApiError> CheckBatch::RunRouted(limiter::TimeNs now, CheckRouter& 
 }
 
 bool CheckBatch::RunHere(limiter::TimeNs now, CheckRouter& router) {
-  if (!router.DecidesAtOnce() || Group()) return false;
+  if (Group()) return false;
   PerCheck<std::string_view> keys;
   const uint32_t pin = ClassifyGroups(router, keys);
-  if (std::any_of(remote_.begin(), remote_.end(), [](uint8_t r) { return r != 0; })) {
-    router.ExitDecisions(pin);
-    return false;
-  }
   decisions_.assign(checks_.size(), limiter::Decision{});
   owners_.assign(checks_.size(), std::string_view(router.self_id()));
   all_allowed_ = true;
+  if (std::any_of(remote_.begin(), remote_.end(), [](uint8_t r) { return r != 0; })) {
+    // Another node's key: decided here only from a slice (one key of one limit, as RunRouted offers it),
+    // offered only when the router holds one for it -- an offer counts towards the key's rate, and a check
+    // declined here is offered again on its way through RunRouted.
+    bool here = false;
+    if (groups_.size() == 1 && checks_.size() == 1) {
+      const PendingCheck& c = checks_[0];
+      here = router.MayDecideAtEntry(EntryCheck{c.key, c.state_name, c.spec, c.cost, c.reset}) &&
+             DecidedAtEntry(0, router);
+    }
+    router.ExitDecisions(pin);
+    return here;
+  }
+  if (!router.DecidesAtOnce()) {  // its answer waits for replicas: RunRouted's
+    router.ExitDecisions(pin);
+    return false;
+  }
   for (const auto& [begin, end] : groups_)
     RunGroup(std::span<const size_t>(order_.data() + begin, end - begin), now);
   router.ExitDecisions(pin);

@@ -96,8 +96,9 @@ class CheckBatch {
                                                   std::function<void()> done);
 
   // RunRouted when it would be over before it returns: every key decided here (Classify) and the router
-  // DecidesAtOnce. Returns true once every decision is in (owners() filled as RunRouted fills them); false,
-  // with nothing charged, when it would not be (a key another node decides, a router that waits for
+  // DecidesAtOnce, or one check of another node's key admitted from a slice (MayDecideAtEntry, then
+  // DecideAtEntry). Returns true once every decision is in (owners() filled as RunRouted fills them);
+  // false, with nothing charged, when it would not be (a key another node decides, a router that waits for
   // replicas) or on an error (RunRouted would return it).
   [[nodiscard]] bool RunHere(limiter::TimeNs now, CheckRouter& router);
 

@@ -84,6 +84,13 @@ class CheckRouter {
     return std::nullopt;
   }
 
+  // Whether DecideAtEntry would admit `check` now, as far as this node can tell without counting it (it
+  // holds slices of the key with units enough): a hint, DecideAtEntry may still decline. Default: false.
+  [[nodiscard]] virtual bool MayDecideAtEntry(const EntryCheck& check) {
+    (void)check;
+    return false;
+  }
+
   // Sends every limit of one key (`check`, hops already set) to its owner; if the owner does not
   // answer, to the next alive node of the key's preference list.
   virtual void Forward(peer::ForwardedCheck check, ForwardDone done) = 0;
