@@ -287,13 +287,16 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
 unsigned ApiHandler::AnswerInPlace(const RequestHead& head, std::string& out) {
   if (head.method != http::verb::get) return 0;
   const size_t question = head.target.find('?');
-  if (head.target.substr(0, question) != "/v1/check") return 0;
+  const std::string_view path = head.target.substr(0, question);
+  const bool auth = path == "/v1/auth";
+  if (!auth && path != "/v1/check") return 0;
   const auto start = std::chrono::steady_clock::now();
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : head.target.substr(question + 1);
-  const unsigned status = AnswerCheckGetInPlace(service_, head, query, out);
+  const unsigned status = AnswerCheckGetInPlace(service_, head, query, auth, out);
   if (status != 0) {
-    service_.metrics.CountRequest(Endpoint::kCheckGet, status, std::chrono::steady_clock::now() - start);
+    service_.metrics.CountRequest(auth ? Endpoint::kAuth : Endpoint::kCheckGet, status,
+                                  std::chrono::steady_clock::now() - start);
   }
   return status;
 }

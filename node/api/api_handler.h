@@ -25,7 +25,7 @@ class ApiHandler final : public RequestHandler {
 
   void Handle(HttpRequest&& request, Respond respond) override;
 
-  // GET /v1/check decided here at once (its key decided by this node): answered in place
+  // GET /v1/check or /v1/auth decided here at once (its key decided by this node): answered in place
   // (AnswerCheckGetInPlace) and counted as Handle counts it. Everything else, and every error, is Handle's:
   // 0.
   unsigned AnswerInPlace(const RequestHead& head, std::string& out) override;

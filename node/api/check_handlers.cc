@@ -322,7 +322,7 @@ HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& requ
 }
 
 unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head, std::string_view query,
-                               std::string& out) {
+                               bool auth, std::string& out) {
   // A node that refuses checks answers through Handle (503).
   if (context.router != nullptr && RefusalOf(*context.router, "")) return 0;
   // Everything below lives until the answer is written: the check's views stay in the request.
@@ -342,6 +342,20 @@ unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& h
     AppendHttpResponse(error, /*head=*/false, /*close=*/false, out);
     return error.result_int();
   }
+  auto field = [](WireResponse& response) {
+    return [&response](http::field, std::string_view name, std::string_view value) {
+      response.Field(name, value);
+    };
+  };
+  if (auth) {
+    // AuthAnswer's form: 200 or the auth deny status, the rate-limit fields, then the short body.
+    const unsigned status = batch.all_allowed() ? 200 : context.options.auth_deny_status;
+    WireResponse response(out, status);
+    RateLimitFields(batch, field(response));
+    response.Field("Content-Type", "application/json");
+    response.Finish(batch.all_allowed() ? R"({"allowed":true})" : R"({"allowed":false})");
+    return status;
+  }
   // The body first (its length precedes it), in a buffer each thread keeps.
   thread_local std::string body;
   body.clear();
@@ -349,9 +363,7 @@ unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& h
   const unsigned status = GetStatus(batch, deny_status);
   WireResponse response(out, status);
   response.Field("Content-Type", "application/json");
-  RateLimitFields(batch, [&response](http::field, std::string_view name, std::string_view value) {
-    response.Field(name, value);
-  });
+  RateLimitFields(batch, field(response));
   response.Finish(body);
   return status;
 }

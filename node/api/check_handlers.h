@@ -28,8 +28,9 @@ struct ApiOptions;
 // response -- the bytes HandleCheckGet's response goes out as -- is appended to `out` and its status
 // returned; otherwise 0, nothing appended and nothing charged (HandleCheckGet then answers it, errors
 // included).
+// With `auth`, GET /v1/auth's answer instead (AuthAnswer's bytes for the same check).
 [[nodiscard]] unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head,
-                                             std::string_view query, std::string& out);
+                                             std::string_view query, bool auth, std::string& out);
 
 // POST (is_get false) or GET /v1/check with the checks of keys other nodes own forwarded through
 // `router`. Calls `respond` exactly once: at once for a bad request or when every key is local, else

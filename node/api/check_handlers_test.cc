@@ -350,12 +350,10 @@ TEST_F(CheckTest, WrongMediaTypeMethodAndPath) {
   ExpectError(Get("/"), 404, "not_found");
 }
 
-// The bytes a response goes out as (node/server/session.cc writes every response through WireResponse).
+// The bytes a response goes out as (what node/server/session.cc writes for it).
 std::string Wire(const HttpResponse& r) {
   std::string out;
-  WireResponse wire(out, r.result_int(), r.reason());
-  for (const auto& field : r) wire.Field(field.name_string(), field.value());
-  wire.Finish(r.body());
+  AppendHttpResponse(r, /*head=*/false, /*close=*/false, out);
   return out;
 }
 
@@ -417,6 +415,24 @@ TEST_F(InPlaceTest, AGetAnsweredInPlaceIsTheBytesHandleAnswersWith) {
   }
   // Counted as Handle counts: five answers of 200 each way.
   EXPECT_EQ(metrics_.TEST_Requests(Endpoint::kCheckGet, 200), before + 2 * 5);
+}
+
+TEST_F(InPlaceTest, AGetAuthAnsweredInPlaceIsTheBytesHandleAnswersWith) {
+  ApiOptions options;
+  options.key_header = "X-RateLimit-Key";
+  Rebuild(options);
+  // nginx's subrequest (examples/nginx/ringlimit.conf): the limit in the query, the key in a header.
+  for (int i = 0; i < 3; ++i) {  // admitted, admitted, denied (403 with Retry-After)
+    const std::string target = "/v1/auth?algorithm=token_bucket&limit=2&window_ms=60000";
+    const std::string in_place = InPlace(target, {{"X-RateLimit-Key", "a"}});
+    ASSERT_FALSE(in_place.empty()) << i;
+    EXPECT_EQ(in_place, Wire(Get(target, {{"X-RateLimit-Key", "b"}}))) << i;
+  }
+  // No key, or a bad limit: Handle's (AuthWithoutKey, the reason in X-RateLimit-Error), nothing charged.
+  EXPECT_EQ(InPlace("/v1/auth?algorithm=token_bucket&limit=2&window_ms=60000"), "");
+  EXPECT_EQ(InPlace("/v1/auth?algorithm=nope&limit=2&window_ms=60000", {{"X-RateLimit-Key", "c"}}), "");
+  EXPECT_EQ(metrics_.TEST_Requests(Endpoint::kAuth, 200), 4u);
+  EXPECT_EQ(metrics_.TEST_Requests(Endpoint::kAuth, 403), 2u);
 }
 
 TEST_F(InPlaceTest, ErrorsAndOtherRequestsAreLeftToHandleWithNothingCharged) {
