@@ -1,39 +1,18 @@
 #include "node/http/wire.h"
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 
 #include "node/http/handler.h"  // AppendHttpResponse
 
 namespace ringlimit::node {
 
-namespace {
-
-char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 std::optional<std::string_view> RequestHead::Field(std::string_view name) const {
-  std::string_view rest = fields;
-  while (!rest.empty()) {
-    const size_t eol = rest.find("\r\n");
-    std::string_view line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos || !EqualsIgnoringCase(line.substr(0, colon), name)) continue;
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    return value;
-  }
-  return std::nullopt;
+  std::optional<std::string_view> found;
+  ForEachField([&](std::string_view field, std::string_view value) {
+    if (!found && boost::beast::iequals(field, name)) found = value;
+  });
+  return found;
 }
 
 WireResponse::WireResponse(std::string& out, unsigned status, std::string_view reason, size_t expect)

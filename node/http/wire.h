@@ -32,6 +32,23 @@ struct RequestHead {
   // The value of the first field named `name` (ASCII case-insensitive), without the whitespace around it;
   // nullopt when there is none.
   [[nodiscard]] std::optional<std::string_view> Field(std::string_view name) const;
+
+  // Calls fn(name, value) for each field in order, the value without the whitespace around it.
+  template <class Fn>
+  void ForEachField(Fn&& fn) const {
+    std::string_view rest = fields;
+    while (!rest.empty()) {
+      const size_t eol = rest.find("\r\n");
+      const std::string_view line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+      const size_t colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+      fn(line.substr(0, colon), value);
+    }
+  }
 };
 
 // One response appended to `out`: the status line at construction, then Field()s in order, then Finish()

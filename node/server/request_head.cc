@@ -114,18 +114,7 @@ void ToHttpRequest(const RequestHead& head, HttpRequest& request) {
   request.method(head.method);
   request.target(head.target);
   request.version(11);
-  // Every line was checked by the scan: `name:` then the value's characters, then CRLF.
-  std::string_view rest = head.fields;
-  while (!rest.empty()) {
-    const size_t eol = rest.find("\r\n");
-    const std::string_view line = rest.substr(0, eol);
-    rest.remove_prefix(eol + 2);
-    const size_t colon = line.find(':');
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    request.insert(line.substr(0, colon), value);
-  }
+  head.ForEachField([&](std::string_view name, std::string_view value) { request.insert(name, value); });
 }
 
 std::optional<size_t> ParseSimpleRequestHead(std::string_view bytes, size_t max_head_bytes,
