@@ -284,7 +284,7 @@ void ApiHandler::Handle(HttpRequest&& request, Respond respond) {
   }
 }
 
-unsigned ApiHandler::AnswerInPlace(const RequestHead& head, std::string& out) {
+unsigned ApiHandler::AnswerInPlace(const RequestHead& head, std::string& out, AnswerLater* later) {
   if (head.method != http::verb::get) return 0;
   const size_t question = head.target.find('?');
   const std::string_view path = head.target.substr(0, question);
@@ -293,8 +293,8 @@ unsigned ApiHandler::AnswerInPlace(const RequestHead& head, std::string& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::string_view query =
       question == std::string_view::npos ? std::string_view() : head.target.substr(question + 1);
-  const unsigned status = AnswerCheckGetInPlace(service_, head, query, auth, out);
-  if (status != 0) {
+  const unsigned status = AnswerCheckGetInPlace(service_, head, query, auth, out, later, start);
+  if (status != 0 && status != kAnsweredLater) {  // (one answered later is counted when it is answered)
     service_.metrics.CountRequest(auth ? Endpoint::kAuth : Endpoint::kCheckGet, status,
                                   std::chrono::steady_clock::now() - start);
   }

@@ -26,9 +26,11 @@ class ApiHandler final : public RequestHandler {
   void Handle(HttpRequest&& request, Respond respond) override;
 
   // GET /v1/check or /v1/auth decided here at once (its key decided by this node): answered in place
-  // (AnswerCheckGetInPlace) and counted as Handle counts it. Everything else, and every error, is Handle's:
-  // 0.
-  unsigned AnswerInPlace(const RequestHead& head, std::string& out) override;
+  // (AnswerCheckGetInPlace); with `later`, one forwarded to the node that decides it (or waiting for
+  // replicas) too, answered when it is decided. Counted as Handle counts it. Everything else, and every
+  // error, is Handle's: 0.
+  using RequestHandler::AnswerInPlace;
+  unsigned AnswerInPlace(const RequestHead& head, std::string& out, AnswerLater* later) override;
 
   // The same, returning the response (tests, benchmarks). Decides every check locally (no forwarding).
   [[nodiscard]] HttpResponse HandleNow(const HttpRequest& request);

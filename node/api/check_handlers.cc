@@ -135,6 +135,11 @@ struct CheckJob {
   bool is_get = false;
   unsigned deny_status = 0;
   Respond respond;  // routed: whom to answer once every decision is in
+  // A GET answered in place later (AnswerCheckGetInPlace): whom to answer, whether as /v1/auth, and since
+  // when (its latency is counted when it is answered).
+  WireRespond wire_respond;
+  bool auth = false;
+  std::chrono::steady_clock::time_point start;
 };
 
 namespace {
@@ -321,22 +326,12 @@ HttpResponse HandleCheckGet(const CheckService& context, const HttpRequest& requ
   return RunLocal(context, PrepareCheckGet(context, request, query));
 }
 
-unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head, std::string_view query,
-                               bool auth, std::string& out) {
-  // A node that refuses checks answers through Handle (503).
-  if (context.router != nullptr && RefusalOf(*context.router, "")) return 0;
-  // Everything below lives until the answer is written: the check's views stay in the request.
-  CheckFields check;
-  unsigned deny_status = 0;
-  CheckBatch batch(context);
-  auto key_field = [&head](const std::string& name) { return head.Field(name); };
-  if (AddGetCheck(context, query, key_field, check, &deny_status, batch)) return 0;  // Handle answers it
-  const limiter::TimeNs now = context.clock();
-  // Decided here before returning, or left to Handle with nothing charged (a key another node decides).
-  if (context.router != nullptr ? !batch.RunHere(now, *context.router)
-                                : batch.Run(now, /*group_by_key=*/true).has_value()) {
-    return 0;
-  }
+namespace {
+
+// GET /v1/check's answer (or /v1/auth's, AuthAnswer's form) once every decision of `batch` is in, appended to
+// `out`: the bytes Finish's response goes out as. Returns its status.
+unsigned AppendGetAnswer(const CheckService& context, const CheckBatch& batch, unsigned deny_status,
+                         bool auth, std::string& out) {
   if (batch.unavailable()) {
     const HttpResponse error = ToResponse(*batch.unavailable());
     AppendHttpResponse(error, /*head=*/false, /*close=*/false, out);
@@ -366,6 +361,88 @@ unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& h
   RateLimitFields(batch, field(response));
   response.Finish(body);
   return status;
+}
+
+// A job's GET taken to answer later: the answer's bytes to its transport, counted in metrics; the job dies
+// first.
+void AnswerLaterNow(const CheckService& context, CheckJob* job, const std::optional<ApiError>& error) {
+  std::string bytes;
+  unsigned status = 0;
+  if (error) {
+    const HttpResponse response =
+        job->auth ? AuthAnswer(context.options, ToResponse(*error)) : ToResponse(*error);
+    AppendHttpResponse(response, /*head=*/false, /*close=*/false, bytes);
+    status = response.result_int();
+  } else {
+    status = AppendGetAnswer(context, job->batch, job->deny_status, job->auth, bytes);
+  }
+  context.metrics.CountRequest(job->auth ? Endpoint::kAuth : Endpoint::kCheckGet, status,
+                               std::chrono::steady_clock::now() - job->start);
+  WireRespond to = std::move(job->wire_respond);
+  JobDeleter()(job);  // the job (and its batch) dies after its last use
+  to(std::move(bytes), status);
+}
+
+}  // namespace
+
+unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head, std::string_view query,
+                               bool auth, std::string& out, AnswerLater* later,
+                               std::chrono::steady_clock::time_point start) {
+  // A node that refuses checks answers through Handle (503).
+  if (context.router != nullptr && RefusalOf(*context.router, "")) return 0;
+  // The check's views point into the request (or into its own decoded values) until it moves into a job.
+  CheckFields check;
+  unsigned deny_status = 0;
+  {
+    // The batch lives until the answer is written.
+    CheckBatch batch(context);
+    auto key_field = [&head](const std::string& name) { return head.Field(name); };
+    if (AddGetCheck(context, query, key_field, check, &deny_status, batch)) return 0;  // Handle answers it
+    const limiter::TimeNs now = context.clock();
+    // Decided here before returning; or not, with nothing charged (a key another node decides, a decision
+    // that waits for replicas).
+    if (context.router == nullptr) {
+      if (batch.Run(now, /*group_by_key=*/true)) return 0;
+      return AppendGetAnswer(context, batch, deny_status, auth, out);
+    }
+    if (batch.RunHere(now, *context.router)) return AppendGetAnswer(context, batch, deny_status, auth, out);
+  }
+  if (later == nullptr) return 0;  // left to Handle
+  // The check, in a job that outlives the request -- what it points into of the request copied into the job's
+  // arena -- routed (forwarded to the node that decides its key) and answered when it is decided.
+  JobPtr prepared = NewJob(context);
+  CheckJob& job = *prepared;
+  job.is_get = true;
+  job.auth = auth;
+  job.start = start;
+  job.deny_status = deny_status;
+  job.get = std::move(check);  // (its decoded values move with it, at the same addresses)
+  const std::string_view query_copy = Keep(job.arena, query);
+  auto rebase = [&](std::string_view& view) {
+    if (view.empty()) return;
+    if (view.data() >= query.data() && view.data() + view.size() <= query.data() + query.size()) {
+      view = query_copy.substr(static_cast<size_t>(view.data() - query.data()), view.size());
+    } else if (view.data() >= head.fields.data() &&
+               view.data() + view.size() <= head.fields.data() + head.fields.size()) {
+      view = Keep(job.arena, view);  // the key header's value
+    }
+  };
+  for (std::string_view* view :
+       {&job.get.key, &job.get.name, &job.get.policy, &job.get.tier, &job.get.algorithm, &job.get.mode}) {
+    rebase(*view);
+  }
+  if (job.batch.Add(job.get, 0)) return 0;  // (added once already: not expected)
+  job.wire_respond = later->Take();
+  // The job owns itself until its last decision is in; the completion captures two pointers, which
+  // std::function keeps inline.
+  CheckJob* owned = prepared.release();
+  const CheckService* service = &context;
+  if (auto error = owned->batch.RunRouted(context.clock(), *context.router, [owned, service] {
+        AnswerLaterNow(*service, owned, std::nullopt);
+      })) {
+    AnswerLaterNow(context, owned, error);
+  }
+  return RequestHandler::kAnsweredLater;
 }
 
 void HandleCheckRouted(const CheckService& context, CheckRouter& router, const HttpRequest& request,

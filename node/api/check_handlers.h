@@ -4,7 +4,9 @@
 #ifndef RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 #define RINGLIMIT_NODE_API_CHECK_HANDLERS_H_
 
+#include <chrono>
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "node/http/handler.h"
@@ -29,8 +31,15 @@ struct ApiOptions;
 // returned; otherwise 0, nothing appended and nothing charged (HandleCheckGet then answers it, errors
 // included).
 // With `auth`, GET /v1/auth's answer instead (AuthAnswer's bytes for the same check).
+// With `later`, a valid check that is not decided before the call returns -- a key another node decides,
+// forwarded through the router; a decision that waits for replicas -- is taken to answer later
+// (AnswerLater::Take; RequestHandler::kAnsweredLater returned): routed as HandleCheckRouted routes it, and
+// answered in the same bytes HandleCheckGet's response (or AuthAnswer's) goes out as, counted in metrics
+// (its latency from `start`) when it is.
 [[nodiscard]] unsigned AnswerCheckGetInPlace(const CheckService& context, const RequestHead& head,
-                                             std::string_view query, bool auth, std::string& out);
+                                             std::string_view query, bool auth, std::string& out,
+                                             AnswerLater* later = nullptr,
+                                             std::chrono::steady_clock::time_point start = {});
 
 // POST (is_get false) or GET /v1/check with the checks of keys other nodes own forwarded through
 // `router`. Calls `respond` exactly once: at once for a bad request or when every key is local, else

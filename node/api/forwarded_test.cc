@@ -196,6 +196,158 @@ TEST_F(ForwardedTest, OnlyAKeyThisNodeDecidesAtOnceIsAnsweredInPlace) {
   EXPECT_EQ(router_.forwarded, 1);
 }
 
+// A transport's AnswerLater: the answer it is given, waited for.
+class TestLater final : public AnswerLater {
+ public:
+  WireRespond Take() override {
+    ++taken;
+    return [this](std::string&& bytes, unsigned status) {
+      ++answers;
+      promise_.set_value({std::move(bytes), status});
+    };
+  }
+  std::pair<std::string, unsigned> Wait() {
+    auto future = promise_.get_future();
+    EXPECT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return future.get();
+  }
+  int taken = 0;
+  std::atomic<int> answers{0};
+
+ private:
+  std::promise<std::pair<std::string, unsigned>> promise_;
+};
+
+// A response as the transport writes it (keep-alive).
+std::string Bytes(const HttpResponse& response) {
+  std::string out;
+  AppendHttpResponse(response, /*head=*/false, /*close=*/false, out);
+  return out;
+}
+
+// Two clusters of two nodes each: a1 answers through AnswerInPlace with an AnswerLater, b1 through Handle;
+// the same requests should give the same bytes.
+class ForwardedLaterTest : public ::testing::Test {
+ protected:
+  ForwardedLaterTest() : a1("n1"), a2("n2"), b1("n1"), b2("n2"), later_router(a1, a2), handle_router(b1, b2) {
+    a1.service.SetCluster(&later_router, nullptr);
+    b1.service.SetCluster(&handle_router, nullptr);
+  }
+  TestNode a1, a2, b1, b2;
+  PairRouter later_router, handle_router;
+};
+
+TEST_F(ForwardedLaterTest, AnotherNodesKeyTakenInPlaceIsAnsweredInTheBytesHandleAnswersIt) {
+  for (const bool async : {false, true}) {
+    later_router.async = async;
+    handle_router.async = async;
+    const std::string key = async ? "b:async" : "b:sync";
+    for (const std::string path : {"/v1/check", "/v1/auth"}) {
+      // Allowed, allowed, denied (limit 2), and once more denied.
+      for (int i = 0; i < 4; ++i) {
+        const std::string target =
+            path + "?key=" + key + path.substr(4) + "&limit=2&window_ms=60000&algorithm=fixed_window";
+        TestLater later;
+        std::string out;
+        ASSERT_EQ(a1.handler.AnswerInPlace(
+                      RequestHead{.method = http::verb::get, .target = target, .fields = "Host: x\r\n"}, out,
+                      &later),
+                  RequestHandler::kAnsweredLater)
+            << target;
+        EXPECT_EQ(out, "");  // nothing written at once
+        EXPECT_EQ(later.taken, 1);
+        const auto [bytes, status] = later.Wait();
+        const HttpResponse handled = Call(b1.handler, http::verb::get, target);
+        EXPECT_EQ(bytes, Bytes(handled)) << target;
+        EXPECT_EQ(status, handled.result_int());
+        EXPECT_EQ(later.answers.load(), 1);
+        EXPECT_NE(bytes.find("\r\nRateLimit-Owner: n2\r\n"), std::string::npos) << bytes;
+      }
+    }
+  }
+  EXPECT_EQ(later_router.forwarded, handle_router.forwarded);
+  EXPECT_EQ(later_router.forwarded, 16);
+  // Counted as Handle counts them.
+  for (const Endpoint endpoint : {Endpoint::kCheckGet, Endpoint::kAuth}) {
+    for (const unsigned status : {200u, 403u, 429u}) {
+      EXPECT_EQ(a1.metrics.TEST_Requests(endpoint, status), b1.metrics.TEST_Requests(endpoint, status))
+          << EndpointName(endpoint) << " " << status;
+    }
+  }
+  EXPECT_EQ(a1.metrics.TEST_Requests(Endpoint::kCheckGet, 200), 4u);
+  EXPECT_EQ(a1.metrics.TEST_Requests(Endpoint::kAuth, 403), 4u);
+}
+
+TEST_F(ForwardedLaterTest, WhatTheCheckPointsIntoOutlivesTheRequest) {
+  // A percent-encoded key and name, and a key from the key header: the request's bytes are overwritten once
+  // the check is taken (the transport reuses its buffer), before the owner answers.
+  later_router.async = handle_router.async = true;
+  struct Case {
+    std::string target;
+    std::string fields;
+  };
+  for (const Case& c : {Case{"/v1/check?key=b%3Aenc%2Bk&name=n%2D1&limit=5&window_ms=60000", "Host: x\r\n"},
+                        Case{"/v1/check?name=plain&limit=5&window_ms=60000",
+                             "Host: x\r\nX-RateLimit-Key: b:from-header\r\n"}}) {
+    std::string target = c.target;
+    std::string fields = c.fields;
+    TestLater later;
+    std::string out;
+    ASSERT_EQ(a1.handler.AnswerInPlace(
+                  RequestHead{.method = http::verb::get, .target = target, .fields = fields}, out, &later),
+              RequestHandler::kAnsweredLater)
+        << c.target;
+    std::fill(target.begin(), target.end(), '#');
+    std::fill(fields.begin(), fields.end(), '#');
+    const auto [bytes, status] = later.Wait();
+    HttpRequest request{http::verb::get, c.target, 11};
+    if (c.fields.find("X-RateLimit-Key") != std::string::npos)
+      request.set("X-RateLimit-Key", "b:from-header");
+    std::promise<HttpResponse> handled;
+    b1.handler.Handle(std::move(request), [&](HttpResponse&& r) { handled.set_value(std::move(r)); });
+    const HttpResponse expected = handled.get_future().get();
+    EXPECT_EQ(bytes, Bytes(expected)) << c.target;
+    EXPECT_EQ(status, 200u) << bytes;
+    EXPECT_EQ(bytes.find('#'), std::string::npos) << bytes;
+  }
+  EXPECT_EQ(later_router.forwarded, 2);
+}
+
+TEST_F(ForwardedLaterTest, AnOwnerThatDoesNotAnswerAndAReplicaWaitAreAnsweredLaterToo) {
+  // The owner is down: decided here, owned by this node. Then a local key whose answer waits for replicas.
+  later_router.peer_down = handle_router.peer_down = true;
+  later_router.at_once = handle_router.at_once = false;
+  for (const std::string target :
+       {"/v1/check?key=b:down&limit=3&window_ms=60000", "/v1/check?key=a:local&limit=3&window_ms=60000"}) {
+    TestLater later;
+    std::string out;
+    ASSERT_EQ(
+        a1.handler.AnswerInPlace(
+            RequestHead{.method = http::verb::get, .target = target, .fields = "Host: x\r\n"}, out, &later),
+        RequestHandler::kAnsweredLater);
+    const auto [bytes, status] = later.Wait();
+    EXPECT_EQ(bytes, Bytes(Call(b1.handler, http::verb::get, target))) << target;
+    EXPECT_EQ(status, 200u);
+    EXPECT_NE(bytes.find("\r\nRateLimit-Owner: n1\r\n"), std::string::npos) << bytes;
+  }
+}
+
+TEST_F(ForwardedLaterTest, ABadRequestIsLeftToHandleWithNothingTakenOrForwarded) {
+  for (const std::string target : {"/v1/check?key=b:1&limit=0&window_ms=60000", "/v1/check?limit=2",
+                                   "/v1/auth?limit=2&window_ms=60000", "/v1/keys/b:1"}) {
+    TestLater later;
+    std::string out;
+    EXPECT_EQ(
+        a1.handler.AnswerInPlace(
+            RequestHead{.method = http::verb::get, .target = target, .fields = "Host: x\r\n"}, out, &later),
+        0u)
+        << target;
+    EXPECT_EQ(later.taken, 0);
+    EXPECT_EQ(out, "");
+  }
+  EXPECT_EQ(later_router.forwarded, 0);
+}
+
 TEST_F(ForwardedTest, AllOrNothingHoldsAcrossTheForward) {
   // y (limit 4, cost 1) would admit, x (limit 5, cost 2) refuses on the third request: nothing charged.
   for (int i = 0; i < 2; ++i) Results(Call(self_.handler, http::verb::post, "/v1/check", kMixed));

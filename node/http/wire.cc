@@ -40,6 +40,19 @@ void WireResponse::Finish(std::string_view body, bool head, bool close) {
   out_.Close();
 }
 
+void AppendWireResponse(std::string_view response, bool close, std::string& out) {
+  const size_t end_of_fields = response.find("\r\n\r\n");
+  if (!close || end_of_fields == std::string_view::npos) {
+    out.append(response);
+    return;
+  }
+  // Between the last field's CRLF and the empty line's.
+  const size_t at = end_of_fields + 2;
+  out.append(response.substr(0, at));
+  out.append("Connection: close\r\n");
+  out.append(response.substr(at));
+}
+
 void AppendHttpResponse(const HttpResponse& response, bool head, bool close, std::string& out) {
   // Room for the whole response made once (96: the status line's and the framing's constant parts and
   // numbers).

@@ -85,6 +85,11 @@ class WireResponse {
   unsigned status_;
 };
 
+// `response`, a whole keep-alive response WireResponse wrote (not for a HEAD request), appended to `out`;
+// with `close`, with `Connection: close` where Finish(close = true) puts it, so the bytes are the ones a
+// closing WireResponse would have written.
+void AppendWireResponse(std::string_view response, bool close, std::string& out);
+
 }  // namespace ringlimit::node
 
 #endif  // RINGLIMIT_NODE_HTTP_WIRE_H_

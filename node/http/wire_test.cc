@@ -39,5 +39,24 @@ TEST(WireResponseTest, HeadSaysTheLengthItLeavesOutCloseSaysSoAndNoContentHasNoL
   EXPECT_EQ(out, "HTTP/1.1 204 No Content\r\n\r\n");
 }
 
+TEST(WireResponseTest, AKeepAliveResponseAppendedToCloseIsTheResponseWrittenToClose) {
+  for (const unsigned status : {200u, 204u, 429u}) {
+    std::string keep_alive;
+    WireResponse kept(keep_alive, status);
+    kept.Field("X-A", "1");
+    kept.Finish("body\r\n\r\nwith an empty line");
+    std::string closing;
+    WireResponse closed(closing, status);
+    closed.Field("X-A", "1");
+    closed.Finish("body\r\n\r\nwith an empty line", /*head=*/false, /*close=*/true);
+    std::string out = "before|";
+    AppendWireResponse(keep_alive, /*close=*/true, out);
+    EXPECT_EQ(out, "before|" + closing) << status;
+    out.clear();
+    AppendWireResponse(keep_alive, /*close=*/false, out);
+    EXPECT_EQ(out, keep_alive) << status;
+  }
+}
+
 }  // namespace
 }  // namespace ringlimit::node

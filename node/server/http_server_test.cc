@@ -27,7 +27,11 @@ using testing::HttpClient;
 //   /later?ms=N&id= 200 with body = id, completed N ms later by a worker thread
 //   /close          200 with Connection: close requested by the client as usual
 //   /now?id=        200 with body "in place <id>" when offered to AnswerInPlace, "handled <id>" through
-//   Handle anything else   404 (ErrorResponse)
+//                   Handle
+//   /soon?ms=N&id=  offered to AnswerInPlace: taken to answer later (AnswerLater), 200 with body
+//                   "soon <id>" N ms later from the worker thread (ms=hold: once ReleaseHeld is called);
+//                   through Handle: "handled <id>" at once
+//   anything else   404 (ErrorResponse)
 class TestHandler : public RequestHandler {
  public:
   TestHandler() : worker_([this] { Work(); }) {}
@@ -59,12 +63,12 @@ class TestHandler : public RequestHandler {
         if (param.key == "id") id = std::string(param.value);
       }
       std::lock_guard lock(mutex_);
-      jobs_.push_back(
-          {std::chrono::steady_clock::now() + std::chrono::milliseconds(ms), id, std::move(respond)});
+      jobs_.push_back({std::chrono::steady_clock::now() + std::chrono::milliseconds(ms), id,
+                       std::move(respond), nullptr});
       cv_.notify_all();
       return;
     }
-    if (path == "/now") {
+    if (path == "/now" || path == "/soon") {
       HttpResponse response{http::status::ok, 11};
       response.body() = "handled " + target.substr(target.find("id=") + 3);
       respond(std::move(response));
@@ -73,7 +77,22 @@ class TestHandler : public RequestHandler {
     respond(ErrorResponse(http::status::not_found, "not_found", "no such path"));
   }
 
-  unsigned AnswerInPlace(const RequestHead& head, std::string& out) override {
+  unsigned AnswerInPlace(const RequestHead& head, std::string& out, AnswerLater* later) override {
+    if (head.method == http::verb::get && head.target.starts_with("/soon?") && later != nullptr) {
+      const std::string target(head.target);
+      const size_t ms_at = target.find("ms=");
+      const bool hold = target.find("ms=hold") != std::string::npos;
+      const int ms = ms_at == std::string::npos || hold ? 0 : std::stoi(target.substr(ms_at + 3));
+      const std::string id = target.substr(target.find("id=") + 3);
+      WireRespond respond = later->Take();
+      std::lock_guard lock(mutex_);
+      jobs_.push_back({hold ? std::chrono::steady_clock::time_point::max()
+                            : std::chrono::steady_clock::now() + std::chrono::milliseconds(ms),
+                       id, nullptr, std::move(respond)});
+      later_.fetch_add(1);
+      cv_.notify_all();
+      return kAnsweredLater;
+    }
     if (head.method == http::verb::get && head.target == "/big") {
       // More than the kernel takes at once: the rest is written asynchronously.
       WireResponse(out, 200).Finish(std::string(kBigBody, 'b'));
@@ -91,12 +110,22 @@ class TestHandler : public RequestHandler {
 
   int handled() const { return handled_.load(); }
   int in_place() const { return in_place_.load(); }
+  int later() const { return later_.load(); }
+  // The held answers (ms=hold) are due now.
+  void ReleaseHeld() {
+    std::lock_guard lock(mutex_);
+    for (Job& job : jobs_) {
+      if (job.due == std::chrono::steady_clock::time_point::max()) job.due = std::chrono::steady_clock::now();
+    }
+    cv_.notify_all();
+  }
 
  private:
   struct Job {
     std::chrono::steady_clock::time_point due;
     std::string id;
-    Respond respond;
+    Respond respond;   // through Handle
+    WireRespond wire;  // or taken in place to answer later
   };
 
   void Work() {
@@ -117,15 +146,22 @@ class TestHandler : public RequestHandler {
       Job job = std::move(*next);
       jobs_.erase(next);
       lock.unlock();
-      HttpResponse response{http::status::ok, 11};
-      response.body() = job.id;
-      job.respond(std::move(response));
+      if (job.wire) {
+        std::string bytes;
+        WireResponse(bytes, 200).Finish("soon " + job.id);
+        job.wire(std::move(bytes), 200);
+      } else {
+        HttpResponse response{http::status::ok, 11};
+        response.body() = job.id;
+        job.respond(std::move(response));
+      }
       lock.lock();
     }
   }
 
   std::atomic<int> handled_{0};
   std::atomic<int> in_place_{0};
+  std::atomic<int> later_{0};
   std::mutex mutex_;  // guards jobs_, stop_
   std::condition_variable cv_;
   std::vector<Job> jobs_;
@@ -249,6 +285,49 @@ TEST_P(HttpServerTest, ARequestWithNothingOwedBeforeItIsAnsweredInPlaceInOrderOt
   EXPECT_EQ(handler_.in_place(), 2);
   EXPECT_EQ(ok_.load(), 5);  // the observer counts answers in place too
   EXPECT_TRUE(client.connected());
+}
+
+TEST_P(HttpServerTest, ARequestTakenInPlaceToAnswerLaterKeepsItsTurnOnTheConnection) {
+  StartServer({});
+  HttpClient client(server_->port());
+  // Taken in place, answered last by the handler (another thread); the requests behind it go through Handle
+  // (an answer is owed before them) and their answers wait for it.
+  ASSERT_TRUE(
+      client.SendRaw("GET /soon?ms=hold&id=a HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /now?id=b HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /later?ms=0&id=c HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(Eventually([&] { return handler_.later() == 1 && handler_.handled() == 2; }));
+  handler_.ReleaseHeld();
+  for (const std::string expected : {"soon a", "handled b", "c"}) {
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << response.error().message();
+    EXPECT_EQ(response->body(), expected);
+    EXPECT_TRUE(response->keep_alive());
+  }
+  // Nothing owed: the next one is taken in place again.
+  auto next = client.Get("/soon?ms=0&id=d");
+  ASSERT_TRUE(next) << next.error().message();
+  EXPECT_EQ(next->body(), "soon d");
+  EXPECT_EQ(handler_.later(), 2);
+  EXPECT_EQ(handler_.in_place(), 0);
+  EXPECT_EQ(ok_.load(), 4);  // the observer counts answers given later too
+  EXPECT_TRUE(client.connected());
+}
+
+TEST_P(HttpServerTest, ADrainClosesTheConnectionAfterAnAnswerTakenInPlaceToAnswerLater) {
+  StartServer({});
+  HttpClient client(server_->port());
+  ASSERT_TRUE(client.SendRaw("GET /soon?ms=hold&id=inflight HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(Eventually([&] { return handler_.later() == 1; }));
+  server_->StopAccepting();
+  server_->Drain();
+  handler_.ReleaseHeld();
+  // Answered, with `Connection: close` added to the handler's keep-alive bytes, then closed.
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response) << response.error().message();
+  EXPECT_EQ(response->body(), "soon inflight");
+  EXPECT_FALSE(response->keep_alive());
+  EXPECT_TRUE(Eventually([&] { return server_->connections() == 0; }));
 }
 
 TEST_P(HttpServerTest, AnAnswerInPlaceLargerThanTheKernelTakesIsWrittenWholeAndTheConnectionGoesOn) {

@@ -205,9 +205,15 @@ void Session::Parse() {
     if (std::optional<SimpleRequestHead> scanned =
             ScanSimpleRequestHead(std::string_view(static_cast<const char*>(bytes.data()), bytes.size()),
                                   shared_->options.max_header_bytes)) {
-      if (AnswerInPlace(scanned->head)) {
-        buffer_.consume(scanned->size);
-        return OnAnsweredInPlace();
+      switch (AnswerInPlace(scanned->head)) {
+        case InPlace::kAnswered:
+          buffer_.consume(scanned->size);
+          return OnAnsweredInPlace();
+        case InPlace::kLater:
+          buffer_.consume(scanned->size);
+          return OnTakenInPlace();
+        case InPlace::kDeclined:
+          break;
       }
       HttpRequest request;
       ToHttpRequest(scanned->head, request);
@@ -282,31 +288,97 @@ void Session::OnRead(error_code ec) {
   FinishIfDone();
 }
 
-bool Session::AnswerInPlace(const RequestHead& head) {
+class Session::Later final : public AnswerLater {
+ public:
+  Later(Session& session, Clock::time_point start) : session_(session), start_(start) {}
+
+  WireRespond Take() override {
+    taken_ = true;
+    seq_ = session_.next_seq_++;
+    session_.pending_.push_back(Pending{std::nullopt, /*keep_alive=*/true, start_, /*head=*/false, {}});
+    return [self = session_.shared_from_this(), seq = seq_](std::string&& bytes, unsigned status) {
+      // Inline when the handler answers on this strand (a local decision, or a forward's answer on a
+      // single_thread server), else on it.
+      if (self->OnItsStrand()) return self->OnWireResponse(seq, std::move(bytes), status);
+      net::dispatch(self->socket_.get_executor(), [self, seq, status, bytes = std::move(bytes)]() mutable {
+        self->OnWireResponse(seq, std::move(bytes), status);
+      });
+    };
+  }
+
+  [[nodiscard]] bool taken() const { return taken_; }
+  [[nodiscard]] uint64_t seq() const { return seq_; }
+
+ private:
+  Session& session_;
+  const Clock::time_point start_;
+  bool taken_ = false;
+  uint64_t seq_ = 0;
+};
+
+bool Session::OnItsStrand() const {
+  return (strand_ != nullptr && strand_->running_in_this_thread()) ||
+         (io_executor_ != nullptr && io_executor_->running_in_this_thread());
+}
+
+Session::InPlace Session::AnswerInPlace(const RequestHead& head) {
   // Only an answer that can go out now: nothing owed before it, no write using out_, and no drain (whose
   // answers may close the connection).
   if (!pending_.empty() || writing_ || draining_ || closed_ ||
       shared_->draining.load(std::memory_order_relaxed)) {
-    return false;
+    return InPlace::kDeclined;
   }
   const auto start = Clock::now();
   out_.clear();
   unsigned status = 0;
+  Later later(*this, start);
   try {
-    status = shared_->handler->AnswerInPlace(head, out_);
+    status = shared_->handler->AnswerInPlace(head, out_, &later);
   } catch (const std::exception& e) {
     spdlog::error("request handler threw: {}", e.what());
-    out_.clear();
     const HttpResponse error =
         ErrorResponse(http::status::internal_server_error, "internal", "internal error");
+    if (later.taken()) {
+      // Its slot is owed an answer: this one, unless the handler gave one before throwing.
+      std::string bytes;
+      AppendHttpResponse(error, /*head=*/false, /*close=*/false, bytes);
+      OnWireResponse(later.seq(), std::move(bytes), error.result_int());
+      return InPlace::kLater;
+    }
+    out_.clear();
     AppendHttpResponse(error, /*head=*/false, /*close=*/false, out_);
     status = error.result_int();
   }
-  if (status == 0) return false;
+  if (later.taken()) return InPlace::kLater;
+  if (status == 0) return InPlace::kDeclined;
   const auto now = Clock::now();
   if (shared_->observer) shared_->observer(status, now - start, false);
   write_deadline_ = now + shared_->options.write_timeout;
-  return true;
+  return InPlace::kAnswered;
+}
+
+void Session::OnTakenInPlace() {
+  phase_ = ReadPhase::kNone;
+  idle_since_ns_.store(0, std::memory_order_relaxed);
+  if (closed_) return;
+  // As after Dispatch (OnRequest): answered at once and being written with nothing more buffered, the next
+  // request is read once the write completes; otherwise read on now.
+  if (!(writing_ && buffer_.size() == 0 && pending_.size() == writing_count_)) ReadRequest();
+  FinishIfDone();
+}
+
+void Session::OnWireResponse(uint64_t seq, std::string&& bytes, unsigned status) {
+  if (closed_ || seq < first_seq_ || seq - first_seq_ >= pending_.size()) return;
+  Pending& slot = pending_[seq - first_seq_];
+  if (slot.answered()) return;  // answered twice: keep the first
+  if (bytes.empty()) {
+    // (A handler's bug: no answer. The slot is owed one, or the connection would wait forever.)
+    spdlog::error("request handler answered later with nothing");
+    return OnResponse(seq, ErrorResponse(http::status::internal_server_error, "internal", "internal error"));
+  }
+  if (shared_->observer) shared_->observer(status, Clock::now() - slot.start, false);
+  slot.wire = std::move(bytes);
+  MaybeWrite();
 }
 
 void Session::OnAnsweredInPlace() {
@@ -370,7 +442,7 @@ bool OnlyChunked(std::string_view codings) {
 void Session::Dispatch(HttpRequest&& request) {
   const uint64_t seq = next_seq_++;
   pending_.push_back(
-      Pending{std::nullopt, request.keep_alive(), Clock::now(), request.method() == http::verb::head});
+      Pending{std::nullopt, request.keep_alive(), Clock::now(), request.method() == http::verb::head, {}});
   // Codings the server cannot undo are refused before the handler sees the bytes as a body.
   if (auto te = request.find(http::field::transfer_encoding);
       te != request.end() && !OnlyChunked(te->value())) {
@@ -388,8 +460,7 @@ void Session::Dispatch(HttpRequest&& request) {
   Respond respond = [self = shared_from_this(), seq](HttpResponse&& response) {
     // Runs inline when the handler answers on this strand, or on the one thread of a single_thread
     // server (a local decision: no executor in between), else hops onto it.
-    if ((self->strand_ != nullptr && self->strand_->running_in_this_thread()) ||
-        (self->io_executor_ != nullptr && self->io_executor_->running_in_this_thread())) {
+    if (self->OnItsStrand()) {
       self->OnResponse(seq, std::move(response));
       return;
     }
@@ -408,7 +479,7 @@ void Session::Dispatch(HttpRequest&& request) {
 void Session::OnResponse(uint64_t seq, HttpResponse&& response) {
   if (closed_ || seq < first_seq_ || seq - first_seq_ >= pending_.size()) return;
   Pending& slot = pending_[seq - first_seq_];
-  if (slot.response) return;  // answered twice (or after a handler exception): keep the first
+  if (slot.answered()) return;  // answered twice (or after a handler exception): keep the first
   if (shared_->observer) {
     shared_->observer(static_cast<unsigned>(response.result_int()), Clock::now() - slot.start, false);
   }
@@ -418,26 +489,30 @@ void Session::OnResponse(uint64_t seq, HttpResponse&& response) {
 
 void Session::QueueError(http::status status, std::string_view code, std::string_view message) {
   read_closed_ = true;
-  pending_.push_back(Pending{ErrorResponse(status, code, message), false, Clock::now(), false});
+  pending_.push_back(Pending{ErrorResponse(status, code, message), false, Clock::now(), false, {}});
   ++next_seq_;
   if (shared_->observer) shared_->observer(static_cast<unsigned>(status), std::chrono::nanoseconds{0}, true);
   MaybeWrite();
 }
 
 void Session::MaybeWrite() {
-  if (writing_ || closed_ || pending_.empty() || !pending_.front().response) return;
+  if (writing_ || closed_ || pending_.empty() || !pending_.front().answered()) return;
   // Every response that is ready, in order, in one write (serialized by hand: one buffer, no Beast
   // serializer state per response), up to the one that closes the connection.
   out_.clear();
   size_t count = 0;
   bool close = false;
-  while (count < pending_.size() && pending_[count].response && !close && out_.size() < kWriteBatchBytes) {
+  while (count < pending_.size() && pending_[count].answered() && !close && out_.size() < kWriteBatchBytes) {
     const Pending& p = pending_[count];
     // The last response of a connection that reads nothing more says so.
     const bool only = count + 1 == pending_.size();
     const bool last = read_closed_ && only && phase_ == ReadPhase::kNone;
     close = !p.keep_alive || last || (draining_ && only && !RequestInProgress());
-    AppendHttpResponse(*p.response, p.head, close, out_);
+    if (p.response) {
+      AppendHttpResponse(*p.response, p.head, close, out_);
+    } else {
+      AppendWireResponse(p.wire, close, out_);
+    }
     ++count;
   }
   writing_ = true;

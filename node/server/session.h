@@ -98,7 +98,15 @@ class Session : public std::enable_shared_from_this<Session> {
     bool keep_alive = true;
     Clock::time_point start;
     bool head = false;  // a HEAD request: its response is written without the body
+    // Or an answer in place taken to answer later (AnswerLater): its bytes, keep-alive (empty until then).
+    std::string wire;
+
+    [[nodiscard]] bool answered() const { return response.has_value() || !wire.empty(); }
   };
+  // What the session hands AnswerInPlace: takes the request into pending_ when the handler answers later.
+  class Later;
+  // What became of a request offered to AnswerInPlace.
+  enum class InPlace { kDeclined, kAnswered, kLater };
 
   // Reads some bytes / writes `out_`, through TLS when the connection has it.
   template <class Handler>
@@ -114,10 +122,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnReadSome(boost::system::error_code ec, size_t bytes);
   // A read that ended in an error, or (from Beast's parser) in a whole request, which goes to OnRequest.
   void OnRead(boost::system::error_code ec);
-  // Offers a request to RequestHandler::AnswerInPlace; true: its whole answer is in out_, to be written.
-  bool AnswerInPlace(const RequestHead& head);
+  // Offers a request to RequestHandler::AnswerInPlace. kAnswered: its whole answer is in out_, to be
+  // written; kLater: it is in pending_, answered through OnWireResponse.
+  InPlace AnswerInPlace(const RequestHead& head);
   // Writes an answer AnswerInPlace put in out_, then reads on.
   void OnAnsweredInPlace();
+  // After a request was taken to answer later: reads on as OnRequest does.
+  void OnTakenInPlace();
+  // The answer of a request taken to answer later (AnswerLater), its bytes WireResponse's.
+  void OnWireResponse(uint64_t seq, std::string&& bytes, unsigned status);
+  // Whether the calling thread runs this session's handlers now (its strand, or a single_thread server's one
+  // thread).
+  [[nodiscard]] bool OnItsStrand() const;
   // A whole request was read; `keep_alive`: the connection may carry another one after it.
   void OnRequest(HttpRequest&& request, bool keep_alive);
   void Dispatch(HttpRequest&& request);
