@@ -5,8 +5,9 @@
 // frame is delivered (as after a successful handshake), then the full one.
 //
 // Invariants: no crash or sanitizer report; the connection delivers exactly the frames a plain reading
-// of the stream finds (same count, equal messages), counts an oversized, empty or unparseable frame once
-// and closes, counts the bytes it consumed, and closes once the stream ends.
+// of the stream finds (same count, equal messages) -- after the first frame, the data frames it reads in
+// place (ReadDataFrame) included -- counts an oversized, empty or unparseable frame once and closes, counts
+// the bytes it consumed, and closes once the stream ends.
 #include <google/protobuf/util/message_differencer.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -32,6 +35,7 @@ namespace {
 namespace asio = boost::asio;
 using ringlimit::peer::FramingOptions;
 using ringlimit::peer::StatsCounters;
+using ringlimit::peer::internal::EnvelopeView;
 using ringlimit::peer::internal::FramedConnection;
 using ringlimit::peer::internal::kFrameHeaderBytes;
 using ringlimit::peer::internal::kHandshakeFrameLimit;
@@ -103,6 +107,22 @@ class Connection final : public FramedConnection {
   }
   void OnFrame(Frame&& frame) override {
     if (frames.empty()) AllowFullFrames();  // as PeerServer after the handshake
+    frames.push_back(std::move(frame));
+  }
+  // After the first frame (as PeerServer after the handshake) data frames are read in place; what they
+  // deliver, made into a Frame again, must be what Protobuf reads.
+  bool TakesEnvelopesInPlace() const override { return !frames.empty(); }
+  void OnEnvelopes(std::span<const EnvelopeView> envelopes) override {
+    FUZZ_CHECK(!envelopes.empty(), "a data frame read in place without envelopes");
+    Frame frame;
+    for (const EnvelopeView& view : envelopes) {
+      ringlimit::transport::Envelope* envelope = frame.add_envelopes();
+      envelope->set_request_id(view.request_id);
+      envelope->set_kind(static_cast<ringlimit::transport::Kind>(view.kind));
+      envelope->set_method(view.method);
+      envelope->set_payload(std::string(view.payload));
+      envelope->set_status(static_cast<ringlimit::transport::ReplyStatus>(view.status));
+    }
     frames.push_back(std::move(frame));
   }
   void OnClosed() override {

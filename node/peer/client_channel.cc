@@ -76,12 +76,23 @@ void ClientConnection::OnFrame(transport::Frame&& frame) {
     std::shared_ptr<PeerChannel> channel = channel_.lock();
     for (transport::Envelope& envelope : *frame.mutable_envelopes()) {
       if (closed() || !channel) return;
-      channel->OnResponse(this, std::move(envelope));
+      channel->OnResponse(this, envelope.request_id(), envelope.kind(), envelope.status(),
+                          std::move(*envelope.mutable_payload()), envelope.error());
     }
   } else {
     StatsCounters::Add(shared_->stats.malformed_frames);
     Fail(PeerStatus(phase_ == Phase::kOpen ? PeerErrorKind::kConnectionLost : PeerErrorKind::kUnavailable,
                     "protocol error: unexpected frame from the peer"));
+  }
+}
+
+void ClientConnection::OnEnvelopes(std::span<const EnvelopeView> envelopes) {
+  std::shared_ptr<PeerChannel> channel = channel_.lock();
+  static const std::string kNoError;
+  for (const EnvelopeView& envelope : envelopes) {
+    if (closed() || !channel) return;
+    channel->OnResponse(this, envelope.request_id, envelope.kind, envelope.status,
+                        std::string(envelope.payload), kNoError);
   }
 }
 
@@ -235,11 +246,11 @@ void PeerChannel::StartCall(uint32_t method, std::string payload, PeerCallback d
   const uint64_t id = ++next_id_;
   calls_.emplace(id, Pending{std::move(done), deadline});
   ArmDeadlineTimer(deadline);
-  transport::Envelope envelope;
-  envelope.set_request_id(id);
-  envelope.set_kind(transport::KIND_REQUEST);
-  envelope.set_method(method);
-  envelope.set_payload(std::move(payload));
+  OutEnvelope envelope;
+  envelope.request_id = id;
+  envelope.kind = transport::KIND_REQUEST;
+  envelope.method = method;
+  envelope.payload = std::move(payload);
   Transmit(std::move(envelope));
 }
 
@@ -249,18 +260,18 @@ void PeerChannel::StartSend(uint32_t method, std::string payload) {
     return;
   }
   ++unwritten_one_way_;
-  transport::Envelope envelope;
-  envelope.set_kind(transport::KIND_ONE_WAY);
-  envelope.set_method(method);
-  envelope.set_payload(std::move(payload));
+  OutEnvelope envelope;
+  envelope.kind = transport::KIND_ONE_WAY;
+  envelope.method = method;
+  envelope.payload = std::move(payload);
   Transmit(std::move(envelope));
 }
 
-void PeerChannel::Transmit(transport::Envelope&& envelope) {
+void PeerChannel::Transmit(OutEnvelope&& envelope) {
   if (state_ == State::kOpen) {
     // The only request awaiting an answer: nothing to coalesce it with soon, write it at once.
     const bool urgent =
-        shared_->options.flush_when_idle && envelope.kind() == transport::KIND_REQUEST && calls_.size() <= 1;
+        shared_->options.flush_when_idle && envelope.kind == transport::KIND_REQUEST && calls_.size() <= 1;
     connection_->Queue(std::move(envelope), urgent);
     return;
   }
@@ -283,11 +294,11 @@ void PeerChannel::OnOpen(ClientConnection* connection) {
   if (ever_opened_) StatsCounters::Add(shared_->stats.reconnects);
   ever_opened_ = true;
   spdlog::debug("peer: connected to {}", name_);
-  std::deque<transport::Envelope> waiting;
+  std::deque<OutEnvelope> waiting;
   waiting.swap(waiting_);
   // Requests that timed out while waiting are not sent.
-  std::erase_if(waiting, [&](const transport::Envelope& envelope) {
-    return envelope.kind() == transport::KIND_REQUEST && !calls_.contains(envelope.request_id());
+  std::erase_if(waiting, [&](const OutEnvelope& envelope) {
+    return envelope.kind == transport::KIND_REQUEST && !calls_.contains(envelope.request_id);
   });
   for (size_t i = 0; i < waiting.size(); ++i) {
     // They all waited for the connection already: the last one flushes them without more delay.
@@ -295,25 +306,26 @@ void PeerChannel::OnOpen(ClientConnection* connection) {
   }
 }
 
-void PeerChannel::OnResponse(ClientConnection* connection, transport::Envelope&& envelope) {
+void PeerChannel::OnResponse(ClientConnection* connection, uint64_t request_id, int kind, int status,
+                             std::string&& payload, const std::string& error) {
   if (connection != connection_.get()) return;
-  if (envelope.kind() != transport::KIND_RESPONSE) {
+  if (kind != transport::KIND_RESPONSE) {
     StatsCounters::Add(shared_->stats.malformed_frames);
     connection_->Fail(PeerStatus(PeerErrorKind::kConnectionLost, "protocol error: peer sent a non-response"));
     return;
   }
-  switch (envelope.status()) {
+  switch (status) {
     case transport::REPLY_OK:
-      Complete(envelope.request_id(), PeerResult::Value(std::move(*envelope.mutable_payload())));
+      Complete(request_id, PeerResult::Value(std::move(payload)));
       return;
     case transport::REPLY_NO_HANDLER:
-      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kUnknownMethod, envelope.error()));
+      Complete(request_id, PeerResult::Error(PeerErrorKind::kUnknownMethod, error));
       return;
     case transport::REPLY_OVERLOADED:
-      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kOverloaded, envelope.error()));
+      Complete(request_id, PeerResult::Error(PeerErrorKind::kOverloaded, error));
       return;
     default:
-      Complete(envelope.request_id(), PeerResult::Error(PeerErrorKind::kRemoteError, envelope.error()));
+      Complete(request_id, PeerResult::Error(PeerErrorKind::kRemoteError, error));
       return;
   }
 }

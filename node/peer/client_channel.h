@@ -78,7 +78,7 @@ class ClientConnection : public FramedConnection {
 
   // Resolves, connects and runs the handshake; the channel hears OnOpen or OnConnectionClosed.
   void Start(const HostPort& address);
-  void Queue(transport::Envelope&& envelope, bool urgent) { QueueEnvelope(std::move(envelope), urgent); }
+  void Queue(OutEnvelope&& envelope, bool urgent) { QueueEnvelope(std::move(envelope), urgent); }
   // Closes the connection; the channel's calls fail with `why`.
   void Fail(PeerStatus why);
 
@@ -89,6 +89,8 @@ class ClientConnection : public FramedConnection {
     return std::static_pointer_cast<ClientConnection>(shared_from_this());
   }
   void OnFrame(transport::Frame&& frame) override;
+  [[nodiscard]] bool TakesEnvelopesInPlace() const override { return phase_ == Phase::kOpen; }
+  void OnEnvelopes(std::span<const EnvelopeView> envelopes) override;
   void OnHello(const transport::Hello& hello);
   void OnHelloDone(const transport::HelloDone& done);
   void OnClosed() override;
@@ -125,7 +127,9 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
 
   // From the channel's ClientConnection, on the strand.
   void OnOpen(ClientConnection* connection);
-  void OnResponse(ClientConnection* connection, transport::Envelope&& envelope);
+  // One envelope of a data frame (its request id, kind, reply status, payload and error).
+  void OnResponse(ClientConnection* connection, uint64_t request_id, int kind, int status,
+                  std::string&& payload, const std::string& error);
   void OnConnectionClosed(ClientConnection* connection, PeerStatus why, bool was_open);
   void OnOneWayWritten(ClientConnection* connection, size_t count);
 
@@ -141,7 +145,7 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
   void StartCall(uint32_t method, std::string payload, PeerCallback done, Clock::time_point deadline);
   void StartSend(uint32_t method, std::string payload);
   [[nodiscard]] PeerStatus Refusal() const;  // why a call cannot start in state_ (kBackoff/kClosed)
-  void Transmit(transport::Envelope&& envelope);
+  void Transmit(OutEnvelope&& envelope);
   void Connect();
   void Complete(uint64_t id, PeerResult result);
   void FailAll(const PeerStatus& why);
@@ -170,8 +174,8 @@ class PeerChannel : public std::enable_shared_from_this<PeerChannel> {
   // The calls awaiting their answer. Deadlines are swept by one timer (no per-call timer or index):
   // it is armed for the earliest deadline when it is not armed, and re-armed after each sweep.
   std::unordered_map<uint64_t, Pending> calls_;
-  std::deque<transport::Envelope> waiting_;  // queued while not connected
-  size_t unwritten_one_way_ = 0;             // one-way messages in waiting_ or in the connection's queue
+  std::deque<OutEnvelope> waiting_;  // queued while not connected
+  size_t unwritten_one_way_ = 0;     // one-way messages in waiting_ or in the connection's queue
   boost::asio::steady_timer deadline_timer_;
   bool deadline_timer_armed_ = false;
   Clock::time_point deadline_timer_at_{};

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
 #include "node/peer/block_arena.h"
 #include "node/peer/protocol.h"
+#include "storage/proto_append.h"
+#include "storage/proto_read.h"
 
 namespace ringlimit::peer::internal {
 
@@ -29,6 +33,94 @@ void WriteFrameLength(size_t size, unsigned char* p) {
   p[1] = static_cast<unsigned char>(size >> 16);
   p[2] = static_cast<unsigned char>(size >> 8);
   p[3] = static_cast<unsigned char>(size);
+}
+
+namespace {
+
+// One Envelope's bytes read in place; false when they hold anything ReadDataFrame leaves to Protobuf.
+bool ReadEnvelope(std::string_view bytes, EnvelopeView& out) {
+  namespace read = storage::proto_read;
+  read::Reader reader(bytes);
+  while (reader.Next()) {
+    uint64_t v = 0;
+    std::string_view text;
+    switch (reader.field()) {
+      case transport::Envelope::kRequestIdFieldNumber:
+        if (!reader.Varint(v)) return false;
+        out.request_id = v;
+        break;
+      case transport::Envelope::kKindFieldNumber:
+        // (An enum value beyond int32 is read by Protobuf as its low 32 bits: left to it.)
+        if (!reader.Varint(v) || v > static_cast<uint64_t>(INT32_MAX)) return false;
+        out.kind = static_cast<int>(v);
+        break;
+      case transport::Envelope::kMethodFieldNumber:
+        if (!reader.Varint(v) || v > UINT32_MAX) return false;
+        out.method = static_cast<uint32_t>(v);
+        break;
+      case transport::Envelope::kPayloadFieldNumber:
+        if (!reader.Bytes(out.payload)) return false;
+        break;
+      case transport::Envelope::kStatusFieldNumber:
+        if (!reader.Varint(v) || v > static_cast<uint64_t>(INT32_MAX)) return false;
+        out.status = static_cast<int>(v);
+        break;
+      case transport::Envelope::kErrorFieldNumber:
+        // An error text is rare (a failed call) and a proto3 string Protobuf checks: left to it.
+        if (!reader.Bytes(text) || !text.empty()) return false;
+        break;
+      default:
+        return false;
+    }
+  }
+  return reader.done();
+}
+
+}  // namespace
+
+void AppendEnvelope(const OutEnvelope& envelope, std::string& out) {
+  namespace append = storage::proto_append;
+  // An enum is written as its int32 value sign-extended to 64 bits, as Protobuf writes it.
+  auto enum_value = [](int v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
+  const uint64_t kind = enum_value(envelope.kind);
+  const uint64_t status = enum_value(envelope.status);
+  size_t size = 0;
+  if (envelope.request_id != 0) size += 1 + append::VarintSize(envelope.request_id);
+  if (kind != 0) size += 1 + append::VarintSize(kind);
+  if (envelope.method != 0) size += 1 + append::VarintSize(envelope.method);
+  if (!envelope.payload.empty())
+    size += 1 + append::VarintSize(envelope.payload.size()) + envelope.payload.size();
+  if (status != 0) size += 1 + append::VarintSize(status);
+  if (!envelope.error.empty()) size += 1 + append::VarintSize(envelope.error.size()) + envelope.error.size();
+  out.reserve(out.size() + 1 + append::VarintSize(size) + size);
+  append::Tag(out, transport::Frame::kEnvelopesFieldNumber, append::kLengthDelimited);
+  append::Varint(out, size);
+  auto varint_field = [&out](uint32_t field, uint64_t v) {
+    if (v == 0) return;
+    append::Tag(out, field, append::kVarint);
+    append::Varint(out, v);
+  };
+  varint_field(transport::Envelope::kRequestIdFieldNumber, envelope.request_id);
+  varint_field(transport::Envelope::kKindFieldNumber, kind);
+  varint_field(transport::Envelope::kMethodFieldNumber, envelope.method);
+  if (!envelope.payload.empty())
+    append::Bytes(out, transport::Envelope::kPayloadFieldNumber, envelope.payload);
+  varint_field(transport::Envelope::kStatusFieldNumber, status);
+  if (!envelope.error.empty()) append::Bytes(out, transport::Envelope::kErrorFieldNumber, envelope.error);
+}
+
+bool ReadDataFrame(std::string_view frame, EnvelopeViews& out) {
+  namespace read = storage::proto_read;
+  out.clear();
+  if (!read::Reader::Fits(frame)) return false;
+  read::Reader reader(frame);
+  while (reader.Next()) {
+    std::string_view bytes;
+    if (reader.field() != transport::Frame::kEnvelopesFieldNumber || !reader.Bytes(bytes)) return false;
+    EnvelopeView& envelope = out.emplace_back();
+    if (!ReadEnvelope(bytes, envelope)) return false;
+  }
+  return reader.done() && !out.empty();
 }
 
 void AppendFrame(const transport::Frame& frame, std::string& out) {
@@ -154,6 +246,18 @@ bool FramedConnection::DeliverFrames() {
       return false;
     }
     if (read_end_ - read_begin_ < kFrameHeaderBytes + length) break;  // the rest is still to come
+    // A data frame is read in place: no message objects. Its views stay valid while it is delivered (nothing
+    // writes into read_buffer_ until DeliverFrames returns).
+    if (TakesEnvelopesInPlace() &&
+        ReadDataFrame(std::string_view(read_buffer_.data() + read_begin_ + kFrameHeaderBytes, length),
+                      envelopes_)) {
+      read_begin_ += kFrameHeaderBytes + length;
+      StatsCounters::Add(stats_.bytes_in, kFrameHeaderBytes + length);
+      StatsCounters::Add(stats_.frames_in);
+      StatsCounters::Add(stats_.messages_in, envelopes_.size());
+      OnEnvelopes(envelopes_);
+      continue;
+    }
     // The frame and its envelopes are parsed onto an arena whose first block is on the stack: no
     // allocation per envelope object (payloads larger than a short string still get their own buffer,
     // which the handlers take over).
@@ -177,11 +281,11 @@ bool FramedConnection::DeliverFrames() {
   return !closed_;
 }
 
-void FramedConnection::QueueEnvelope(transport::Envelope&& envelope, bool urgent) {
+void FramedConnection::QueueEnvelope(OutEnvelope&& envelope, bool urgent) {
   if (closed_) return;
   urgent_ = urgent_ || urgent;
   if (pending_.empty()) oldest_pending_ = std::chrono::steady_clock::now();
-  pending_bytes_ += envelope.payload().size() + kEnvelopeOverheadBytes;
+  pending_bytes_ += envelope.payload.size() + kEnvelopeOverheadBytes;
   pending_.push_back(std::move(envelope));
   MaybeFlush();
 }
@@ -242,17 +346,17 @@ void FramedConnection::StartWrite() {
     write_buffer_.swap(control_);
   } else {
     // The frame (a transport.Frame of the envelopes, field 1 repeated) is written straight into the buffer,
-    // envelope by envelope, as protobuf would encode it: no Frame object, no copy of an envelope.
+    // envelope by envelope, as protobuf would encode it: no Frame or Envelope object, no copy of an envelope.
     write_buffer_.resize(kFrameHeaderBytes);
     size_t bytes = 0;
     while (!pending_.empty() && messages < options_.coalesce_max_messages) {
-      const size_t size = pending_.front().payload().size() + kEnvelopeOverheadBytes;
+      const size_t size = pending_.front().payload.size() + kEnvelopeOverheadBytes;
       if (messages > 0 && (bytes + size > options_.coalesce_max_bytes ||
                            bytes + size + kFrameHeaderBytes > options_.max_frame_bytes)) {
         break;
       }
-      if (pending_.front().kind() == transport::KIND_ONE_WAY) ++one_way;
-      AppendMessageField(transport::Frame::kEnvelopesFieldNumber, pending_.front(), write_buffer_);
+      if (pending_.front().kind == transport::KIND_ONE_WAY) ++one_way;
+      AppendEnvelope(pending_.front(), write_buffer_);
       pending_.pop_front();
       bytes += size;
       pending_bytes_ -= size;

@@ -132,7 +132,17 @@ class ServerSession : public FramedConnection {
     }
     for (transport::Envelope& envelope : *frame.mutable_envelopes()) {
       if (closed()) return;
-      Dispatch(envelope);
+      Dispatch(envelope.request_id(), envelope.kind(), envelope.method(),
+               std::move(*envelope.mutable_payload()));
+    }
+  }
+
+  bool TakesEnvelopesInPlace() const override { return phase_ == Phase::kOpen; }
+
+  void OnEnvelopes(std::span<const EnvelopeView> envelopes) override {
+    for (const EnvelopeView& envelope : envelopes) {
+      if (closed()) return;
+      Dispatch(envelope.request_id, envelope.kind, envelope.method, std::string(envelope.payload));
     }
   }
 
@@ -185,22 +195,21 @@ class ServerSession : public FramedConnection {
     Close();
   }
 
-  void Dispatch(transport::Envelope& envelope) {
-    const bool one_way = envelope.kind() == transport::KIND_ONE_WAY;
-    if (envelope.kind() != transport::KIND_REQUEST && !one_way) {
+  // One envelope of a data frame (its request id, kind, method and payload).
+  void Dispatch(uint64_t id, int kind, uint32_t method, std::string&& payload) {
+    const bool one_way = kind == transport::KIND_ONE_WAY;
+    if (kind != transport::KIND_REQUEST && !one_way) {
       Malformed("envelope of unexpected kind");
       return;
     }
-    if ((envelope.request_id() == 0) != one_way) {
+    if ((id == 0) != one_way) {
       Malformed("envelope with an invalid request id");
       return;
     }
-    const uint64_t id = envelope.request_id();
-    const auto it = shared_->handlers.find(envelope.method());
+    const auto it = shared_->handlers.find(method);
     if (it == shared_->handlers.end()) {
       if (!one_way) {
-        QueueResponse(id, transport::REPLY_NO_HANDLER, {},
-                      "no handler for method " + std::to_string(envelope.method()));
+        QueueResponse(id, transport::REPLY_NO_HANDLER, {}, "no handler for method " + std::to_string(method));
       }
       return;
     }
@@ -217,7 +226,7 @@ class ServerSession : public FramedConnection {
     state->request_id = id;
     PeerResponder responder(std::move(state));
     try {
-      it->second(std::move(*envelope.mutable_payload()), responder);
+      it->second(std::move(payload), responder);
     } catch (const std::exception& e) {
       responder.Fail(std::string("handler threw: ") + e.what());
     }
@@ -225,13 +234,11 @@ class ServerSession : public FramedConnection {
 
   void QueueResponse(uint64_t id, transport::ReplyStatus status, std::string payload, std::string error) {
     if (closed()) return;
-    transport::Envelope envelope;
-    envelope.set_request_id(id);
-    envelope.set_kind(transport::KIND_RESPONSE);
-    envelope.set_status(status);
-    envelope.set_payload(std::move(payload));
-    if (!error.empty()) envelope.set_error(std::move(error));
-    QueueEnvelope(std::move(envelope));
+    QueueEnvelope(OutEnvelope{.request_id = id,
+                              .kind = transport::KIND_RESPONSE,
+                              .payload = std::move(payload),
+                              .status = status,
+                              .error = std::move(error)});
   }
 
   void OnClosed() override {

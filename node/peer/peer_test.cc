@@ -399,21 +399,33 @@ INSTANTIATE_TEST_SUITE_P(Executors, PeerTest, ::testing::Bool(),
                            return info.param ? "SingleThread" : "Strands";
                          });
 
-// StartWrite writes a frame envelope by envelope (AppendMessageField); the result must be the frame a
-// Frame message of those envelopes serializes to, byte for byte, whatever their sizes (the length varint
-// takes 1, 2 or 3 bytes).
+// StartWrite writes a frame envelope by envelope (AppendEnvelope, from plain OutEnvelopes); the result must
+// be the frame a Frame message of those envelopes serializes to, byte for byte, whatever their sizes (the
+// length varint takes 1, 2 or 3 bytes) and values (zeros left out, a negative enum value in ten bytes).
 TEST(FramingTest, EnvelopesAppendedOneByOneAreTheSerializedFrame) {
   for (size_t payload_bytes : {size_t{0}, size_t{5}, size_t{200}, size_t{20'000}}) {
     transport::Frame frame;
     std::string streamed(internal::kFrameHeaderBytes, '\0');
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
+      internal::OutEnvelope out;
+      out.request_id = i == 3 ? 0 : (i == 2 ? UINT64_MAX : 1000 + i);
+      out.kind = i == 2   ? transport::KIND_ONE_WAY
+                 : i == 3 ? static_cast<transport::Kind>(-1)
+                          : transport::KIND_REQUEST;
+      out.method = i == 3 ? 0 : 10 + i;
+      out.payload = std::string(payload_bytes + i, static_cast<char>('a' + i));
+      out.status = i == 1   ? transport::REPLY_OVERLOADED
+                   : i == 3 ? static_cast<transport::ReplyStatus>(-3)
+                            : transport::REPLY_OK;
+      if (i == 1) out.error = "why";
       transport::Envelope envelope;
-      envelope.set_request_id(1000 + i);
-      envelope.set_kind(i == 2 ? transport::KIND_ONE_WAY : transport::KIND_REQUEST);
-      envelope.set_method(10 + i);
-      envelope.set_payload(std::string(payload_bytes + i, static_cast<char>('a' + i)));
-      if (i == 1) envelope.set_error("why");
-      AppendMessageField(transport::Frame::kEnvelopesFieldNumber, envelope, streamed);
+      envelope.set_request_id(out.request_id);
+      envelope.set_kind(out.kind);
+      envelope.set_method(out.method);
+      envelope.set_payload(out.payload);
+      envelope.set_status(out.status);
+      envelope.set_error(out.error);
+      internal::AppendEnvelope(out, streamed);
       *frame.add_envelopes() = envelope;
     }
     internal::WriteFrameLength(streamed.size() - internal::kFrameHeaderBytes,
@@ -424,9 +436,59 @@ TEST(FramingTest, EnvelopesAppendedOneByOneAreTheSerializedFrame) {
     transport::Frame parsed;
     ASSERT_TRUE(parsed.ParseFromArray(streamed.data() + internal::kFrameHeaderBytes,
                                       static_cast<int>(streamed.size() - internal::kFrameHeaderBytes)));
-    ASSERT_EQ(parsed.envelopes_size(), 3);
+    ASSERT_EQ(parsed.envelopes_size(), 4);
     EXPECT_EQ(parsed.envelopes(2).payload().size(), payload_bytes + 2);
   }
+}
+
+// A data frame read in place holds what Protobuf reads; anything the reader does not take is left to it.
+TEST(FramingTest, ADataFrameReadInPlaceHoldsWhatProtobufReads) {
+  transport::Frame frame;
+  for (int i = 0; i < 3; ++i) {
+    transport::Envelope* envelope = frame.add_envelopes();
+    envelope->set_request_id(i == 0 ? 0 : (uint64_t{1} << 63) + i);
+    envelope->set_kind(i == 0 ? transport::KIND_ONE_WAY : transport::KIND_RESPONSE);
+    envelope->set_method(i == 2 ? UINT32_MAX : 7);
+    envelope->set_payload(std::string(i * 300, static_cast<char>('a' + i)));
+    envelope->set_status(i == 1 ? transport::REPLY_OVERLOADED : transport::REPLY_OK);
+  }
+  internal::EnvelopeViews views;
+  ASSERT_TRUE(internal::ReadDataFrame(frame.SerializeAsString(), views));
+  ASSERT_EQ(views.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const transport::Envelope& e = frame.envelopes(i);
+    EXPECT_EQ(views[i].request_id, e.request_id());
+    EXPECT_EQ(views[i].kind, e.kind());
+    EXPECT_EQ(views[i].method, e.method());
+    EXPECT_EQ(views[i].payload, e.payload());
+    EXPECT_EQ(views[i].status, e.status());
+  }
+  // Left to Protobuf: an error text, a handshake message, an unknown field, a kind beyond int32, no envelope,
+  // truncated bytes.
+  transport::Frame with_error = frame;
+  with_error.mutable_envelopes(1)->set_error("overloaded");
+  transport::Frame handshake;
+  handshake.mutable_hello()->set_version(1);
+  transport::Frame with_hello = frame;
+  with_hello.mutable_hello()->set_version(1);
+  std::string unknown = frame.SerializeAsString() + std::string("\x28\x01", 2);  // field 5, varint
+  std::string inner_unknown;
+  {
+    transport::Envelope e = frame.envelopes(0);
+    std::string bytes = e.SerializeAsString() + std::string("\x38\x01", 2);  // envelope field 7
+    inner_unknown = std::string("\x0a", 1) + static_cast<char>(bytes.size()) + bytes;
+  }
+  const std::string big_kind = std::string("\x0a\x06\x10\x80\x80\x80\x80\x08", 8);  // kind = 2^31
+  const std::string whole = frame.SerializeAsString();
+  for (const std::string& bytes :
+       {with_error.SerializeAsString(), handshake.SerializeAsString(), with_hello.SerializeAsString(),
+        unknown, inner_unknown, big_kind, std::string(), whole.substr(0, whole.size() - 1)}) {
+    EXPECT_FALSE(internal::ReadDataFrame(bytes, views)) << bytes.size() << " bytes";
+  }
+  // (What Protobuf makes of those: the error text and the unknown fields parse; the rest is its verdict.)
+  transport::Frame parsed;
+  EXPECT_TRUE(parsed.ParseFromString(unknown));
+  EXPECT_TRUE(parsed.ParseFromString(big_kind));
 }
 
 TEST(ParseHostPortTest, Forms) {
