@@ -58,18 +58,18 @@ std::optional<ring::MemberState> StateOf(const Cluster& c, const std::string& id
 // A decider that charges nothing and answers "allowed" with owner = `id` (what the API does is tested
 // in node/api and tests/cluster; here only the routing).
 LocalDecider EchoDecider(std::string id, std::atomic<int>* calls) {
-  return [id, calls](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* out) {
-    calls->fetch_add(1);
-    peer::ForwardCheckResponse& response = *out;
-    response.set_from(id);
-    for (const auto& check : request.checks()) {
-      auto* result = response.add_results();
-      result->set_check_id(check.check_id());
-      result->set_owner(id);
-      result->set_allowed(true);
-      for (int i = 0; i < check.limits_size(); ++i) result->add_decisions()->set_allowed(true);
-    }
-  };
+  return
+      [id, calls](const peer::ForwardCheckRequest& request, std::vector<node::ForwardedOutcome>& outcomes) {
+        calls->fetch_add(1);
+        outcomes.clear();
+        for (const auto& check : request.checks()) {
+          node::ForwardedOutcome& result = outcomes.emplace_back();
+          result.check_id = check.check_id();
+          result.owner = id;
+          result.allowed = true;
+          for (int i = 0; i < check.limits_size(); ++i) result.decisions.emplace_back().allowed = true;
+        }
+      };
 }
 
 struct Member {

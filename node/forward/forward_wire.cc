@@ -97,4 +97,55 @@ std::optional<peer::ForwardedResult> DecidedResultByProtobuf(std::string_view pa
   return peer::ForwardedResult(response.results(0));  // a copy off the arena
 }
 
+void AppendForwardResponse(std::string_view from, std::span<const node::ForwardedOutcome> outcomes,
+                           std::string& out) {
+  // An int64 or enum is written as its two's-complement 64 bits, as Protobuf writes it.
+  auto as_u64 = [](int64_t v) { return static_cast<uint64_t>(v); };
+  auto varint_size = [](uint64_t v) { return v == 0 ? size_t{0} : 1 + pa::VarintSize(v); };
+  auto bytes_size = [](std::string_view b) {
+    return b.empty() ? size_t{0} : 1 + pa::VarintSize(b.size()) + b.size();
+  };
+  auto decision_size = [&](const limiter::Decision& d) {
+    return varint_size(d.allowed) + varint_size(d.would_deny) + varint_size(d.beyond_limit) +
+           varint_size(d.limit) + varint_size(d.remaining) + varint_size(as_u64(d.reset_after)) +
+           varint_size(as_u64(d.retry_after)) + varint_size(as_u64(d.delay));
+  };
+  auto field = [&out](uint32_t number, uint64_t v) {
+    if (v == 0) return;
+    pa::Tag(out, number, pa::kVarint);
+    pa::Varint(out, v);
+  };
+  auto bytes = [&out](uint32_t number, std::string_view b) {
+    if (!b.empty()) pa::Bytes(out, number, b);
+  };
+  bytes(peer::ForwardCheckResponse::kFromFieldNumber, from);
+  for (const node::ForwardedOutcome& o : outcomes) {
+    size_t size = varint_size(o.check_id) + varint_size(as_u64(o.status)) + bytes_size(o.owner) +
+                  varint_size(o.allowed) + bytes_size(o.error);
+    for (const limiter::Decision& d : o.decisions) {
+      const size_t inner = decision_size(d);
+      size += 1 + pa::VarintSize(inner) + inner;
+    }
+    pa::Tag(out, peer::ForwardCheckResponse::kResultsFieldNumber, pa::kLengthDelimited);
+    pa::Varint(out, size);
+    field(peer::ForwardedResult::kCheckIdFieldNumber, o.check_id);
+    field(peer::ForwardedResult::kStatusFieldNumber, as_u64(o.status));
+    bytes(peer::ForwardedResult::kOwnerFieldNumber, o.owner);
+    field(peer::ForwardedResult::kAllowedFieldNumber, o.allowed);
+    for (const limiter::Decision& d : o.decisions) {
+      pa::Tag(out, peer::ForwardedResult::kDecisionsFieldNumber, pa::kLengthDelimited);
+      pa::Varint(out, decision_size(d));
+      field(peer::LimitDecision::kAllowedFieldNumber, d.allowed);
+      field(peer::LimitDecision::kWouldDenyFieldNumber, d.would_deny);
+      field(peer::LimitDecision::kBeyondLimitFieldNumber, d.beyond_limit);
+      field(peer::LimitDecision::kLimitFieldNumber, d.limit);
+      field(peer::LimitDecision::kRemainingFieldNumber, d.remaining);
+      field(peer::LimitDecision::kResetAfterNsFieldNumber, as_u64(d.reset_after));
+      field(peer::LimitDecision::kRetryAfterNsFieldNumber, as_u64(d.retry_after));
+      field(peer::LimitDecision::kDelayNsFieldNumber, as_u64(d.delay));
+    }
+    bytes(peer::ForwardedResult::kErrorFieldNumber, o.error);
+  }
+}
+
 }  // namespace ringlimit::cluster

@@ -24,12 +24,20 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "node/service/forwarded.h"
 #include "peer.pb.h"
 
 namespace ringlimit::cluster {
+
+// ForwardCheckResponse { from = 1; results = 3 } of `outcomes`, appended to `out`: the bytes Protobuf writes
+// for that message (field-number order, proto3 zero values left out; forward_wire_test compares them). How
+// the owner writes its answer (Forwarder: no ForwardCheckResponse message).
+void AppendForwardResponse(std::string_view from, std::span<const node::ForwardedOutcome> outcomes,
+                           std::string& out);
 
 // ForwardCheckRequest { from = 1; owner = 2; ring_fingerprint = 3 }, appended to `out`.
 void AppendForwardRequestHead(std::string_view from, std::string_view owner, uint64_t ring_fingerprint,

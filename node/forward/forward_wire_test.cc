@@ -135,5 +135,59 @@ TEST(ForwardWireTest, TheRequestWritersMakeProtobufsBytes) {
   }
 }
 
+// The Forwarder writes its answer from the outcomes by hand: the bytes Protobuf writes for the same
+// ForwardCheckResponse, zeros left out, negative and never-ending durations in ten bytes.
+TEST(ForwardWireTest, AnAnswerWrittenFromOutcomesIsWhatProtobufWrites) {
+  std::vector<node::ForwardedOutcome> outcomes(4);
+  outcomes[0].check_id = 0;
+  outcomes[0].owner = "n1";
+  outcomes[0].allowed = true;
+  limiter::Decision d;
+  d.allowed = true;
+  d.limit = 10;
+  d.remaining = 9;
+  d.reset_after = 60 * limiter::kSecond;
+  outcomes[0].decisions = {d, d};
+  outcomes[1].check_id = UINT64_MAX;
+  outcomes[1].owner = std::string(300, 'o');
+  d.allowed = false;
+  d.would_deny = true;
+  d.beyond_limit = true;
+  d.retry_after = limiter::kNever;
+  d.delay = -5;
+  d.reset_after = -1;
+  outcomes[1].decisions = {d};
+  outcomes[2].status = peer::CHECK_UNACKED;
+  outcomes[2].error = "not acknowledged";
+  outcomes[3].status = peer::CHECK_INVALID;
+  outcomes[3].error = std::string(200, 'e');
+  for (const std::string_view from : {std::string_view("n2"), std::string_view()}) {
+    peer::ForwardCheckResponse expected;
+    expected.set_from(std::string(from));
+    for (const node::ForwardedOutcome& o : outcomes) {
+      peer::ForwardedResult* result = expected.add_results();
+      result->set_check_id(o.check_id);
+      result->set_status(o.status);
+      result->set_owner(o.owner);
+      result->set_allowed(o.allowed);
+      for (const limiter::Decision& decision : o.decisions) {
+        peer::LimitDecision* limit = result->add_decisions();
+        limit->set_allowed(decision.allowed);
+        limit->set_would_deny(decision.would_deny);
+        limit->set_beyond_limit(decision.beyond_limit);
+        limit->set_limit(decision.limit);
+        limit->set_remaining(decision.remaining);
+        limit->set_reset_after_ns(decision.reset_after);
+        limit->set_retry_after_ns(decision.retry_after);
+        limit->set_delay_ns(decision.delay);
+      }
+      result->set_error(o.error);
+    }
+    std::string out = "before|";
+    AppendForwardResponse(from, outcomes, out);
+    EXPECT_EQ(out, "before|" + expected.SerializeAsString());
+  }
+}
+
 }  // namespace
 }  // namespace ringlimit::cluster

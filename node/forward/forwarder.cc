@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 
 #include "node/forward/forward_wire.h"
 #include "node/forward/mutation.h"
@@ -160,32 +161,34 @@ void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>&
     reply.Decline(response.SerializeAsString());
     return;
   }
-  // The answer lives on the request's arena, kept alive (with the request) by the aliasing pointer.
-  google::protobuf::Arena* arena = request.GetArena();
-  const std::shared_ptr<peer::ForwardCheckResponse> response =
-      arena != nullptr
-          ? std::shared_ptr<peer::ForwardCheckResponse>(
-                request_ptr, google::protobuf::Arena::CreateMessage<peer::ForwardCheckResponse>(arena))
-          : std::make_shared<peer::ForwardCheckResponse>();
-  decider_(request, response.get());
-  std::vector<std::string_view> keys;
-  keys.reserve(static_cast<size_t>(request.checks_size()));
-  for (int i = 0; i < request.checks_size() && i < response->results_size(); ++i) {
-    if (response->results(i).status() == peer::CHECK_OK) keys.push_back(request.checks(i).key());
+  // The outcomes in a buffer each thread keeps; the answer's bytes are written from them at once.
+  thread_local std::vector<node::ForwardedOutcome> outcomes;
+  decider_(request, outcomes);
+  boost::container::small_vector<std::string_view, 1> keys;
+  bool any_admitted = false;
+  for (size_t i = 0; i < static_cast<size_t>(request.checks_size()) && i < outcomes.size(); ++i) {
+    if (outcomes[i].status != peer::CHECK_OK) continue;
+    keys.push_back(request.checks(static_cast<int>(i)).key());
+    any_admitted = any_admitted || outcomes[i].allowed;
   }
-  Decided(keys, [response, reply](bool acked) {
-    if (!acked) {
-      // Charged here, but not every holder that could decide these keys next has it: not an admission.
-      for (peer::ForwardedResult& result : *response->mutable_results()) {
-        if (result.status() != peer::CHECK_OK || !result.allowed()) continue;
-        result.set_status(peer::CHECK_UNACKED);
-        result.clear_decisions();
-        result.set_allowed(false);
-        result.set_error(
-            "a majority of its holders did not acknowledge the decision (--failure-mode closed)");
-      }
+  std::string answer;
+  answer.reserve(128);
+  AppendForwardResponse(self_id(), outcomes, answer);
+  // The answer should a majority of the holders not acknowledge (--failure-mode closed only): charged here,
+  // but not every holder that could decide these keys next has it -- not an admission.
+  std::string unacked;
+  if (any_admitted && replicator_ != nullptr && options_.failure_mode == FailureMode::kClosed) {
+    for (node::ForwardedOutcome& o : outcomes) {
+      if (o.status != peer::CHECK_OK || !o.allowed) continue;
+      o.status = peer::CHECK_UNACKED;
+      o.decisions.clear();
+      o.allowed = false;
+      o.error = "a majority of its holders did not acknowledge the decision (--failure-mode closed)";
     }
-    reply.Answer(response->SerializeAsString());
+    AppendForwardResponse(self_id(), outcomes, unacked);
+  }
+  Decided(keys, [reply, answer = std::move(answer), unacked = std::move(unacked)](bool acked) mutable {
+    reply.Answer(acked || unacked.empty() ? std::move(answer) : std::move(unacked));
   });
 }
 

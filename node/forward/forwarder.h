@@ -104,12 +104,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "node/forward/dedup_cache.h"
 #include "node/forward/forward_host.h"
 #include "node/forward/routing.h"
 #include "node/service/cluster_hooks.h"
+#include "node/service/forwarded.h"
 #include "ring/token.h"
 
 namespace ringlimit::replication {
@@ -178,10 +180,11 @@ struct ForwarderStats {
   DedupStats dedup;  // the served checks' request ids
 };
 
-// Decides a ForwardCheckRequest here, answering into `response` (empty, on the request's arena). Must be
+// Decides a ForwardCheckRequest here: one outcome per check of `request` into `outcomes` (the answer's
+// results, written by AppendForwardResponse; `outcomes` may hold a previous call's, to be replaced). Must be
 // thread-safe and must not block on I/O.
-using LocalDecider =
-    std::function<void(const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response)>;
+using LocalDecider = std::function<void(const peer::ForwardCheckRequest& request,
+                                        std::vector<node::ForwardedOutcome>& outcomes)>;
 
 class Forwarder final : public node::CheckRouter {
  public:

@@ -453,7 +453,8 @@ TEST(FramingTest, ADataFrameReadInPlaceHoldsWhatProtobufReads) {
     envelope->set_status(i == 1 ? transport::REPLY_OVERLOADED : transport::REPLY_OK);
   }
   internal::EnvelopeViews views;
-  ASSERT_TRUE(internal::ReadDataFrame(frame.SerializeAsString(), views));
+  const std::string bytes = frame.SerializeAsString();  // (the views point into it)
+  ASSERT_TRUE(internal::ReadDataFrame(bytes, views));
   ASSERT_EQ(views.size(), 3u);
   for (int i = 0; i < 3; ++i) {
     const transport::Envelope& e = frame.envelopes(i);
@@ -475,15 +476,16 @@ TEST(FramingTest, ADataFrameReadInPlaceHoldsWhatProtobufReads) {
   std::string inner_unknown;
   {
     transport::Envelope e = frame.envelopes(0);
-    std::string bytes = e.SerializeAsString() + std::string("\x38\x01", 2);  // envelope field 7
-    inner_unknown = std::string("\x0a", 1) + static_cast<char>(bytes.size()) + bytes;
+    const std::string envelope_bytes =
+        e.SerializeAsString() + std::string("\x38\x01", 2);  // envelope field 7
+    inner_unknown = std::string("\x0a", 1) + static_cast<char>(envelope_bytes.size()) + envelope_bytes;
   }
   const std::string big_kind = std::string("\x0a\x06\x10\x80\x80\x80\x80\x08", 8);  // kind = 2^31
-  const std::string whole = frame.SerializeAsString();
-  for (const std::string& bytes :
+  const std::string& whole = bytes;
+  for (const std::string& other :
        {with_error.SerializeAsString(), handshake.SerializeAsString(), with_hello.SerializeAsString(),
         unknown, inner_unknown, big_kind, std::string(), whole.substr(0, whole.size() - 1)}) {
-    EXPECT_FALSE(internal::ReadDataFrame(bytes, views)) << bytes.size() << " bytes";
+    EXPECT_FALSE(internal::ReadDataFrame(other, views)) << other.size() << " bytes";
   }
   // (What Protobuf makes of those: the error text and the unknown fields parse; the rest is its verdict.)
   transport::Frame parsed;

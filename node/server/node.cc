@@ -356,8 +356,8 @@ Status Node::StartCluster() {
   p.forward_host = std::make_unique<cluster::ClusterForwardHost>(*p.cluster);
   p.forwarder = std::make_unique<cluster::Forwarder>(
       *p.forward_host, options_.forward,
-      [&service, &self](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
-        DecideForwarded(service, request, self, response);
+      [&service, &self](const peer::ForwardCheckRequest& request, std::vector<ForwardedOutcome>& outcomes) {
+        DecideForwarded(service, request, self, outcomes);
       },
       p.replicator.get(), p.handoff.get());
   p.forward_host->RegisterHandler(*p.forwarder);

@@ -72,16 +72,35 @@ Result<std::string> DecideForwarded(const CheckService& context, std::string_vie
 
 void DecideForwarded(const CheckService& context, const peer::ForwardCheckRequest& request,
                      std::string_view self_id, peer::ForwardCheckResponse* response_out) {
+  thread_local std::vector<ForwardedOutcome> outcomes;
+  DecideForwarded(context, request, self_id, outcomes);
   peer::ForwardCheckResponse& response = *response_out;
   response.set_from(self_id.data(), self_id.size());
+  for (const ForwardedOutcome& o : outcomes) {
+    peer::ForwardedResult* result = response.add_results();
+    result->set_check_id(o.check_id);
+    result->set_status(o.status);
+    result->set_owner(o.owner);
+    result->set_allowed(o.allowed);
+    for (const limiter::Decision& d : o.decisions) DecisionToProto(d, result->add_decisions());
+    result->set_error(o.error);
+  }
+}
+
+void DecideForwarded(const CheckService& context, const peer::ForwardCheckRequest& request,
+                     std::string_view self_id, std::vector<ForwardedOutcome>& outcomes) {
   const int n = request.checks_size();
+  outcomes.resize(static_cast<size_t>(n));
   // One batch per check: a check is one key, charged all-or-nothing, and an invalid one must not
   // stop the others.
   for (int i = 0; i < n; ++i) {
     const peer::ForwardedCheck& check = request.checks(i);
-    peer::ForwardedResult* result = response.add_results();
-    result->set_check_id(check.check_id());
-    result->set_owner(self_id.data(), self_id.size());
+    ForwardedOutcome& result = outcomes[static_cast<size_t>(i)];
+    result.check_id = check.check_id();
+    result.owner.assign(self_id);
+    result.allowed = false;
+    result.decisions.clear();
+    result.error.clear();
     Status invalid = Validate(context, check);
     CheckBatch batch(context);
     for (int j = 0; j < check.limits_size() && invalid.ok(); ++j) {
@@ -101,13 +120,13 @@ void DecideForwarded(const CheckService& context, const peer::ForwardCheckReques
       }
     }
     if (!invalid.ok()) {
-      result->set_status(peer::CHECK_INVALID);
-      result->set_error(invalid.message());
+      result.status = peer::CHECK_INVALID;
+      result.error = invalid.message();
       continue;
     }
-    result->set_status(peer::CHECK_OK);
-    result->set_allowed(batch.all_allowed());
-    for (const limiter::Decision& d : batch.decisions()) DecisionToProto(d, result->add_decisions());
+    result.status = peer::CHECK_OK;
+    result.allowed = batch.all_allowed();
+    result.decisions.assign(batch.decisions().begin(), batch.decisions().end());
   }
 }
 

@@ -5,8 +5,12 @@
 #ifndef RINGLIMIT_NODE_SERVICE_FORWARDED_H_
 #define RINGLIMIT_NODE_SERVICE_FORWARDED_H_
 
+#include <boost/container/small_vector.hpp>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "limiter/limiter.h"
@@ -18,6 +22,23 @@ struct CheckService;
 
 void DecisionToProto(const limiter::Decision& decision, peer::LimitDecision* out);
 [[nodiscard]] limiter::Decision DecisionFromProto(const peer::LimitDecision& decision);
+
+// One forwarded check's outcome, plain: what its peer.ForwardedResult says. A decider fills these; the
+// answer's bytes are written from them (cluster::AppendForwardResponse, node/forward/forward_wire.h) without
+// a ForwardCheckResponse message.
+struct ForwardedOutcome {
+  uint64_t check_id = 0;
+  peer::CheckStatus status = peer::CHECK_OK;
+  std::string owner;
+  bool allowed = false;
+  boost::container::small_vector<limiter::Decision, 2> decisions;  // one per limit, in the request's order
+  std::string error;                                               // when status != CHECK_OK
+};
+
+// The owner's decisions of a forwarded batch into `outcomes` (cleared first; one per check, in order), as the
+// functions below decide them. What the Forwarder's decider calls.
+void DecideForwarded(const CheckService& context, const peer::ForwardCheckRequest& request,
+                     std::string_view self_id, std::vector<ForwardedOutcome>& outcomes);
 
 // The owner's answer to a forwarded batch: every check is decided here, from this node's own store,
 // whatever this node thinks of the ring (never forwarded again: no loops). `self_id` goes into each

@@ -215,8 +215,8 @@ void SimNode::Start(const std::vector<std::string>& seed_addresses) {
   forward.dedup.shards = 1;
   forwarder_ = std::make_unique<cluster::Forwarder>(
       *host_, forward,
-      [this](const peer::ForwardCheckRequest& request, peer::ForwardCheckResponse* response) {
-        *response = DecideForwarded(request);
+      [this](const peer::ForwardCheckRequest& request, std::vector<node::ForwardedOutcome>& outcomes) {
+        DecideForwarded(request, outcomes);
       },
       replicator_.get(), handoff_.get());
   if (options_.grants.enabled) {  // node.cc StartGrants
@@ -501,22 +501,21 @@ uint64_t SimNode::Charge(uint64_t check, const std::string& key) {
   return id;
 }
 
-peer::ForwardCheckResponse SimNode::DecideForwarded(const peer::ForwardCheckRequest& request) {
-  peer::ForwardCheckResponse response;
-  response.set_from(id_);
+void SimNode::DecideForwarded(const peer::ForwardCheckRequest& request,
+                              std::vector<node::ForwardedOutcome>& outcomes) {
+  outcomes.clear();
   for (const peer::ForwardedCheck& check : request.checks()) {
     const uint64_t id = Charge(check.check_id(), check.key());
     const DecisionRecord& d = cluster_.checker().decision(id);
-    peer::ForwardedResult* result = response.add_results();
-    result->set_check_id(check.check_id());
-    result->set_status(peer::CHECK_OK);
-    result->set_owner(id_ + "#" + std::to_string(id));
-    result->set_allowed(d.allowed);
-    peer::LimitDecision* limit = result->add_decisions();
-    limit->set_allowed(d.allowed);
-    limit->set_remaining(d.remaining);
+    node::ForwardedOutcome& result = outcomes.emplace_back();
+    result.check_id = check.check_id();
+    result.status = peer::CHECK_OK;
+    result.owner = id_ + "#" + std::to_string(id);
+    result.allowed = d.allowed;
+    limiter::Decision& limit = result.decisions.emplace_back();
+    limit.allowed = d.allowed;
+    limit.remaining = d.remaining;
   }
-  return response;
 }
 
 void SimNode::Handle(peer::Method method, std::string payload, Responder respond) {

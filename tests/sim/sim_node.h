@@ -128,7 +128,8 @@ class SimNode {
   // Deciding (node/api): charges check `check` of `key` here and records it. Returns the decision id.
   uint64_t Charge(uint64_t check, const std::string& key);
   // The Forwarder's LocalDecider: decides a forwarded request here.
-  peer::ForwardCheckResponse DecideForwarded(const peer::ForwardCheckRequest& request);
+  void DecideForwarded(const peer::ForwardCheckRequest& request,
+                       std::vector<node::ForwardedOutcome>& outcomes);
   // check_engine.cc: decided here, answered once the Forwarder says the decision may be (acked).
   void DecideHere(uint64_t check, const std::string& key);
   // The answer of a decision: allowed or denied, or 503 (kRefused) for an admission not acked.
