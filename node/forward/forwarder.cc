@@ -149,16 +149,16 @@ void Forwarder::DecideAndReply(const std::shared_ptr<peer::ForwardCheckRequest>&
   if (!why.ok()) {
     // A skewed clock or a pause: every check answered CHECK_UNAVAILABLE, so the sender goes on to the next
     // holder.
-    peer::ForwardCheckResponse response;
-    response.set_from(self_id());
-    for (const peer::ForwardedCheck& check : request.checks()) {
-      peer::ForwardedResult* result = response.add_results();
-      result->set_check_id(check.check_id());
-      result->set_status(peer::CHECK_UNAVAILABLE);
-      result->set_owner(self_id());
-      result->set_error(why.message());
+    std::vector<node::ForwardedOutcome> declined(static_cast<size_t>(request.checks_size()));
+    for (size_t i = 0; i < declined.size(); ++i) {
+      declined[i].check_id = request.checks(static_cast<int>(i)).check_id();
+      declined[i].status = peer::CHECK_UNAVAILABLE;
+      declined[i].owner = self_id();
+      declined[i].error = why.message();
     }
-    reply.Decline(response.SerializeAsString());
+    std::string answer;
+    AppendForwardResponse(self_id(), declined, answer);
+    reply.Decline(std::move(answer));
     return;
   }
   // The outcomes in a buffer each thread keeps; the answer's bytes are written from them at once.
